@@ -1,0 +1,20 @@
+# Two entry points (see README): `make demo` runs the main job, `make test` runs the tests.
+# Both install what they need first; torch is pinned to the CPU wheel by constraints.txt.
+PYTHON ?= python3
+PIP := $(PYTHON) -m pip
+STAMP := .setup.stamp
+
+.PHONY: setup demo test
+
+$(STAMP): pyproject.toml constraints.txt
+	$(PIP) install -c constraints.txt -e ".[dev]"
+	touch $(STAMP)
+
+setup: $(STAMP)
+
+demo: $(STAMP)
+	$(PYTHON) -m shapeinfer.cli report examples/resnet.py
+	$(PYTHON) -m shapeinfer.cli annotate examples/resnet.py --diff
+
+test: $(STAMP)
+	$(PYTHON) -m pytest tests
