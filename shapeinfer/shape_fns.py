@@ -1,0 +1,571 @@
+"""Pure shape functions, shared by the analyzer and the lazy runtime.
+
+Every function takes shapes as tuples of dims (``int``, sympy expression, or ``None``
+for unknown; see ``symbolic``) and plain Python hyper-parameters, and returns the
+output shape. With int dims they are exact and fast (the runtime's path); with symbolic
+dims they give expressions (the analyzer's path).
+
+A definite error raises ``ShapeError`` with a stable code. A requirement that holds for
+some symbol values only (``T == 16``) is reported through ``require`` and the result is
+computed as if it held: the analyzer turns it into a constraint diagnostic.
+"""
+
+from __future__ import annotations
+
+import contextlib
+import contextvars
+from typing import Callable, Optional, Sequence
+
+import sympy
+
+from . import symbolic as sym
+from .symbolic import Dim, Shape
+
+
+class ShapeError(Exception):
+    """A shape that is wrong for every value of the symbols. ``code`` is stable."""
+
+    def __init__(self, code: str, message: str, dims: Sequence = ()):
+        super().__init__(message)
+        self.code = code
+        self.message = message
+        self.dims = tuple(dims)
+
+
+# Requirements that hold only for some symbol values are sent to the active sink.
+_requirement_sink: contextvars.ContextVar[Optional[Callable]] = contextvars.ContextVar(
+    "shape_requirement_sink", default=None)
+
+
+@contextlib.contextmanager
+def collect_requirements(sink: Callable[[str, Dim, Dim, str], None]):
+    token = _requirement_sink.set(sink)
+    try:
+        yield
+    finally:
+        _requirement_sink.reset(token)
+
+
+def require_equal(a: Dim, b: Dim, code: str, what: str) -> None:
+    """Check ``a == b``: raise if never equal, report a requirement if only sometimes."""
+    verdict = sym.equal(a, b)
+    if verdict is False:
+        raise ShapeError(code, f"{what}: {sym.dim_pretty(a)} != {sym.dim_pretty(b)}", (a, b))
+    if verdict is None and a is not None and b is not None:
+        sink = _requirement_sink.get()
+        if sink is not None:
+            sink("==", a, b, what)
+
+
+def normalize_dim(dim: int, ndim: int, what: str = "dim") -> int:
+    if not isinstance(dim, int):
+        raise ShapeError("SI200", f"{what} must be a concrete int, got {dim!r}")
+    lo, hi = (-ndim, ndim - 1) if ndim > 0 else (-1, 0)
+    if not lo <= dim <= hi:
+        raise ShapeError("SI201", f"{what} {dim} out of range for a tensor of rank {ndim}")
+    return dim + ndim if dim < 0 and ndim > 0 else (0 if dim < 0 else dim)
+
+
+def normalize_dims(dims, ndim: int) -> tuple[int, ...]:
+    out = tuple(normalize_dim(d, ndim) for d in dims)
+    if len(set(out)) != len(out):
+        raise ShapeError("SI202", f"dims {tuple(dims)} repeat a dimension")
+    return out
+
+
+# ---- elementwise ------------------------------------------------------------------
+
+
+def broadcast_dims(a: Dim, b: Dim) -> Dim:
+    if a == 1:
+        return b
+    if b == 1:
+        return a
+    if a is None or b is None:
+        return None  # one of them could be 1: the result is not known
+    verdict = sym.equal(a, b)
+    if verdict is True:
+        return a
+    if verdict is False:
+        raise ShapeError("SI101", f"cannot broadcast {sym.dim_pretty(a)} with {sym.dim_pretty(b)}",
+                         (a, b))
+    require_equal(a, b, "SI101", "broadcast")
+    return a if not sym.is_concrete(a) or sym.is_concrete(b) else b
+
+
+def broadcast_shapes(*shapes: Shape) -> Shape:
+    ndim = max((len(s) for s in shapes), default=0)
+    out: list[Dim] = [1] * ndim
+    for s in shapes:
+        padded = (1,) * (ndim - len(s)) + tuple(s)
+        out = [broadcast_dims(x, y) for x, y in zip(out, padded)]
+    return tuple(out)
+
+
+# ---- layout -----------------------------------------------------------------------
+
+
+def numel(shape: Shape) -> Dim:
+    return sym.product(shape)
+
+
+def reshape_shape(shape: Shape, target: Sequence[Dim]) -> Shape:
+    """view/reshape: solve a single -1 so that the element count is preserved."""
+    target = tuple(target)
+    holes = [i for i, d in enumerate(target) if sym.is_concrete(d) and d == -1]
+    if len(holes) > 1:
+        raise ShapeError("SI110", "only one dimension can be inferred (-1)")
+    total = numel(shape)
+    if holes:
+        known = sym.product(d for i, d in enumerate(target) if i != holes[0])
+        if known == 0:
+            raise ShapeError("SI110", "cannot infer -1 with a zero-sized dimension")
+        if total is None or known is None:
+            solved = None
+        else:
+            solved = _exact_div(total, known)
+        return target[: holes[0]] + (solved,) + target[holes[0] + 1:]
+    if total is not None and None not in target:
+        require_equal(total, numel(target), "SI111", f"view/reshape of {sym.shape_str(shape)} "
+                      f"into {sym.shape_str(target)}: element counts differ")
+    return target
+
+
+def _exact_div(total: Dim, known: Dim) -> Dim:
+    """total / known where the quotient must be a whole number."""
+    if sym.is_concrete(total) and sym.is_concrete(known):
+        if total % known:
+            raise ShapeError("SI111", f"shape is invalid for input of size {total}", (total, known))
+        return total // known
+    q = sympy.cancel(sympy.sympify(total) / sympy.sympify(known))
+    if q.is_Rational and not q.is_Integer:
+        raise ShapeError("SI111", f"shape is invalid: {sym.dim_pretty(total)} elements not divisible "
+                         f"by {sym.dim_pretty(known)}", (total, known))
+    num, den = sympy.fraction(q)
+    if den != 1:
+        require_equal(sym.mod(num, den), 0, "SI111",
+                      f"{sym.dim_pretty(total)} elements divisible by {sym.dim_pretty(known)}")
+    return sym.normalize(q)
+
+
+def permute_shape(shape: Shape, dims: Sequence[int]) -> Shape:
+    if len(dims) != len(shape):
+        raise ShapeError("SI112", f"permute of a rank-{len(shape)} tensor needs {len(shape)} dims, "
+                         f"got {len(dims)}")
+    dims = normalize_dims(dims, len(shape))
+    return tuple(shape[d] for d in dims)
+
+
+def transpose_shape(shape: Shape, d0: int, d1: int) -> Shape:
+    d0, d1 = normalize_dim(d0, len(shape)), normalize_dim(d1, len(shape))
+    out = list(shape)
+    out[d0], out[d1] = out[d1], out[d0]
+    return tuple(out)
+
+
+def squeeze_shape(shape: Shape, dims: Optional[Sequence[int]] = None) -> Shape:
+    if dims is None:
+        if any(d is None for d in shape):
+            return None  # an unknown dim might be 1: the rank is unknown
+        return tuple(d for d in shape if d != 1 or not sym.is_concrete(d))
+    nd = normalize_dims(dims, len(shape)) if shape else ()
+    return tuple(d for i, d in enumerate(shape) if not (i in nd and d == 1))
+
+
+def unsqueeze_shape(shape: Shape, dim: int) -> Shape:
+    dim = normalize_dim(dim, len(shape) + 1)
+    return tuple(shape[:dim]) + (1,) + tuple(shape[dim:])
+
+
+def flatten_shape(shape: Shape, start: int = 0, end: int = -1) -> Shape:
+    if len(shape) == 0:
+        return (1,)
+    start, end = normalize_dim(start, len(shape)), normalize_dim(end, len(shape))
+    if start > end:
+        raise ShapeError("SI113", "flatten: start_dim cannot come after end_dim")
+    return tuple(shape[:start]) + (numel(shape[start:end + 1]),) + tuple(shape[end + 1:])
+
+
+def unflatten_shape(shape: Shape, dim: int, sizes: Sequence[Dim]) -> Shape:
+    dim = normalize_dim(dim, len(shape))
+    inner = reshape_shape((shape[dim],), sizes)
+    return tuple(shape[:dim]) + tuple(inner) + tuple(shape[dim + 1:])
+
+
+def expand_shape(shape: Shape, sizes: Sequence[Dim]) -> Shape:
+    sizes = tuple(sizes)
+    if len(sizes) < len(shape):
+        raise ShapeError("SI114", f"expand: {len(sizes)} sizes for a rank-{len(shape)} tensor")
+    lead = len(sizes) - len(shape)
+    out = list(sizes[:lead])
+    for have, want in zip(shape, sizes[lead:]):
+        if sym.is_concrete(want) and want == -1:
+            out.append(have)
+        elif have == 1:
+            out.append(want)
+        else:
+            require_equal(have, want, "SI114", "expand of a non-singleton dimension")
+            out.append(have if want is None else want)
+    return tuple(out)
+
+
+def repeat_shape(shape: Shape, repeats: Sequence[Dim]) -> Shape:
+    repeats = tuple(repeats)
+    if len(repeats) < len(shape):
+        raise ShapeError("SI114", "repeat: fewer repeat counts than dimensions")
+    padded = (1,) * (len(repeats) - len(shape)) + tuple(shape)
+    return tuple(sym.mul(d, r) for d, r in zip(padded, repeats))
+
+
+def cat_shape(shapes: Sequence[Shape], dim: int = 0) -> Shape:
+    shapes = [s for s in shapes if not (len(s) == 1 and s[0] == 0)]  # legacy empty tensors
+    if not shapes:
+        raise ShapeError("SI115", "cat of an empty sequence")
+    rank = len(shapes[0])
+    d = normalize_dim(dim, rank)
+    out = list(shapes[0])
+    for s in shapes[1:]:
+        if len(s) != rank:
+            raise ShapeError("SI115", f"cat: tensors of rank {rank} and {len(s)}")
+        for i in range(rank):
+            if i == d:
+                out[i] = sym.add(out[i], s[i])
+            else:
+                require_equal(out[i], s[i], "SI115", f"cat along dim {dim}: sizes of dim {i} differ")
+                out[i] = out[i] if out[i] is not None else s[i]
+    return tuple(out)
+
+
+def stack_shape(shapes: Sequence[Shape], dim: int = 0) -> Shape:
+    if not shapes:
+        raise ShapeError("SI115", "stack of an empty sequence")
+    first = tuple(shapes[0])
+    for s in shapes[1:]:
+        if len(s) != len(first):
+            raise ShapeError("SI115", f"stack: tensors of rank {len(first)} and {len(s)}")
+        for i, (x, y) in enumerate(zip(first, s)):
+            require_equal(x, y, "SI115", f"stack: sizes of dim {i} differ")
+    d = normalize_dim(dim, len(first) + 1)
+    return first[:d] + (len(shapes),) + first[d:]
+
+
+def split_shapes(shape: Shape, split, dim: int = 0) -> list[Shape]:
+    """torch.split: ``split`` is a chunk size or a list of section sizes."""
+    d = normalize_dim(dim, len(shape))
+    size = shape[d]
+    if isinstance(split, (list, tuple)):
+        if size is not None and None not in split:
+            require_equal(sum_dims(split), size, "SI116",
+                          f"split sections {list(split)} must add up to {sym.dim_pretty(size)}")
+        return [tuple(shape[:d]) + (s,) + tuple(shape[d + 1:]) for s in split]
+    if not sym.is_concrete(size):
+        raise ShapeError("SI117", "split of a symbolic dimension gives a symbolic number of pieces")
+    pieces = []
+    start = 0
+    while start < size or (size == 0 and not pieces):
+        n = min(split, size - start)
+        pieces.append(tuple(shape[:d]) + (n,) + tuple(shape[d + 1:]))
+        start += split
+        if size == 0:
+            break
+    return pieces
+
+
+def sum_dims(dims: Sequence[Dim]) -> Dim:
+    out: Dim = 0
+    for d in dims:
+        out = sym.add(out, d)
+    return out
+
+
+def chunk_sizes(size: Dim, chunks: int) -> list[Dim]:
+    """torch.chunk along a concrete size: chunks of ceil(size/chunks)."""
+    if not sym.is_concrete(size):
+        raise ShapeError("SI117", "chunk of a symbolic dimension")
+    step = -(-size // chunks) if size else 0
+    out = []
+    start = 0
+    while start < size:
+        out.append(min(step, size - start))
+        start += step
+    return out or [0]
+
+
+def narrow_dim(size: Dim, start: Dim, stop: Dim, step: int = 1) -> Dim:
+    """Length of ``range(size)[start:stop:step]`` with Python clamping; None bounds
+    mean the default. Symbolic bounds are resolved when their sign is decidable."""
+    if step == 0:
+        raise ShapeError("SI120", "slice step cannot be zero")
+    if step < 0:
+        raise ShapeError("SI120", "negative slice steps are not supported by torch tensors")
+    lo = _clamp_index(start, size, default=0)
+    hi = _clamp_index(stop, size, default=size)
+    if lo is None or hi is None:
+        return None
+    length = sym.sub(hi, lo)
+    nonneg = sym.compare(">=", length, 0)
+    if nonneg is False:
+        return 0
+    if nonneg is None:
+        length = sym.normalize(sympy.Max(length, 0))
+    return sym.ceildiv(length, step) if step != 1 else length
+
+
+def _clamp_index(i: Dim, size: Dim, default: Dim) -> Dim:
+    if i is None:
+        return default
+    if size is None:
+        return None if not (sym.is_concrete(i) and i == 0) else 0
+    neg = sym.compare("<", i, 0)
+    if neg is None:
+        return None
+    if neg:
+        i = sym.add(size, i)
+        below = sym.compare("<", i, 0)
+        if below is None:
+            return None
+        return 0 if below else i
+    above = sym.compare(">", i, size)
+    if above is None:
+        return sym.normalize(sympy.Min(i, size))
+    return size if above else i
+
+
+# ---- reductions and contractions ----------------------------------------------------
+
+
+def reduce_shape(shape: Shape, dims=None, keepdim: bool = False) -> Shape:
+    if dims is None or (isinstance(dims, (list, tuple)) and len(dims) == 0):
+        return tuple(1 for _ in shape) if keepdim else ()
+    if isinstance(dims, int):
+        dims = (dims,)
+    nd = normalize_dims(dims, len(shape))
+    if keepdim:
+        return tuple(1 if i in nd else d for i, d in enumerate(shape))
+    return tuple(d for i, d in enumerate(shape) if i not in nd)
+
+
+def matmul_shape(a: Shape, b: Shape) -> Shape:
+    if len(a) == 0 or len(b) == 0:
+        raise ShapeError("SI130", "matmul needs tensors of rank >= 1")
+    if len(a) == 1 and len(b) == 1:
+        require_equal(a[0], b[0], "SI130", "dot product: sizes differ")
+        return ()
+    a2 = (1,) + tuple(a) if len(a) == 1 else tuple(a)
+    b2 = tuple(b) + (1,) if len(b) == 1 else tuple(b)
+    k_a, k_b = a2[-1], b2[-2]
+    if sym.equal(k_a, k_b) is False:
+        raise ShapeError("SI130", f"matmul: {sym.shape_str(a)} @ {sym.shape_str(b)}: inner sizes "
+                         f"{sym.dim_pretty(k_a)} and {sym.dim_pretty(k_b)} differ", (k_a, k_b))
+    require_equal(k_a, k_b, "SI130", "matmul inner sizes")
+    batch = broadcast_shapes(a2[:-2], b2[:-2])
+    out = tuple(batch) + (a2[-2], b2[-1])
+    if len(a) == 1:
+        out = out[:-2] + out[-1:]
+    if len(b) == 1:
+        out = out[:-1]
+    return out
+
+
+def linear_shape(x: Shape, weight: Shape) -> Shape:
+    """F.linear: x[..., in] with weight[out, in] (or [in] for a vector weight)."""
+    if len(x) == 0:
+        raise ShapeError("SI131", "linear of a 0-d tensor")
+    if len(weight) == 1:
+        require_equal(x[-1], weight[0], "SI131", "linear: in_features")
+        return tuple(x[:-1])
+    if sym.equal(x[-1], weight[1]) is False:
+        raise ShapeError("SI131", f"linear: input has {sym.dim_pretty(x[-1])} features but the layer "
+                         f"expects {sym.dim_pretty(weight[1])} (in_features)", (x[-1], weight[1]))
+    require_equal(x[-1], weight[1], "SI131", "linear: in_features")
+    return tuple(x[:-1]) + (weight[0],)
+
+
+def einsum_shape(equation: str, shapes: Sequence[Shape]) -> Shape:
+    eq = equation.replace(" ", "")
+    lhs, arrow, rhs = eq.partition("->")
+    terms = lhs.split(",")
+    if len(terms) != len(shapes):
+        raise ShapeError("SI132", f"einsum: {len(terms)} operands in the equation, {len(shapes)} given")
+    sizes: dict[str, Dim] = {}
+    ell: Shape = ()
+    for term, shape in zip(terms, shapes):
+        if "..." in term:
+            head, tail = term.split("...")
+            n_ell = len(shape) - len(head) - len(tail)
+            if n_ell < 0:
+                raise ShapeError("SI132", f"einsum: operand '{term}' has rank {len(shape)}")
+            ell = broadcast_shapes(ell, shape[len(head):len(head) + n_ell])
+            letters = list(head) + list(tail)
+            dims = list(shape[:len(head)]) + list(shape[len(shape) - len(tail):])
+        else:
+            if len(term) != len(shape):
+                raise ShapeError("SI132", f"einsum: operand '{term}' has rank {len(shape)}, "
+                                 f"expected {len(term)}")
+            letters, dims = list(term), list(shape)
+        for c, d in zip(letters, dims):
+            if c in sizes and sizes[c] != 1 and d != 1:
+                require_equal(sizes[c], d, "SI132", f"einsum: sizes of '{c}' differ")
+            elif c in sizes and sizes[c] == 1:
+                sizes[c] = d
+            else:
+                sizes.setdefault(c, d)
+    if not arrow:
+        counts = {c: lhs.count(c) for c in sizes}
+        rhs = ("..." if ell else "") + "".join(sorted(c for c, n in counts.items() if n == 1))
+    out: list[Dim] = []
+    i = 0
+    while i < len(rhs):
+        if rhs.startswith("...", i):
+            out.extend(ell)
+            i += 3
+            continue
+        if rhs[i] not in sizes:
+            raise ShapeError("SI132", f"einsum: output letter '{rhs[i]}' not in any operand")
+        out.append(sizes[rhs[i]])
+        i += 1
+    return tuple(out)
+
+
+# ---- convolution, pooling, resampling ----------------------------------------------
+
+
+def _tuple(v, n: int) -> tuple:
+    if isinstance(v, (list, tuple)):
+        if len(v) == 1:
+            return tuple(v) * n
+        return tuple(v)
+    return (v,) * n
+
+
+def conv_out_dim(size: Dim, kernel: int, stride: int, padding: Dim, dilation: int) -> Dim:
+    """floor((size + 2p - d(k-1) - 1)/s) + 1"""
+    span = sym.add(sym.sub(sym.add(size, sym.mul(2, padding)), dilation * (kernel - 1)), -1)
+    return sym.add(sym.floordiv(span, stride), 1)
+
+
+def conv_shape(x: Shape, weight: Shape, stride=1, padding=0, dilation=1, groups: int = 1,
+               transposed: bool = False, output_padding=0) -> Shape:
+    n_spatial = len(weight) - 2
+    if len(x) not in (n_spatial + 1, n_spatial + 2):
+        raise ShapeError("SI140", f"conv{n_spatial}d expects a {n_spatial + 2}-d input "
+                         f"(or {n_spatial + 1}-d unbatched), got {len(x)}-d {sym.shape_str(x)}")
+    batched = len(x) == n_spatial + 2
+    xb = tuple(x) if batched else (1,) + tuple(x)
+    in_ch = xb[1]
+    if transposed:
+        expect_in, out_ch = weight[0], sym.mul(weight[1], groups)
+    else:
+        expect_in, out_ch = sym.mul(weight[1], groups), weight[0]
+    if sym.equal(in_ch, expect_in) is False:
+        raise ShapeError("SI141", f"conv: input has {sym.dim_pretty(in_ch)} channels but the layer "
+                         f"expects {sym.dim_pretty(expect_in)} (in_channels)", (in_ch, expect_in))
+    require_equal(in_ch, expect_in, "SI141", "conv in_channels")
+    stride, dilation = _tuple(stride, n_spatial), _tuple(dilation, n_spatial)
+    kernel = tuple(weight[2:])
+    spatial = []
+    if isinstance(padding, str):
+        if padding == "valid":
+            padding = (0,) * n_spatial
+        elif padding == "same":
+            return (xb[0], out_ch) + tuple(xb[2:]) if batched else (out_ch,) + tuple(xb[2:])
+        else:
+            raise ShapeError("SI142", f"unknown padding mode {padding!r}")
+    padding = _tuple(padding, n_spatial)
+    output_padding = _tuple(output_padding, n_spatial)
+    for i in range(n_spatial):
+        size = xb[2 + i]
+        if transposed:
+            # (size - 1) * s - 2p + d(k-1) + output_padding + 1
+            out = sym.add(sym.sub(sym.mul(sym.sub(size, 1), stride[i]), 2 * padding[i]),
+                          dilation[i] * (kernel[i] - 1) + output_padding[i] + 1)
+        else:
+            out = conv_out_dim(size, kernel[i], stride[i], padding[i], dilation[i])
+        _require_positive(out, "conv output size")
+        spatial.append(out)
+    result = (xb[0], out_ch) + tuple(spatial)
+    return result if batched else result[1:]
+
+
+def _require_positive(d: Dim, what: str) -> None:
+    if sym.compare(">", d, 0) is False:
+        raise ShapeError("SI143", f"{what} {sym.dim_pretty(d)} is not positive: input too small", (d,))
+
+
+def pool_shape(x: Shape, kernel_size, stride=None, padding=0, dilation=1, ceil_mode: bool = False,
+               n_spatial: int = 2) -> Shape:
+    if len(x) not in (n_spatial + 1, n_spatial + 2):
+        raise ShapeError("SI144", f"pool{n_spatial}d expects a {n_spatial + 1}-d or {n_spatial + 2}-d "
+                         f"input, got {sym.shape_str(x)}")
+    k = _tuple(kernel_size, n_spatial)
+    s = _tuple(stride if stride not in (None, [], ()) else kernel_size, n_spatial)
+    p, d = _tuple(padding, n_spatial), _tuple(dilation, n_spatial)
+    lead = tuple(x[: len(x) - n_spatial])
+    out = []
+    for i in range(n_spatial):
+        size = x[len(x) - n_spatial + i]
+        span = sym.add(sym.sub(sym.add(size, 2 * p[i]), d[i] * (k[i] - 1)), -1)
+        if ceil_mode:
+            o = sym.add(sym.ceildiv(span, s[i]), 1)
+            # the last window must start inside the input or left padding
+            last_start = sym.mul(sym.sub(o, 1), s[i])
+            inside = sym.compare(">=", last_start, sym.add(size, p[i]))
+            if inside is True:
+                o = sym.sub(o, 1)
+            elif inside is None:
+                o = None if not sym.is_concrete(size) else o
+        else:
+            o = sym.add(sym.floordiv(span, s[i]), 1)
+        _require_positive(o, "pool output size")
+        out.append(o)
+    return lead + tuple(out)
+
+
+def adaptive_pool_shape(x: Shape, output_size, n_spatial: int = 2) -> Shape:
+    out = _tuple(output_size, n_spatial)
+    lead = tuple(x[: len(x) - n_spatial])
+    spatial = tuple(x[len(x) - n_spatial:])
+    return lead + tuple(s if o is None else o for o, s in zip(out, spatial))
+
+
+def interpolate_shape(x: Shape, size=None, scale_factor=None) -> Shape:
+    n_spatial = len(x) - 2
+    if size is not None:
+        return tuple(x[:2]) + _tuple(size, n_spatial)
+    if scale_factor is None:
+        raise ShapeError("SI145", "interpolate needs size or scale_factor")
+    scales = _tuple(scale_factor, n_spatial)
+    out = []
+    for dim, sc in zip(x[2:], scales):
+        if float(sc).is_integer():
+            out.append(sym.mul(dim, int(sc)))
+        else:
+            out.append(sym.normalize(sympy.floor(sympy.sympify(dim) * sympy.nsimplify(sc)))
+                       if dim is not None else None)
+    return tuple(x[:2]) + tuple(out)
+
+
+def pad_shape(x: Shape, pad: Sequence[Dim]) -> Shape:
+    if len(pad) % 2:
+        raise ShapeError("SI146", "pad needs an even number of values")
+    n = len(pad) // 2
+    if n > len(x):
+        raise ShapeError("SI146", f"pad of {n} dims on a rank-{len(x)} tensor")
+    out = list(x)
+    for i in range(n):
+        d = len(x) - 1 - i
+        out[d] = sym.add(sym.add(out[d], pad[2 * i]), pad[2 * i + 1])
+    return tuple(out)
+
+
+def pixel_shuffle_shape(x: Shape, r: int) -> Shape:
+    if len(x) < 3:
+        raise ShapeError("SI147", "pixel_shuffle needs a tensor of rank >= 3")
+    c = x[-3]
+    cr = sym.floordiv(c, r * r)
+    require_equal(sym.mod(c, r * r), 0, "SI147", f"pixel_shuffle: channels divisible by {r * r}")
+    return tuple(x[:-3]) + (cr, sym.mul(x[-2], r), sym.mul(x[-1], r))
+
+
+def pixel_unshuffle_shape(x: Shape, r: int) -> Shape:
+    return tuple(x[:-3]) + (sym.mul(x[-3], r * r), sym.floordiv(x[-2], r), sym.floordiv(x[-1], r))

@@ -1,0 +1,339 @@
+"""Symbolic dimensions: the one module that knows about sympy.
+
+A dim is a plain ``int`` (concrete), a sympy expression over integer symbols (symbolic),
+or ``None`` (unknown). Every function here accepts all three, so shape functions are
+written once and serve both the analyzer (symbolic dims) and the runtime (ints).
+
+Comparisons have three outcomes: True, False, or ``None`` for "cannot be decided from
+the symbols alone". Callers must treat ``None`` as undecided, never as False.
+"""
+
+from __future__ import annotations
+
+import functools
+import random
+from typing import Iterable, Optional, Union
+
+import sympy
+
+Dim = Union[int, sympy.Expr, None]
+Shape = tuple  # tuple[Dim, ...]
+
+
+@functools.lru_cache(maxsize=None)
+def symbol(name: str) -> sympy.Symbol:
+    """The symbol for a user-declared dimension; all are positive integers."""
+    return sympy.Symbol(name, integer=True, positive=True)
+
+
+def is_concrete(d: Dim) -> bool:
+    return isinstance(d, int) and not isinstance(d, bool)
+
+
+def is_known(d: Dim) -> bool:
+    return d is not None
+
+
+def normalize(d) -> Dim:
+    """Turn sympy integers into ints; leave other expressions; keep None."""
+    if d is None or isinstance(d, bool):
+        return d if d is None else int(d)
+    if isinstance(d, int):
+        return d
+    if isinstance(d, sympy.Basic):
+        if d.is_Integer:
+            return int(d)
+        if d.is_Number:  # a rational from a division: not a valid dim, keep exact value
+            return d
+        return d
+    if hasattr(d, "__index__"):
+        return int(d)
+    return d
+
+
+def _binop(f):
+    @functools.wraps(f)
+    def wrapper(a: Dim, b: Dim) -> Dim:
+        if a is None or b is None:
+            return None
+        return normalize(f(a, b))
+
+    return wrapper
+
+
+@_binop
+def add(a, b):
+    return a + b
+
+
+@_binop
+def sub(a, b):
+    return a - b
+
+
+@_binop
+def mul(a, b):
+    return a * b
+
+
+def _floor_parts(e) -> tuple[sympy.Expr, int] | None:
+    """Write ``e`` as floor(P/m) with P an integer-valued polynomial, if it has that form.
+
+    Handles ``P`` itself (m = 1) and ``floor(P/m) + c`` for an integer c, which equals
+    ``floor((P + c*m)/m)``.
+    """
+    e = sympy.sympify(e)
+    const = 0
+    core = e
+    if e.is_Add:
+        const_terms = [t for t in e.args if t.is_Integer]
+        rest = [t for t in e.args if not t.is_Integer]
+        if len(rest) == 1:
+            const = int(sum(const_terms))
+            core = rest[0]
+    if isinstance(core, sympy.floor):
+        num, den = sympy.fraction(sympy.together(core.args[0]))
+        if den.is_Integer and den > 0 and _is_int_poly(num):
+            m = int(den)
+            return sympy.expand(num + const * m), m
+        return None
+    if _is_int_poly(e):
+        return e, 1
+    return None
+
+
+def _is_int_poly(e) -> bool:
+    if e.is_Integer:
+        return True
+    if not e.is_polynomial():
+        return False
+    if not all(s.is_integer for s in e.free_symbols):
+        return False
+    return all(c.is_Integer for c in sympy.Poly(e, *e.free_symbols).coeffs()) if e.free_symbols else e.is_Integer
+
+
+def floordiv(a: Dim, b: Dim) -> Dim:
+    """a // b with Python semantics, kept in the canonical form floor(P/m)."""
+    if a is None or b is None:
+        return None
+    if is_concrete(a) and is_concrete(b):
+        return a // b
+    if is_concrete(b) and b > 0:
+        parts = _floor_parts(a)
+        if parts is not None:
+            num, m = parts
+            return normalize(sympy.floor(num / (m * b)))
+    return normalize(sympy.floor(sympy.sympify(a) / sympy.sympify(b)))
+
+
+def ceildiv(a: Dim, b: Dim) -> Dim:
+    """ceil(a / b) for positive b, as floor((a + b - 1) / b)."""
+    if a is None or b is None:
+        return None
+    return floordiv(add(a, sub(b, 1)), b)
+
+
+def mod(a: Dim, b: Dim) -> Dim:
+    if a is None or b is None:
+        return None
+    if is_concrete(a) and is_concrete(b):
+        return a % b
+    return normalize(sympy.Mod(sympy.sympify(a), sympy.sympify(b)))
+
+
+def product(dims: Iterable[Dim]) -> Dim:
+    out: Dim = 1
+    for d in dims:
+        out = mul(out, d)
+    return out
+
+
+def free_symbols(d: Dim) -> set:
+    if isinstance(d, sympy.Basic):
+        return set(d.free_symbols)
+    return set()
+
+
+def evaluate(d: Dim, sizes: dict) -> Optional[int]:
+    """The concrete value of a dim at the given symbol sizes (symbol name or Symbol keys)."""
+    if d is None:
+        return None
+    if is_concrete(d):
+        return d
+    subs = {(symbol(k) if isinstance(k, str) else k): v for k, v in sizes.items()}
+    v = sympy.sympify(d).subs(subs)
+    if v.free_symbols:
+        return None
+    if v.is_Integer:
+        return int(v)
+    if v.is_Rational or v.is_Float:
+        return v  # not an integer: the caller decides what that means
+    return None
+
+
+# ---- deciding comparisons ---------------------------------------------------------
+
+_PROBES = 12
+
+
+def _probe_points(syms: list, seed: int) -> list[dict]:
+    rng = random.Random(seed)
+    points = []
+    for i in range(_PROBES):
+        hi = [7, 64, 1000][i % 3]
+        points.append({s: rng.randint(1, hi) for s in syms})
+    return points
+
+
+def equal(a: Dim, b: Dim) -> Optional[bool]:
+    """Whether two dims are equal: True (for all symbol values), False (for none), or
+    None (for some values only, or undecidable).
+
+    Structural equality or an expanded difference of zero proves True; a difference
+    whose sign sympy can prove proves False. Otherwise both sides are evaluated at a
+    dozen probe points: agreement everywhere is taken as equal (for polynomials of
+    small degree that is proof in all but a vanishing fraction of cases, and floors of
+    them differ on whole residue classes, which the probes hit); anything else is None.
+    """
+    if a is None or b is None:
+        return None
+    if is_concrete(a) and is_concrete(b):
+        return a == b
+    return _equal_sym(sympy.sympify(a), sympy.sympify(b))
+
+
+@functools.lru_cache(maxsize=4096)
+def _equal_sym(a: sympy.Expr, b: sympy.Expr) -> Optional[bool]:
+    if a == b:
+        return True
+    diff = sympy.expand(a - b)
+    if diff == 0:
+        return True
+    if diff.is_Number or diff.is_positive or diff.is_negative:
+        return False
+    syms = sorted(diff.free_symbols, key=str)
+    if all(a.subs(p) == b.subs(p) for p in _probe_points(syms, 0)):
+        return True
+    return None
+
+
+def compare(op: str, a: Dim, b: Dim) -> Optional[bool]:
+    """Decide ``a <op> b`` (op in == != < <= > >=) for all symbol values, or None."""
+    if a is None or b is None:
+        return None
+    if is_concrete(a) and is_concrete(b):
+        return _PY_OPS[op](a, b)
+    if op == "==":
+        return equal(a, b)
+    if op == "!=":
+        e = equal(a, b)
+        return None if e is None else not e
+    diff = sympy.expand(sympy.sympify(a) - sympy.sympify(b))
+    if diff.is_Number:
+        return bool(_PY_OPS[op](diff, 0))
+    rel = {"<": diff.is_negative, "<=": diff.is_nonpositive,
+           ">": diff.is_positive, ">=": diff.is_nonnegative}[op]
+    if rel is True:
+        return True
+    neg = {"<": diff.is_nonnegative, "<=": diff.is_positive,
+           ">": diff.is_nonpositive, ">=": diff.is_negative}[op]
+    if neg is True:
+        return False
+    return None
+
+
+_PY_OPS = {
+    "==": lambda x, y: x == y, "!=": lambda x, y: x != y,
+    "<": lambda x, y: x < y, "<=": lambda x, y: x <= y,
+    ">": lambda x, y: x > y, ">=": lambda x, y: x >= y,
+}
+
+
+def relation(op: str, a: Dim, b: Dim) -> sympy.Basic:
+    """The sympy condition ``a <op> b`` (for path conditions and ``when``)."""
+    sa, sb = sympy.sympify(a), sympy.sympify(b)
+    return {"==": sympy.Eq, "!=": sympy.Ne, "<": sympy.Lt, "<=": sympy.Le,
+            ">": sympy.Gt, ">=": sympy.Ge}[op](sa, sb)
+
+
+def holds_at(cond, sizes: dict) -> Optional[bool]:
+    """Evaluate a condition at concrete sizes."""
+    if cond is True or cond is False:
+        return cond
+    subs = {(symbol(k) if isinstance(k, str) else k): v for k, v in sizes.items()}
+    v = sympy.sympify(cond).subs(subs)
+    if v in (sympy.true, True):
+        return True
+    if v in (sympy.false, False):
+        return False
+    return None
+
+
+# ---- printing -----------------------------------------------------------------------
+
+
+def dim_str(d: Dim) -> str:
+    """Machine form: a string sympy parses with the declared symbol names, or '?'."""
+    if d is None:
+        return "?"
+    return str(d)
+
+
+def dim_pretty(d: Dim) -> str:
+    """Human form for comments and reports: ``(H + 3)//4`` rather than floor((H + 3)/4)."""
+    if d is None:
+        return "?"
+    if is_concrete(d):
+        return str(d)
+    return _pretty(sympy.sympify(d))
+
+
+def _pretty(e) -> str:
+    if isinstance(e, sympy.floor):
+        num, den = sympy.fraction(sympy.together(e.args[0]))
+        if den != 1:
+            return f"{_atom(num)}//{_atom(den)}"
+        return f"floor({_pretty(e.args[0])})"
+    if isinstance(e, sympy.Mod):
+        return f"{_atom(e.args[0])} % {_atom(e.args[1])}"
+    if e.is_Add:
+        terms = sympy.Add.make_args(e)
+        # symbols first, constants last, as people write them
+        terms = sorted(terms, key=lambda t: (t.is_Number, str(t)))
+        out = _pretty(terms[0])
+        for t in terms[1:]:
+            if t.could_extract_minus_sign():
+                out += f" - {_atom(-t)}"
+            else:
+                out += f" + {_atom(t)}"
+        return out
+    if e.is_Mul:
+        num, den = sympy.fraction(e)
+        if den != 1:
+            return f"{_atom(num)}/{_atom(den)}"
+        coeff, rest = e.as_coeff_Mul()
+        if coeff == -1:
+            return f"-{_atom(rest)}"
+        factors = sympy.Mul.make_args(e)
+        factors = sorted(factors, key=lambda t: (not t.is_Number, str(t)))
+        return "*".join(_atom(f) for f in factors)
+    if e.is_Pow and e.exp.is_Integer and e.exp > 0:
+        return f"{_atom(e.base)}**{e.exp}"
+    return str(e)
+
+
+def _atom(e) -> str:
+    """``_pretty(e)``, parenthesized when it is not a single term."""
+    s = _pretty(e)
+    if e.is_Symbol or e.is_Number and not s.startswith("-"):
+        return s
+    if " " in s or "/" in s or s.startswith("-") or "%" in s:
+        return f"({s})"
+    return s
+
+
+def shape_str(shape: Optional[Shape], pretty: bool = True) -> str:
+    if shape is None:
+        return "[...]"
+    f = dim_pretty if pretty else dim_str
+    return "[" + ", ".join(f(d) for d in shape) + "]"
