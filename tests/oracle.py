@@ -360,13 +360,20 @@ class Problem:
     status: str            # UNKNOWN or WRONG
     sizes: dict
     expected: str          # what torch produced
-    got: str               # what the analyzer said (raw, then evaluated)
+    claimed: str           # the analyzer's entry as written (symbolic)
+    got: str = ""          # the analyzer's entry evaluated at ``sizes``
     reason: str = ""
 
+    def where(self) -> str:
+        return f"{_short(self.file)}:{self.line} {self.name}"
+
+    def at(self) -> str:
+        return ",".join(f"{k}={v}" for k, v in self.sizes.items())
+
     def __str__(self) -> str:
-        at = ",".join(f"{k}={v}" for k, v in self.sizes.items())
-        s = (f"{self.status.upper():7} {_short(self.file)}:{self.line} {self.name} [{at}]: "
-             f"real {self.expected}, analyzer {self.got}")
+        s = f"{self.status.upper():7} {self.where()} [{self.at()}]: real {self.expected}, analyzer {self.claimed}"
+        if self.got and self.got != self.claimed:
+            s += f" = {self.got}"
         return s + (f" ({self.reason})" if self.reason else "")
 
 
@@ -399,12 +406,28 @@ class Report:
         return (f"{head}{self.total} recorded entries: {self.exact} exact ({pct:.1f}%), "
                 f"{self.unknown} unknown, {self.wrong} wrong")
 
-    def format(self, limit: int = 60) -> str:
+    def format(self, limit: int = 40) -> str:
+        """Summary, then each offending entry (worst first) with, under it, one line
+        per size set where it failed."""
         lines = [self.summary()]
-        ordered = sorted(self.problems, key=lambda p: (-_RANK[p.status], p.file, p.line, p.name))
-        lines += ["  " + str(p) for p in ordered[:limit]]
+        groups: dict[tuple, list[Problem]] = defaultdict(list)
+        for p in self.problems:
+            groups[(p.file, p.line, p.name)].append(p)
+        ordered = sorted(groups.values(), key=lambda ps: (
+            -max(_RANK[p.status] for p in ps), ps[0].file, ps[0].line, ps[0].name))
+        for ps in ordered[:limit]:
+            status = _worst(*(p.status for p in ps))
+            claims = list(dict.fromkeys(p.claimed for p in ps))
+            lines.append(f"  {status.upper():7} {ps[0].where()}: analyzer {' | '.join(claims)}")
+            for p in ps:
+                detail = f"real {p.expected}"
+                if p.got and p.got != p.claimed:
+                    detail += f", analyzer gives {p.got}"
+                if p.reason:
+                    detail += f" ({p.reason})"
+                lines.append(f"            at {p.at()}: {detail}")
         if len(ordered) > limit:
-            lines.append(f"  ... and {len(ordered) - limit} more")
+            lines.append(f"  ... and {len(ordered) - limit} more entries")
         notable = [d for d in self.diagnostics if d.get("severity") in ("error", "warning")]
         if notable and not self.ok:
             lines.append("  analyzer diagnostics:")
@@ -655,11 +678,10 @@ def compare(analysis_json: dict, recorded: dict, sizes: dict[str, int],
         values = recorded[key]
         entries = index.get(key, [])
         if not entries:
-            status, got, reason = UNKNOWN, "nothing", "no analyzer entry"
+            status, raw, got, reason = UNKNOWN, "nothing", "", "no analyzer entry"
         else:
             status, got, reason = _judge(set(values), entries, names, subs)
             raw = " / ".join(_describe_entry(e) for e in entries)
-            got = f"{raw} = {got}" if got and got != raw else raw
         if status == EXACT:
             report.exact += 1
         else:
@@ -668,5 +690,5 @@ def compare(analysis_json: dict, recorded: dict, sizes: dict[str, int],
             else:
                 report.wrong += 1
             report.problems.append(Problem(path, line, name, status, dict(sizes),
-                                           _format_set(values), got, reason))
+                                           _format_set(values), raw, got, reason))
     return report

@@ -119,4 +119,5 @@ def test_analysis_matches_torch(path, index):
         recorded = _record(target, path, sizes, seed)
         assert recorded, f"{path.name}: nothing recorded at {sizes}"
         report = report + compare(analysis, recorded, sizes, [path])
-    assert report.ok, "\n" + report.format()
+    if not report.ok:
+        pytest.fail(report.format(), pytrace=False)
