@@ -1,0 +1,149 @@
+"""The public entry point: ``analyze(model, args, kwargs, dims)``."""
+
+from __future__ import annotations
+
+import inspect
+import os
+import time
+from dataclasses import dataclass, field
+from typing import Any, Optional
+
+import torch
+
+from . import ops  # noqa: F401  (fills the rule tables)
+from . import symbolic as sym
+from .diagnostics import Diagnostic
+from .interp.interpreter import Interpreter
+from .interp.state import AnalysisContext, Entry, Frame
+from .render import const_tuple_as_values, value_json
+from .values import Const, TensorType, Value, from_python, tensor
+
+JSON_VERSION = 1
+
+
+class AnalysisError(ValueError):
+    """The request itself is wrong (a bad ``dims`` spec); never raised for user code."""
+
+
+@dataclass
+class AnalysisResult:
+    symbols: dict  # name -> sample size
+    entries: dict  # (file, line, name) -> Entry
+    diagnostics: list
+    output: Optional[Value] = None
+    seconds: float = 0.0
+    files: list = field(default_factory=list)
+
+    @property
+    def errors(self) -> list:
+        return [d for d in self.diagnostics if d.severity == "error"]
+
+    def entries_in(self, filename: str) -> list:
+        real = os.path.realpath(filename)
+        return sorted((e for e in self.entries.values() if os.path.realpath(e.file) == real),
+                      key=lambda e: (e.line, e.name))
+
+    def to_json(self) -> dict:
+        entries = []
+        for e in sorted(self.entries.values(), key=lambda e: (e.file, e.line, e.name)):
+            item = {"file": display_path(e.file), "line": e.line, "name": e.name}
+            item.update(value_json([(c, const_tuple_as_values(v)) for c, v in e.values]))
+            entries.append(item)
+        diags = []
+        for d in self.diagnostics:
+            j = d.to_json()
+            j["file"] = display_path(d.file)
+            diags.append(j)
+        return {"version": JSON_VERSION, "symbols": dict(self.symbols), "entries": entries,
+                "diagnostics": diags}
+
+
+def display_path(path: str) -> str:
+    try:
+        rel = os.path.relpath(path)
+    except ValueError:
+        return path
+    return path if rel.startswith("..") else rel
+
+
+def _symbols_from_dims(bound: dict, dims: dict) -> tuple[dict, dict]:
+    """Sample sizes of the declared symbols, and abstract types of the declared inputs."""
+    symbols: dict[str, int] = {}
+    abstract: dict[str, Value] = {}
+    for name, spec in (dims or {}).items():
+        if name not in bound:
+            raise AnalysisError(f"dims names {name!r}, which is not a parameter of forward "
+                                f"(parameters: {', '.join(bound) or 'none'})")
+        value = bound[name]
+        if not isinstance(value, torch.Tensor):
+            raise AnalysisError(f"dims names {name!r}, but its sample value is a {type(value).__name__}, "
+                                f"not a tensor")
+        spec = tuple(spec)
+        if len(spec) != value.dim():
+            raise AnalysisError(f"dims for {name!r} has {len(spec)} entries but the sample tensor has "
+                                f"{value.dim()} dims {tuple(value.shape)}")
+        shape = []
+        for i, (d, real) in enumerate(zip(spec, value.shape)):
+            if isinstance(d, str):
+                if not d.isidentifier():
+                    raise AnalysisError(f"dims for {name!r}: symbol {d!r} is not an identifier")
+                if d in symbols and symbols[d] != real:
+                    raise AnalysisError(f"symbol {d} is {symbols[d]} in one input and {real} in {name!r} "
+                                        f"dim {i}: the sample sizes must agree")
+                symbols[d] = int(real)
+                shape.append(sym.symbol(d))
+            elif d is None or isinstance(d, int):
+                if isinstance(d, int) and d != real:
+                    raise AnalysisError(f"dims for {name!r} says dim {i} is {d}, but the sample has {real}")
+                shape.append(int(real))
+            else:
+                raise AnalysisError(f"dims for {name!r}: entry {d!r} must be a symbol name, an int or None")
+        abstract[name] = tensor(value.dtype, tuple(shape), value.device.type)
+    return symbols, abstract
+
+
+def analyze(model, args=(), kwargs=None, dims=None) -> AnalysisResult:
+    """Analyze ``model.forward`` for the sample input ``args``/``kwargs``.
+
+    ``dims`` maps a forward parameter name to one entry per dimension: a symbol name
+    for a symbolic dim, an int or None for a concrete one. The model is never run:
+    shapes come from the source of forward and everything it calls, with layer
+    hyper-parameters read from the live model.
+    """
+    start = time.perf_counter()
+    kwargs = dict(kwargs or {})
+    forward = model.forward if isinstance(model, torch.nn.Module) else model
+    try:
+        bound = inspect.signature(forward).bind(*args, **kwargs)
+    except TypeError as e:
+        raise AnalysisError(f"the sample input does not match forward's signature: {e}") from e
+    symbols, abstract = _symbols_from_dims(bound.arguments, dims or {})
+    ctx = AnalysisContext(symbols)
+    interp = Interpreter(ctx)
+
+    def abstract_of(name, value):
+        return abstract[name] if name in abstract else from_python(value)
+
+    a_args = []
+    a_kwargs = {}
+    sig = inspect.signature(forward)
+    for name, value in bound.arguments.items():
+        kind = sig.parameters[name].kind
+        if kind is inspect.Parameter.VAR_POSITIONAL:
+            a_args.extend(from_python(v) for v in value)
+        elif kind is inspect.Parameter.VAR_KEYWORD:
+            a_kwargs.update({k: from_python(v) for k, v in value.items()})
+        elif kind is inspect.Parameter.POSITIONAL_ONLY:
+            a_args.append(abstract_of(name, value))
+        else:
+            a_kwargs[name] = abstract_of(name, value)
+    root = Frame("<analyze>", {})
+    if isinstance(model, torch.nn.Module):
+        output = interp.caller.call_module(model, a_args, a_kwargs, root)
+    else:
+        output = interp.caller.call_callable(model, a_args, a_kwargs, root)
+    files = sorted({e.file for e in ctx.entries.values()})
+    return AnalysisResult(symbols, ctx.entries, ctx.diagnostics, output, time.perf_counter() - start, files)
+
+
+__all__ = ["analyze", "AnalysisResult", "AnalysisError", "Diagnostic", "Entry", "TensorType", "Any"]

@@ -1,0 +1,618 @@
+"""Calls, attributes, items and iteration: where the concrete and static halves meet.
+
+A call goes to (in order) a module rule, a function rule, a modelled builtin, the
+interpreted source of a Python function, or, when every argument is concrete and the
+callee is not torch's, the real function. Anything else gives Unknown with a reason.
+"""
+
+from __future__ import annotations
+
+import ast
+import dataclasses
+import functools
+import inspect
+import types
+from typing import Any, Optional
+
+import sympy
+import torch
+
+from .. import symbolic as sym
+from ..ops.registry import FUNCTION_RULES, METHOD_RULES, MODULE_RULES, Rule, lookup_function
+from ..shape_fns import ShapeError
+from ..values import (NONE, BoundMethod, Closure, Const, DictV, ListV, ObjV, SuperV, SymScalar, TensorType,
+                      TupleV, UnionV, Unknown, Value, as_dim, from_python, int_value)
+from .state import MAX_DEPTH, Frame, is_library_file, make_union, widen_values
+
+_NO_OP_CALLS = {print}
+_MAX_REAL_ITER = 100_000
+
+
+class RuleUnknown(Exception):
+    """Raised by a rule that cannot decide its result; the message is the reason."""
+
+
+def _is_torch_callable(obj) -> bool:
+    mod = getattr(obj, "__module__", None) or ""
+    return mod.startswith("torch") or isinstance(obj, torch._ops.OpOverloadPacket)
+
+
+class Caller:
+    def __init__(self, interp):
+        self.interp = interp
+        self.ctx = interp.ctx
+        from . import builtins_model
+
+        self.builtins = builtins_model.HANDLERS
+        self.container_methods = builtins_model.CONTAINER_METHODS
+
+    # ------------------------------------------------------------------ values
+    def wrap(self, obj: Any) -> Value:
+        if isinstance(obj, Value):
+            return obj
+        return from_python(obj)
+
+    # ------------------------------------------------------------------ calls
+    def call(self, func: Value, args: list, kwargs: dict, frame: Frame, node=None) -> Value:
+        if isinstance(func, UnionV):
+            return self.interp.lift(lambda f: self.call(f, args, kwargs, frame, node), func)
+        if isinstance(func, Closure):
+            return self.call_closure(func, args, kwargs, frame)
+        if isinstance(func, BoundMethod):
+            if isinstance(func.func, str):
+                if isinstance(func.self_value, TensorType):
+                    return self.call_tensor_method(func.self_value, func.func, args, kwargs, frame)
+                handler = self.container_methods.get((type(func.self_value), func.func))
+                if handler is not None:
+                    return handler(self, func.self_value, args, kwargs, frame)
+                return Unknown(f"method {func.func} of {type(func.self_value).__name__}")
+            return self.call_callable(func.func, [func.self_value] + list(args), kwargs, frame)
+        if isinstance(func, Const):
+            return self.call_object(func.obj, args, kwargs, frame)
+        if isinstance(func, ObjV):
+            call = _class_attr(func.cls, "__call__")
+            if call is not None:
+                return self.call_callable(call, [func] + list(args), kwargs, frame)
+        if isinstance(func, Unknown):
+            return func
+        return Unknown(f"call of {type(func).__name__}")
+
+    def call_callable(self, fn, args, kwargs, frame) -> Value:
+        if isinstance(fn, Closure):
+            return self.call_closure(fn, args, kwargs, frame)
+        return self.call_object(fn, args, kwargs, frame)
+
+    def call_object(self, obj, args, kwargs, frame) -> Value:
+        if isinstance(obj, torch.nn.Module):
+            return self.call_module(obj, args, kwargs, frame)
+        rule = lookup_function(obj)
+        if rule is not None:
+            return self.apply_rule(rule, args, kwargs, frame)
+        handler = _lookup(self.builtins, obj)
+        if handler is not None:
+            return handler(self, args, kwargs, frame)
+        if obj in _NO_OP_CALLS or _is_logging_call(obj):
+            return NONE
+        if isinstance(obj, functools.partial):
+            return self.call_object(obj.func, [self.wrap(a) for a in obj.args] + list(args),
+                                    {**{k: self.wrap(v) for k, v in obj.keywords.items()}, **kwargs}, frame)
+        if isinstance(obj, types.MethodType):
+            return self.call_callable(obj.__func__, [self.wrap(obj.__self__)] + list(args), kwargs, frame)
+        if isinstance(obj, (classmethod, staticmethod)):
+            return self.call_object(obj.__func__, args, kwargs, frame)
+        if isinstance(obj, type):
+            return self.construct(obj, args, kwargs, frame)
+        if isinstance(obj, types.FunctionType):
+            module_rule = _forward_rule(obj)
+            if module_rule is not None and args and isinstance(args[0], Const):
+                return self.apply_module_rule(module_rule, args[0].obj, args[1:], kwargs, frame)
+            if not _is_torch_callable(obj) or not _all_const(args, kwargs):
+                return self.call_function(obj, args, kwargs, frame)
+        if _all_const(args, kwargs) and callable(obj):
+            return self.real_call(obj, args, kwargs)
+        name = _qualname(obj)
+        self.ctx.report("SI001", f"no shape rule for {name}; its result is unknown")
+        return Unknown(f"no shape rule for {name}")
+
+    def real_call(self, obj, args, kwargs) -> Value:
+        """Call a function for real: every argument is a concrete Python object."""
+        try:
+            result = obj(*[a.obj for a in args], **{k: v.obj for k, v in kwargs.items()})
+        except Exception as e:
+            self.ctx.report("SI007", f"{_qualname(obj)}(...) raises {type(e).__name__}: {e}",
+                            severity="warning")
+            return Unknown(f"{type(e).__name__}: {e}")
+        return self.wrap(result)
+
+    def call_module(self, module: torch.nn.Module, args, kwargs, frame) -> Value:
+        if type(module).forward is torch.nn.Sequential.forward:
+            value = args[0] if args else Unknown("Sequential called without input")
+            for child in module:
+                value = self.call_module(child, [value], {}, frame)
+            return value
+        rule = _module_rule(type(module))
+        if rule is not None:
+            return self.apply_module_rule(rule, module, args, kwargs, frame)
+        forward = type(module).forward
+        return self.call_callable(forward, [Const(module)] + list(args), kwargs, frame)
+
+    def apply_module_rule(self, rule: Rule, module, args, kwargs, frame) -> Value:
+        return self.apply_rule(rule, [module] + list(args), kwargs, frame)
+
+    def call_tensor_method(self, t: TensorType, name: str, args, kwargs, frame) -> Value:
+        rule = METHOD_RULES.get(name)
+        if rule is not None:
+            return self.apply_rule(rule, [t] + list(args), kwargs, frame)
+        if name.endswith("_") and not name.endswith("__") and name[:-1] in METHOD_RULES:
+            # in-place variant: same shape rule; the tensor keeps its shape and dtype
+            out = self.apply_rule(METHOD_RULES[name[:-1]], [t] + list(args), kwargs, frame)
+            if isinstance(out, TensorType) and out.shape is not None and t.shape is not None \
+                    and len(out.shape) != len(t.shape):
+                self.ctx.report("SI101", f"in-place {name} would change the shape "
+                                f"{sym.shape_str(t.shape)}", severity="error")
+            return t
+        self.ctx.report("SI001", f"no shape rule for Tensor.{name}; its result is unknown")
+        return Unknown(f"no shape rule for Tensor.{name}")
+
+    def apply_rule(self, rule: Rule, args, kwargs, frame) -> Value:
+        def one(*flat):
+            a, kw = flat[:len(args)], dict(zip(kwargs.keys(), flat[len(args):]))
+            for v in list(a) + list(kw.values()):
+                if isinstance(v, Unknown):
+                    return v
+            try:
+                bound = rule.signature.bind(self.ctx, *a, **kw)
+            except TypeError as e:
+                self.ctx.report("SI007", f"{rule.name}: {e}", severity="error")
+                return Unknown(f"bad call to {rule.name}: {e}")
+            try:
+                return rule.fn(*bound.args, **bound.kwargs)
+            except ShapeError as e:
+                self.ctx.report(e.code, f"{rule.name}: {e.message}", severity="error")
+                return Unknown(f"shape error in {rule.name}: {e.message}")
+            except RuleUnknown as e:
+                self.ctx.report("SI001", f"{rule.name}: {e}")
+                return Unknown(f"{rule.name}: {e}")
+            except Exception as e:  # a bug in a rule must not stop the analysis
+                self.ctx.report("SI005", f"rule {rule.name} failed: {type(e).__name__}: {e}")
+                return Unknown(f"rule {rule.name} failed: {type(e).__name__}")
+
+        flat = [_widen_nested(v) for v in list(args) + list(kwargs.values())]
+        return self.interp.lift(one, *flat)
+
+    def call_function(self, func, args, kwargs, frame) -> Value:
+        func = inspect.unwrap(func, stop=lambda f: not hasattr(f, "__wrapped__"))
+        code = getattr(func, "__code__", None)
+        node = self.ctx.sources.function_node(code) if code is not None else None
+        if node is None or isinstance(node, ast.Lambda) and code.co_name != "<lambda>":
+            if _all_const(args, kwargs):
+                return self.real_call(func, args, kwargs)
+            self.ctx.report("SI006", f"source of {_qualname(func)} is not available; result unknown")
+            return Unknown(f"no source for {_qualname(func)}")
+        try:
+            sig = _signature(func)
+            bound = sig.bind(*args, **kwargs)
+        except (TypeError, ValueError) as e:
+            self.ctx.report("SI007", f"{_qualname(func)}(): {e}", severity="error")
+            return Unknown(f"bad call to {_qualname(func)}")
+        env = self._bind_env(sig, bound, lambda default: self.wrap(default))
+        cells = {}
+        if func.__closure__:
+            for name, cell in zip(code.co_freevars, func.__closure__):
+                try:
+                    cells[name] = self.wrap(cell.cell_contents)
+                except ValueError:  # an empty cell
+                    pass
+        callee = Frame(code.co_filename, func.__globals__, env, frame.pc, None, cells, func)
+        return self._run(node, callee, _qualname(func))
+
+    def call_closure(self, fn: Closure, args, kwargs, frame) -> Value:
+        try:
+            sig = _closure_signature(fn)
+            bound = sig.bind(*args, **kwargs)
+        except TypeError as e:
+            self.ctx.report("SI007", f"call of a local function: {e}", severity="error")
+            return Unknown("bad call to a local function")
+        env = self._bind_env(sig, bound, lambda default: default)
+        callee = Frame(fn.filename, fn.globals, env, frame.pc, fn.scope, fn.scope.cells if fn.scope else {},
+                       fn.scope.func if fn.scope else None)
+        if isinstance(fn.node, ast.Lambda):
+            return self.interp.eval(fn.node.body, callee)
+        return self._run(fn.node, callee, fn.node.name)
+
+    def _bind_env(self, sig, bound, default_value) -> dict:
+        env = {}
+        for name, param in sig.parameters.items():
+            if name in bound.arguments:
+                v = bound.arguments[name]
+                if param.kind is param.VAR_POSITIONAL:
+                    v = TupleV(tuple(v))
+                elif param.kind is param.VAR_KEYWORD:
+                    v = DictV(v)
+                env[name] = v
+            elif param.kind is param.VAR_POSITIONAL:
+                env[name] = TupleV(())
+            elif param.kind is param.VAR_KEYWORD:
+                env[name] = DictV()
+            elif param.default is not param.empty:
+                env[name] = default_value(param.default)
+        return env
+
+    def _run(self, node, callee: Frame, name: str) -> Value:
+        if self.ctx.depth >= MAX_DEPTH:
+            self.ctx.report("SI004", f"call depth limit reached at {name}")
+            return Unknown("call depth limit")
+        saved_loc = self.ctx.loc
+        self.ctx.depth += 1
+        try:
+            flow = self.interp.exec_block(node.body, callee)
+        finally:
+            self.ctx.depth -= 1
+            self.ctx.loc = saved_loc
+        if _is_generator(node):
+            return ListV(callee.yields)
+        returns = list(callee.returns)
+        if flow.normal is not None:
+            returns.append((flow.normal.pc, NONE))
+        if not returns:
+            return Unknown(f"{name} raises on every path")
+        return make_union(returns)
+
+    def construct(self, cls: type, args, kwargs, frame) -> Value:
+        handler = _lookup(self.builtins, cls)
+        if handler is not None:
+            return handler(self, args, kwargs, frame)
+        if _all_const(args, kwargs):  # every argument concrete: build the real object
+            return self.real_call(cls, args, kwargs)
+        if issubclass(cls, torch.nn.Module):
+            return Unknown(f"{cls.__name__} built from abstract arguments")
+        if issubclass(cls, tuple) and hasattr(cls, "_fields"):  # namedtuple
+            sig = inspect.signature(cls)
+            try:
+                bound = sig.bind(*args, **kwargs)
+            except TypeError as e:
+                self.ctx.report("SI007", f"{cls.__name__}(): {e}", severity="error")
+                return Unknown(f"bad call to {cls.__name__}")
+            bound.apply_defaults()
+            return ObjV(cls, {f: self.wrap(bound.arguments[f]) for f in cls._fields})
+        obj = ObjV(cls)
+        if dataclasses.is_dataclass(cls):
+            fields = [f for f in dataclasses.fields(cls) if f.init]
+            try:
+                bound = inspect.signature(cls).bind(*args, **kwargs)
+            except TypeError as e:
+                self.ctx.report("SI007", f"{cls.__name__}(): {e}", severity="error")
+                return Unknown(f"bad call to {cls.__name__}")
+            for f in fields:
+                if f.name in bound.arguments:
+                    obj.attrs[f.name] = bound.arguments[f.name]
+                elif f.default is not dataclasses.MISSING:
+                    obj.attrs[f.name] = self.wrap(f.default)
+                elif f.default_factory is not dataclasses.MISSING:
+                    obj.attrs[f.name] = self.wrap(f.default_factory())
+            post = _class_attr(cls, "__post_init__")
+            if post is not None:
+                self.call_callable(post, [obj], {}, frame)
+            return obj
+        init = _class_attr(cls, "__init__")
+        if init is not None and init is not object.__init__:
+            self.call_callable(init, [obj] + list(args), kwargs, frame)
+        return obj
+
+    # ------------------------------------------------------------------ attributes
+    def get_attr(self, obj: Value, name: str) -> Value:
+        if isinstance(obj, Const):
+            return self._const_attr(obj.obj, name)
+        if isinstance(obj, TensorType):
+            from ..ops.tensor_attrs import tensor_attribute
+
+            return tensor_attribute(obj, name)
+        if isinstance(obj, ObjV):
+            if name in obj.attrs:
+                return obj.attrs[name]
+            attr = _class_attr(obj.cls, name)
+            if attr is None:
+                self.ctx.report("SI009", f"'{obj.cls.__name__}' object has no attribute '{name}'",
+                                severity="error")
+                return Unknown(f"no attribute {name}")
+            return self._bind_class_attr(obj, attr)
+        if isinstance(obj, SuperV):
+            mro = _mro_of(obj.self_value)
+            if obj.cls in mro:
+                for klass in mro[mro.index(obj.cls) + 1:]:
+                    if name in klass.__dict__:
+                        return self._bind_class_attr(obj.self_value, klass.__dict__[name])
+            return Unknown(f"super() has no attribute {name}")
+        if isinstance(obj, (TupleV, ListV, DictV, SymScalar)):
+            return BoundMethod(obj, name)
+        if isinstance(obj, Unknown):
+            return obj
+        return Unknown(f"attribute {name} of {type(obj).__name__}")
+
+    def _bind_class_attr(self, self_value, attr) -> Value:
+        if isinstance(attr, (types.FunctionType, Closure)):
+            return BoundMethod(self_value, attr)
+        if isinstance(attr, property):
+            return self.call_callable(attr.fget, [self_value], {}, None)
+        if isinstance(attr, staticmethod):
+            return Const(attr.__func__)
+        if isinstance(attr, classmethod):
+            return Const(types.MethodType(attr.__func__, _cls_of(self_value)))
+        return self.wrap(attr)
+
+    def _const_attr(self, obj, name) -> Value:
+        key = (id(obj), name)
+        if key in self.ctx.attr_overlay:
+            return self.ctx.attr_overlay[key]
+        if isinstance(obj, torch.nn.Module):
+            d = obj.__dict__
+            for table in ("_parameters", "_buffers", "_modules"):
+                if name in d.get(table, {}):
+                    v = d[table][name]
+                    return NONE if v is None else self.wrap(v)
+        try:
+            value = getattr(obj, name)
+        except AttributeError:
+            self.ctx.report("SI009", f"'{type(obj).__name__}' object has no attribute '{name}'",
+                            severity="error")
+            return Unknown(f"no attribute {name}")
+        except Exception as e:
+            return Unknown(f"reading {name} raised {type(e).__name__}")
+        return self.wrap(value)
+
+    def set_attr(self, obj: Value, name: str, value: Value) -> None:
+        if isinstance(obj, ObjV):
+            obj.attrs[name] = value
+        elif isinstance(obj, Const):
+            self.ctx.attr_overlay[(id(obj.obj), name)] = value
+
+    # ------------------------------------------------------------------ items
+    def get_item(self, obj: Value, index: Value, frame) -> Value:
+        if isinstance(obj, TensorType):
+            return self.apply_rule(METHOD_RULES["__getitem__"], [obj, index], {}, frame)
+        if isinstance(obj, (TupleV, ListV)):
+            return _sequence_item(obj, index)
+        if isinstance(obj, DictV):
+            key = index.obj if isinstance(index, Const) else index
+            try:
+                if key in obj.items:
+                    return obj.items[key]
+            except TypeError:
+                pass
+            return Unknown(f"key {key!r} not in dict")
+        if isinstance(obj, ObjV) and issubclass(obj.cls, tuple) and hasattr(obj.cls, "_fields"):
+            return _sequence_item(TupleV(tuple(obj.attrs[f] for f in obj.cls._fields)), index)
+        if isinstance(obj, ObjV):
+            getitem = _class_attr(obj.cls, "__getitem__")
+            if getitem is not None:
+                return self.call_callable(getitem, [obj, index], {}, frame)
+        if isinstance(obj, Const):
+            if isinstance(index, Const):
+                try:
+                    return self.wrap(obj.obj[index.obj])
+                except Exception as e:
+                    self.ctx.report("SI120", f"indexing raised {type(e).__name__}: {e}", severity="error")
+                    return Unknown(f"indexing raised {type(e).__name__}")
+            if isinstance(obj.obj, (tuple, list)):
+                return _sequence_item(TupleV(tuple(self.wrap(x) for x in obj.obj)), index)
+        if isinstance(obj, Unknown):
+            return obj
+        return Unknown(f"item of {type(obj).__name__}")
+
+    def set_item(self, obj: Value, index: Value, value: Value, frame) -> None:
+        if isinstance(obj, ListV) and isinstance(index, Const) and isinstance(index.obj, int) \
+                and obj.is_concrete and -len(obj.items) <= index.obj < len(obj.items):
+            obj.items[index.obj] = value
+        elif isinstance(obj, DictV):
+            obj.items[index.obj if isinstance(index, Const) else index] = value
+        elif isinstance(obj, TensorType):
+            # x[idx] = v keeps x's shape; the indexing rule still checks the index
+            self.apply_rule(METHOD_RULES["__getitem__"], [obj, index], {}, frame)
+        elif isinstance(obj, ListV):
+            if obj.tail is not None:
+                obj.tail = widen_values([obj.tail, value])
+            obj.items = [widen_values([x, value]) for x in obj.items]
+
+    # ------------------------------------------------------------------ iteration
+    def iterate(self, value: Value, frame):
+        """The items of an iterable: a list of values, or (element, count) when the
+        number of items is symbolic (count may be None when unknown)."""
+        if isinstance(value, TupleV):
+            return list(value.items)
+        if isinstance(value, ListV):
+            if value.is_concrete:
+                return list(value.items)
+            if not value.items:
+                return value.tail, value.tail_count
+            return widen_values(value.items + [value.tail]), value.length
+        if isinstance(value, DictV):
+            return [k if isinstance(k, Value) else Const(k) for k in value.items]
+        if isinstance(value, ObjV) and issubclass(value.cls, tuple) and hasattr(value.cls, "_fields"):
+            return [value.attrs[f] for f in value.cls._fields]
+        if isinstance(value, TensorType):
+            from ..ops.tensor_attrs import iterate_tensor
+
+            return iterate_tensor(value)
+        if isinstance(value, Const):
+            obj = value.obj
+            if isinstance(obj, torch.Tensor):
+                return self.iterate(self.wrap(obj), frame)
+            try:
+                n = len(obj)
+            except TypeError:
+                n = None
+            if n is not None and n > _MAX_REAL_ITER:
+                return Unknown("very long iterable"), n
+            try:
+                return [self.wrap(x) for x in obj]
+            except TypeError:
+                return Unknown(f"{type(obj).__name__} is not iterable"), None
+        if isinstance(value, UnionV):
+            opts = [self.iterate(v, frame) for _, v in value.options]
+            if all(isinstance(o, list) for o in opts) and len({len(o) for o in opts}) == 1:
+                return [make_union([(c, o[i]) for (c, _), o in zip(value.options, opts)])
+                        for i in range(len(opts[0]))]
+            return Unknown("iteration over values that differ by path"), None
+        if isinstance(value, Unknown):
+            return value, None
+        return Unknown(f"iteration over {type(value).__name__}"), None
+
+    def enter_context(self, value: Value, frame) -> Value:
+        if isinstance(value, Const):
+            enter = getattr(type(value.obj), "__enter__", None)
+            if enter is not None and _is_torch_callable(type(value.obj)) or value.obj is None:
+                return value  # torch.no_grad() and friends: no effect on shapes
+            if enter is not None:
+                return self.call_callable(enter, [value], {}, frame)
+        if isinstance(value, ObjV):
+            enter = _class_attr(value.cls, "__enter__")
+            if enter is not None:
+                return self.call_callable(enter, [value], {}, frame)
+        return value
+
+
+# ---- helpers -----------------------------------------------------------------------------
+
+
+def _lookup(table: dict, obj):
+    try:
+        return table.get(obj)
+    except TypeError:
+        return None
+
+
+def _all_const(args, kwargs) -> bool:
+    return all(isinstance(a, Const) for a in args) and all(isinstance(v, Const) for v in kwargs.values())
+
+
+def _qualname(obj) -> str:
+    mod = getattr(obj, "__module__", None)
+    name = getattr(obj, "__qualname__", None) or getattr(obj, "__name__", None) or type(obj).__name__
+    return f"{mod}.{name}" if mod and mod != "builtins" else name
+
+
+def _is_logging_call(obj) -> bool:
+    mod = getattr(obj, "__module__", "") or ""
+    self_obj = getattr(obj, "__self__", None)
+    return mod in ("logging", "warnings") or type(self_obj).__module__ == "logging" \
+        or (mod.startswith("transformers.utils.logging"))
+
+
+@functools.lru_cache(maxsize=None)
+def _module_rule(cls: type) -> Optional[Rule]:
+    for klass in cls.__mro__:
+        rule = MODULE_RULES.get(klass)
+        if rule is not None:
+            return rule if cls.forward is klass.forward else None
+    return None
+
+
+def _forward_rule(func) -> Optional[Rule]:
+    """The module rule for ``SomeTorchModule.forward`` called as a plain function
+    (``super().forward(x)`` in a subclass)."""
+    if getattr(func, "__name__", "") != "forward":
+        return None
+    for cls, rule in MODULE_RULES.items():
+        if cls.__dict__.get("forward") is func:
+            return rule
+    return None
+
+
+_SIGS: dict = {}
+
+
+def _signature(func) -> inspect.Signature:
+    sig = _SIGS.get(func)
+    if sig is None:
+        sig = _SIGS[func] = inspect.signature(func)
+    return sig
+
+
+def _closure_signature(fn: Closure) -> inspect.Signature:
+    a = fn.node.args
+    params = []
+    positional = a.posonlyargs + a.args
+    n_defaults = len(fn.defaults)
+    for i, arg in enumerate(positional):
+        kind = inspect.Parameter.POSITIONAL_ONLY if i < len(a.posonlyargs) else \
+            inspect.Parameter.POSITIONAL_OR_KEYWORD
+        di = i - (len(positional) - n_defaults)
+        default = fn.defaults[di] if di >= 0 else inspect.Parameter.empty
+        params.append(inspect.Parameter(arg.arg, kind, default=default))
+    if a.vararg:
+        params.append(inspect.Parameter(a.vararg.arg, inspect.Parameter.VAR_POSITIONAL))
+    for arg, default in zip(a.kwonlyargs, fn.kw_defaults):
+        params.append(inspect.Parameter(arg.arg, inspect.Parameter.KEYWORD_ONLY,
+                                        default=inspect.Parameter.empty if default is None else default))
+    if a.kwarg:
+        params.append(inspect.Parameter(a.kwarg.arg, inspect.Parameter.VAR_KEYWORD))
+    return inspect.Signature(params)
+
+
+def _is_generator(node) -> bool:
+    for n in ast.walk(node):
+        if isinstance(n, (ast.Yield, ast.YieldFrom)):
+            # only yields of this function, not of nested ones
+            return True
+        if n is not node and isinstance(n, (ast.FunctionDef, ast.Lambda, ast.AsyncFunctionDef)):
+            continue
+    return False
+
+
+def _class_attr(cls: type, name: str):
+    for klass in cls.__mro__:
+        if name in klass.__dict__:
+            return klass.__dict__[name]
+    return None
+
+
+def _mro_of(value) -> tuple:
+    return _cls_of(value).__mro__
+
+
+def _cls_of(value) -> type:
+    if isinstance(value, ObjV):
+        return value.cls
+    if isinstance(value, Const):
+        return type(value.obj)
+    if isinstance(value, TensorType):
+        return torch.Tensor
+    return object
+
+
+def _widen_nested(v: Value) -> Value:
+    """Rules see unions only at the top level: unions inside containers are widened."""
+    if isinstance(v, TupleV) and any(isinstance(x, UnionV) for x in v.items):
+        return TupleV(tuple(widen_values([o for _, o in x.options]) if isinstance(x, UnionV) else x
+                            for x in v.items))
+    if isinstance(v, ListV) and any(isinstance(x, UnionV) for x in v.items):
+        return ListV([widen_values([o for _, o in x.options]) if isinstance(x, UnionV) else x
+                      for x in v.items], v.tail, v.tail_count)
+    return v
+
+
+def _sequence_item(seq, index: Value) -> Value:
+    items = list(seq.items)
+    if isinstance(index, Const) and isinstance(index.obj, slice):
+        sl = index.obj
+        if isinstance(seq, ListV) and not seq.is_concrete:
+            return Unknown("slice of a symbolic-length list")
+        if all(x is None or isinstance(x, int) for x in (sl.start, sl.stop, sl.step)):
+            part = items[sl]
+            return TupleV(tuple(part)) if isinstance(seq, TupleV) else ListV(part)
+        return Unknown("slice with symbolic bounds of a sequence")
+    if isinstance(index, Const) and isinstance(index.obj, int) and not isinstance(index.obj, bool):
+        i = index.obj
+        if isinstance(seq, ListV) and not seq.is_concrete:
+            if 0 <= i < len(items):
+                return items[i]
+            if i < 0 and seq.tail is not None:
+                return seq.tail
+            return widen_values(items[i:] + [seq.tail]) if i >= 0 else Unknown("list index")
+        if -len(items) <= i < len(items):
+            return items[i]
+        return Unknown(f"index {i} out of range for a sequence of length {len(items)}")
+    all_items = items + ([seq.tail] if isinstance(seq, ListV) and seq.tail is not None else [])
+    if all_items:
+        return widen_values(all_items)
+    return Unknown("index into an empty sequence")

@@ -1,0 +1,258 @@
+"""Analysis state: the context shared by a whole analysis, and per-path frames."""
+
+from __future__ import annotations
+
+import ast
+import linecache
+import os
+import sys
+from dataclasses import dataclass, field
+from typing import Any, Optional
+
+import sympy
+import torch
+
+from .. import symbolic as sym
+from ..diagnostics import Diagnostic
+from ..values import TensorType, TupleV, UnionV, Unknown, Value, fork_copy
+
+MAX_UNION = 8  # options kept in one union before it is widened
+MAX_DEPTH = 60  # nested calls
+
+_TORCH_DIR = os.path.dirname(torch.__file__) + os.sep
+_STDLIB_DIR = os.path.dirname(os.__file__) + os.sep
+
+
+def is_library_file(filename: str) -> bool:
+    """Files whose variables are not reported (torch's and the standard library's own)."""
+    return filename.startswith(_TORCH_DIR) or (filename.startswith(_STDLIB_DIR)
+                                               and "site-packages" not in filename)
+
+
+class SourceCache:
+    """Parsed files and the function definitions in them, by first line."""
+
+    def __init__(self):
+        self._files: dict[str, Optional[ast.Module]] = {}
+        self._defs: dict[str, dict[int, ast.AST]] = {}
+
+    def module(self, filename: str) -> Optional[ast.Module]:
+        if filename not in self._files:
+            lines = linecache.getlines(filename)
+            tree = None
+            if lines:
+                try:
+                    tree = ast.parse("".join(lines), filename)
+                except SyntaxError:
+                    tree = None
+            self._files[filename] = tree
+            defs: dict[int, ast.AST] = {}
+            if tree is not None:
+                for node in ast.walk(tree):
+                    if isinstance(node, (ast.FunctionDef, ast.AsyncFunctionDef, ast.Lambda)):
+                        first = min([node.lineno] + [d.lineno for d in getattr(node, "decorator_list", [])])
+                        defs.setdefault(first, node)
+                        defs.setdefault(node.lineno, node)
+            self._defs[filename] = defs
+        return self._files[filename]
+
+    def function_node(self, code) -> Optional[ast.AST]:
+        filename = code.co_filename
+        if self.module(filename) is None:
+            return None
+        node = self._defs[filename].get(code.co_firstlineno)
+        if isinstance(node, (ast.FunctionDef, ast.AsyncFunctionDef)) and node.name != code.co_name \
+                and code.co_name != "<lambda>":
+            # decorators or a lambda on the same line: search the neighbourhood
+            for n in self._defs[filename].values():
+                if getattr(n, "name", None) == code.co_name and n.lineno >= code.co_firstlineno:
+                    return n
+        return node
+
+    def line(self, filename: str, lineno: int) -> str:
+        return linecache.getline(filename, lineno).rstrip("\n")
+
+
+@dataclass
+class Entry:
+    """What a variable held at one line: values, each under a path condition."""
+
+    file: str
+    line: int
+    name: str
+    values: list = field(default_factory=list)  # list of (cond, Value)
+
+
+class AnalysisContext:
+    """State of one analysis: symbols, recorded entries, diagnostics, caches."""
+
+    def __init__(self, symbols: dict[str, int]):
+        self.symbols = dict(symbols)  # name -> sample value
+        self.sources = SourceCache()
+        self.entries: dict[tuple, Entry] = {}
+        self.diagnostics: list[Diagnostic] = []
+        self._diag_keys: set = set()
+        self.depth = 0
+        self.loc: tuple[str, int, int] = ("<unknown>", 0, 0)
+        self.attr_overlay: dict[tuple[int, str], Value] = {}
+        self.fresh_counter = 0
+
+    # ---- locations and diagnostics ----
+    def at(self, filename: str, node: ast.AST) -> None:
+        self.loc = (filename, getattr(node, "lineno", self.loc[1]), getattr(node, "col_offset", 0) + 1)
+
+    def report(self, code: str, message: str, *, severity: str = "", notes=(), when=None,
+               loc: Optional[tuple] = None) -> None:
+        file, line, col = loc or self.loc
+        key = (code, file, line, col, message)
+        if key in self._diag_keys:
+            return
+        self._diag_keys.add(key)
+        self.diagnostics.append(Diagnostic(code, message, file, line, col, severity,
+                                           tuple(notes), None if when in (None, True, sympy.true)
+                                           else str(when)))
+
+    # ---- entries ----
+    def record(self, filename: str, line: int, name: str, value: Value, pc) -> None:
+        if is_library_file(filename):
+            return
+        key = (filename, line, name)
+        entry = self.entries.get(key)
+        if entry is None:
+            entry = self.entries[key] = Entry(filename, line, name)
+        for cond, v in flatten_union(value, pc):
+            if (cond, v) not in entry.values and len(entry.values) < 64:
+                entry.values.append((cond, v))
+
+    def sample_holds(self, cond) -> Optional[bool]:
+        return sym.holds_at(cond, self.symbols)
+
+
+def flatten_union(value: Value, pc=sympy.true) -> list:
+    """(condition, value) pairs for a possibly conditional value under a path condition."""
+    if isinstance(value, UnionV):
+        out = []
+        for cond, v in value.options:
+            c = sympy.And(pc, cond)
+            if c is not sympy.false:
+                out.extend(flatten_union(v, c))
+        return out
+    return [(pc, value)]
+
+
+def make_union(options: list) -> Value:
+    """Build a union from (cond, value) pairs, merging equal values and dropping false
+    conditions; a single survivor is returned as itself."""
+    merged: list = []
+    for cond, v in options:
+        if cond is sympy.false or cond is False:
+            continue
+        for i, (c2, v2) in enumerate(merged):
+            if _same(v, v2):
+                merged[i] = (sympy.Or(c2, cond), v2)
+                break
+        else:
+            merged.append((cond, v))
+    if not merged:
+        return Unknown("no path reaches this value")
+    if len(merged) == 1:
+        return merged[0][1]
+    if len(merged) > MAX_UNION:
+        return Unknown(f"more than {MAX_UNION} shape variants")
+    return UnionV(tuple((sympy.simplify_logic(c) if _small(c) else c, v) for c, v in merged))
+
+
+def _small(cond) -> bool:
+    return isinstance(cond, sympy.Basic) and len(cond.atoms(sympy.Rel)) <= 4
+
+
+def _same(a, b) -> bool:
+    try:
+        return a == b
+    except Exception:
+        return a is b
+
+
+class Frame:
+    """One path through one function: its variables and its path condition."""
+
+    def __init__(self, filename: str, globals_: dict, env: Optional[dict] = None, pc=sympy.true,
+                 scope: Optional["Frame"] = None, cells: Optional[dict] = None, func=None):
+        self.filename = filename
+        self.globals = globals_
+        self.env: dict[str, Value] = env if env is not None else {}
+        self.pc = pc
+        self.scope = scope  # the enclosing frame for closures
+        self.cells = cells or {}  # free variables of a real function (name -> Value)
+        self.func = func  # the Python function (or None) this frame runs
+        self.returns: list = []  # (pc, Value)
+        self.yields: list = []  # values yielded by a generator function
+
+    def fork(self, cond=sympy.true) -> "Frame":
+        f = Frame(self.filename, self.globals, fork_copy(self.env), sympy.And(self.pc, cond),
+                  self.scope, self.cells, self.func)
+        f.returns = self.returns  # returns and yields are shared by all paths of one call
+        f.yields = self.yields
+        return f
+
+
+@dataclass
+class Flow:
+    """How a block ended: the frame that falls through (or None), and the frames that
+    left by ``break`` or ``continue``. Returns are collected on the frame itself."""
+
+    normal: Optional[Frame]
+    breaks: list = field(default_factory=list)
+    continues: list = field(default_factory=list)
+
+
+def join_frames(frames: list, widen: bool = False) -> Optional[Frame]:
+    """Join paths: a variable that differs becomes a union over the paths' conditions,
+    or, with ``widen`` (paths split on tensor data, not on shapes), a value that keeps
+    only what all paths agree on."""
+    frames = [f for f in frames if f is not None]
+    if not frames:
+        return None
+    if len(frames) == 1:
+        return frames[0]
+    base = frames[0]
+    names = []
+    for f in frames:
+        for n in f.env:
+            if n not in names:
+                names.append(n)
+    env = {}
+    for n in names:
+        opts = [(f.pc, f.env[n]) for f in frames if n in f.env]
+        first = opts[0][1]
+        if all(_same(v, first) for _, v in opts[1:]):
+            env[n] = first
+        elif widen:
+            env[n] = widen_values([v for _, v in opts])
+        else:
+            env[n] = make_union(opts)
+    pc = sympy.Or(*[f.pc for f in frames])
+    if _small(pc):
+        pc = sympy.simplify_logic(pc)
+    joined = Frame(base.filename, base.globals, env, pc, base.scope, base.cells, base.func)
+    joined.returns = base.returns
+    joined.yields = base.yields
+    return joined
+
+
+def widen_values(values: list) -> Value:
+    """The most precise value that covers all of ``values`` without conditions."""
+    first = values[0]
+    if all(_same(v, first) for v in values[1:]):
+        return first
+    if all(isinstance(v, TensorType) for v in values):
+        dtype = first.dtype if all(v.dtype == first.dtype for v in values) else None
+        if any(v.shape is None or len(v.shape) != len(first.shape) for v in values):
+            return TensorType(dtype, None, first.device, "rank differs across a data-dependent branch")
+        dims = tuple(d if all(sym.equal(v.shape[i], d) is True for v in values) else None
+                     for i, d in enumerate(first.shape))
+        return TensorType(dtype, dims, first.device,
+                          None if None not in dims else "size differs across a data-dependent branch")
+    if all(isinstance(v, TupleV) and len(v.items) == len(first.items) for v in values):
+        return TupleV(tuple(widen_values([v.items[i] for v in values]) for i in range(len(first.items))))
+    return Unknown("value differs across a data-dependent branch")

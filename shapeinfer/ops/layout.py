@@ -1,0 +1,329 @@
+"""Layout ops: view/reshape, permute/transpose, squeeze, expand, cat/stack/split, size."""
+
+from __future__ import annotations
+
+import torch
+
+from .. import shape_fns
+from ..values import Const, ListV, SymScalar, TupleV, Unknown, int_value
+from .common import (T, RuleUnknown, dim_arg, dims_arg, is_none, like, py, result_dtype, shape_of,
+                     sizes_arg, sym)
+from .registry import op
+from .tensor_attrs import shape_value
+
+
+def _int(v, what="dim"):
+    x = py(v, what)
+    if not isinstance(x, int):
+        raise RuleUnknown(f"{what} is not a concrete int")
+    return x
+
+
+@op("size", methods=("size",))
+def size(ctx, input, dim=None):
+    t = T(input)
+    if is_none(dim):
+        return shape_value(t)
+    if t.shape is None:
+        return SymScalar(int, None, "rank unknown")
+    d = shape_fns.normalize_dim(_int(dim), len(t.shape))
+    return int_value(t.shape[d], t.reason or "unknown dim")
+
+
+@op("numel", methods=("numel", "nelement"))
+def numel(ctx, input):
+    return int_value(shape_fns.numel(shape_of(input)), "numel of an unknown shape")
+
+
+@op("view", torch.reshape, methods=("view", "reshape"))
+def view(ctx, input, *shape):
+    t = T(input)
+    if len(shape) == 1 and isinstance(shape[0], Const) and isinstance(shape[0].obj, torch.dtype):
+        return like(t, t.shape, shape[0].obj)  # view(dtype)
+    target = sizes_arg(shape)
+    if t.shape is None:
+        return like(t, target if -1 not in target else None)
+    return like(t, shape_fns.reshape_shape(t.shape, target))
+
+
+@op("view_as", methods=("view_as", "reshape_as"))
+def view_as(ctx, input, other):
+    return like(T(input), shape_fns.reshape_shape(shape_of(input), shape_of(other)))
+
+
+@op("expand_as", methods=("expand_as",))
+def expand_as(ctx, input, other):
+    return like(T(input), shape_fns.expand_shape(shape_of(input), shape_of(other)))
+
+
+@op("broadcast_to", torch.broadcast_to, methods=("broadcast_to",))
+def broadcast_to(ctx, input, size):
+    return like(T(input), shape_fns.expand_shape(shape_of(input), dims_arg(size)))
+
+
+@op("expand", methods=("expand",))
+def expand(ctx, input, *sizes, implicit=False):
+    return like(T(input), shape_fns.expand_shape(shape_of(input), sizes_arg(sizes)))
+
+
+@op("repeat", methods=("repeat",))
+def repeat(ctx, input, *repeats):
+    return like(T(input), shape_fns.repeat_shape(shape_of(input), sizes_arg(repeats)))
+
+
+@op("tile", torch.tile, methods=("tile",))
+def tile(ctx, input, *dims):
+    s = shape_of(input)
+    reps = sizes_arg(dims)
+    reps = (1,) * (len(s) - len(reps)) + tuple(reps)
+    return like(T(input), shape_fns.repeat_shape(s, reps))
+
+
+@op("repeat_interleave", torch.repeat_interleave, methods=("repeat_interleave",))
+def repeat_interleave(ctx, input, repeats=None, dim=None, *, output_size=None):
+    s = shape_of(input)
+    r = dim_arg(repeats) if not hasattr(repeats, "shape") else None
+    if r is None:
+        raise RuleUnknown("repeat_interleave with tensor repeats is data-dependent")
+    if is_none(dim):
+        return like(T(input), (sym.mul(shape_fns.numel(s), r),))
+    d = shape_fns.normalize_dim(_int(dim), len(s))
+    out = list(s)
+    out[d] = sym.mul(out[d], r)
+    return like(T(input), out)
+
+
+@op("permute", torch.permute, methods=("permute",))
+def permute(ctx, input, *dims):
+    return like(T(input), shape_fns.permute_shape(shape_of(input), [int(d) for d in sizes_arg(dims)]))
+
+
+@op("transpose", torch.transpose, torch.swapaxes, torch.swapdims,
+    methods=("transpose", "swapaxes", "swapdims"))
+def transpose(ctx, input, dim0, dim1):
+    return like(T(input), shape_fns.transpose_shape(shape_of(input), _int(dim0), _int(dim1)))
+
+
+@op("t", torch.t, methods=("t",))
+def t_(ctx, input):
+    s = shape_of(input)
+    if len(s) > 2:
+        raise shape_fns.ShapeError("SI161", f"t() expects a tensor with <= 2 dims, got {len(s)}")
+    return like(T(input), tuple(reversed(s)))
+
+
+@op("movedim", torch.movedim, torch.moveaxis, methods=("movedim", "moveaxis"))
+def movedim(ctx, input, source, destination):
+    s = shape_of(input)
+    src = [shape_fns.normalize_dim(d, len(s)) for d in (py(source) if isinstance(py(source), tuple)
+                                                       else (py(source),))]
+    dst = [shape_fns.normalize_dim(d, len(s)) for d in (py(destination) if isinstance(py(destination), tuple)
+                                                       else (py(destination),))]
+    order = [i for i in range(len(s)) if i not in src]
+    perm = [None] * len(s)
+    for a, b in zip(src, dst):
+        perm[b] = a
+    it = iter(order)
+    perm = [p if p is not None else next(it) for p in perm]
+    return like(T(input), tuple(s[p] for p in perm))
+
+
+@op("squeeze", torch.squeeze, methods=("squeeze",))
+def squeeze(ctx, input, dim=None):
+    s = shape_of(input)
+    if is_none(dim):
+        return like(T(input), shape_fns.squeeze_shape(s))
+    d = py(dim)
+    return like(T(input), shape_fns.squeeze_shape(s, d if isinstance(d, tuple) else (d,)))
+
+
+@op("unsqueeze", torch.unsqueeze, methods=("unsqueeze",))
+def unsqueeze(ctx, input, dim):
+    return like(T(input), shape_fns.unsqueeze_shape(shape_of(input), _int(dim)))
+
+
+@op("flatten", torch.flatten, methods=("flatten",))
+def flatten(ctx, input, start_dim=0, end_dim=-1):
+    return like(T(input), shape_fns.flatten_shape(shape_of(input), _int(start_dim), _int(end_dim)))
+
+
+@op("ravel", torch.ravel, methods=("ravel",))
+def ravel(ctx, input):
+    return like(T(input), (shape_fns.numel(shape_of(input)),))
+
+
+@op("unflatten", torch.unflatten, methods=("unflatten",))
+def unflatten(ctx, input, dim, sizes):
+    return like(T(input), shape_fns.unflatten_shape(shape_of(input), _int(dim), dims_arg(sizes)))
+
+
+@op("narrow", torch.narrow, methods=("narrow",))
+def narrow(ctx, input, dim, start, length):
+    s = list(shape_of(input))
+    d = shape_fns.normalize_dim(_int(dim), len(s))
+    s[d] = dim_arg(length)
+    return like(T(input), s)
+
+
+@op("select", torch.select, methods=("select",))
+def select(ctx, input, dim, index):
+    s = shape_of(input)
+    d = shape_fns.normalize_dim(_int(dim), len(s))
+    return like(T(input), s[:d] + s[d + 1:])
+
+
+def _same_shape(ctx, input, *args, **kwargs):
+    return like(T(input), T(input).shape)
+
+
+op("same_shape", torch.roll, torch.flip, torch.fliplr, torch.flipud, torch.tril, torch.triu, torch.rot90,
+   methods=("roll", "flip", "fliplr", "flipud", "tril", "triu"))(_same_shape)
+
+
+def _tensors(v, what="tensors"):
+    if isinstance(v, ListV) and not v.is_concrete:
+        return None
+    if isinstance(v, (TupleV, ListV)):
+        return [T(x, what) for x in v.items]
+    raise RuleUnknown(f"{what} is not a sequence of tensors")
+
+
+@op("cat", torch.cat, torch.concat, torch.concatenate)
+def cat(ctx, tensors, dim=0, *, axis=None, out=None):
+    d = _int(axis if not is_none(axis) else dim)
+    ts = _tensors(tensors)
+    if ts is None:  # a list with a symbolic number of equal items
+        elem = T(tensors.tail)
+        s = list(elem.shape)
+        prefix = [T(x) for x in tensors.items]
+        k = shape_fns.normalize_dim(d, len(s))
+        total = sym.mul(s[k], tensors.tail_count) if tensors.tail_count is not None else None
+        for p in prefix:
+            total = sym.add(total, p.shape[k])
+        s[k] = total
+        return like(elem, s)
+    known = [t for t in ts if t.shape is not None]
+    if len(known) != len(ts):
+        raise RuleUnknown("cat of tensors of unknown rank")
+    return like(ts[0], shape_fns.cat_shape([t.shape for t in ts], d), result_dtype(*ts))
+
+
+@op("stack", torch.stack)
+def stack(ctx, tensors, dim=0, *, out=None):
+    d = _int(dim)
+    ts = _tensors(tensors)
+    if ts is None:
+        elem = T(tensors.tail)
+        if tensors.items:
+            for x in tensors.items:
+                shape_fns.stack_shape([T(x).shape, elem.shape])
+        s = elem.shape
+        k = shape_fns.normalize_dim(d, len(s) + 1)
+        return like(elem, s[:k] + (tensors.length,) + s[k:])
+    return like(ts[0], shape_fns.stack_shape([t.shape for t in ts], d), result_dtype(*ts))
+
+
+def _stack_like(dim_of):
+    def rule(ctx, tensors, *, out=None):
+        ts = _tensors(tensors)
+        if ts is None:
+            raise RuleUnknown("stack of a symbolic number of tensors")
+        shapes = [t.shape if len(t.shape) >= 2 else (1,) + t.shape for t in ts]
+        return like(ts[0], shape_fns.cat_shape(shapes, dim_of(shapes)), result_dtype(*ts))
+
+    return rule
+
+
+op("hstack", torch.hstack)(lambda ctx, tensors, *, out=None: cat(ctx, tensors, 0 if len(
+    T(tensors.items[0]).shape) == 1 else 1))
+op("vstack", torch.vstack, torch.row_stack)(_stack_like(lambda shapes: 0))
+
+
+def _pieces(t, shapes):
+    return TupleV(tuple(like(t, s) for s in shapes))
+
+
+@op("split", torch.split, methods=("split",))
+def split(ctx, tensor, split_size_or_sections, dim=0):
+    t = T(tensor)
+    s = shape_of(tensor)
+    d = shape_fns.normalize_dim(_int(dim), len(s))
+    sections = split_size_or_sections
+    if isinstance(sections, (TupleV, ListV)) or isinstance(sections, Const) and isinstance(sections.obj, (list, tuple)):
+        return _pieces(t, shape_fns.split_shapes(s, list(dims_arg(sections)), d))
+    size = dim_arg(sections)
+    if size is None:
+        raise RuleUnknown("split size is unknown")
+    if sym.is_concrete(s[d]) and sym.is_concrete(size):
+        return _pieces(t, shape_fns.split_shapes(s, size, d))
+    # a symbolic number of pieces: all of size `size` when it divides evenly
+    count = sym.ceildiv(s[d], size)
+    piece = list(s)
+    piece[d] = size
+    if size != 1:
+        shape_fns.require_equal(sym.mod(s[d], size), 0, "SI116",
+                                f"split of {sym.dim_pretty(s[d])} into pieces of {sym.dim_pretty(size)}")
+    return ListV(tail=like(t, piece), tail_count=count)
+
+
+@op("split_with_sizes", methods=("split_with_sizes",))
+def split_with_sizes(ctx, input, split_sizes, dim=0):
+    return split(ctx, input, split_sizes, dim)
+
+
+@op("tensor_split", torch.tensor_split, methods=("tensor_split",))
+def tensor_split(ctx, input, indices_or_sections, dim=0):
+    s = shape_of(input)
+    d = shape_fns.normalize_dim(_int(dim), len(s))
+    n = py(indices_or_sections)
+    if not isinstance(n, int) or not sym.is_concrete(s[d]):
+        raise RuleUnknown("tensor_split with symbolic sizes")
+    base, extra = divmod(s[d], n)
+    sizes = [base + 1] * extra + [base] * (n - extra)
+    return _pieces(T(input), shape_fns.split_shapes(s, sizes, d))
+
+
+@op("chunk", torch.chunk, methods=("chunk",))
+def chunk(ctx, input, chunks, dim=0):
+    t = T(input)
+    s = shape_of(input)
+    d = shape_fns.normalize_dim(_int(dim), len(s))
+    n = _int(chunks, "chunks")
+    if sym.is_concrete(s[d]):
+        sizes = shape_fns.chunk_sizes(s[d], n)
+        return _pieces(t, shape_fns.split_shapes(s, sizes, d))
+    # symbolic size: n equal chunks when n divides it (the common case: 2*C -> C, C)
+    shape_fns.require_equal(sym.mod(s[d], n), 0, "SI116", f"chunk of {sym.dim_pretty(s[d])} into {n}")
+    piece = list(s)
+    piece[d] = sym.floordiv(s[d], n)
+    return _pieces(t, [tuple(piece)] * n)
+
+
+@op("unbind", torch.unbind, methods=("unbind",))
+def unbind(ctx, input, dim=0):
+    t = T(input)
+    s = shape_of(input)
+    d = shape_fns.normalize_dim(_int(dim), len(s))
+    rest = s[:d] + s[d + 1:]
+    if sym.is_concrete(s[d]):
+        return _pieces(t, [rest] * s[d])
+    return ListV(tail=like(t, rest), tail_count=s[d])
+
+
+@op("atleast_2d", torch.atleast_2d)
+def atleast_2d(ctx, input):
+    s = shape_of(input)
+    return like(T(input), ((1,) * (2 - len(s)) + s) if len(s) < 2 else s)
+
+
+@op("pixel_shuffle", torch.pixel_shuffle, torch.nn.functional.pixel_shuffle)
+def pixel_shuffle(ctx, input, upscale_factor):
+    return like(T(input), shape_fns.pixel_shuffle_shape(shape_of(input), _int(upscale_factor)))
+
+
+@op("pixel_unshuffle", torch.pixel_unshuffle, torch.nn.functional.pixel_unshuffle)
+def pixel_unshuffle(ctx, input, downscale_factor):
+    return like(T(input), shape_fns.pixel_unshuffle_shape(shape_of(input), _int(downscale_factor)))
+
+
+_ = Unknown

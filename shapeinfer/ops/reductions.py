@@ -1,0 +1,175 @@
+"""Reductions, contractions (matmul family, einsum) and sorting/selection."""
+
+from __future__ import annotations
+
+import torch
+
+from .. import shape_fns
+from ..values import Const, TupleV
+from .common import (T, RuleUnknown, bool_arg, default_float, int_dtype, is_none, like, py, result_dtype,
+                     shape_of, to_dtype)
+from .registry import op
+
+
+def _dims(dim):
+    if is_none(dim):
+        return None
+    d = py(dim, "dim")
+    return d if isinstance(d, tuple) else (d,)
+
+
+def _reduce(dtype_rule):
+    def rule(ctx, input, dim=None, keepdim=False, *, dtype=None, out=None, **kwargs):
+        t = T(input)
+        if isinstance(dim, Const) and isinstance(dim.obj, bool):  # all(x, True)? keep torch's order
+            dim, keepdim = None, dim
+        shape = None if t.shape is None else shape_fns.reduce_shape(t.shape, _dims(dim), bool_arg(keepdim))
+        return like(t, shape, to_dtype(dtype, None) or dtype_rule(t.dtype))
+
+    return rule
+
+
+def _sum_dtype(d):
+    return torch.int64 if d is not None and (int_dtype(d) or d == torch.bool) else d
+
+
+def _float_dtype(d):
+    return d if d is None or d.is_floating_point or d.is_complex else default_float()
+
+
+op("sum", torch.sum, torch.nansum, torch.prod, methods=("sum", "nansum", "prod"))(_reduce(_sum_dtype))
+op("mean", torch.mean, torch.nanmean, torch.logsumexp, methods=("mean", "nanmean", "logsumexp"))(
+    _reduce(_float_dtype))
+op("amax", torch.amax, torch.amin, methods=("amax", "amin"))(_reduce(lambda d: d))
+op("all", torch.all, torch.any, methods=("all", "any"))(_reduce(lambda d: torch.bool))
+op("count_nonzero", torch.count_nonzero, methods=("count_nonzero",))(_reduce(lambda d: torch.int64))
+op("argmax", torch.argmax, torch.argmin, methods=("argmax", "argmin"))(_reduce(lambda d: torch.int64))
+
+
+@op("var", torch.var, torch.std, methods=("var", "std"))
+def var(ctx, input, dim=None, unbiased=None, keepdim=False, *, correction=None, out=None):
+    if isinstance(dim, Const) and isinstance(dim.obj, bool):
+        dim, unbiased = None, dim
+    return _reduce(_float_dtype)(ctx, input, dim, keepdim)
+
+
+@op("var_mean", torch.var_mean, torch.std_mean)
+def var_mean(ctx, input, dim=None, unbiased=None, keepdim=False, *, correction=None):
+    out = var(ctx, input, dim, unbiased, keepdim)
+    return TupleV((out, out))
+
+
+@op("norm", torch.norm, torch.linalg.vector_norm, methods=("norm",))
+def norm(ctx, input, p="fro", dim=None, keepdim=False, out=None, dtype=None, ord=None):
+    return _reduce(_float_dtype)(ctx, input, dim, keepdim)
+
+
+def _values_indices(ctx, input, dim=None, keepdim=False, *, out=None):
+    t = T(input)
+    if is_none(dim):
+        return like(t, ())  # max(x) without dim: a single value
+    shape = shape_fns.reduce_shape(shape_of(input), _dims(dim), bool_arg(keepdim))
+    return TupleV((like(t, shape), like(t, shape, torch.int64)))
+
+
+@op("max", torch.max, torch.min, methods=("max", "min"))
+def max_(ctx, input, dim=None, keepdim=False, *, out=None):
+    if isinstance(dim, type(input)) or (not is_none(dim) and hasattr(dim, "shape")):
+        # max(a, b): elementwise
+        a, b = T(input), T(dim)
+        return like(a, shape_fns.broadcast_shapes(a.shape, b.shape), result_dtype(a, b))
+    return _values_indices(ctx, input, dim, keepdim)
+
+
+op("median", torch.median, torch.mode, torch.kthvalue_unused if hasattr(torch, "kthvalue_unused") else None,
+   methods=("median", "mode"))(_values_indices)
+
+
+@op("topk", torch.topk, methods=("topk",))
+def topk(ctx, input, k, dim=-1, largest=True, sorted=True, *, out=None):
+    t = T(input)
+    s = list(shape_of(input))
+    d = shape_fns.normalize_dim(py(dim), len(s))
+    kk = k.expr if hasattr(k, "expr") else py(k, "k")
+    s[d] = kk
+    return TupleV((like(t, s), like(t, s, torch.int64)))
+
+
+@op("sort", torch.sort, methods=("sort",))
+def sort(ctx, input, dim=-1, descending=False, stable=False, *, out=None):
+    t = T(input)
+    return TupleV((t, like(t, t.shape, torch.int64)))
+
+
+@op("argsort", torch.argsort, methods=("argsort",))
+def argsort(ctx, input, dim=-1, descending=False, stable=False):
+    t = T(input)
+    return like(t, t.shape, torch.int64)
+
+
+@op("matmul", torch.matmul, methods=("matmul", "__matmul__"))
+def matmul(ctx, input, other, *, out=None):
+    a, b = T(input), T(other, "other")
+    return like(a, shape_fns.matmul_shape(shape_of(a), shape_of(b)), result_dtype(a, b))
+
+
+@op("mm", torch.mm, methods=("mm",))
+def mm(ctx, input, mat2, *, out=None):
+    a, b = shape_of(input), shape_of(mat2)
+    if len(a) != 2 or len(b) != 2:
+        raise shape_fns.ShapeError("SI161", f"mm expects 2-d tensors, got {len(a)}-d and {len(b)}-d")
+    return matmul(ctx, input, mat2)
+
+
+@op("bmm", torch.bmm, methods=("bmm",))
+def bmm(ctx, input, mat2, *, out=None):
+    a, b = shape_of(input), shape_of(mat2)
+    if len(a) != 3 or len(b) != 3:
+        raise shape_fns.ShapeError("SI161", f"bmm expects 3-d tensors, got {len(a)}-d and {len(b)}-d")
+    shape_fns.require_equal(a[0], b[0], "SI130", "bmm batch sizes")
+    return matmul(ctx, input, mat2)
+
+
+@op("mv", torch.mv, methods=("mv",))
+def mv(ctx, input, vec, *, out=None):
+    return matmul(ctx, input, vec)
+
+
+@op("dot", torch.dot, torch.inner, methods=("dot", "inner"))
+def dot(ctx, input, other, *, out=None):
+    return matmul(ctx, input, other)
+
+
+@op("outer", torch.outer, torch.ger, methods=("outer", "ger"))
+def outer(ctx, input, vec2):
+    a, b = shape_of(input), shape_of(vec2)
+    return like(T(input), (a[0], b[0]), result_dtype(T(input), T(vec2)))
+
+
+@op("addmm", torch.addmm, torch.baddbmm, torch.addbmm_unused if hasattr(torch, "addbmm_unused") else None,
+    methods=("addmm", "baddbmm"))
+def addmm(ctx, input, mat1, mat2, *, beta=1, alpha=1, out=None):
+    prod = matmul(ctx, mat1, mat2)
+    return like(prod, shape_fns.broadcast_shapes(shape_of(input), prod.shape))
+
+
+@op("einsum", torch.einsum)
+def einsum(ctx, equation, *operands):
+    eq = py(equation, "equation")
+    if len(operands) == 1 and isinstance(operands[0], TupleV.__mro__[0]) and not hasattr(operands[0], "shape"):
+        items = getattr(operands[0], "items", None)
+        if items is not None:
+            operands = tuple(items)
+    ts = [T(o) for o in operands]
+    return like(ts[0], shape_fns.einsum_shape(eq, [shape_of(t) for t in ts]), result_dtype(*ts))
+
+
+@op("cdist", torch.cdist)
+def cdist(ctx, x1, x2, p=2.0, compute_mode="use_mm_for_euclid_dist_if_necessary"):
+    a, b = shape_of(x1), shape_of(x2)
+    batch = shape_fns.broadcast_shapes(a[:-2], b[:-2])
+    shape_fns.require_equal(a[-1], b[-1], "SI130", "cdist feature sizes")
+    return like(T(x1), tuple(batch) + (a[-2], b[-2]))
+
+
+_ = RuleUnknown
