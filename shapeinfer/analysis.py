@@ -40,8 +40,9 @@ class AnalysisResult:
 
     def entries_in(self, filename: str) -> list:
         real = os.path.realpath(filename)
+        # by line; names on one line keep the order they were bound in
         return sorted((e for e in self.entries.values() if os.path.realpath(e.file) == real),
-                      key=lambda e: (e.line, e.name))
+                      key=lambda e: e.line)
 
     def to_json(self) -> dict:
         entries = []
