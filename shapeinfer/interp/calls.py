@@ -137,7 +137,7 @@ class Caller:
         return self.call_callable(forward, [Const(module)] + list(args), kwargs, frame)
 
     def apply_module_rule(self, rule: Rule, module, args, kwargs, frame) -> Value:
-        return self.apply_rule(rule, [module] + list(args), kwargs, frame)
+        return self.apply_rule(rule, [module] + list(args), kwargs, frame, label=type(module).__name__)
 
     def call_tensor_method(self, t: TensorType, name: str, args, kwargs, frame) -> Value:
         rule = METHOD_RULES.get(name)
@@ -154,7 +154,9 @@ class Caller:
         self.ctx.report("SI001", f"no shape rule for Tensor.{name}; its result is unknown")
         return Unknown(f"no shape rule for Tensor.{name}")
 
-    def apply_rule(self, rule: Rule, args, kwargs, frame) -> Value:
+    def apply_rule(self, rule: Rule, args, kwargs, frame, label: Optional[str] = None) -> Value:
+        label = label or rule.name
+
         def one(*flat):
             a, kw = flat[:len(args)], dict(zip(kwargs.keys(), flat[len(args):]))
             for v in list(a) + list(kw.values()):
@@ -163,19 +165,19 @@ class Caller:
             try:
                 bound = rule.signature.bind(self.ctx, *a, **kw)
             except TypeError as e:
-                self.ctx.report("SI007", f"{rule.name}: {e}", severity="error")
-                return Unknown(f"bad call to {rule.name}: {e}")
+                self.ctx.report("SI007", f"{label}: {e}", severity="error")
+                return Unknown(f"bad call to {label}: {e}")
             try:
                 return rule.fn(*bound.args, **bound.kwargs)
             except ShapeError as e:
-                self.ctx.report(e.code, f"{rule.name}: {e.message}", severity="error")
-                return Unknown(f"shape error in {rule.name}: {e.message}")
+                self.ctx.report(e.code, f"{label}: {e.message}", severity="error")
+                return Unknown(f"shape error in {label}: {e.message}")
             except RuleUnknown as e:
-                self.ctx.report("SI001", f"{rule.name}: {e}")
-                return Unknown(f"{rule.name}: {e}")
+                self.ctx.report("SI001", f"{label}: {e}")
+                return Unknown(f"{label}: {e}")
             except Exception as e:  # a bug in a rule must not stop the analysis
-                self.ctx.report("SI005", f"rule {rule.name} failed: {type(e).__name__}: {e}")
-                return Unknown(f"rule {rule.name} failed: {type(e).__name__}")
+                self.ctx.report("SI005", f"rule {label} failed: {type(e).__name__}: {e}")
+                return Unknown(f"rule {label} failed: {type(e).__name__}")
 
         flat = [_widen_nested(v) for v in list(args) + list(kwargs.values())]
         return self.interp.lift(one, *flat)
