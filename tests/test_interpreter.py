@@ -1,0 +1,235 @@
+"""The abstract interpreter on the Python constructs models use: each test states the
+expected shapes next to the code, and checks them against real runs at several sizes."""
+
+import torch
+import torch.nn as nn
+import torch.nn.functional as F
+import pytest
+import sympy
+
+import shapeinfer
+from shapeinfer import symbolic as sym
+
+
+def entries(result):
+    """name -> list of (shape strings or value, when) at the last line binding it."""
+    out = {}
+    for e in sorted(result.to_json()["entries"], key=lambda e: e["line"]):
+        out[e["name"]] = e
+    return out
+
+
+def evaluate(entry, sizes):
+    """The concrete shapes an entry claims at the given sizes."""
+    shapes = []
+    for s in entry["shapes"]:
+        dims, when = (s["shape"], s["when"]) if isinstance(s, dict) else (s, None)
+        if when is not None:
+            cond = sympy.sympify(when, locals={k: sym.symbol(k) for k in sizes})
+            if not sym.holds_at(cond, sizes):
+                continue
+        shapes.append(tuple(sym.evaluate(sympy.sympify(d, locals={k: sym.symbol(k) for k in sizes}), sizes)
+                            if d != "?" else None for d in dims))
+    return shapes
+
+
+class Branchy(nn.Module):
+    """A branch on a symbolic size: both paths are analyzed, each with its condition."""
+
+    def __init__(self):
+        super().__init__()
+        self.max_len = 16
+
+    def forward(self, x):
+        if x.size(1) > self.max_len:
+            y = x[:, : self.max_len]
+        else:
+            y = F.pad(x, (0, 0, 0, self.max_len - x.size(1)))
+        z = y * 2
+        return z
+
+
+def test_symbolic_branch_gives_conditional_shapes():
+    m = Branchy()
+    r = shapeinfer.analyze(m, args=(torch.randn(2, 20, 3),), dims={"x": ("B", "T", 3)})
+    e = entries(r)
+    assert {str(s["when"]) for s in e["z"]["shapes"]} == {"T > 16", "T <= 16"}
+    for T in (5, 16, 17, 40):
+        real = m(torch.randn(2, T, 3)).shape
+        assert evaluate(e["z"], {"B": 2, "T": T}) == [tuple(real)]
+
+
+class Loops(nn.Module):
+    def __init__(self):
+        super().__init__()
+        self.cell = nn.GRUCell(4, 6)
+        self.layers = nn.ModuleList([nn.Linear(6, 6) for _ in range(3)])
+
+    def forward(self, x):  # x: [B, T, 4]
+        h = x.new_zeros(x.size(0), 6)
+        outs = []
+        for t in range(x.size(1)):
+            h = self.cell(x[:, t], h)
+            outs.append(h)
+        seq = torch.stack(outs, dim=1)
+        for layer in self.layers:
+            seq = layer(seq)
+        n = 0
+        while n < 3:
+            n += 1
+        sq = [v * 2 for v in x.unbind(1)]
+        tot = sum(x.shape)
+        g = (lambda a: a.sum(-1))(seq)
+        w = seq if x.size(0) > 1 else seq[0]
+        with torch.no_grad():
+            k = seq.mean(1)
+        return seq, sq, tot, g, w, k, n
+
+
+@pytest.mark.parametrize("sizes", [(3, 7), (2, 1), (5, 12)])
+def test_loops_comprehensions_lambdas_with(sizes):
+    B, T = sizes
+    m = Loops()
+    r = shapeinfer.analyze(m, args=(torch.randn(2, 5, 4),), dims={"x": ("B", "T", 4)})
+    e = entries(r)
+    seq, sq, tot, g, w, k, n = m(torch.randn(B, T, 4))
+    at = {"B": B, "T": T}
+    assert evaluate(e["h"], at) == [(B, 6)]
+    assert evaluate(e["seq"], at) == [tuple(seq.shape)]
+    assert evaluate(e["g"], at) == [tuple(g.shape)]
+    assert evaluate(e["k"], at) == [tuple(k.shape)]
+    assert tuple(w.shape) in evaluate(e["w"], at) and len(evaluate(e["w"], at)) == 1
+    assert e["n"]["values"] == [1, 2, 3] and n == 3  # one value per unrolled iteration
+    assert sym.evaluate(sympy.sympify(e["tot"]["value"], locals={"B": sym.symbol("B"), "T": sym.symbol("T")}),
+                        at) == tot
+    assert e["sq"]["type"] == "list" and e["sq"]["length"] == "T"
+
+
+class DataDependent(nn.Module):
+    def forward(self, x):
+        idx = torch.nonzero(x > 0)
+        v = x.sum().item()
+        y = x[x > 0]
+        if x.sum() > 0:
+            z = x * 2
+        else:
+            z = x[:, :1]
+        return idx, v, y, z
+
+
+def test_data_dependent_values_are_unknown_with_reasons_never_wrong():
+    r = shapeinfer.analyze(DataDependent(), args=(torch.randn(3, 4),), dims={"x": ("B", "C")})
+    e = entries(r)
+    assert e["idx"]["shapes"] == [["?", "2"]]
+    assert e["v"]["value"] == "?"
+    assert e["y"]["shapes"] == [["?"]]
+    assert e["z"]["shapes"] == [["B", "1"]]  # the line in the else branch
+    z_after_join = r.output.items[3]
+    assert z_after_join.shape == (sym.symbol("B"), None)  # widened: the branches disagree on dim 1
+    codes = {d["code"] for d in r.to_json()["diagnostics"]}
+    assert "SI003" in codes
+
+
+class Helpers(nn.Module):
+    """Helpers, super(), keyword defaults, *args/**kwargs, closures and getattr defaults."""
+
+    def __init__(self):
+        super().__init__()
+        self.proj = nn.Linear(8, 4)
+        self.act = "gelu"
+
+    def _act(self, x, kind=None):
+        kind = kind or self.act
+        fn = {"gelu": F.gelu, "relu": F.relu}[kind]
+        return fn(x)
+
+    def _combine(self, *parts, dim=-1, **unused):
+        joined = torch.cat(parts, dim=dim)
+        return joined
+
+    def forward(self, x, mask=None):
+        scale = getattr(self, "scale", 2.0)
+
+        def inner(t):
+            return self.proj(t) * scale
+
+        h = inner(x)
+        a = self._act(h)
+        both = self._combine(a, h, dim=1, extra=True)
+        out = both if mask is None else both.masked_fill(mask, 0.0)
+        return out
+
+
+def test_helpers_closures_and_defaults():
+    m = Helpers()
+    r = shapeinfer.analyze(m, args=(torch.randn(3, 8),), dims={"x": ("B", 8)})
+    e = entries(r)
+    assert e["h"]["shapes"] == [["B", "4"]]
+    assert e["both"]["shapes"] == [["B", "8"]]
+    assert e["out"]["shapes"] == [["B", "8"]]
+    assert not [d for d in r.diagnostics if d.severity == "error"]
+
+
+class Viewing(nn.Module):
+    def forward(self, x):  # [B, T, C]
+        B, T, C = x.shape
+        heads = x.view(B, T, 2, C // 2).transpose(1, 2)
+        flat = x.reshape(-1, C)
+        back = flat.view(B, -1, C)
+        last = x[:, -1]
+        tail = x[:, 1:]
+        head = x[..., :3]
+        return heads, flat, back, last, tail, head
+
+
+@pytest.mark.parametrize("sizes", [(2, 5, 8), (3, 9, 6), (1, 2, 4)])
+def test_shape_arithmetic_stays_symbolic(sizes):
+    B, T, C = sizes
+    m = Viewing()
+    r = shapeinfer.analyze(m, args=(torch.randn(2, 6, 8),), dims={"x": ("B", "T", "C")})
+    e = entries(r)
+    real = m(torch.randn(B, T, C))
+    at = {"B": B, "T": T, "C": C}
+    for name, t in zip(["heads", "flat", "back", "last", "tail", "head"], real):
+        assert evaluate(e[name], at) == [tuple(t.shape)], name
+    assert e["flat"]["shapes"] == [["B*T", "C"]]
+
+
+def test_analysis_never_runs_the_model():
+    class Boom(nn.Module):
+        def __init__(self):
+            super().__init__()
+            self.fc = nn.Linear(4, 4)
+
+        def forward(self, x):
+            y = self.fc(x)
+            return y
+
+    m = Boom()
+    m.fc.register_forward_hook(lambda *a: (_ for _ in ()).throw(AssertionError("ran")))
+    r = shapeinfer.analyze(m, args=(torch.randn(2, 4),), dims={"x": ("B", 4)})
+    assert entries(r)["y"]["shapes"] == [["B", "4"]]
+
+
+def test_bad_dims_spec_is_a_clear_error():
+    m = nn.Linear(4, 4)
+    with pytest.raises(shapeinfer.AnalysisError, match="has 3 entries"):
+        shapeinfer.analyze(m, args=(torch.randn(2, 4),), dims={"input": ("B", 4, 1)})
+    with pytest.raises(shapeinfer.AnalysisError, match="not a parameter"):
+        shapeinfer.analyze(m, args=(torch.randn(2, 4),), dims={"x": ("B", 4)})
+
+
+def test_unknown_function_degrades_one_variable():
+    def mystery(t):
+        return torch.ops.aten.special_airy_ai(t)
+
+    class M(nn.Module):
+        def forward(self, x):
+            a = mystery(x)
+            b = x + 1
+            return a, b
+
+    r = shapeinfer.analyze(M(), args=(torch.randn(2, 3),), dims={"x": ("B", 3)})
+    e = entries(r)
+    assert e["b"]["shapes"] == [["B", "3"]]
+    assert e["a"]["type"] == "unknown" and e["a"]["reason"]
