@@ -16,7 +16,7 @@ from .diagnostics import Diagnostic
 from .interp.interpreter import Interpreter
 from .interp.state import AnalysisContext, Entry, Frame
 from .render import const_tuple_as_values, value_json
-from .values import Const, TensorType, Value, from_python, tensor
+from .values import Const, TensorType, Unknown, Value, from_python, tensor
 
 JSON_VERSION = 1
 
@@ -139,10 +139,14 @@ def analyze(model, args=(), kwargs=None, dims=None) -> AnalysisResult:
         else:
             a_kwargs[name] = abstract_of(name, value)
     root = Frame("<analyze>", {})
-    if isinstance(model, torch.nn.Module):
-        output = interp.caller.call_module(model, a_args, a_kwargs, root)
-    else:
-        output = interp.caller.call_callable(model, a_args, a_kwargs, root)
+    try:
+        if isinstance(model, torch.nn.Module):
+            output = interp.caller.call_module(model, a_args, a_kwargs, root)
+        else:
+            output = interp.caller.call_callable(model, a_args, a_kwargs, root)
+    except Exception as e:  # an analyzer bug outside any statement: keep what was found
+        ctx.report("SI005", f"analysis stopped: {type(e).__name__}: {e}")
+        output = Unknown(f"analysis stopped: {type(e).__name__}")
     files = sorted({e.file for e in ctx.entries.values()})
     return AnalysisResult(symbols, ctx.entries, ctx.diagnostics, output, time.perf_counter() - start, files)
 

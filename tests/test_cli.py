@@ -134,6 +134,13 @@ def test_check_json_and_sarif(capsys):
     assert res["locations"][0]["physicalLocation"]["region"]["startLine"] == 14
 
 
+def test_check_finds_nothing_in_the_correct_examples(capsys):
+    examples = sorted(str(p) for p in (ROOT / "examples").glob("*.py") if not p.name.startswith("train_"))
+    code, out, err = run(["check", *examples, "--warnings", "-q"], capsys)
+    assert code == 0, out
+    assert out == "" and "0 error(s), 0 warning(s)" in err
+
+
 def test_check_clean_file_exits_zero(capsys, simple):
     code, out, err = run(["check", str(simple)], capsys)
     assert code == 0

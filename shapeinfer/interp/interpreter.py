@@ -62,6 +62,12 @@ class Interpreter:
         except RecursionError:
             self.ctx.report("SI004", "recursion too deep while analyzing this statement")
             return Flow(frame)
+        except Exception as e:  # an analyzer bug: lose this statement, not the analysis
+            self.ctx.at(frame.filename, stmt)
+            self.ctx.report("SI005", f"analyzing this statement failed: {type(e).__name__}: {e}")
+            for name in _bound_names(stmt):
+                frame.env[name] = Unknown(f"analysis of line {stmt.lineno} failed")
+            return Flow(frame)
 
     def _requirement(self, op, a, b, what):
         cond = sym.relation(op, a, b)
@@ -728,6 +734,15 @@ def _same_value(a, b) -> bool:
         return a == b
     except Exception:
         return a is b
+
+
+def _bound_names(stmt: ast.stmt) -> list:
+    targets = []
+    if isinstance(stmt, ast.Assign):
+        targets = stmt.targets
+    elif isinstance(stmt, (ast.AnnAssign, ast.AugAssign, ast.For)):
+        targets = [stmt.target]
+    return [n.id for t in targets for n in ast.walk(t) if isinstance(n, ast.Name)]
 
 
 def _join_items(items: list) -> Value:
