@@ -164,12 +164,20 @@ def transpose_shape(shape: Shape, d0: int, d1: int) -> Shape:
 
 
 def squeeze_shape(shape: Shape, dims: Optional[Sequence[int]] = None) -> Shape:
-    if dims is None:
-        if any(d is None for d in shape):
-            return None  # an unknown dim might be 1: the rank is unknown
-        return tuple(d for d in shape if d != 1 or not sym.is_concrete(d))
-    nd = normalize_dims(dims, len(shape)) if shape else ()
-    return tuple(d for i, d in enumerate(shape) if not (i in nd and d == 1))
+    """Drop the size-1 dims (all, or those in ``dims``). A dim that may or may not be 1
+    (unknown, or a symbol such as B) makes the rank unknown: None."""
+    nd = range(len(shape)) if dims is None else (normalize_dims(dims, len(shape)) if shape else ())
+    out = []
+    for i, d in enumerate(shape):
+        if i not in nd:
+            out.append(d)
+            continue
+        one = sym.equal(d, 1)
+        if one is None:
+            return None
+        if not one:
+            out.append(d)
+    return tuple(out)
 
 
 def unsqueeze_shape(shape: Shape, dim: int) -> Shape:

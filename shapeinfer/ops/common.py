@@ -16,7 +16,7 @@ from ..values import (NONE, Const, ListV, SymScalar, TensorType, TupleV, Unknown
 __all__ = ["ShapeError", "RuleUnknown", "NONE", "Const", "ListV", "SymScalar", "TensorType", "TupleV",
            "Unknown", "Value", "as_dim", "int_value", "tensor", "sym", "T", "shape_of", "dims_arg",
            "dim_arg", "py", "opt", "result_dtype", "like", "is_none", "default_float", "int_dtype",
-           "sizes_arg", "to_dtype", "bool_arg"]
+           "sizes_arg", "to_dtype", "bool_arg", "union"]
 
 
 def T(v: Value, what: str = "input") -> TensorType:
@@ -178,3 +178,11 @@ def _promote(sig: tuple) -> torch.dtype:
         acc = torch.zeros((1,) if (isinstance(acc, torch.Tensor) and acc.dim() or
                                    isinstance(o, torch.Tensor) and o.dim()) else (), dtype=dtype)
     return dtype if len(operands) > 1 else tensors[0].dtype
+
+
+def union(options) -> Value:
+    """A value that depends on a condition over the symbols: (condition, value) pairs,
+    conditions sympy booleans that together cover every case."""
+    from ..interp.state import make_union
+
+    return make_union(list(options))

@@ -2,12 +2,13 @@
 
 from __future__ import annotations
 
+import sympy
 import torch
 
 from .. import shape_fns
 from ..values import Const, ListV, SymScalar, TupleV, Unknown, int_value
 from .common import (T, RuleUnknown, dim_arg, dims_arg, is_none, like, py, result_dtype, shape_of,
-                     sizes_arg, sym)
+                     sizes_arg, sym, union)
 from .registry import op
 from .tensor_attrs import shape_value
 
@@ -132,9 +133,28 @@ def movedim(ctx, input, source, destination):
 def squeeze(ctx, input, dim=None):
     s = shape_of(input)
     if is_none(dim):
-        return like(T(input), shape_fns.squeeze_shape(s))
-    d = py(dim)
-    return like(T(input), shape_fns.squeeze_shape(s, d if isinstance(d, tuple) else (d,)))
+        dims = tuple(range(len(s)))
+    else:
+        d = py(dim)
+        dims = shape_fns.normalize_dims(d if isinstance(d, tuple) else (d,), len(s)) if s else ()
+    out = shape_fns.squeeze_shape(s, dims)
+    if out is not None:
+        return like(T(input), out)
+    # a symbolic dim that may be 1: one shape when it is, another when it is not
+    undecided = [i for i in dims if sym.equal(s[i], 1) is None]
+    if len(undecided) > 3 or any(s[i] is None for i in undecided):
+        return like(T(input), None)
+    options = []
+    for mask in range(2 ** len(undecided)):
+        cond = sympy.true
+        drop = {i for i in dims if sym.equal(s[i], 1) is True}
+        for bit, i in enumerate(undecided):
+            is_one = bool(mask >> bit & 1)
+            cond = sympy.And(cond, sympy.Eq(s[i], 1) if is_one else sympy.Ne(s[i], 1))
+            if is_one:
+                drop.add(i)
+        options.append((cond, like(T(input), tuple(d for i, d in enumerate(s) if i not in drop))))
+    return union(options)
 
 
 @op("unsqueeze", torch.unsqueeze, methods=("unsqueeze",))
@@ -256,14 +276,41 @@ def split(ctx, tensor, split_size_or_sections, dim=0):
         raise RuleUnknown("split size is unknown")
     if sym.is_concrete(s[d]) and sym.is_concrete(size):
         return _pieces(t, shape_fns.split_shapes(s, size, d))
-    # a symbolic number of pieces: all of size `size` when it divides evenly
-    count = sym.ceildiv(s[d], size)
+    # a symbolic number of pieces, all of size `size` when it divides evenly; otherwise
+    # the last one is shorter, which a list of equal items cannot say: unknown then
     piece = list(s)
     piece[d] = size
-    if size != 1:
-        shape_fns.require_equal(sym.mod(s[d], size), 0, "SI116",
-                                f"split of {sym.dim_pretty(s[d])} into pieces of {sym.dim_pretty(size)}")
-    return ListV(tail=like(t, piece), tail_count=count)
+    even = ListV(tail=like(t, piece), tail_count=sym.floordiv(s[d], size))
+    divides = _divides(size, s[d])
+    if divides is True:
+        return even
+    uneven = Unknown(f"split of {sym.dim_pretty(s[d])} into pieces of {sym.dim_pretty(size)}: the last "
+                     f"piece is shorter when it does not divide evenly")
+    if divides is False:
+        return uneven
+    cond = sympy.Eq(sympy.Mod(s[d], size), 0)
+    return union([(cond, even), (sympy.Not(cond), uneven)])
+
+
+def _divides(k, n):
+    """Whether ``k`` divides ``n`` for every value of the symbols (True/False/None)."""
+    if sym.is_concrete(k) and k == 1:
+        return True
+    if n is None or k is None:
+        return None
+    if sym.is_concrete(n) and sym.is_concrete(k):
+        return n % k == 0
+    q = sympy.cancel(sympy.sympify(n) / sympy.sympify(k))
+    if sympy.fraction(q)[1] == 1 and _int_valued(q):
+        return True
+    return sym.equal(sym.mod(n, k), 0)
+
+
+def _int_valued(e) -> bool:
+    try:
+        return bool(e.is_integer)
+    except AttributeError:
+        return False
 
 
 @op("split_with_sizes", methods=("split_with_sizes",))
@@ -292,11 +339,35 @@ def chunk(ctx, input, chunks, dim=0):
     if sym.is_concrete(s[d]):
         sizes = shape_fns.chunk_sizes(s[d], n)
         return _pieces(t, shape_fns.split_shapes(s, sizes, d))
-    # symbolic size: n equal chunks when n divides it (the common case: 2*C -> C, C)
-    shape_fns.require_equal(sym.mod(s[d], n), 0, "SI116", f"chunk of {sym.dim_pretty(s[d])} into {n}")
-    piece = list(s)
-    piece[d] = sym.floordiv(s[d], n)
-    return _pieces(t, [tuple(piece)] * n)
+    # symbolic size: n equal chunks when n divides it (the common case: 2*C -> C, C);
+    # otherwise torch makes chunks of ceil(size/n), the last one shorter
+    size = s[d]
+
+    def pieces(sizes):
+        return _pieces(t, [tuple(s[:d]) + (k,) + tuple(s[d + 1:]) for k in sizes])
+
+    even = pieces([sym.floordiv(size, n)] * n)
+    divides = _divides(n, size)
+    if divides is True or n == 1:
+        return even
+    c = sym.ceildiv(size, n)
+    uneven = pieces([c] * (n - 1) + [sym.sub(size, sym.mul(n - 1, c))])
+    # with a remainder there are n chunks only when the first n - 1 leave some behind
+    # (chunk(4, 3) gives 2 chunks of 2): fewer chunks is left unknown
+    fewer = Unknown(f"chunk of {sym.dim_pretty(size)} into {n} gives fewer than {n} chunks when "
+                    f"{sym.dim_pretty(size)} <= {sym.dim_pretty(sym.mul(n - 1, c))}")
+    full = sym.compare("<", sym.mul(n - 1, c), size)
+    if full is True:
+        options = [(sympy.true, uneven)]
+    elif full is False:
+        options = [(sympy.true, fewer)]
+    else:
+        lt = sympy.Lt(sympy.sympify(sym.mul(n - 1, c)), sympy.sympify(size))
+        options = [(lt, uneven), (sympy.Not(lt), fewer)]
+    cond = sympy.Eq(sympy.Mod(size, n), 0)
+    if divides is False:
+        return union(options)
+    return union([(cond, even)] + [(sympy.And(sympy.Not(cond), c2), v) for c2, v in options])
 
 
 @op("unbind", torch.unbind, methods=("unbind",))
