@@ -10,6 +10,8 @@ the symbols alone". Callers must treat ``None`` as undecided, never as False.
 
 from __future__ import annotations
 
+import contextlib
+import contextvars
 import functools
 import random
 from typing import Iterable, Optional, Union
@@ -217,17 +219,74 @@ def _equal_sym(a: sympy.Expr, b: sympy.Expr) -> Optional[bool]:
     return None
 
 
+# ---- facts: what the current path condition says about the symbols -------------------
+
+_facts: contextvars.ContextVar[tuple] = contextvars.ContextVar("shape_facts", default=())
+
+
+def facts_from(cond) -> tuple:
+    """Normalize the relational conjuncts of a path condition into integer facts
+    ``f >= 0`` (a strict ``f > 0`` becomes ``f - 1 >= 0``: the symbols are integers)."""
+    out = []
+    for c in sympy.And.make_args(cond) if isinstance(cond, sympy.Basic) else ():
+        if not isinstance(c, sympy.Rel) or isinstance(c, sympy.Ne):
+            continue
+        d = sympy.expand(c.lhs - c.rhs)
+        if isinstance(c, (sympy.Gt, sympy.StrictGreaterThan)):
+            out.append(d - 1)
+        elif isinstance(c, sympy.Ge):
+            out.append(d)
+        elif isinstance(c, sympy.Lt):
+            out.append(-d - 1)
+        elif isinstance(c, sympy.Le):
+            out.append(-d)
+        elif isinstance(c, sympy.Eq):
+            out.extend([d, -d])
+    return tuple(out)
+
+
+@contextlib.contextmanager
+def assuming(cond):
+    """Decide comparisons knowing that ``cond`` (a path condition) holds."""
+    token = _facts.set(facts_from(cond))
+    try:
+        yield
+    finally:
+        _facts.reset(token)
+
+
+def _implied_nonneg(d) -> bool:
+    """Whether the facts imply ``d >= 0`` (d differs from a fact by a constant >= 0)."""
+    for f in _facts.get():
+        c = sympy.expand(d - f)
+        if c.is_Number and c >= 0:
+            return True
+    return False
+
+
+def _decide_by_facts(op: str, d) -> Optional[bool]:
+    if not _facts.get():
+        return None
+    tests = {">": (d - 1, -d), ">=": (d, -d - 1), "<": (-d - 1, d), "<=": (-d, d - 1)}[op]
+    if _implied_nonneg(tests[0]):
+        return True
+    if _implied_nonneg(tests[1]):
+        return False
+    return None
+
+
 def compare(op: str, a: Dim, b: Dim) -> Optional[bool]:
     """Decide ``a <op> b`` (op in == != < <= > >=) for all symbol values, or None."""
     if a is None or b is None:
         return None
     if is_concrete(a) and is_concrete(b):
         return _PY_OPS[op](a, b)
-    if op == "==":
-        return equal(a, b)
-    if op == "!=":
+    if op in ("==", "!="):
         e = equal(a, b)
-        return None if e is None else not e
+        if e is None and _facts.get():
+            ge, le = compare(">=", a, b), compare("<=", a, b)
+            e = True if ge and le else (False if ge is False or le is False else None)
+        return e if op == "==" or e is None else not e
     diff = sympy.expand(sympy.sympify(a) - sympy.sympify(b))
     if diff.is_Number:
         return bool(_PY_OPS[op](diff, 0))
@@ -239,7 +298,7 @@ def compare(op: str, a: Dim, b: Dim) -> Optional[bool]:
            ">": diff.is_nonpositive, ">=": diff.is_negative}[op]
     if neg is True:
         return False
-    return None
+    return _decide_by_facts(op, diff)
 
 
 _PY_OPS = {

@@ -123,6 +123,15 @@ def test_check_reports_planted_bug_at_its_line(capsys, name, line, code_, words)
     assert "^" in out.splitlines()[2]  # the caret line under the source line
 
 
+def test_check_finds_errors_on_paths_the_sample_does_not_take(capsys):
+    # the sample (T=16) takes the else path; the bug is under `if T > 16`
+    code, out, _ = run(["check", str(DATA / "bug_unseen_path.py"), "--format", "json", "-q"], capsys)
+    errors = [d for d in json.loads(out)["diagnostics"] if d["severity"] == "error"]
+    assert code == 1 and len(errors) == 1
+    assert errors[0]["line"] == 13 and errors[0]["code"] == "SI111" and errors[0]["when"] == "T > 16"
+    assert "16*B != 32*B" in errors[0]["message"]
+
+
 def test_check_json_and_sarif(capsys):
     code, out, _ = run(["check", str(DATA / "bug_cat.py"), "--format", "json", "-q"], capsys)
     doc = json.loads(out)

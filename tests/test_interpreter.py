@@ -52,8 +52,14 @@ class Branchy(nn.Module):
 def test_symbolic_branch_gives_conditional_shapes():
     m = Branchy()
     r = shapeinfer.analyze(m, args=(torch.randn(2, 20, 3),), dims={"x": ("B", "T", 3)})
+    lines = {(x["line"], x["name"]): x for x in r.to_json()["entries"]}
+    y_then = next(v for (line, n), v in lines.items() if n == "y" and "when" in v["shapes"][0]
+                  and v["shapes"][0]["when"] == "T > 16")
+    y_else = next(v for (line, n), v in lines.items() if n == "y" and v["shapes"][0]["when"] == "T <= 16")
+    # under T > 16 the slice is known to be 16 long: the path condition is used
+    assert y_then["shapes"][0]["shape"] == ["B", "16", "3"] and y_else["shapes"][0]["shape"] == ["B", "16", "3"]
     e = entries(r)
-    assert {str(s["when"]) for s in e["z"]["shapes"]} == {"T > 16", "T <= 16"}
+    assert e["z"]["shapes"] == [["B", "16", "3"]]  # both paths agree after the join
     for T in (5, 16, 17, 40):
         real = m(torch.randn(2, T, 3)).shape
         assert evaluate(e["z"], {"B": 2, "T": T}) == [tuple(real)]
@@ -233,3 +239,23 @@ def test_unknown_function_degrades_one_variable():
     e = entries(r)
     assert e["b"]["shapes"] == [["B", "3"]]
     assert e["a"]["type"] == "unknown" and e["a"]["reason"]
+
+
+class TwoShapes(nn.Module):
+    def forward(self, x):
+        if x.size(1) > 4:
+            y = x[:, :4]
+        else:
+            y = torch.cat([x, x], 1)
+        z = y + 1
+        return z
+
+
+def test_join_keeps_both_shapes_with_their_conditions():
+    m = TwoShapes()
+    r = shapeinfer.analyze(m, args=(torch.randn(2, 6),), dims={"x": ("B", "T")})
+    z = entries(r)["z"]
+    assert {s["when"]: tuple(s["shape"]) for s in z["shapes"]} == {"T > 4": ("B", "4"),
+                                                                   "T <= 4": ("B", "2*T")}
+    for T in (1, 4, 5, 9):
+        assert evaluate(z, {"B": 3, "T": T}) == [tuple(m(torch.randn(3, T)).shape)]

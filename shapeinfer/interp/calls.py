@@ -244,13 +244,13 @@ class Caller:
         if self.ctx.depth >= MAX_DEPTH:
             self.ctx.report("SI004", f"call depth limit reached at {name}")
             return Unknown("call depth limit")
-        saved_loc = self.ctx.loc
+        saved_loc, saved_pc = self.ctx.loc, self.ctx.pc
         self.ctx.depth += 1
         try:
             flow = self.interp.exec_block(node.body, callee)
         finally:
             self.ctx.depth -= 1
-            self.ctx.loc = saved_loc
+            self.ctx.loc, self.ctx.pc = saved_loc, saved_pc
         if _is_generator(node):
             return ListV(callee.yields)
         returns = list(callee.returns)

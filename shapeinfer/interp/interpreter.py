@@ -50,12 +50,13 @@ class Interpreter:
 
     def exec_stmt(self, stmt: ast.stmt, frame: Frame) -> Flow:
         self.ctx.at(frame.filename, stmt)
+        self.ctx.pc = frame.pc
         method = getattr(self, "stmt_" + type(stmt).__name__, None)
         if method is None:
             self.ctx.report("SI002", f"statement '{type(stmt).__name__}' is not modelled; skipped")
             return Flow(frame)
         try:
-            with collect_requirements(self._requirement):
+            with collect_requirements(self._requirement), sym.assuming(frame.pc):
                 return method(stmt, frame)
         except _Raise:
             return Flow(None)
@@ -71,13 +72,14 @@ class Interpreter:
 
     def _requirement(self, op, a, b, what):
         cond = sym.relation(op, a, b)
-        at_sample = self.ctx.sample_holds(cond)
+        at_sample = self.ctx.sample_holds(cond) if self.ctx.sample_holds(self.ctx.pc) else None
         if at_sample is False:
             self.ctx.report("SI300", f"{what}: needs {sym.dim_pretty(a)} == {sym.dim_pretty(b)}, which "
-                            f"fails at the sample sizes", severity="error", when=sympy.Not(cond))
+                            f"fails at the sample sizes", severity="error",
+                            when=sympy.And(self.ctx.pc, sympy.Not(cond)))
         else:
             self.ctx.report("SI300", f"{what}: holds only when {sym.dim_pretty(a)} == "
-                            f"{sym.dim_pretty(b)}", when=sympy.Not(cond))
+                            f"{sym.dim_pretty(b)}", when=sympy.And(self.ctx.pc, sympy.Not(cond)))
 
     # ---- simple statements
     def stmt_Expr(self, s, frame):
@@ -674,7 +676,16 @@ class Interpreter:
             combos = [(c, a) for c, a in combos if c is not sympy.false]
         if len(combos) > 16:
             return Unknown("too many shape variants")
-        return make_union([(c, fn(*args)) for c, args in combos])
+        results = []
+        saved = self.ctx.pc
+        try:
+            for c, args in combos:
+                self.ctx.pc = sympy.And(saved, c)
+                with sym.assuming(self.ctx.pc):
+                    results.append((c, fn(*args)))
+        finally:
+            self.ctx.pc = saved
+        return make_union(results)
 
     def lift1(self, fn, value):
         return self.lift(fn, value)

@@ -95,7 +95,7 @@ class AnalysisContext:
         self.depth = 0
         self.loc: tuple[str, int, int] = ("<unknown>", 0, 0)
         self.attr_overlay: dict[tuple[int, str], Value] = {}
-        self.fresh_counter = 0
+        self.pc = sympy.true  # the path condition of the statement being analyzed
 
     # ---- locations and diagnostics ----
     def at(self, filename: str, node: ast.AST) -> None:
@@ -104,7 +104,9 @@ class AnalysisContext:
     def report(self, code: str, message: str, *, severity: str = "", notes=(), when=None,
                loc: Optional[tuple] = None) -> None:
         file, line, col = loc or self.loc
-        key = (code, file, line, col, message)
+        if when is None and self.pc is not sympy.true:
+            when = self.pc
+        key = (code, file, line, col, message, str(when))
         if key in self._diag_keys:
             return
         self._diag_keys.add(key)
