@@ -1,0 +1,47 @@
+"""lazy_runtime: a LazyTensor runtime for PyTorch over JAX/XLA.
+
+    import lazy_runtime as lr
+    dev = lr.device()
+    model = model.to(dev); x = x.to(dev)
+    loss = loss_fn(model(x), y); loss.backward(); opt.step(); opt.zero_grad()
+    lr.mark_step()            # cut the graph, compile or reuse, execute
+    loss.item()               # reading a value is also a barrier
+    print(lr.metrics_report())
+
+See lazy_runtime/README.md for the dtype and RNG policies, fallback and metrics.
+"""
+
+from __future__ import annotations
+
+import contextlib
+
+from . import ops  # noqa: F401  (registers every rule and lowering)
+from . import dispatch
+from .config import config
+from .device import device
+from .errors import LazyRuntimeError, UnsupportedOperation
+from .executor import cache_info, clear_cache, mark_step, sync
+from .metrics import metrics, metrics_report, reset_metrics
+from .random import manual_seed
+from .tensor import LazyTensor
+
+__all__ = ["device", "mark_step", "sync", "metrics", "metrics_report", "reset_metrics",
+           "manual_seed", "config", "cache_info", "clear_cache", "force_fallback",
+           "LazyTensor", "LazyRuntimeError", "UnsupportedOperation", "is_lazy"]
+
+
+def is_lazy(t) -> bool:
+    return isinstance(t, LazyTensor)
+
+
+@contextlib.contextmanager
+def force_fallback(*ops):
+    """Run ``ops`` eagerly in torch (as if they had no lowering) inside the block."""
+    added = [op for op in ops if op not in config.force_fallback]
+    config.force_fallback.update(added)
+    dispatch.clear_handler_cache()
+    try:
+        yield
+    finally:
+        config.force_fallback.difference_update(added)
+        dispatch.clear_handler_cache()

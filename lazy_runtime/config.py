@@ -1,0 +1,24 @@
+"""Runtime settings. Change them through ``lazy_runtime.config``; they are read at use."""
+
+from __future__ import annotations
+
+import os
+
+
+class Config:
+    def __init__(self):
+        # Compiled executables kept (LRU). Each costs memory on the device and 0.3-1 s to rebuild.
+        self.cache_size: int = int(os.environ.get("LAZY_RUNTIME_CACHE_SIZE", "64"))
+        # Ops forced to run eagerly in torch even if they have a lowering (tests, debugging).
+        self.force_fallback: set = set()
+        # JAX platform to run on: None picks jax's default device ("gpu" if present).
+        self.platform: str | None = os.environ.get("LAZY_RUNTIME_PLATFORM") or None
+        # Keep this many recompile reasons in metrics (the newest).
+        self.max_reasons: int = 100
+
+    def jax_device(self):
+        import jax
+        return jax.devices(self.platform)[0] if self.platform else jax.devices()[0]
+
+
+config = Config()

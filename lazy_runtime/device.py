@@ -1,0 +1,49 @@
+"""``lazy_runtime.device()`` and the PrivateUse1 kernels that create lazy tensors.
+
+A CPU tensor moved with ``.to(dev)`` never passes through ``__torch_dispatch__`` (it is
+not a lazy tensor yet): torch sends ``_to_copy`` to the PrivateUse1 key, registered here,
+which copies the data to the JAX device. Allocations on the device (``torch.empty(...,
+device=dev)``, the first half of ``zeros``/``randn``/``full``...) land here too.
+"""
+
+from __future__ import annotations
+
+import torch
+
+from . import dtypes
+from .backend import NAME
+from .executor import data_tensor, host_constant
+from .tensor import DEVICE
+
+_lib = torch.library.Library("aten", "IMPL")
+
+
+def device(index: int = 0) -> torch.device:
+    """The lazy device: pass it to ``Module.to``, ``Tensor.to`` and factory functions."""
+    if index != 0:
+        raise ValueError("the lazy device has a single index, 0")
+    return DEVICE
+
+
+def _to_copy(x, dtype=None, layout=None, device=None, pin_memory=None, non_blocking=False,
+             memory_format=None):
+    if x.device.type != "cpu":
+        raise RuntimeError(f"cannot copy a {x.device} tensor to the lazy device directly")
+    if dtype is not None and dtype != x.dtype:
+        x = x.to(dtype)
+    return data_tensor(x)
+
+
+def _empty(size, dtype=None, layout=None, device=None, pin_memory=None, memory_format=None):
+    return host_constant(tuple(size), dtype or torch.get_default_dtype(), 0)
+
+
+def _empty_strided(size, stride, dtype=None, layout=None, device=None, pin_memory=None):
+    return host_constant(tuple(size), dtype or torch.get_default_dtype(), 0)
+
+
+_lib.impl("_to_copy", _to_copy, "PrivateUse1")
+_lib.impl("empty.memory_format", _empty, "PrivateUse1")
+_lib.impl("empty_strided", _empty_strided, "PrivateUse1")
+
+__all__ = ["device", "NAME", "dtypes"]

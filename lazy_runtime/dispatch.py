@@ -1,0 +1,614 @@
+"""``__torch_dispatch__`` for LazyTensor: every ATen op on a lazy tensor arrives here.
+
+Each op is resolved once to a handler:
+
+* a **functional** op with a rule and a lowering is recorded as an IR node;
+* a **view** op makes a tensor sharing the storage, one view step further;
+* a **mutating** op (``add_``, ``out=``, ``_foreach_mul_``, ``native_batch_norm``'s running
+  stats) records its functional counterpart and writes the result into the mutated args;
+* an op with a **decomposition** in ``torch._decomp`` is decomposed (its pieces arrive here);
+* anything else raises ``NoLowering``.
+
+``NoLowering`` is caught in one place, ``torch_dispatch`` below: the op runs eagerly in
+torch on materialized inputs and its results re-enter the lazy world (``fallback``).
+
+Float scalars in Scalar/Tensor positions of ops registered with ``dynamic_scalars`` become
+runtime inputs (``ir.SCALAR`` leaves), so a learning-rate schedule or Adam's bias
+corrections do not recompile. Ints and bools stay compile-time constants.
+"""
+
+from __future__ import annotations
+
+import functools
+
+import numpy as np
+import torch
+import torch._decomp
+
+from . import ir, random
+from .config import config
+from .errors import NoLowering, UnsupportedOperation
+from .metrics import METRICS
+from .ops import foreach
+from .ops.registry import DYNAMIC_SCALARS, LOWERINGS, RULES
+from .tensor import (LazyTensor, new_base, new_view, node_of, write, contiguous_strides,
+                     view_strides)
+
+aten = torch.ops.aten
+_marker = ir.input_marker
+_DECOMP = torch._decomp.decomposition_table
+
+
+# ---- recording ----------------------------------------------------------------------
+
+
+def _template(a, inputs: list, dyn):
+    """``a`` with lazy tensors (and dynamic scalars) replaced by input markers."""
+    if isinstance(a, LazyTensor):
+        inputs.append(node_of(a))
+        return _marker(len(inputs) - 1)
+    t = type(a)
+    if t is float and dyn:
+        inputs.append(ir.leaf(ir.SCALAR, a, (), torch.float64))
+        return _marker(len(inputs) - 1)
+    if t is list or t is tuple:
+        return tuple(_template(x, inputs, dyn) for x in a)
+    if isinstance(a, torch.Tensor):
+        inputs.append(host_data_node(a))
+        return _marker(len(inputs) - 1)
+    return a
+
+
+def record(func, args, kwargs, extra_inputs=()) -> ir.Node:
+    """Record ``func(*args, **kwargs)`` as a node (a multi-output node for multi ops)."""
+    rule_fn, multi = RULES[func]
+    meta = rule_fn(*args, **kwargs)
+    static = DYNAMIC_SCALARS.get(func)
+    inputs: list = []
+    if static is None:
+        targs = tuple(_template(a, inputs, False) for a in args)
+        tkw = tuple((k, _template(v, inputs, False)) for k, v in kwargs.items()) if kwargs else ()
+    else:
+        targs = tuple(_template(a, inputs, i not in static) for i, a in enumerate(args))
+        tkw = tuple((k, _template(v, inputs, k not in static))
+                    for k, v in kwargs.items()) if kwargs else ()
+    for name, leaf in extra_inputs:
+        inputs.append(leaf)
+        tkw += ((name, _marker(len(inputs) - 1)),)
+    if multi:
+        return ir.make_node(func, targs, tkw, tuple(inputs),
+                            tuple(None if m is None else tuple(m[0]) for m in meta),
+                            tuple(None if m is None else m[1] for m in meta))
+    shape, dtype = meta[0], meta[1]
+    aux = meta[2] if len(meta) > 2 else None
+    return ir.make_node(func, targs, tkw, tuple(inputs), tuple(shape), dtype, aux)
+
+
+def host_data_node(t: torch.Tensor) -> ir.Node:
+    """A CPU tensor entering the lazy world: copied to the device as graph data."""
+    if t.device.type != "cpu":
+        raise UnsupportedOperation(f"cannot mix a lazy tensor with a tensor on {t.device}")
+    from .executor import device_put
+    return ir.leaf(ir.DATA, device_put(t), tuple(t.shape), t.dtype)
+
+
+def _returns_list(func) -> bool:
+    r = func._schema.returns
+    return len(r) == 1 and isinstance(r[0].type, torch.ListType)
+
+
+def _wrap(func, node: ir.Node):
+    if isinstance(node.dtype, tuple):
+        outs = [None if d is None else new_base(ir.getitem(node, i))
+                for i, d in enumerate(node.dtype)]
+        return outs if _returns_list(func) else tuple(outs)
+    return new_base(node)
+
+
+def _functional(func, args, kwargs):
+    return _wrap(func, record(func, args, kwargs))
+
+
+# ---- mutation -----------------------------------------------------------------------
+
+
+@functools.lru_cache(maxsize=None)
+def _mutated_args(func) -> tuple:
+    """(positions, kwarg names) of arguments the op writes to."""
+    pos, names = [], []
+    for i, a in enumerate(func._schema.arguments):
+        if a.alias_info is not None and a.alias_info.is_write:
+            (names if a.kwarg_only else pos).append(i if not a.kwarg_only else a.name)
+    return tuple(pos), tuple(names)
+
+
+# Mutating ops whose functional form is not found by name.
+FUNCTIONAL_OF = {
+    aten.native_batch_norm.default: aten._native_batch_norm_legit_functional.default,
+}
+
+
+@functools.lru_cache(maxsize=None)
+def functional_of(func):
+    if func in FUNCTIONAL_OF:
+        return FUNCTIONAL_OF[func]
+    schema = func._schema
+    name = schema.name.split("::")[-1]
+    pos, names = _mutated_args(func)
+    if names:  # out= variant: the overload of the same op with the same non-out arguments
+        want = [(a.name, str(a.type)) for a in schema.arguments if a.name not in names]
+        packet = getattr(aten, name)
+        for ov in packet.overloads():
+            cand = getattr(packet, ov)
+            if _mutated_args(cand) != ((), ()):
+                continue
+            have = [(a.name, str(a.type)) for a in cand._schema.arguments]
+            if have == want:
+                return cand
+        return None
+    if name.endswith("_"):
+        packet = getattr(aten, name[:-1], None)
+        if packet is not None and func._overloadname in packet.overloads():
+            return getattr(packet, func._overloadname)
+    return None
+
+
+def _mutating(func, functional, args, kwargs):
+    pos, names = _mutated_args(func)
+    targets = [args[i] if i < len(args) else None for i in pos] + [kwargs.get(n) for n in names]
+    fargs, fkw = args, kwargs
+    if names:
+        fkw = {k: v for k, v in kwargs.items() if k not in names}
+    if functional in RULES and functional in LOWERINGS:
+        result = record(functional, fargs, fkw)
+        outs = [None if d is None else ir.getitem(result, i) for i, d in enumerate(result.dtype)] \
+            if isinstance(result.dtype, tuple) else [result]
+    else:  # decomposable functional form
+        METRICS.decomposed_ops[str(functional)] += 1
+        res = _DECOMP[functional](*fargs, **fkw)
+        res = res if isinstance(res, (list, tuple)) else [res]
+        outs = [node_of(r) if isinstance(r, LazyTensor) else r for r in res]
+    # Flatten list targets (_foreach_*_) and pair them with the functional outputs.
+    flat = []
+    for t in targets:
+        if isinstance(t, (list, tuple)):
+            flat.extend(t)
+        else:
+            flat.append(t)
+    if len(outs) == 1 and isinstance(outs[0], ir.Node) and len(flat) > 1 and \
+            isinstance(outs[0].dtype, tuple):
+        outs = [ir.getitem(outs[0], i) for i in range(len(outs[0].dtype))]
+    n_returns = len(func._schema.returns)
+    returns_targets = all(r.alias_info is not None for r in func._schema.returns) or n_returns == 0
+    if returns_targets:
+        new_vals, rest = outs[:len(flat)], []
+    else:  # e.g. native_batch_norm: (out, save_mean, save_invstd) + new running stats
+        new_vals, rest = outs[len(outs) - len(flat):], outs[:len(outs) - len(flat)]
+    for t, v in zip(flat, new_vals):
+        if t is None:
+            continue
+        if not isinstance(t, LazyTensor):
+            raise UnsupportedOperation(f"{func}: cannot write a lazy result into a {t.device} tensor")
+        _write_checked(func, t, v)
+    if returns_targets:
+        if n_returns == 0:
+            return None
+        if n_returns == 1 and not _returns_list(func):
+            return flat[0]
+        return flat if _returns_list(func) else tuple(flat)
+    rest = [None if n is None else new_base(n) for n in rest]
+    return tuple(rest) if len(rest) > 1 else rest[0]
+
+
+def _write_checked(func, t: LazyTensor, v: ir.Node) -> None:
+    if tuple(v.shape) != tuple(t.shape):
+        raise RuntimeError(f"{func}: output with shape {list(t.shape)} doesn't match the "
+                           f"broadcast shape {list(v.shape)}")
+    if v.dtype != t.dtype:
+        if not _can_cast(v.dtype, t.dtype):
+            raise RuntimeError(f"result type {_dtype_name(v.dtype)} can't be cast to the desired "
+                               f"output type {_dtype_name(t.dtype)}")
+        v = convert(v, t.dtype)
+    write(t, v)
+
+
+def _dtype_name(d):
+    return str(d).replace("torch.", "").capitalize()
+
+
+def _can_cast(src, dst) -> bool:
+    return torch.can_cast(src, dst)
+
+
+def convert(n: ir.Node, dtype) -> ir.Node:
+    return ir.make_node(aten._to_copy.default, (_marker(0),), (("dtype", dtype),), (n,), n.shape,
+                        dtype)
+
+
+# ---- views --------------------------------------------------------------------------
+
+
+def _norm_dim(d, n):
+    return d + n if d < 0 else d
+
+
+def _view_steps(func, args, kwargs, out_shape):
+    """The view step for a view op, or a list of steps for multi-output views."""
+    x = args[0]
+    shape = tuple(x.shape)
+    if func in (aten.view.default, aten._reshape_alias.default, aten.unsqueeze.default,
+                aten.squeeze.default, aten.squeeze.dim, aten.squeeze.dims):
+        return ("reshape", out_shape)
+    if func in (aten.t.default, aten.transpose.int, aten.permute.default):
+        n = len(shape)
+        if func is aten.permute.default:
+            dims = tuple(_norm_dim(d, n) for d in args[1])
+        else:
+            d0, d1 = (0, 1) if func is aten.t.default else (_norm_dim(args[1], n),
+                                                            _norm_dim(args[2], n))
+            dims = list(range(n))
+            if n >= 2 or func is not aten.t.default:
+                dims[d0], dims[d1] = dims[d1], dims[d0]
+            dims = tuple(dims)
+        return ("permute", out_shape, dims)
+    if func is aten.expand.default:
+        return ("expand", out_shape)
+    if func is aten.select.int:
+        dim = _norm_dim(args[1], len(shape))
+        idx = args[2] + shape[dim] if args[2] < 0 else args[2]
+        return ("select", out_shape, dim, idx)
+    if func is aten.slice.Tensor:
+        dim, start, end, step = _slice_args(shape, *args[1:])
+        return ("slice", out_shape, dim, start, end, step)
+    if func is aten.diagonal.default:
+        off = args[1] if len(args) > 1 else 0
+        d1 = _norm_dim(args[2] if len(args) > 2 else 0, len(shape))
+        d2 = _norm_dim(args[3] if len(args) > 3 else 1, len(shape))
+        return ("diagonal", out_shape, off, d1, d2)
+    if func is aten.as_strided.default:
+        stride = tuple(args[2])
+        off = args[3] if len(args) > 3 and args[3] is not None else x.storage_offset()
+        return ("as_strided", out_shape, stride, off)
+    if func is aten.unfold.default:
+        return ("unfold", out_shape, _norm_dim(args[1], len(shape)), args[2], args[3])
+    if func in (aten.split.Tensor, aten.split_with_sizes.default):
+        dim = _norm_dim(args[2] if len(args) > 2 else kwargs.get("dim", 0), len(shape))
+        steps, start = [], 0
+        for s in out_shape:
+            n = s[dim]
+            steps.append(("slice", tuple(s), dim, start, start + n, 1))
+            start += n
+        return steps
+    if func is aten.unbind.int:
+        dim = _norm_dim(args[1] if len(args) > 1 else kwargs.get("dim", 0), len(shape))
+        return [("select", tuple(s), dim, i) for i, s in enumerate(out_shape)]
+    raise AssertionError(func)
+
+
+def _slice_args(shape, dim=0, start=None, end=None, step=1):
+    dim = _norm_dim(dim, len(shape))
+    size = shape[dim]
+    start, end, _ = slice(start, end, 1).indices(size)
+    end = max(end, start)
+    return dim, start, end, step
+
+
+def _step_strides(step, size, stride, offset):
+    kind = step[0]
+    out_shape = step[1]
+    if kind == "reshape":
+        st = view_strides(tuple(size), tuple(stride), out_shape)
+        return (st if st is not None else contiguous_strides(out_shape)), offset
+    if kind == "permute":
+        return tuple(stride[d] for d in step[2]), offset
+    if kind == "slice":
+        dim, start, _, stp = step[2:]
+        st = list(stride)
+        st[dim] = stride[dim] * stp
+        return tuple(st), offset + start * stride[dim]
+    if kind == "select":
+        dim, idx = step[2:]
+        return tuple(s for i, s in enumerate(stride) if i != dim), offset + idx * stride[dim]
+    if kind == "expand":
+        lead = len(out_shape) - len(size)
+        st = [0] * lead + [0 if (s == 1 and o != 1) else t
+                           for s, t, o in zip(size, stride, out_shape[lead:])]
+        return tuple(st), offset
+    if kind == "diagonal":
+        off, d1, d2 = step[2:]
+        rest = tuple(s for i, s in enumerate(stride) if i not in (d1, d2))
+        extra = off * stride[d2] if off >= 0 else -off * stride[d1]
+        return rest + (stride[d1] + stride[d2],), offset + extra
+    if kind == "as_strided":
+        return tuple(step[2]), step[3]
+    if kind == "unfold":
+        dim, _, stp = step[2:]
+        st = list(stride)
+        st[dim] = stride[dim] * stp
+        return tuple(st) + (stride[dim],), offset
+    raise AssertionError(kind)
+
+
+def _view(func, args, kwargs):
+    x = args[0]
+    rule_fn, multi = RULES[func]
+    meta = rule_fn(*args, **kwargs)
+    out_shape = [tuple(m[0]) for m in meta] if multi else tuple(meta[0])
+    steps = _view_steps(func, args, kwargs, out_shape)
+    size, stride, offset = tuple(x.shape), x.stride(), x.storage_offset()
+
+    def make(step):
+        st, off = _step_strides(step, size, stride, offset)
+        chain = (step,) if step[0] == "as_strided" else x._vw + (step,)
+        return new_view(x, chain, step[1], st, off)
+
+    if multi:
+        return [make(s) for s in steps]
+    return make(steps)
+
+
+VIEW_OPS = frozenset([
+    aten.view.default, aten._reshape_alias.default, aten.unsqueeze.default, aten.squeeze.default,
+    aten.squeeze.dim, aten.squeeze.dims, aten.t.default, aten.transpose.int, aten.permute.default,
+    aten.expand.default, aten.select.int, aten.slice.Tensor, aten.diagonal.default,
+    aten.as_strided.default, aten.unfold.default, aten.split.Tensor,
+    aten.split_with_sizes.default, aten.unbind.int,
+])
+
+
+def _alias(func, args, kwargs):
+    x = args[0]
+    return new_view(x, x._vw, tuple(x.shape), x.stride(), x.storage_offset())
+
+
+# ---- special ops --------------------------------------------------------------------
+
+
+def _to_copy(func, args, kwargs):
+    from .executor import to_cpu
+    x = args[0]
+    device = kwargs.get("device")
+    dtype = kwargs.get("dtype")
+    if device is not None and torch.device(device).type != x.device.type:
+        if torch.device(device).type != "cpu":
+            raise UnsupportedOperation(f"cannot copy a lazy tensor to {device}; go through .cpu()")
+        out = to_cpu(x)
+        return out.to(dtype) if dtype is not None and dtype != out.dtype else out
+    return new_base(convert(node_of(x), dtype if dtype is not None else x.dtype))
+
+
+def _copy_(func, args, kwargs):
+    from .executor import to_cpu
+    dst, src = args[0], args[1]
+    if not isinstance(dst, LazyTensor):  # lazy -> host
+        dst.copy_(to_cpu(src))
+        return dst
+    n = node_of(src) if isinstance(src, LazyTensor) else host_data_node(src)
+    if tuple(n.shape) != tuple(dst.shape):
+        n = ir.make_node(aten.expand.default, (_marker(0), tuple(dst.shape)), (), (n,),
+                         tuple(dst.shape), n.dtype)
+    if n.dtype != dst.dtype:
+        n = convert(n, dst.dtype)
+    write(dst, n)
+    return dst
+
+
+def _local_scalar_dense(func, args, kwargs):
+    from .executor import to_cpu
+    return to_cpu(args[0]).item()
+
+
+def _factory_like(func, args, kwargs):
+    """zeros_like & co.: device data made on the host (no compile, stable graph keys)."""
+    from .executor import host_constant
+    x = args[0]
+    dtype = kwargs.get("dtype") or x.dtype
+    name = func._schema.name.split("::")[-1]
+    if name in ("new_zeros", "new_ones", "new_empty", "new_full", "new_empty_strided"):
+        shape = tuple(args[1])
+    else:
+        shape = tuple(x.shape)
+    if name in ("zeros_like", "new_zeros", "empty_like", "new_empty", "new_empty_strided"):
+        fill = 0
+    elif name in ("ones_like", "new_ones"):
+        fill = 1
+    else:  # full_like(self, fill_value), new_full(self, size, fill_value)
+        fill = args[2] if name == "new_full" else args[1]
+    return host_constant(shape, dtype, fill)
+
+
+def _unsupported(func, args, kwargs):
+    raise UnsupportedOperation(f"{func} is not supported on lazy tensors (their storage cannot "
+                               "be resized or swapped); clone() into a new tensor instead")
+
+
+def _resize(func, args, kwargs):
+    x, size = args[0], tuple(args[1])
+    if size == tuple(x.shape):
+        return x
+    return _unsupported(func, args, kwargs)
+
+
+def _random_(func, args, kwargs):
+    """In-place random fills (normal_, uniform_, bernoulli_, random_, exponential_)."""
+    x = args[0]
+    n = record(func, args, kwargs, extra_inputs=(("_rng", random.next_leaf()),))
+    write(x, n)
+    return x
+
+
+def _random_functional(func, args, kwargs):
+    return _wrap(func, record(func, args, kwargs, extra_inputs=(("_rng", random.next_leaf()),)))
+
+
+SPECIAL = {
+    aten._to_copy.default: _to_copy,
+    aten.copy_.default: _copy_,
+    aten._local_scalar_dense.default: _local_scalar_dense,
+    aten.detach.default: _alias,
+    aten.alias.default: _alias,
+    aten.lift_fresh.default: _alias,
+    aten.set_.source_Tensor: _unsupported,
+    aten.set_.source_Storage: _unsupported,
+    aten.set_.source_Storage_storage_offset: _unsupported,
+    aten.resize_.default: _resize,
+    aten.resize_as_.default: _unsupported,
+}
+for _name in ("zeros_like", "ones_like", "empty_like", "full_like", "new_zeros", "new_ones",
+              "new_empty", "new_full", "new_empty_strided"):
+    SPECIAL[getattr(aten, _name).default] = _factory_like
+for _op in (aten.normal_.default, aten.uniform_.default, aten.bernoulli_.float,
+            aten.bernoulli_.Tensor, aten.random_.default, getattr(aten.random_, "from"),
+            aten.random_.to,
+            aten.exponential_.default):
+    SPECIAL[_op] = _random_
+for _op in (aten.native_dropout.default, aten.bernoulli.default, aten.bernoulli.p):
+    SPECIAL[_op] = _random_functional
+
+
+# ---- fallback -----------------------------------------------------------------------
+
+
+def _no_lowering(func, args, kwargs):
+    raise NoLowering(func, "no lowering and no decomposition")
+
+
+def _decompose(func, args, kwargs):
+    METRICS.decomposed_ops[str(func)] += 1
+    return _DECOMP[func](*args, **kwargs)
+
+
+def _lazy_leaves(obj, out):
+    if isinstance(obj, LazyTensor):
+        out.append(obj)
+    elif isinstance(obj, (list, tuple)):
+        for o in obj:
+            _lazy_leaves(o, out)
+    elif isinstance(obj, dict):
+        for o in obj.values():
+            _lazy_leaves(o, out)
+    return out
+
+
+def fallback(func, args, kwargs, reason: str = ""):
+    """Run ``func`` eagerly in torch on materialized inputs; results re-enter as data."""
+    from .executor import sync, to_cpu, data_tensor, data_node_from_cpu
+    lazies = _lazy_leaves((args, kwargs), [])
+    METRICS.fallback_ops[str(func)] += 1
+    if any(t._st.node.op is not ir.DATA for t in lazies):
+        sync("fallback")
+    cpu_of: dict[int, torch.Tensor] = {}
+
+    def to_host(a):
+        if isinstance(a, LazyTensor):
+            if id(a) not in cpu_of:
+                cpu_of[id(a)] = to_cpu(a)
+            return cpu_of[id(a)]
+        if isinstance(a, (list, tuple)):
+            return type(a)(to_host(x) for x in a)
+        if isinstance(a, torch.device) and a.type == "lazy_jax":
+            return torch.device("cpu")
+        return a
+
+    hargs = to_host(args)
+    hkw = {k: to_host(v) for k, v in kwargs.items()}
+    out = func(*hargs, **hkw)
+    # Write back what the op mutated.
+    back = {}
+    pos, names = _mutated_args(func)
+    targets = [args[i] for i in pos if i < len(args)] + [kwargs[n] for n in names if n in kwargs]
+    flat = _lazy_leaves(targets, [])
+    for t in flat:
+        h = cpu_of[id(t)]
+        write(t, data_node_from_cpu(h))
+        back[id(h)] = t
+
+    def to_lazy(o):
+        if isinstance(o, torch.Tensor):
+            if id(o) in back:
+                return back[id(o)]
+            return data_tensor(o)
+        if isinstance(o, (list, tuple)):
+            return type(o)(to_lazy(x) for x in o)
+        return o
+
+    return to_lazy(out)
+
+
+# ---- the boundary -------------------------------------------------------------------
+
+_HANDLERS: dict = {}
+
+
+def _resolve(func):
+    if func in config.force_fallback:
+        return _no_lowering
+    if func in SPECIAL:
+        return SPECIAL[func]
+    if foreach.is_foreach(func):
+        return foreach.foreach_handler
+    if func in VIEW_OPS:
+        return _view
+    pos, names = _mutated_args(func)
+    if pos or names:
+        functional = functional_of(func)
+        if functional is not None and functional not in config.force_fallback and (
+                (functional in RULES and functional in LOWERINGS) or functional in _DECOMP):
+            return lambda f, a, k, functional=functional: _mutating(f, functional, a, k)
+        if names and not pos:
+            return _out_only
+        return _no_lowering
+    if func in RULES and func in LOWERINGS:
+        return _functional
+    if func in _DECOMP:
+        return _decompose
+    return _no_lowering
+
+
+def _out_only(func, args, kwargs):
+    """An out= op with no functional form (arange.start_out & co.): when its only lazy
+    arguments are outputs, compute it on the host; it is a constant of the graph."""
+    from .executor import data_node_from_cpu
+    _, names = _mutated_args(func)
+    ins = _lazy_leaves(([a for a in args], {k: v for k, v in kwargs.items() if k not in names}),
+                       [])
+    if ins:
+        raise NoLowering(func, "out= variant with lazy inputs")
+    outs = [kwargs[n] for n in names]
+    hkw = dict(kwargs)
+    for n in names:
+        o = kwargs[n]
+        hkw[n] = torch.empty(tuple(o.shape), dtype=o.dtype)
+    res = func(*args, **hkw)
+    METRICS.host_ops += 1
+    for n, o in zip(names, outs):
+        h = hkw[n]
+        if tuple(h.shape) != tuple(o.shape):
+            raise UnsupportedOperation(f"{func}: the out= tensor would be resized from "
+                                       f"{list(o.shape)} to {list(h.shape)}; lazy tensors cannot "
+                                       "be resized")
+        write(o, data_node_from_cpu(h))
+    if isinstance(res, torch.Tensor):
+        return outs[0]
+    return tuple(outs)
+
+
+def torch_dispatch(cls, func, types, args=(), kwargs=None):
+    METRICS.traced_ops += 1
+    handler = _HANDLERS.get(func)
+    if handler is None:
+        handler = _HANDLERS[func] = _resolve(func)
+    if kwargs is None:
+        kwargs = {}
+    try:
+        return handler(func, args, kwargs)
+    except NoLowering as e:
+        return fallback(func, args, kwargs, e.reason)
+
+
+def clear_handler_cache() -> None:
+    """Forget resolved handlers (after changing ``config.force_fallback``)."""
+    _HANDLERS.clear()
+
+
+LazyTensor.__torch_dispatch__ = classmethod(torch_dispatch)

@@ -1,0 +1,25 @@
+"""The runtime's exceptions.
+
+``NoLowering`` is internal: a rule or the handler lookup raises it when an op (or one
+variant of its arguments) has no JAX lowering. It is caught in exactly one place, the
+dispatch boundary in ``dispatch.py``, which runs the op eagerly in torch instead.
+``LazyRuntimeError`` and its subclasses reach the user: situations the runtime refuses
+to guess about (resizing a lazy tensor, writing through an expanded view, ...).
+"""
+
+
+class NoLowering(Exception):
+    """This op, with these arguments, has no lowering: fall back to eager torch."""
+
+    def __init__(self, op, reason: str = "no lowering"):
+        super().__init__(f"{op}: {reason}")
+        self.op = op
+        self.reason = reason
+
+
+class LazyRuntimeError(RuntimeError):
+    """An error raised by the lazy runtime itself (not by a torch op it emulates)."""
+
+
+class UnsupportedOperation(LazyRuntimeError):
+    """Something the lazy device cannot do and will not approximate."""

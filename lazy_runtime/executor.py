@@ -1,0 +1,316 @@
+"""Barriers: cut the recorded graph, compile it (or reuse a cached executable), run it.
+
+``sync`` gathers every live storage whose value is pending, linearizes their nodes into
+one graph, looks its structural key up in a bounded LRU cache of XLA executables
+(``jax.jit(...).lower(...).compile()``), runs it and stores the results back as device
+data. When the key is new, the reason is found by comparing it with the closest cached
+key (first difference: an input shape, a dtype, an op, an argument) and recorded.
+"""
+
+from __future__ import annotations
+
+import collections
+import time
+
+import jax
+import numpy as np
+import torch
+
+from . import dtypes, ir
+from .config import config
+from .errors import LazyRuntimeError
+from .metrics import METRICS
+from .ops.registry import LOWERINGS, LowerCtx
+from .tensor import new_base, node_of, take_pending, apply_step_numpy
+
+_x64 = jax.enable_x64
+
+
+# ---- host <-> device ----------------------------------------------------------------
+
+
+def device_put(t: torch.Tensor):
+    METRICS.transfers_to_device += 1
+    a = dtypes.tensor_to_numpy(t)
+    with _x64(True):
+        return jax.device_put(a, config.jax_device())
+
+
+def data_node_from_cpu(t: torch.Tensor) -> ir.Node:
+    return ir.leaf(ir.DATA, device_put(t), tuple(t.shape), t.dtype)
+
+
+def data_tensor(t: torch.Tensor):
+    """A new lazy tensor holding a copy of CPU tensor ``t``."""
+    return new_base(data_node_from_cpu(t))
+
+
+def host_constant(shape, dtype, fill):
+    """A lazy tensor filled with ``fill``, made on the host and copied (no compile)."""
+    npd = dtypes.to_numpy_dtype(dtype)
+    METRICS.transfers_to_device += 1
+    with _x64(True):
+        arr = jax.device_put(np.full(tuple(shape), fill, dtype=npd), config.jax_device())
+    return new_base(ir.leaf(ir.DATA, arr, tuple(shape), dtype))
+
+
+def to_cpu(t) -> torch.Tensor:
+    """The value of lazy tensor ``t`` as a new CPU tensor (a barrier if it is pending)."""
+    st = t._st
+    if st.node.op is not ir.DATA:
+        sync("read")
+    METRICS.transfers_to_host += 1
+    t0 = time.perf_counter()
+    with _x64(True):
+        a = np.asarray(st.node.value)
+    METRICS.execute_seconds += time.perf_counter() - t0  # waiting for async execution
+    for step in t._vw:
+        a = apply_step_numpy(step, a)
+    out = dtypes.numpy_to_tensor(a)
+    if tuple(out.shape) != tuple(t.shape) or out.dtype != t.dtype:
+        raise LazyRuntimeError(f"internal: read {tuple(out.shape)} {out.dtype}, expected "
+                               f"{tuple(t.shape)} {t.dtype}")
+    return out
+
+
+# ---- compile cache ------------------------------------------------------------------
+
+
+class Executable:
+    __slots__ = ("compiled", "n_ops")
+
+    def __init__(self, compiled, n_ops):
+        self.compiled = compiled
+        self.n_ops = n_ops
+
+
+_cache: "collections.OrderedDict[tuple, Executable]" = collections.OrderedDict()
+
+
+def cache_info() -> dict:
+    return {"size": len(_cache), "capacity": config.cache_size}
+
+
+def clear_cache() -> None:
+    _cache.clear()
+
+
+def _fill(t, ins):
+    tt = type(t)
+    if tt is ir.Input:
+        return ins[t.i]
+    if tt is tuple:
+        return tuple(_fill(x, ins) for x in t)
+    return t
+
+
+def _plan(nodes: list[ir.Node]) -> list:
+    index = {id(n): i for i, n in enumerate(nodes)}
+    plan = []
+    counts = {ir.DATA: 0, ir.SCALAR: 0, ir.RNG: 0}
+    for n in nodes:
+        if n.op in ir.LEAVES:
+            plan.append((n.op, counts[n.op], None, None, None, None))
+            counts[n.op] += 1
+            continue
+        ins = tuple(index[id(i)] for i in n.inputs)
+        if n.op is ir.GETITEM:
+            plan.append((ir.GETITEM, n.args[0], None, None, ins, None))
+            continue
+        low = LOWERINGS[n.op]
+        ctx = LowerCtx(n.shape, n.dtype, n.aux, tuple(i.dtype for i in n.inputs))
+        plan.append((low, n.args, dict(n.kwargs), ctx, ins, n))
+    return plan
+
+
+def _make_fn(plan, outputs):
+    def fn(datas, scalars, rngs):
+        vals = []
+        for entry in plan:
+            kind = entry[0]
+            if kind is ir.DATA:
+                vals.append(datas[entry[1]])
+            elif kind is ir.SCALAR:
+                vals.append(scalars[entry[1]])
+            elif kind is ir.RNG:
+                vals.append(rngs[entry[1]])
+            elif kind is ir.GETITEM:
+                vals.append(vals[entry[4][0]][entry[1]])
+            else:
+                low, targs, tkw, ctx, ins, node = entry
+                ivals = [vals[i] for i in ins]
+                args = _fill(targs, ivals)
+                kw = {k: _fill(v, ivals) for k, v in tkw.items()}
+                try:
+                    r = low.fn(ctx, *args, **kw) if low.ctx else low.fn(*args, **kw)
+                except Exception as e:
+                    raise LazyRuntimeError(f"lowering of {node.op} failed: {e}") from e
+                vals.append(_check(node, r))
+        return tuple(vals[o] for o in outputs)
+    return fn
+
+
+def _check(node: ir.Node, r):
+    """Enforce the node's type on a lowering's result (a lowering bug fails here, loudly)."""
+    if isinstance(node.dtype, tuple):
+        r = tuple(None if d is None else _check1(node.op, x, s, d)
+                  for x, s, d in zip(r, node.shape, node.dtype))
+        return r
+    return _check1(node.op, r, node.shape, node.dtype)
+
+
+def _check1(op, x, shape, dtype):
+    want = dtypes.to_numpy_dtype(dtype)
+    if x.dtype != want:
+        x = x.astype(want)
+    if tuple(x.shape) != tuple(shape):
+        raise LazyRuntimeError(f"lowering of {op} gave shape {tuple(x.shape)}, rule says "
+                               f"{tuple(shape)}")
+    return x
+
+
+def _compile(g: ir.Graph) -> Executable:
+    plan = _plan(g.nodes)
+    fn = _make_fn(plan, g.outputs)
+    data_avals = [jax.ShapeDtypeStruct(d.shape, d.dtype) for d in g.data]
+    scal = jax.ShapeDtypeStruct((len(g.scalars),), np.float64)
+    rng = jax.ShapeDtypeStruct((len(g.rngs), 2), np.int64)
+    t0 = time.perf_counter()
+    with _x64(True):
+        compiled = jax.jit(fn).lower(data_avals, scal, rng).compile()
+    METRICS.compile_seconds += time.perf_counter() - t0
+    METRICS.compiles += 1
+    n_ops = sum(1 for n in g.nodes if n.op not in ir.LEAVES)
+    return Executable(compiled, n_ops)
+
+
+def _lookup(g: ir.Graph) -> Executable:
+    exe = _cache.get(g.key)
+    if exe is not None:
+        _cache.move_to_end(g.key)
+        METRICS.cache_hits += 1
+        return exe
+    reason = explain_miss(g.key, list(_cache.keys()))
+    if len(METRICS.recompile_reasons) >= config.max_reasons:
+        del METRICS.recompile_reasons[0]
+    METRICS.recompile_reasons.append(reason)
+    exe = _compile(g)
+    _cache[g.key] = exe
+    while len(_cache) > max(config.cache_size, 1):
+        _cache.popitem(last=False)
+        METRICS.cache_evictions += 1
+    return exe
+
+
+# ---- barriers -----------------------------------------------------------------------
+
+
+def sync(reason: str = "mark_step") -> None:
+    """Compute every pending live tensor (one graph), store the results as device data."""
+    storages = take_pending()
+    METRICS.syncs += 1
+    METRICS.sync_reasons[reason] += 1
+    if not storages:
+        return
+    outs: list[ir.Node] = []
+    where: dict[int, int] = {}
+    for st in storages:
+        n = st.node
+        if id(n) not in where:
+            where[id(n)] = len(outs)
+            outs.append(n)
+    g = ir.linearize(outs)
+    exe = _lookup(g)
+    t0 = time.perf_counter()
+    with _x64(True):
+        results = exe.compiled(g.data, np.asarray(g.scalars, dtype=np.float64),
+                               np.asarray(g.rngs, dtype=np.int64).reshape(-1, 2))
+    METRICS.execute_seconds += time.perf_counter() - t0
+    METRICS.graphs_executed += 1
+    METRICS.graph_sizes.append(exe.n_ops)
+    del METRICS.graph_sizes[:-100]
+    for st in storages:
+        n = st.node
+        st.node = ir.leaf(ir.DATA, results[where[id(n)]], n.shape, n.dtype)
+        st.version += 1
+
+
+def mark_step() -> None:
+    """The step barrier: compile (or reuse) and run everything recorded so far."""
+    sync("mark_step")
+
+
+# ---- why a graph was new ------------------------------------------------------------
+
+
+def _describe(entry) -> str:
+    sig = entry[0] if isinstance(entry, tuple) and entry and isinstance(entry[0], tuple) else entry
+    if not isinstance(sig, tuple) or not sig:
+        return repr(sig)
+    if sig[0] is ir.DATA:
+        return f"input {_shape(sig[1])} {_dt(sig[2])}"
+    if sig[0] in (ir.SCALAR, ir.RNG):
+        return f"{sig[0]} input"
+    op = sig[0]
+    return f"{op}"
+
+
+def _shape(s):
+    return "(" + ", ".join(str(d) for d in s) + ")" if isinstance(s, tuple) else str(s)
+
+
+def _dt(d):
+    return str(d).replace("torch.", "")
+
+
+def _sig(entry):
+    return entry[0] if isinstance(entry, tuple) and entry and isinstance(entry[0], tuple) else entry
+
+
+def explain_miss(key, cached_keys) -> str:
+    """A short sentence: what differs between ``key`` and the closest cached key."""
+    if not cached_keys:
+        return "first graph (cache empty)"
+    entries, outs = key
+    best, best_len = None, -1
+    for ck in cached_keys[-32:]:
+        ce = ck[0]
+        n = 0
+        for a, b in zip(entries, ce):
+            if a != b:
+                break
+            n += 1
+        if n > best_len:
+            best, best_len = ck, n
+    ce, couts = best
+    i = best_len
+    if i == len(entries) and i == len(ce):
+        return f"same ops, different outputs ({len(outs)} live results vs {len(couts)})"
+    if i >= len(ce):
+        return f"graph grew: new {_describe(entries[i])} after {i} matching nodes"
+    if i >= len(entries):
+        return f"graph shrank: {len(entries)} nodes vs {len(ce)} cached"
+    a, b = _sig(entries[i]), _sig(ce[i])
+    if isinstance(a, tuple) and isinstance(b, tuple) and a and b:
+        if a[0] is ir.DATA and b[0] is ir.DATA:
+            if a[1] != b[1]:
+                return f"input shape {_shape(b[1])} -> {_shape(a[1])} ({_dt(a[2])})"
+            return f"input dtype {_dt(b[2])} -> {_dt(a[2])} (shape {_shape(a[1])})"
+        if a[0] != b[0]:
+            return f"op {_describe(b)} -> {_describe(a)} at node {i}"
+        # same op: args, kwargs, shape, dtype, aux
+        names = ("op", "arguments", "keyword arguments", "output shape", "output dtype", "aux")
+        for j, (x, y) in enumerate(zip(a, b)):
+            if x != y:
+                what = names[j] if j < len(names) else "signature"
+                if j == 3:
+                    return f"{a[0]}: output shape {_shape(y)} -> {_shape(x)}"
+                if j == 4:
+                    return f"{a[0]}: dtype {_dt(y)} -> {_dt(x)}"
+                return f"{a[0]}: {what} {_short(y)} -> {_short(x)}"
+    return f"node {i}: inputs wired differently ({_describe(entries[i])})"
+
+
+def _short(v) -> str:
+    s = repr(v)
+    return s if len(s) <= 60 else s[:57] + "..."

@@ -1,0 +1,154 @@
+"""The IR: immutable, hash-consed nodes.
+
+A ``Node`` is (op, args, kwargs, inputs) plus its output type (shape, dtype, aux).
+``args``/``kwargs`` are the op's arguments with every input replaced by an ``Input(i)``
+marker, so they are hashable constants. Nodes are interned: building the same node twice
+returns the same object, so identity is structural equality and a graph is a DAG.
+
+Leaves are never interned: ``DATA`` holds a device array, ``SCALAR`` a Python number that
+enters the graph as a runtime input (so changing it does not recompile), ``RNG`` a random
+stream position. The structural key of a graph (``linearize``) is the compile-cache key.
+"""
+
+from __future__ import annotations
+
+import weakref
+
+DATA = "data"
+SCALAR = "scalar"
+RNG = "rng"
+GETITEM = "getitem"
+LEAVES = (DATA, SCALAR, RNG)
+
+
+class Input:
+    """Marker for the i-th input of a node inside its args template."""
+
+    __slots__ = ("i",)
+
+    def __init__(self, i: int):
+        self.i = i
+
+    def __repr__(self):
+        return f"%{self.i}"
+
+    def __reduce__(self):
+        return (input_marker, (self.i,))
+
+
+_MARKERS = [Input(i) for i in range(256)]
+
+
+def input_marker(i: int) -> Input:
+    return _MARKERS[i] if i < 256 else Input(i)
+
+
+class Node:
+    """One value of the graph. ``shape``/``dtype`` are tuples of them for multi-output ops."""
+
+    __slots__ = ("op", "args", "kwargs", "inputs", "shape", "dtype", "aux", "value", "sig",
+                 "__weakref__")
+
+    def __repr__(self):
+        if self.op in LEAVES:
+            return f"<{self.op} {tuple(self.shape) if self.shape is not None else ''} {self.dtype}>"
+        return f"<{self.op} {self.args} {self.kwargs} -> {self.shape} {self.dtype}>"
+
+    @property
+    def is_leaf(self) -> bool:
+        return self.op in LEAVES
+
+    @property
+    def pending(self) -> bool:
+        return self.op is not DATA
+
+
+_interned: "weakref.WeakValueDictionary" = weakref.WeakValueDictionary()
+
+
+def make_node(op, args: tuple, kwargs: tuple, inputs: tuple, shape, dtype, aux=None) -> Node:
+    sig = (op, args, kwargs, shape, dtype, aux)
+    key = (sig, inputs)
+    n = _interned.get(key)
+    if n is not None:
+        return n
+    n = Node()
+    n.op = op
+    n.args = args
+    n.kwargs = kwargs
+    n.inputs = inputs
+    n.shape = shape
+    n.dtype = dtype
+    n.aux = aux
+    n.value = None
+    n.sig = sig
+    _interned[key] = n
+    return n
+
+
+def getitem(node: Node, i: int) -> Node:
+    return make_node(GETITEM, (i,), (), (node,), node.shape[i], node.dtype[i])
+
+
+def leaf(kind: str, value, shape, dtype) -> Node:
+    n = Node()
+    n.op = kind
+    n.args = ()
+    n.kwargs = ()
+    n.inputs = ()
+    n.shape = shape
+    n.dtype = dtype
+    n.aux = None
+    n.value = value
+    n.sig = (kind, shape, dtype) if kind is DATA else (kind,)
+    return n
+
+
+class Graph:
+    """A linearized graph: ``nodes`` in topological order, ``key`` structural.
+
+    ``key`` is a tuple with one entry per node: its signature and the positions of its
+    inputs. Leaves contribute only their kind (and shape/dtype for data), never values.
+    """
+
+    __slots__ = ("nodes", "key", "outputs", "data", "scalars", "rngs")
+
+
+def linearize(outputs: list[Node]) -> Graph:
+    index: dict[int, int] = {}
+    nodes: list[Node] = []
+    entries: list = []
+    data, scalars, rngs = [], [], []
+    stack = [(o, False) for o in reversed(outputs)]
+    while stack:
+        n, expanded = stack.pop()
+        nid = id(n)
+        if nid in index:
+            continue
+        if expanded or not n.inputs:
+            index[nid] = len(nodes)
+            nodes.append(n)
+            if n.inputs:
+                entries.append((n.sig, tuple(index[id(i)] for i in n.inputs)))
+            else:
+                entries.append(n.sig)
+                op = n.op
+                if op is DATA:
+                    data.append(n.value)
+                elif op is SCALAR:
+                    scalars.append(n.value)
+                elif op is RNG:
+                    rngs.append(n.value)
+            continue
+        stack.append((n, True))
+        for i in reversed(n.inputs):
+            if id(i) not in index:
+                stack.append((i, False))
+    g = Graph()
+    g.nodes = nodes
+    g.outputs = tuple(index[id(o)] for o in outputs)
+    g.key = (tuple(entries), g.outputs)
+    g.data = data
+    g.scalars = scalars
+    g.rngs = rngs
+    return g

@@ -1,0 +1,70 @@
+"""Counters of what the runtime did: compiles, cache hits, graphs executed, fallbacks."""
+
+from __future__ import annotations
+
+import collections
+
+_COUNTS = ("compiles", "cache_hits", "graphs_executed", "traced_ops", "syncs",
+           "cache_evictions", "transfers_to_device", "transfers_to_host", "host_ops")
+_TIMES = ("compile_seconds", "execute_seconds")
+
+
+class Metrics:
+    def __init__(self):
+        self.reset()
+
+    def reset(self):
+        for k in _COUNTS:
+            setattr(self, k, 0)
+        for k in _TIMES:
+            setattr(self, k, 0.0)
+        self.fallback_ops = collections.Counter()
+        self.decomposed_ops = collections.Counter()
+        self.sync_reasons = collections.Counter()
+        self.recompile_reasons: list[str] = []
+        self.graph_sizes: list[int] = []  # op nodes of each executed graph, newest last (bounded)
+
+    def as_dict(self) -> dict:
+        d = {k: getattr(self, k) for k in _COUNTS + _TIMES}
+        d["fallback_ops"] = dict(self.fallback_ops)
+        d["decomposed_ops"] = dict(self.decomposed_ops)
+        d["sync_reasons"] = dict(self.sync_reasons)
+        d["recompile_reasons"] = list(self.recompile_reasons)
+        d["last_graph_ops"] = self.graph_sizes[-1] if self.graph_sizes else 0
+        return d
+
+
+METRICS = Metrics()
+
+
+def metrics() -> dict:
+    """A snapshot of the counters (a plain dict; mutating it changes nothing)."""
+    return METRICS.as_dict()
+
+
+def reset_metrics() -> None:
+    METRICS.reset()
+
+
+def metrics_report() -> str:
+    m = METRICS.as_dict()
+    lines = ["lazy_runtime metrics",
+             f"  graphs executed : {m['graphs_executed']}  (ops in last graph: {m['last_graph_ops']})",
+             f"  compiles        : {m['compiles']}  ({m['compile_seconds']:.3f} s)",
+             f"  cache hits      : {m['cache_hits']}  (evictions: {m['cache_evictions']})",
+             f"  execute time    : {m['execute_seconds']:.3f} s",
+             f"  traced ops      : {m['traced_ops']}",
+             f"  syncs           : {m['syncs']}  " + _fmt_counter(m["sync_reasons"]),
+             f"  transfers       : {m['transfers_to_device']} to device, "
+             f"{m['transfers_to_host']} to host, {m['host_ops']} host-computed constants",
+             "  fallback ops    : " + (_fmt_counter(m["fallback_ops"]) or "none"),
+             "  decomposed ops  : " + (_fmt_counter(m["decomposed_ops"]) or "none")]
+    reasons = m["recompile_reasons"]
+    lines.append(f"  compile reasons : {len(reasons)} recorded")
+    for r in reasons[-10:]:
+        lines.append(f"    - {r}")
+    return "\n".join(lines)
+
+
+def _fmt_counter(c: dict) -> str:
+    return ", ".join(f"{k}={v}" for k, v in sorted(c.items(), key=lambda kv: -kv[1]))

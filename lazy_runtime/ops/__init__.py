@@ -1,0 +1,4 @@
+"""Rules and lowerings, one module per family of ops; importing registers them all."""
+
+from . import elementwise, reduction, layout, linalg, nn, random_ops, foreach  # noqa: F401
+from .registry import LOWERINGS, RULES, has_lowering  # noqa: F401

@@ -1,0 +1,68 @@
+"""Helpers shared by the rule and lowering modules."""
+
+from __future__ import annotations
+
+import jax
+import jax.numpy as jnp
+import torch
+
+from shapeinfer import shape_fns as sf
+
+from .. import dtypes as D
+
+HIGHEST = jax.lax.Precision.HIGHEST
+
+
+def jdt(dtype: torch.dtype):
+    """The numpy/JAX dtype of a torch dtype."""
+    return D.TORCH_TO_NUMPY[dtype]
+
+
+def is_array(x) -> bool:
+    return isinstance(x, (jax.Array, jax.core.Tracer))
+
+
+def cast(x, dtype):
+    return x.astype(dtype) if is_array(x) and x.dtype != dtype else x
+
+
+def bshape(*xs) -> tuple:
+    """The broadcast shape of the tensors among ``xs`` (other values are ignored)."""
+    shape = None
+    for x in xs:
+        if isinstance(x, torch.Tensor):
+            s = x.shape
+            if shape is None:
+                shape = s
+            elif s != shape:
+                shape = sf.broadcast_shapes(tuple(shape), tuple(s))
+    return () if shape is None else tuple(shape)
+
+
+def norm_dim(d: int, ndim: int) -> int:
+    return sf.normalize_dim(d, ndim)
+
+
+def norm_dims(dims, ndim: int) -> tuple:
+    if dims is None:
+        return tuple(range(ndim))
+    if isinstance(dims, int):
+        dims = (dims,)
+    if len(dims) == 0:
+        return tuple(range(ndim))
+    return tuple(sorted(sf.normalize_dim(d, max(ndim, 1)) for d in dims)) if ndim else ()
+
+
+def opmath(dtype: torch.dtype) -> torch.dtype:
+    """The dtype torch computes in for ``dtype`` (float32 for the half types)."""
+    return torch.float32 if dtype in (torch.float16, torch.bfloat16) else dtype
+
+
+def vjp(f, primals, cotangent):
+    """Gradients of ``f`` at ``primals`` for ``cotangent`` (backward ops as JAX vjps)."""
+    _, pull = jax.vjp(f, *primals)
+    return pull(cotangent)
+
+
+__all__ = ["jnp", "jax", "sf", "D", "HIGHEST", "jdt", "is_array", "cast", "bshape", "norm_dim",
+           "norm_dims", "opmath", "vjp"]

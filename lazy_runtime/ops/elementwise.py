@@ -1,0 +1,323 @@
+"""Elementwise ops: broadcasting shape rule, torch's type promotion, one JAX function each.
+
+``elementwise(ops, fn, kind, operands)`` registers, for every spelling in ``ops``, a rule
+(broadcast shape of the tensor arguments; compute and result dtypes by promotion ``kind``
+over the ``operands`` positions) and a lowering that casts every JAX argument to the
+compute dtype, applies ``fn`` and casts to the result dtype. Float scalars are runtime
+inputs (``dynamic_scalars``) unless named in ``static``.
+"""
+
+from __future__ import annotations
+
+import jax
+import jax.numpy as jnp
+import torch
+from jax import lax
+
+from .. import dtypes as D
+from .common import bshape, cast, is_array, jdt, vjp
+from .registry import lowering, rule
+
+aten = torch.ops.aten
+
+
+def elementwise(*ops, fn, kind=D.DEFAULT, operands=None, keep=(), static=()):
+    def elementwise_rule(*args, **kwargs):
+        shape = bshape(*args)
+        ins = args if operands is None else [args[i] for i in operands if i < len(args)]
+        compute, result = D.elementwise_dtypes(kind, *ins)
+        return shape, result, compute
+
+    def lower_elementwise(ctx, *args, **kwargs):
+        cd = jdt(ctx.aux)
+        args = [a if i in keep else cast(a, cd) for i, a in enumerate(args)]
+        kwargs = {k: cast(v, cd) for k, v in kwargs.items()}
+        r = fn(*args, **kwargs)
+        if tuple(r.shape) != tuple(ctx.shape):
+            r = jnp.broadcast_to(r, ctx.shape)
+        return r.astype(jdt(ctx.dtype))
+
+    rule(*ops, dynamic_scalars=True, static=static)(elementwise_rule)
+    lowering(*ops, ctx=True)(lower_elementwise)
+
+
+def _int(x) -> bool:
+    return jnp.issubdtype(x.dtype, jnp.integer) or x.dtype == jnp.bool_
+
+
+def _keep_int(f):
+    """Rounding functions are the identity on integers (as in torch)."""
+    return lambda x: x if _int(x) else f(x)
+
+
+def _gelu(x, approximate="none"):
+    if approximate == "tanh":
+        return 0.5 * x * (1 + jnp.tanh(0.7978845608028654 * (x + 0.044715 * x * x * x)))
+    return 0.5 * x * (1 + lax.erf(x * 0.7071067811865476))
+
+
+def _softplus(x, beta=1, threshold=20):
+    bx = x * beta
+    return jnp.where(bx > threshold, x, jnp.log1p(jnp.exp(jnp.minimum(bx, threshold))) / beta)
+
+
+def _elu(x, alpha=1, scale=1, input_scale=1):
+    return jnp.where(x > 0, x * scale, alpha * scale * jnp.expm1(x * input_scale))
+
+
+def _mish(x):
+    return x * jnp.tanh(_softplus(x))
+
+
+# ---- unary --------------------------------------------------------------------------
+
+_UNARY = [
+    (aten.neg.default, jnp.negative, D.DEFAULT),
+    (aten.abs.default, jnp.abs, D.COMPLEX_TO_FLOAT),
+    (aten.sign.default, jnp.sign, D.DEFAULT),
+    (aten.sgn.default, jnp.sign, D.DEFAULT),
+    (aten.sqrt.default, jnp.sqrt, D.INT_TO_FLOAT),
+    (aten.rsqrt.default, lax.rsqrt, D.INT_TO_FLOAT),
+    (aten.exp.default, jnp.exp, D.INT_TO_FLOAT),
+    (aten.exp2.default, jnp.exp2, D.INT_TO_FLOAT),
+    (aten.expm1.default, jnp.expm1, D.INT_TO_FLOAT),
+    (aten.log.default, jnp.log, D.INT_TO_FLOAT),
+    (aten.log2.default, jnp.log2, D.INT_TO_FLOAT),
+    (aten.log10.default, jnp.log10, D.INT_TO_FLOAT),
+    (aten.log1p.default, jnp.log1p, D.INT_TO_FLOAT),
+    (aten.sin.default, jnp.sin, D.INT_TO_FLOAT),
+    (aten.cos.default, jnp.cos, D.INT_TO_FLOAT),
+    (aten.tan.default, jnp.tan, D.INT_TO_FLOAT),
+    (aten.asin.default, jnp.arcsin, D.INT_TO_FLOAT),
+    (aten.acos.default, jnp.arccos, D.INT_TO_FLOAT),
+    (aten.atan.default, jnp.arctan, D.INT_TO_FLOAT),
+    (aten.sinh.default, jnp.sinh, D.INT_TO_FLOAT),
+    (aten.cosh.default, jnp.cosh, D.INT_TO_FLOAT),
+    (aten.tanh.default, jnp.tanh, D.INT_TO_FLOAT),
+    (aten.asinh.default, jnp.arcsinh, D.INT_TO_FLOAT),
+    (aten.acosh.default, jnp.arccosh, D.INT_TO_FLOAT),
+    (aten.atanh.default, jnp.arctanh, D.INT_TO_FLOAT),
+    (aten.sigmoid.default, jax.nn.sigmoid, D.INT_TO_FLOAT),
+    (aten.erf.default, lax.erf, D.INT_TO_FLOAT),
+    (aten.erfc.default, lax.erfc, D.INT_TO_FLOAT),
+    (aten.erfinv.default, lax.erf_inv, D.INT_TO_FLOAT),
+    (aten.lgamma.default, lax.lgamma, D.INT_TO_FLOAT),
+    (aten.digamma.default, lax.digamma, D.INT_TO_FLOAT),
+    (aten.reciprocal.default, lambda x: 1 / x, D.INT_TO_FLOAT),
+    (aten.floor.default, _keep_int(jnp.floor), D.DEFAULT),
+    (aten.ceil.default, _keep_int(jnp.ceil), D.DEFAULT),
+    (aten.round.default, _keep_int(jnp.round), D.DEFAULT),
+    (aten.trunc.default, _keep_int(jnp.trunc), D.DEFAULT),
+    (aten.frac.default, lambda x: x - jnp.trunc(x), D.DEFAULT),
+    (aten.relu.default, lambda x: jnp.maximum(x, 0), D.DEFAULT),
+    (aten.silu.default, lambda x: x * jax.nn.sigmoid(x), D.DEFAULT),
+    (aten.mish.default, _mish, D.DEFAULT),
+    (aten.hardsigmoid.default, lambda x: jnp.clip(x / 6 + 0.5, 0, 1), D.DEFAULT),
+    (aten.hardswish.default, lambda x: x * jnp.clip(x / 6 + 0.5, 0, 1), D.DEFAULT),
+    (aten.isnan.default, jnp.isnan, D.ALWAYS_BOOL),
+    (aten.isinf.default, jnp.isinf, D.ALWAYS_BOOL),
+    (aten.isfinite.default, jnp.isfinite, D.ALWAYS_BOOL),
+    (aten.logical_not.default, jnp.logical_not, D.ALWAYS_BOOL),
+    (aten.bitwise_not.default, lambda x: jnp.logical_not(x) if x.dtype == jnp.bool_
+     else jnp.invert(x), D.DEFAULT),
+    (aten.clone.default, lambda x, memory_format=None: x, D.NO_OPMATH),
+    (aten.positive.default, lambda x: x, D.NO_OPMATH),
+]
+for _op, _fn, _kind in _UNARY:
+    elementwise(_op, fn=_fn, kind=_kind, operands=(0,))
+
+elementwise(aten.round.decimals, kind=D.DEFAULT, operands=(0,),
+            fn=lambda x, decimals=0: jnp.round(x, decimals))
+elementwise(aten.gelu.default, fn=_gelu, operands=(0,))
+elementwise(aten.hardtanh.default, fn=lambda x, lo=-1, hi=1: jnp.clip(x, lo, hi), operands=(0,))
+elementwise(aten.leaky_relu.default, operands=(0,),
+            fn=lambda x, slope=0.01: jnp.where(x > 0, x, x * slope))
+elementwise(aten.elu.default, fn=_elu, operands=(0,))
+elementwise(aten.softplus.default, fn=_softplus, operands=(0,))
+elementwise(aten.threshold.default, operands=(0,),
+            fn=lambda x, threshold, value: jnp.where(x <= threshold, value, x))
+elementwise(aten.nan_to_num.default, operands=(0,), fn=lambda x, nan=None, posinf=None,
+            neginf=None: jnp.nan_to_num(x, nan=0.0 if nan is None else nan, posinf=posinf,
+                                        neginf=neginf))
+elementwise(aten.logit.default, operands=(0,), kind=D.INT_TO_FLOAT,
+            fn=lambda x, eps=None: jnp.log((y := x if eps is None else jnp.clip(x, eps, 1 - eps))
+                                           / (1 - y)))
+
+# ---- binary -------------------------------------------------------------------------
+
+
+def _add(a, b, alpha=1):
+    return a + (b if _is_one(alpha) else b * alpha)
+
+
+def _sub(a, b, alpha=1):
+    return a - (b if _is_one(alpha) else b * alpha)
+
+
+def _is_one(v) -> bool:
+    return not is_array(v) and v == 1
+
+
+def _div_mode(a, b, rounding_mode=None):
+    if rounding_mode is None:
+        return a / b
+    if rounding_mode == "floor":
+        return jnp.floor_divide(a, b)
+    if _int(a):
+        return lax.div(a, b)  # C division truncates
+    return jnp.trunc(a / b)
+
+
+def _pow(a, b):
+    if isinstance(b, int) and not isinstance(b, bool) and b >= 0:
+        return lax.integer_pow(a, b)
+    return jnp.power(a, b)
+
+
+def _lerp(a, b, w):
+    d = b - a
+    return jnp.where(jnp.abs(w) < 0.5, a + w * d, b - d * (1 - w))
+
+
+elementwise(aten.add.Tensor, aten.add.Scalar, fn=_add, operands=(0, 1))
+elementwise(aten.sub.Tensor, aten.sub.Scalar, fn=_sub, operands=(0, 1))
+elementwise(aten.rsub.Tensor, aten.rsub.Scalar, fn=lambda a, b, alpha=1: _sub(b, a, alpha),
+            operands=(0, 1))
+elementwise(aten.mul.Tensor, aten.mul.Scalar, fn=jnp.multiply, operands=(0, 1))
+elementwise(aten.div.Tensor, aten.div.Scalar, fn=jnp.true_divide, kind=D.INT_TO_FLOAT,
+            operands=(0, 1))
+elementwise(aten.floor_divide.default, aten.floor_divide.Scalar, fn=jnp.floor_divide,
+            operands=(0, 1))
+elementwise(aten.remainder.Tensor, aten.remainder.Scalar, fn=jnp.remainder, operands=(0, 1))
+elementwise(aten.fmod.Tensor, aten.fmod.Scalar, fn=jnp.fmod, operands=(0, 1))
+elementwise(aten.pow.Tensor_Tensor, aten.pow.Scalar, fn=_pow, operands=(0, 1))
+elementwise(aten.pow.Tensor_Scalar, fn=_pow, operands=(0, 1), static=(1,))
+elementwise(aten.maximum.default, fn=jnp.maximum, operands=(0, 1))
+elementwise(aten.minimum.default, fn=jnp.minimum, operands=(0, 1))
+elementwise(aten.fmax.default, fn=jnp.fmax, operands=(0, 1))
+elementwise(aten.fmin.default, fn=jnp.fmin, operands=(0, 1))
+elementwise(aten.atan2.default, fn=jnp.arctan2, kind=D.INT_TO_FLOAT, operands=(0, 1))
+elementwise(aten.hypot.default, fn=jnp.hypot, operands=(0, 1))
+elementwise(aten.copysign.Tensor, aten.copysign.Scalar, fn=jnp.copysign, kind=D.INT_TO_FLOAT,
+            operands=(0, 1))
+elementwise(aten.logaddexp.default, fn=jnp.logaddexp, operands=(0, 1))
+elementwise(aten.xlogy.Tensor, fn=jax.scipy.special.xlogy, kind=D.INT_TO_FLOAT, operands=(0, 1))
+for _name, _fn in (("eq", jnp.equal), ("ne", jnp.not_equal), ("lt", jnp.less),
+                   ("le", jnp.less_equal), ("gt", jnp.greater), ("ge", jnp.greater_equal)):
+    _packet = getattr(aten, _name)
+    elementwise(_packet.Tensor, _packet.Scalar, fn=_fn, kind=D.ALWAYS_BOOL, operands=(0, 1))
+for _name, _fn in (("logical_and", jnp.logical_and), ("logical_or", jnp.logical_or),
+                   ("logical_xor", jnp.logical_xor)):
+    elementwise(getattr(aten, _name).default, fn=_fn, kind=D.ALWAYS_BOOL, operands=(0, 1))
+for _name, _fn in (("bitwise_and", jnp.bitwise_and), ("bitwise_or", jnp.bitwise_or),
+                   ("bitwise_xor", jnp.bitwise_xor)):
+    _packet = getattr(aten, _name)
+    elementwise(_packet.Tensor, _packet.Scalar, fn=_fn, operands=(0, 1))
+
+elementwise(aten.div.Tensor_mode, aten.div.Scalar_mode, fn=_div_mode, operands=(0, 1))
+elementwise(aten.lerp.Scalar, aten.lerp.Tensor, fn=_lerp, operands=(0, 1))
+elementwise(aten.addcmul.default, operands=(0, 1, 2),
+            fn=lambda s, a, b, value=1: s + (a * b if _is_one(value) else value * a * b))
+elementwise(aten.addcdiv.default, operands=(0, 1, 2),
+            fn=lambda s, a, b, value=1: s + (a / b if _is_one(value) else value * (a / b)))
+elementwise(aten.clamp.default, aten.clamp.Tensor, operands=(0, 1, 2),
+            fn=lambda x, lo=None, hi=None: _clamp(x, lo, hi))
+elementwise(aten.clamp_min.default, aten.clamp_min.Tensor, operands=(0, 1),
+            fn=lambda x, lo: _clamp(x, lo, None))
+elementwise(aten.clamp_max.default, aten.clamp_max.Tensor, operands=(0, 1),
+            fn=lambda x, hi: _clamp(x, None, hi))
+elementwise(aten.where.self, fn=jnp.where, operands=(1, 2), keep=(0,))
+
+
+def _clamp(x, lo, hi):
+    if lo is not None:
+        x = jnp.where(jnp.isnan(x), x, jnp.maximum(x, lo)) if not _int(x) else jnp.maximum(x, lo)
+    if hi is not None:
+        x = jnp.where(jnp.isnan(x), x, jnp.minimum(x, hi)) if not _int(x) else jnp.minimum(x, hi)
+    return x
+
+
+# masked_fill keeps self's dtype; the mask only broadcasts into self.
+@rule(aten.masked_fill.Scalar, aten.masked_fill.Tensor, dynamic_scalars=True)
+def masked_fill_rule(x, mask, value):
+    return tuple(x.shape), x.dtype
+
+
+@lowering(aten.masked_fill.Scalar, aten.masked_fill.Tensor)
+def lower_masked_fill(x, mask, value):
+    return jnp.where(mask, cast(value, x.dtype) if is_array(value) else value, x)
+
+
+# ---- backward of activations: the vjp of the forward lowering ----------------------
+
+
+def _backward_of(f):
+    def lower(grad, x, *params):
+        return vjp(lambda z: f(z, *params), (x,), grad)[0]
+    return lower
+
+
+elementwise(aten.gelu_backward.default, operands=(0, 1),
+            fn=lambda g, x, approximate="none": _backward_of(_gelu)(g, x, approximate))
+elementwise(aten.silu_backward.default, operands=(0, 1),
+            fn=_backward_of(lambda x: x * jax.nn.sigmoid(x)))
+elementwise(aten.mish_backward.default, operands=(0, 1), fn=_backward_of(_mish))
+elementwise(aten.tanh_backward.default, operands=(0, 1), fn=lambda g, y: g * (1 - y * y))
+elementwise(aten.sigmoid_backward.default, operands=(0, 1), fn=lambda g, y: g * y * (1 - y))
+elementwise(aten.threshold_backward.default, operands=(0, 1),
+            fn=lambda g, x, threshold: jnp.where(x <= threshold, 0, g))
+elementwise(aten.hardtanh_backward.default, operands=(0, 1),
+            fn=lambda g, x, lo, hi: jnp.where((x <= lo) | (x >= hi), 0, g))
+elementwise(aten.leaky_relu_backward.default, operands=(0, 1),
+            fn=lambda g, x, slope, self_is_result: jnp.where(x > 0, g, g * slope))
+elementwise(aten.elu_backward.default, operands=(0, 5),
+            fn=lambda g, alpha, scale, input_scale, is_result, x: _elu_backward(
+                g, alpha, scale, input_scale, is_result, x), keep=())
+elementwise(aten.softplus_backward.default, operands=(0, 1),
+            fn=lambda g, x, beta, threshold: _backward_of(_softplus)(g, x, beta, threshold))
+elementwise(aten.hardsigmoid_backward.default, operands=(0, 1),
+            fn=lambda g, x: jnp.where((x > -3) & (x < 3), g / 6, 0))
+elementwise(aten.hardswish_backward.default, operands=(0, 1),
+            fn=_backward_of(lambda x: x * jnp.clip(x / 6 + 0.5, 0, 1)))
+
+
+def _elu_backward(g, alpha, scale, input_scale, is_result, x):
+    if is_result:
+        return jnp.where(x <= 0, g * input_scale * (x + alpha * scale), g * scale)
+    return jnp.where(x <= 0, g * input_scale * alpha * scale * jnp.exp(x * input_scale),
+                     g * scale)
+
+
+# ---- conversion and fills -------------------------------------------------------------
+
+
+@rule(aten._to_copy.default)
+def to_copy_rule(x, dtype=None, layout=None, device=None, pin_memory=None, non_blocking=False,
+                 memory_format=None):
+    return tuple(x.shape), dtype if dtype is not None else x.dtype
+
+
+@lowering(aten._to_copy.default, ctx=True)
+def lower_to_copy(ctx, x, **kwargs):
+    return x.astype(jdt(ctx.dtype))
+
+
+@rule(aten.fill.Scalar, aten.fill.Tensor, dynamic_scalars=True)
+def fill_rule(x, value):
+    return tuple(x.shape), x.dtype
+
+
+@lowering(aten.fill.Scalar, aten.fill.Tensor, ctx=True)
+def lower_fill(ctx, x, value):
+    v = value.astype(jdt(ctx.dtype)) if is_array(value) else value
+    return jnp.full(ctx.shape, v, dtype=jdt(ctx.dtype))
+
+
+@rule(aten.zero.default)
+def zero_rule(x):
+    return tuple(x.shape), x.dtype
+
+
+@lowering(aten.zero.default, ctx=True)
+def lower_zero(ctx, x):
+    return jnp.zeros(ctx.shape, jdt(ctx.dtype))

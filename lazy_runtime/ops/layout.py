@@ -1,0 +1,437 @@
+"""Layout ops: views (as IR ops: view, permute, slice, select, expand, diagonal,
+as_strided, unfold), their scatters (how a write through a view reaches its base), and
+copying shape ops (cat, stack, repeat, pad, flip, indexing, gather/scatter, tril)."""
+
+from __future__ import annotations
+
+import numpy as np
+import jax.numpy as jnp
+import torch
+from jax import lax
+
+from .. import dtypes as D
+from ..errors import NoLowering
+from .common import cast, jdt, norm_dim, sf
+from .registry import lowering, rule
+
+aten = torch.ops.aten
+
+
+def _shape(x):
+    return tuple(x.shape)
+
+
+# ---- views ----------------------------------------------------------------------------
+
+
+@rule(aten.view.default, aten._unsafe_view.default, aten._reshape_alias.default)
+def view_rule(x, size, stride=None):
+    return sf.reshape_shape(_shape(x), tuple(size)), x.dtype
+
+
+@lowering(aten.view.default, aten._unsafe_view.default, aten._reshape_alias.default, ctx=True)
+def lower_view(ctx, x, size, stride=None):
+    return jnp.reshape(x, ctx.shape)
+
+
+@rule(aten.unsqueeze.default)
+def unsqueeze_rule(x, dim):
+    return sf.unsqueeze_shape(_shape(x), dim), x.dtype
+
+
+@rule(aten.squeeze.default, aten.squeeze.dim, aten.squeeze.dims)
+def squeeze_rule(x, dim=None):
+    if isinstance(dim, int):
+        dim = (dim,)
+    if dim is not None and x.ndim == 0:
+        return (), x.dtype
+    return sf.squeeze_shape(_shape(x), dim), x.dtype
+
+
+@rule(aten.t.default)
+def t_rule(x):
+    if x.ndim > 2:
+        raise RuntimeError(f"t() expects a tensor with <= 2 dimensions, but self is {x.ndim}D")
+    return _shape(x)[::-1], x.dtype
+
+
+@rule(aten.transpose.int)
+def transpose_rule(x, d0, d1):
+    if x.ndim == 0:
+        return (), x.dtype
+    return sf.transpose_shape(_shape(x), d0, d1), x.dtype
+
+
+@rule(aten.permute.default)
+def permute_rule(x, dims):
+    return sf.permute_shape(_shape(x), tuple(dims)), x.dtype
+
+
+@lowering(aten.permute.default)
+def lower_permute(x, dims):
+    return jnp.transpose(x, tuple(d % max(x.ndim, 1) for d in dims))
+
+
+@rule(aten.expand.default)
+def expand_rule(x, size, *, implicit=False):
+    return sf.expand_shape(_shape(x), tuple(size)), x.dtype
+
+
+@lowering(aten.expand.default, ctx=True)
+def lower_expand(ctx, x, size, *, implicit=False):
+    return jnp.broadcast_to(x, ctx.shape)
+
+
+@rule(aten.select.int)
+def select_rule(x, dim, index):
+    s = _shape(x)
+    d = norm_dim(dim, len(s))
+    if not -s[d] <= index < s[d]:
+        raise IndexError(f"select(): index {index} out of range for tensor of size {list(s)} at "
+                         f"dimension {dim}")
+    return s[:d] + s[d + 1:], x.dtype
+
+
+@lowering(aten.select.int)
+def lower_select(x, dim, index):
+    d = norm_dim(dim, x.ndim)
+    return lax.index_in_dim(x, index % x.shape[d], d, keepdims=False)
+
+
+@rule(aten.slice.Tensor)
+def slice_rule(x, dim=0, start=None, end=None, step=1):
+    s = _shape(x)
+    d = norm_dim(dim, len(s))
+    out = list(s)
+    out[d] = sf.narrow_dim(s[d], start, end, step)
+    return tuple(out), x.dtype
+
+
+def _slice_bounds(size, start, end):
+    start, end, _ = slice(start, end, 1).indices(size)
+    return start, max(start, end)
+
+
+@lowering(aten.slice.Tensor)
+def lower_slice(x, dim=0, start=None, end=None, step=1):
+    d = norm_dim(dim, x.ndim)
+    lo, hi = _slice_bounds(x.shape[d], start, end)
+    return lax.slice_in_dim(x, lo, hi, step, axis=d)
+
+
+@rule(aten.diagonal.default)
+def diagonal_rule(x, offset=0, dim1=0, dim2=1):
+    s = _shape(x)
+    d1, d2 = norm_dim(dim1, len(s)), norm_dim(dim2, len(s))
+    n = max(0, min(s[d1] + min(offset, 0), s[d2] - max(offset, 0)))
+    return tuple(v for i, v in enumerate(s) if i not in (d1, d2)) + (n,), x.dtype
+
+
+@lowering(aten.diagonal.default)
+def lower_diagonal(x, offset=0, dim1=0, dim2=1):
+    return jnp.diagonal(x, offset, norm_dim(dim1, x.ndim), norm_dim(dim2, x.ndim))
+
+
+@rule(aten.as_strided.default)
+def as_strided_rule(x, size, stride, storage_offset=None):
+    return tuple(size), x.dtype
+
+
+def _strided_index(size, stride, offset):
+    idx = np.full(tuple(size), offset, dtype=np.int64)
+    for d, (n, st) in enumerate(zip(size, stride)):
+        shape = [1] * len(size)
+        shape[d] = n
+        idx = idx + (np.arange(n, dtype=np.int64) * st).reshape(shape)
+    return idx
+
+
+@lowering(aten.as_strided.default)
+def lower_as_strided(x, size, stride, storage_offset=None):
+    idx = _strided_index(size, stride, storage_offset or 0)
+    return jnp.take(x.reshape(-1), jnp.asarray(idx), mode="clip")
+
+
+@rule(aten.unfold.default)
+def unfold_rule(x, dim, size, step):
+    s = _shape(x)
+    if not s:
+        return (size,), x.dtype
+    d = norm_dim(dim, len(s))
+    out = list(s)
+    out[d] = (s[d] - size) // step + 1
+    return tuple(out) + (size,), x.dtype
+
+
+@lowering(aten.unfold.default)
+def lower_unfold(x, dim, size, step):
+    if x.ndim == 0:
+        return x.reshape(1)
+    d = norm_dim(dim, x.ndim)
+    n = (x.shape[d] - size) // step + 1
+    idx = np.arange(n)[:, None] * step + np.arange(size)[None, :]
+    g = jnp.take(x, jnp.asarray(idx), axis=d)  # [..., n, size, ...]
+    return jnp.moveaxis(g, d + 1, -1)
+
+
+@rule(aten.split.Tensor, multi=True)
+def split_rule(x, split_size, dim=0):
+    return [(s, x.dtype) for s in sf.split_shapes(_shape(x), split_size, dim)]
+
+
+@rule(aten.split_with_sizes.default, multi=True)
+def split_with_sizes_rule(x, split_sizes, dim=0):
+    return [(s, x.dtype) for s in sf.split_shapes(_shape(x), list(split_sizes), dim)]
+
+
+@rule(aten.unbind.int, multi=True)
+def unbind_rule(x, dim=0):
+    s = _shape(x)
+    d = norm_dim(dim, len(s))
+    return [(s[:d] + s[d + 1:], x.dtype) for _ in range(s[d])]
+
+
+# ---- scatters (writes through views) ----------------------------------------------------
+
+
+@rule(aten.slice_scatter.default, aten.select_scatter.default, aten.diagonal_scatter.default,
+      aten.as_strided_scatter.default)
+def scatter_view_rule(x, src, *args, **kwargs):
+    return _shape(x), x.dtype
+
+
+@lowering(aten.slice_scatter.default)
+def lower_slice_scatter(x, src, dim=0, start=None, end=None, step=1):
+    d = norm_dim(dim, x.ndim)
+    lo, hi = _slice_bounds(x.shape[d], start, end)
+    idx = [slice(None)] * x.ndim
+    idx[d] = slice(lo, hi, step)
+    return x.at[tuple(idx)].set(src.astype(x.dtype))
+
+
+@lowering(aten.select_scatter.default)
+def lower_select_scatter(x, src, dim, index):
+    d = norm_dim(dim, x.ndim)
+    idx = [slice(None)] * x.ndim
+    idx[d] = index % x.shape[d]
+    return x.at[tuple(idx)].set(src.astype(x.dtype))
+
+
+@lowering(aten.diagonal_scatter.default)
+def lower_diagonal_scatter(x, src, offset=0, dim1=0, dim2=1):
+    d1, d2 = norm_dim(dim1, x.ndim), norm_dim(dim2, x.ndim)
+    n = src.shape[-1]
+    i = np.arange(n) + max(-offset, 0)
+    j = np.arange(n) + max(offset, 0)
+    moved = jnp.moveaxis(x, (d1, d2), (-2, -1))
+    moved = moved.at[..., i, j].set(src.astype(x.dtype))
+    return jnp.moveaxis(moved, (-2, -1), (d1, d2))
+
+
+@lowering(aten.as_strided_scatter.default)
+def lower_as_strided_scatter(x, src, size, stride, storage_offset=None):
+    idx = _strided_index(size, stride, storage_offset or 0)
+    flat = x.reshape(-1).at[jnp.asarray(idx.reshape(-1))].set(src.reshape(-1).astype(x.dtype))
+    return flat.reshape(x.shape)
+
+
+# ---- copying shape ops ------------------------------------------------------------------
+
+
+@rule(aten.cat.default)
+def cat_rule(tensors, dim=0):
+    shapes = [_shape(t) for t in tensors]
+    return sf.cat_shape(shapes, dim), D.result_type(*tensors)
+
+
+@lowering(aten.cat.default, ctx=True)
+def lower_cat(ctx, tensors, dim=0):
+    ts = [t.astype(jdt(ctx.dtype)) for t in tensors if not (t.ndim == 1 and t.shape[0] == 0)]
+    return jnp.concatenate(ts, axis=norm_dim(dim, ts[0].ndim))
+
+
+@rule(aten.stack.default)
+def stack_rule(tensors, dim=0):
+    return sf.stack_shape([_shape(t) for t in tensors], dim), D.result_type(*tensors)
+
+
+@lowering(aten.stack.default, ctx=True)
+def lower_stack(ctx, tensors, dim=0):
+    ts = [t.astype(jdt(ctx.dtype)) for t in tensors]
+    return jnp.stack(ts, axis=norm_dim(dim, ts[0].ndim + 1))
+
+
+@rule(aten.repeat.default)
+def repeat_rule(x, repeats):
+    return sf.repeat_shape(_shape(x), tuple(repeats)), x.dtype
+
+
+@lowering(aten.repeat.default)
+def lower_repeat(x, repeats):
+    repeats = tuple(repeats)
+    x = x.reshape((1,) * (len(repeats) - x.ndim) + x.shape)
+    return jnp.tile(x, repeats)
+
+
+@rule(aten.flip.default)
+def flip_rule(x, dims):
+    return _shape(x), x.dtype
+
+
+@lowering(aten.flip.default)
+def lower_flip(x, dims):
+    return jnp.flip(x, tuple(norm_dim(d, x.ndim) for d in dims))
+
+
+@rule(aten.roll.default)
+def roll_rule(x, shifts, dims=()):
+    return _shape(x), x.dtype
+
+
+@lowering(aten.roll.default)
+def lower_roll(x, shifts, dims=()):
+    if not dims:
+        return jnp.roll(x.reshape(-1), tuple(shifts)).reshape(x.shape)
+    return jnp.roll(x, tuple(shifts), tuple(norm_dim(d, x.ndim) for d in dims))
+
+
+@rule(aten.constant_pad_nd.default)
+def pad_rule(x, pad, value=0):
+    return sf.pad_shape(_shape(x), tuple(pad)), x.dtype
+
+
+@lowering(aten.constant_pad_nd.default)
+def lower_pad(x, pad, value=0):
+    cfg = [(0, 0, 0)] * x.ndim
+    for i in range(len(pad) // 2):
+        cfg[x.ndim - 1 - i] = (pad[2 * i], pad[2 * i + 1], 0)
+    return lax.pad(x, jnp.asarray(value, x.dtype), cfg)
+
+
+@rule(aten.tril.default, aten.triu.default)
+def tril_rule(x, diagonal=0):
+    return _shape(x), x.dtype
+
+
+@lowering(aten.tril.default)
+def lower_tril(x, diagonal=0):
+    return jnp.tril(x, diagonal)
+
+
+@lowering(aten.triu.default)
+def lower_triu(x, diagonal=0):
+    return jnp.triu(x, diagonal)
+
+
+# ---- indexing ---------------------------------------------------------------------------
+
+
+def _index_shape(shape, indices):
+    idx = list(indices) + [None] * (len(shape) - len(indices))
+    for i in idx:
+        if i is not None and i.dtype in (torch.bool, torch.uint8):
+            raise NoLowering(aten.index.Tensor, "boolean mask index (data-dependent shape)")
+    pos = [k for k, i in enumerate(idx) if i is not None]
+    bshape = sf.broadcast_shapes(*[_shape(idx[k]) for k in pos])
+    adjacent = pos == list(range(pos[0], pos[-1] + 1))
+    rest_before = [shape[k] for k in range(len(shape)) if idx[k] is None and k < pos[0]]
+    rest_after = [shape[k] for k in range(len(shape)) if idx[k] is None and k > pos[0]]
+    if adjacent:
+        return tuple(rest_before) + tuple(bshape) + tuple(rest_after)
+    rest = [shape[k] for k in range(len(shape)) if idx[k] is None]
+    return tuple(bshape) + tuple(rest)
+
+
+@rule(aten.index.Tensor)
+def index_rule(x, indices):
+    return _index_shape(_shape(x), indices), x.dtype
+
+
+def _jnp_index(indices, ndim):
+    return tuple(slice(None) if i is None else i for i in indices) + \
+        (slice(None),) * (ndim - len(indices))
+
+
+@lowering(aten.index.Tensor)
+def lower_index(x, indices):
+    return x[_jnp_index(indices, x.ndim)]
+
+
+@rule(aten.index_put.default)
+def index_put_rule(x, indices, values, accumulate=False):
+    for i in indices:
+        if i is not None and i.dtype in (torch.bool, torch.uint8):
+            if not (len(indices) == 1 and _shape(i) == _shape(x) and values.numel() == 1):
+                raise NoLowering(aten.index_put.default, "boolean mask index with values")
+    return _shape(x), x.dtype
+
+
+@lowering(aten.index_put.default)
+def lower_index_put(x, indices, values, accumulate=False):
+    values = values.astype(x.dtype)
+    if len(indices) == 1 and indices[0] is not None and indices[0].dtype == jnp.bool_:
+        v = values.reshape(())
+        return jnp.where(indices[0], x + v if accumulate else v, x)
+    idx = _jnp_index(indices, x.ndim)
+    return x.at[idx].add(values) if accumulate else x.at[idx].set(values)
+
+
+@rule(aten.index_select.default)
+def index_select_rule(x, dim, index):
+    s = list(_shape(x))
+    if s:
+        s[norm_dim(dim, len(s))] = index.numel()
+    return tuple(s), x.dtype
+
+
+@lowering(aten.index_select.default)
+def lower_index_select(x, dim, index):
+    if x.ndim == 0:
+        return x
+    return jnp.take(x, index.reshape(-1), axis=norm_dim(dim, x.ndim))
+
+
+@rule(aten.gather.default)
+def gather_rule(x, dim, index, *, sparse_grad=False):
+    return _shape(index), x.dtype
+
+
+def _full_index(index, dim):
+    grids = list(jnp.indices(index.shape, sparse=True))
+    grids[dim] = index
+    return tuple(grids)
+
+
+@lowering(aten.gather.default)
+def lower_gather(x, dim, index, *, sparse_grad=False):
+    if x.ndim == 0:
+        return x.reshape(index.shape)
+    return x[_full_index(index, norm_dim(dim, x.ndim))]
+
+
+@rule(aten.scatter.src, aten.scatter.value, aten.scatter_add.default, dynamic_scalars=True)
+def scatter_rule(x, dim, index, src, **kwargs):
+    if kwargs.get("reduce") is not None:
+        raise NoLowering(aten.scatter.src, "scatter with reduce=")
+    return _shape(x), x.dtype
+
+
+def _scatter(x, dim, index, src, add):
+    if x.ndim == 0:
+        return (x + src if add else src).astype(x.dtype).reshape(())
+    d = norm_dim(dim, x.ndim)
+    idx = _full_index(index, d)
+    if hasattr(src, "shape") and src.ndim:
+        src = src[tuple(slice(0, n) for n in index.shape)]
+    src = cast(src, x.dtype)
+    return x.at[idx].add(src) if add else x.at[idx].set(src)
+
+
+@lowering(aten.scatter.src, aten.scatter.value)
+def lower_scatter(x, dim, index, src):
+    return _scatter(x, dim, index, src, add=False)
+
+
+@lowering(aten.scatter_add.default)
+def lower_scatter_add(x, dim, index, src):
+    return _scatter(x, dim, index, src, add=True)

@@ -1,0 +1,617 @@
+"""Neural-network ops: convolution, pooling, normalization, softmax, losses, embedding,
+dropout and the fused LSTM cell. Backward ops are lowered as the JAX vjp of the forward
+lowering where torch's formula is not simpler; shapes come from ``shape_fns``."""
+
+from __future__ import annotations
+
+import numpy as np
+import jax
+import jax.numpy as jnp
+import torch
+from jax import lax
+
+from .. import random as lrandom
+from ..errors import NoLowering
+from .common import HIGHEST, jdt, norm_dim, opmath, sf, vjp
+from .registry import lowering, rule
+
+aten = torch.ops.aten
+
+
+def _shape(x):
+    return tuple(x.shape)
+
+
+def _f32(x):
+    """Compute half types in float32 (torch's opmath)."""
+    return x.astype(jnp.float32) if x.dtype in (jnp.float16, jnp.dtype("bfloat16")) else x
+
+
+# ---- convolution ------------------------------------------------------------------------
+
+_DN = {1: ("NCH", "OIH", "NCH"), 2: ("NCHW", "OIHW", "NCHW"), 3: ("NCDHW", "OIDHW", "NCDHW")}
+
+
+def _tup(v, n):
+    v = tuple(v) if isinstance(v, (list, tuple)) else (v,)
+    return v * n if len(v) == 1 else v
+
+
+@rule(aten.convolution.default)
+def convolution_rule(x, w, b, stride, padding, dilation, transposed, output_padding, groups):
+    return sf.conv_shape(_shape(x), _shape(w), tuple(stride), tuple(padding), tuple(dilation),
+                         groups, transposed, tuple(output_padding)), x.dtype
+
+
+def _conv(x, w, stride, padding, dilation, groups):
+    n = w.ndim - 2
+    unbatched = x.ndim == n + 1
+    if unbatched:
+        x = x[None]
+    pref = jnp.float32 if x.dtype in (jnp.float16, jnp.dtype("bfloat16")) else None
+    out = lax.conv_general_dilated(
+        x, w, window_strides=_tup(stride, n), padding=[(p, p) for p in _tup(padding, n)],
+        rhs_dilation=_tup(dilation, n), dimension_numbers=_DN[n], feature_group_count=groups,
+        precision=HIGHEST, preferred_element_type=pref)
+    return out[0] if unbatched else out
+
+
+def _conv_any(x, w, stride, padding, dilation, transposed, output_padding, groups, out_shape):
+    if not transposed:
+        return _conv(x, w, stride, padding, dilation, groups)
+    # A transposed conv is the input-gradient of the conv that maps its output to its input.
+    z = jnp.zeros(out_shape, x.dtype)
+    return vjp(lambda z_: _conv(z_, w, stride, padding, dilation, groups), (z,), x)[0]
+
+
+@lowering(aten.convolution.default, ctx=True)
+def lower_convolution(ctx, x, w, b, stride, padding, dilation, transposed, output_padding,
+                      groups):
+    out = _conv_any(x, w, stride, padding, dilation, transposed, output_padding, groups,
+                    ctx.shape)
+    if b is not None:
+        out = out + b.reshape((-1,) + (1,) * (w.ndim - 2)).astype(out.dtype)
+    return out
+
+
+@rule(aten.convolution_backward.default, multi=True)
+def convolution_backward_rule(g, x, w, bias_sizes, stride, padding, dilation, transposed,
+                              output_padding, groups, output_mask):
+    outs = [(_shape(x), x.dtype), (_shape(w), w.dtype),
+            (tuple(bias_sizes), g.dtype) if bias_sizes is not None else None]
+    return [o if m else None for o, m in zip(outs, output_mask)]
+
+
+@lowering(aten.convolution_backward.default)
+def lower_convolution_backward(g, x, w, bias_sizes, stride, padding, dilation, transposed,
+                               output_padding, groups, output_mask):
+    def f(x_, w_):
+        return _conv_any(x_, w_, stride, padding, dilation, transposed, output_padding, groups,
+                         g.shape)
+    gx, gw = vjp(f, (x, w), g.astype(x.dtype))
+    gb = None
+    if output_mask[2] and bias_sizes is not None:
+        axes = tuple(i for i in range(g.ndim) if i != (1 if g.ndim == w.ndim else 0))
+        gb = jnp.sum(_f32(g), axis=axes)
+    return (gx if output_mask[0] else None, gw if output_mask[1] else None, gb)
+
+
+# ---- pooling ------------------------------------------------------------------------------
+
+
+def _pool_geometry(x_shape, kernel, stride, padding, dilation, ceil_mode, n=2):
+    k = _tup(kernel, n)
+    s = _tup(stride if stride not in (None, [], ()) else kernel, n)
+    p, d = _tup(padding, n), _tup(dilation, n)
+    out = sf.pool_shape(tuple(x_shape), k, s, p, d, ceil_mode, n)[-n:]
+    spatial = x_shape[-n:]
+    # high padding so that exactly ``out`` windows fit (ceil_mode may need extra)
+    high = [max((o - 1) * si + di * (ki - 1) + 1 - sz - pi, 0)
+            for o, si, di, ki, sz, pi in zip(out, s, d, k, spatial, p)]
+    return k, s, p, d, out, high
+
+
+@rule(aten.max_pool2d_with_indices.default, multi=True)
+def max_pool2d_rule(x, kernel_size, stride=(), padding=0, dilation=1, ceil_mode=False):
+    s = sf.pool_shape(_shape(x), kernel_size, stride or None, padding, dilation, ceil_mode, 2)
+    return [(s, x.dtype), (s, torch.int64)]
+
+
+def _lowest(dtype):
+    return -jnp.inf if jnp.issubdtype(dtype, jnp.floating) else jnp.iinfo(dtype).min
+
+
+@lowering(aten.max_pool2d_with_indices.default)
+def lower_max_pool2d(x, kernel_size, stride=(), padding=0, dilation=1, ceil_mode=False):
+    k, s, p, d, out, high = _pool_geometry(x.shape, kernel_size, stride, padding, dilation,
+                                           ceil_mode)
+    lead = x.ndim - 2
+    H, W = x.shape[-2:]
+    idx = jnp.broadcast_to(jnp.arange(H * W, dtype=jnp.int64).reshape(H, W), x.shape)
+
+    def pick(a, b):
+        av, ai = a
+        bv, bi = b
+        take_b = (bv > av) | (jnp.isnan(bv) & ~jnp.isnan(av)) | ((bv == av) & (bi < ai))
+        return jnp.where(take_b, bv, av), jnp.where(take_b, bi, ai)
+
+    vals, inds = lax.reduce_window(
+        (x, idx), (jnp.asarray(_lowest(x.dtype), x.dtype), jnp.asarray(H * W, jnp.int64)), pick,
+        window_dimensions=(1,) * lead + k, window_strides=(1,) * lead + s,
+        padding=((0, 0),) * lead + tuple((pi, hi) for pi, hi in zip(p, high)),
+        window_dilation=(1,) * lead + d)
+    return vals, inds
+
+
+@rule(aten.max_pool2d_with_indices_backward.default)
+def max_pool2d_backward_rule(g, x, *args):
+    return _shape(x), x.dtype
+
+
+@lowering(aten.max_pool2d_with_indices_backward.default)
+def lower_max_pool2d_backward(g, x, kernel_size, stride, padding, dilation, ceil_mode, indices):
+    lead = x.shape[:-2]
+    H, W = x.shape[-2:]
+    m = int(np.prod(lead)) if lead else 1
+    gf = g.reshape(m, -1)
+    idx = indices.reshape(m, -1)
+    rows = jnp.arange(m)[:, None]
+    out = jnp.zeros((m, H * W), _f32(g).dtype).at[rows, idx].add(_f32(gf))
+    return out.reshape(x.shape)
+
+
+def _avg_pool2d(x, kernel_size, stride, padding, ceil_mode, count_include_pad, divisor_override):
+    k, s, p, d, out, high = _pool_geometry(x.shape, kernel_size, stride, padding, 1, ceil_mode)
+    lead = x.ndim - 2
+    pads = ((0, 0),) * lead + tuple((pi, hi) for pi, hi in zip(p, high))
+    win = dict(window_dimensions=(1,) * lead + k, window_strides=(1,) * lead + s, padding=pads)
+    xf = _f32(x)
+    total = lax.reduce_window(xf, jnp.asarray(0, xf.dtype), lax.add, **win)
+    if divisor_override:
+        return total / divisor_override
+    H, W = x.shape[-2:]
+    if count_include_pad:
+        # windows count the explicit padding but not the extra ceil_mode overhang
+        ones = jnp.pad(jnp.ones((H, W), xf.dtype), tuple((pi, pi) for pi in p))
+        extra = tuple((0, max(hi - pi, 0)) for pi, hi in zip(p, high))
+        cnt = lax.reduce_window(ones, jnp.asarray(0, xf.dtype), lax.add, window_dimensions=k,
+                                window_strides=s, padding=extra)
+    else:
+        ones = jnp.ones((H, W), xf.dtype)
+        cnt = lax.reduce_window(ones, jnp.asarray(0, xf.dtype), lax.add, window_dimensions=k,
+                                window_strides=s, padding=tuple(pads[-2:]))
+    return total / cnt
+
+
+@rule(aten.avg_pool2d.default)
+def avg_pool2d_rule(x, kernel_size, stride=(), padding=0, ceil_mode=False,
+                    count_include_pad=True, divisor_override=None):
+    return sf.pool_shape(_shape(x), kernel_size, stride or None, padding, 1, ceil_mode, 2), x.dtype
+
+
+@lowering(aten.avg_pool2d.default)
+def lower_avg_pool2d(x, kernel_size, stride=(), padding=0, ceil_mode=False,
+                     count_include_pad=True, divisor_override=None):
+    return _avg_pool2d(x, kernel_size, stride, padding, ceil_mode, count_include_pad,
+                       divisor_override)
+
+
+@rule(aten.avg_pool2d_backward.default)
+def avg_pool2d_backward_rule(g, x, *args):
+    return _shape(x), x.dtype
+
+
+@lowering(aten.avg_pool2d_backward.default)
+def lower_avg_pool2d_backward(g, x, kernel_size, stride, padding, ceil_mode, count_include_pad,
+                              divisor_override):
+    return vjp(lambda x_: _avg_pool2d(x_, kernel_size, stride, padding, ceil_mode,
+                                      count_include_pad, divisor_override),
+               (_f32(x),), _f32(g))[0]
+
+
+def _adaptive_avg(x, out_size):
+    H, W = x.shape[-2:]
+    oh, ow = out_size
+    xf = _f32(x)
+    if H % oh == 0 and W % ow == 0:
+        r = xf.reshape(x.shape[:-2] + (oh, H // oh, ow, W // ow))
+        return r.mean(axis=(-3, -1))
+    rows = []
+    for i in range(oh):
+        h0, h1 = (i * H) // oh, -((-(i + 1) * H) // oh)
+        cols = []
+        for j in range(ow):
+            w0, w1 = (j * W) // ow, -((-(j + 1) * W) // ow)
+            cols.append(xf[..., h0:h1, w0:w1].mean(axis=(-2, -1)))
+        rows.append(jnp.stack(cols, -1))
+    return jnp.stack(rows, -2)
+
+
+@rule(aten._adaptive_avg_pool2d.default)
+def adaptive_avg_pool2d_rule(x, output_size):
+    return sf.adaptive_pool_shape(_shape(x), tuple(output_size), 2), x.dtype
+
+
+@lowering(aten._adaptive_avg_pool2d.default)
+def lower_adaptive_avg_pool2d(x, output_size):
+    return _adaptive_avg(x, tuple(output_size))
+
+
+@rule(aten._adaptive_avg_pool2d_backward.default)
+def adaptive_avg_pool2d_backward_rule(g, x):
+    return _shape(x), x.dtype
+
+
+@lowering(aten._adaptive_avg_pool2d_backward.default)
+def lower_adaptive_avg_pool2d_backward(g, x):
+    return vjp(lambda x_: _adaptive_avg(x_, g.shape[-2:]), (_f32(x),), _f32(g))[0]
+
+
+# ---- normalization --------------------------------------------------------------------------
+
+
+def _layer_norm(x, normalized_shape, w, b, eps):
+    axes = tuple(range(x.ndim - len(normalized_shape), x.ndim))
+    xf = _f32(x)
+    mean = jnp.mean(xf, axis=axes, keepdims=True)
+    var = jnp.mean(jnp.square(xf - mean), axis=axes, keepdims=True)
+    rstd = lax.rsqrt(var + eps)
+    out = (xf - mean) * rstd
+    if w is not None:
+        out = out * _f32(w)
+    if b is not None:
+        out = out + _f32(b)
+    return out, mean, rstd
+
+
+@rule(aten.native_layer_norm.default, multi=True)
+def native_layer_norm_rule(x, normalized_shape, w, b, eps):
+    s = _shape(x)
+    k = len(normalized_shape)
+    if tuple(s[len(s) - k:]) != tuple(normalized_shape):
+        raise RuntimeError(f"Given normalized_shape={list(normalized_shape)}, expected input with "
+                           f"shape [*, {', '.join(map(str, normalized_shape))}], but got input of "
+                           f"size{list(s)}")
+    stat = s[:len(s) - k] + (1,) * k
+    return [(s, x.dtype), (stat, x.dtype), (stat, x.dtype)]
+
+
+@lowering(aten.native_layer_norm.default)
+def lower_native_layer_norm(x, normalized_shape, w, b, eps):
+    return _layer_norm(x, normalized_shape, w, b, eps)
+
+
+@rule(aten.native_layer_norm_backward.default, multi=True)
+def native_layer_norm_backward_rule(g, x, normalized_shape, mean, rstd, w, b, output_mask):
+    outs = [(_shape(x), x.dtype), (_shape(w), w.dtype) if w is not None else None,
+            (_shape(b), b.dtype) if b is not None else None]
+    return [o if m else None for o, m in zip(outs, output_mask)]
+
+
+@lowering(aten.native_layer_norm_backward.default)
+def lower_native_layer_norm_backward(g, x, normalized_shape, mean, rstd, w, b, output_mask):
+    k = len(normalized_shape)
+    axes = tuple(range(x.ndim - k, x.ndim))
+    batch_axes = tuple(range(x.ndim - k))
+    n = 1
+    for s in normalized_shape:
+        n *= s
+    gf, mean, rstd = _f32(g), _f32(mean), _f32(rstd)
+    xhat = (_f32(x) - mean) * rstd
+    gxhat = gf * _f32(w) if w is not None else gf
+    gx = rstd / n * (n * gxhat - jnp.sum(gxhat, axis=axes, keepdims=True)
+                     - xhat * jnp.sum(gxhat * xhat, axis=axes, keepdims=True))
+    gw = jnp.sum(gf * xhat, axis=batch_axes) if w is not None else None
+    gb = jnp.sum(gf, axis=batch_axes) if b is not None else None
+    return tuple(v if m else None for v, m in zip((gx, gw, gb), output_mask))
+
+
+def _batch_norm(x, w, b, rm, rv, training, eps):
+    axes = (0,) + tuple(range(2, x.ndim))
+    shape = (1, -1) + (1,) * (x.ndim - 2)
+    xf = _f32(x)
+    if training:
+        mean = jnp.mean(xf, axis=axes)
+        var = jnp.mean(jnp.square(xf - mean.reshape(shape)), axis=axes)
+    else:
+        mean, var = _f32(rm), _f32(rv)
+    invstd = lax.rsqrt(var + eps)
+    out = (xf - mean.reshape(shape)) * invstd.reshape(shape)
+    if w is not None:
+        out = out * _f32(w).reshape(shape)
+    if b is not None:
+        out = out + _f32(b).reshape(shape)
+    return out, mean, invstd, var
+
+
+@rule(aten._native_batch_norm_legit_functional.default, multi=True)
+def batch_norm_rule(x, w, b, rm, rv, training, momentum, eps):
+    c = _shape(x)[1]
+    stat = (c,) if training else (0,)
+    outs = [(_shape(x), x.dtype), (stat, x.dtype), (stat, x.dtype)]
+    outs.append((_shape(rm), rm.dtype) if rm is not None else None)
+    outs.append((_shape(rv), rv.dtype) if rv is not None else None)
+    return outs
+
+
+@lowering(aten._native_batch_norm_legit_functional.default)
+def lower_batch_norm(x, w, b, rm, rv, training, momentum, eps):
+    out, mean, invstd, var = _batch_norm(x, w, b, rm, rv, training, eps)
+    new_rm, new_rv = rm, rv
+    if training and rm is not None:
+        n = x.size // x.shape[1]
+        unbiased = var * (n / max(n - 1, 1))
+        new_rm = (1 - momentum) * rm + momentum * mean.astype(rm.dtype)
+        new_rv = (1 - momentum) * rv + momentum * unbiased.astype(rv.dtype)
+    if not training:
+        mean = jnp.zeros((0,), x.dtype)
+        invstd = jnp.zeros((0,), x.dtype)
+    return out, mean, invstd, new_rm, new_rv
+
+
+@rule(aten.native_batch_norm_backward.default, multi=True)
+def batch_norm_backward_rule(g, x, w, rm, rv, save_mean, save_invstd, train, eps, output_mask):
+    c = _shape(x)[1]
+    wdt = w.dtype if w is not None else x.dtype
+    outs = [(_shape(x), x.dtype), ((c,), wdt), ((c,), wdt)]
+    return [o if m else None for o, m in zip(outs, output_mask)]
+
+
+@lowering(aten.native_batch_norm_backward.default)
+def lower_batch_norm_backward(g, x, w, rm, rv, save_mean, save_invstd, train, eps, output_mask):
+    c = x.shape[1]
+    w_ = w if w is not None else jnp.ones((c,), x.dtype)
+
+    def f(x_, w__, b__):
+        return _batch_norm(x_, w__, b__, rm, rv, train, eps)[0]
+
+    gx, gw, gb = vjp(f, (_f32(x), _f32(w_), jnp.zeros((c,), jnp.float32)), _f32(g))
+    return tuple(v if m else None for v, m in zip((gx, gw, gb), output_mask))
+
+
+# ---- softmax ----------------------------------------------------------------------------------
+
+
+@rule(aten._softmax.default, aten._log_softmax.default)
+def softmax_rule(x, dim, half_to_float):
+    norm_dim(dim, x.ndim)
+    return _shape(x), torch.float32 if half_to_float else x.dtype
+
+
+@lowering(aten._softmax.default)
+def lower_softmax(x, dim, half_to_float):
+    return jax.nn.softmax(_f32(x), axis=norm_dim(dim, x.ndim) if x.ndim else None)
+
+
+@lowering(aten._log_softmax.default)
+def lower_log_softmax(x, dim, half_to_float):
+    return jax.nn.log_softmax(_f32(x), axis=norm_dim(dim, x.ndim) if x.ndim else None)
+
+
+@rule(aten._safe_softmax.default)
+def safe_softmax_rule(x, dim, dtype=None):
+    return _shape(x), dtype or x.dtype
+
+
+@lowering(aten._safe_softmax.default)
+def lower_safe_softmax(x, dim, dtype=None):
+    d = norm_dim(dim, x.ndim)
+    xf = _f32(x)
+    s = jax.nn.softmax(xf, axis=d)
+    dead = jnp.all(xf == -jnp.inf, axis=d, keepdims=True)
+    return jnp.where(dead, 0, s)
+
+
+@rule(aten._softmax_backward_data.default, aten._log_softmax_backward_data.default)
+def softmax_backward_rule(g, y, dim, input_dtype):
+    return _shape(g), input_dtype
+
+
+@lowering(aten._softmax_backward_data.default)
+def lower_softmax_backward(g, y, dim, input_dtype):
+    d = norm_dim(dim, g.ndim) if g.ndim else None
+    g, y = _f32(g), _f32(y)
+    return y * (g - jnp.sum(g * y, axis=d, keepdims=True))
+
+
+@lowering(aten._log_softmax_backward_data.default)
+def lower_log_softmax_backward(g, y, dim, input_dtype):
+    d = norm_dim(dim, g.ndim) if g.ndim else None
+    g, y = _f32(g), _f32(y)
+    return g - jnp.exp(y) * jnp.sum(g, axis=d, keepdims=True)
+
+
+# ---- losses -------------------------------------------------------------------------------------
+
+
+@rule(aten.nll_loss_forward.default, aten.nll_loss2d_forward.default, multi=True)
+def nll_loss_rule(x, target, weight, reduction, ignore_index):
+    out = _shape(target) if reduction == 0 else ()
+    return [(out, x.dtype), ((), x.dtype)]
+
+
+def _nll_parts(x, target, weight, ignore_index):
+    cdim = 1 if x.ndim >= 2 else 0
+    valid = target != ignore_index
+    tc = jnp.where(valid, target, 0)
+    lp = jnp.squeeze(jnp.take_along_axis(x, jnp.expand_dims(tc, cdim), axis=cdim), cdim)
+    w = weight[tc].astype(x.dtype) if weight is not None else jnp.ones(tc.shape, x.dtype)
+    w = jnp.where(valid, w, 0)
+    return cdim, tc, lp, w
+
+
+@lowering(aten.nll_loss_forward.default, aten.nll_loss2d_forward.default)
+def lower_nll_loss(x, target, weight, reduction, ignore_index):
+    _, _, lp, w = _nll_parts(x, target, weight, ignore_index)
+    loss = -lp * w
+    if reduction == 0:
+        return loss, jnp.zeros((), x.dtype)
+    total = jnp.sum(w)
+    if reduction == 1:
+        return jnp.sum(loss) / total, total
+    return jnp.sum(loss), total
+
+
+@rule(aten.nll_loss_backward.default, aten.nll_loss2d_backward.default)
+def nll_loss_backward_rule(g, x, target, weight, reduction, ignore_index, total_weight):
+    return _shape(x), x.dtype
+
+
+@lowering(aten.nll_loss_backward.default, aten.nll_loss2d_backward.default)
+def lower_nll_loss_backward(g, x, target, weight, reduction, ignore_index, total_weight):
+    cdim, tc, _, w = _nll_parts(x, target, weight, ignore_index)
+    if reduction == 1:
+        g = g / total_weight
+    scale = -w * g
+    onehot = jax.nn.one_hot(tc, x.shape[cdim], axis=cdim, dtype=x.dtype)
+    return onehot * jnp.expand_dims(scale, cdim)
+
+
+@rule(aten.mse_loss.default)
+def mse_loss_rule(x, t, reduction=1):
+    s = sf.broadcast_shapes(_shape(x), _shape(t))
+    return (s if reduction == 0 else ()), x.dtype
+
+
+def _reduce(v, reduction):
+    return v if reduction == 0 else (jnp.mean(v) if reduction == 1 else jnp.sum(v))
+
+
+@lowering(aten.mse_loss.default)
+def lower_mse_loss(x, t, reduction=1):
+    return _reduce(jnp.square(_f32(x) - _f32(t)), reduction)
+
+
+@rule(aten.mse_loss_backward.default)
+def mse_loss_backward_rule(g, x, t, reduction):
+    return _shape(x), x.dtype
+
+
+@lowering(aten.mse_loss_backward.default)
+def lower_mse_loss_backward(g, x, t, reduction):
+    d = 2 * (_f32(x) - _f32(t)) * _f32(g)
+    return d / x.size if reduction == 1 else d
+
+
+@rule(aten.binary_cross_entropy_with_logits.default)
+def bce_logits_rule(x, t, weight=None, pos_weight=None, reduction=1):
+    return (_shape(x) if reduction == 0 else ()), x.dtype
+
+
+@lowering(aten.binary_cross_entropy_with_logits.default)
+def lower_bce_logits(x, t, weight=None, pos_weight=None, reduction=1):
+    x, t = _f32(x), _f32(t)
+    softplus_neg = jnp.logaddexp(0.0, -x)  # log(1 + exp(-x))
+    if pos_weight is not None:
+        lw = (pos_weight - 1) * t + 1
+        loss = (1 - t) * x + lw * softplus_neg
+    else:
+        loss = (1 - t) * x + softplus_neg
+    if weight is not None:
+        loss = loss * weight
+    return _reduce(loss, reduction)
+
+
+# ---- embedding ----------------------------------------------------------------------------------
+
+
+@rule(aten.embedding.default)
+def embedding_rule(w, indices, padding_idx=-1, scale_grad_by_freq=False, sparse=False):
+    return _shape(indices) + _shape(w)[1:], w.dtype
+
+
+@lowering(aten.embedding.default)
+def lower_embedding(w, indices, padding_idx=-1, scale_grad_by_freq=False, sparse=False):
+    return jnp.take(w, indices, axis=0)
+
+
+@rule(aten.embedding_dense_backward.default)
+def embedding_backward_rule(g, indices, num_weights, padding_idx, scale_grad_by_freq):
+    if scale_grad_by_freq:
+        raise NoLowering(aten.embedding_dense_backward.default, "scale_grad_by_freq")
+    return (num_weights,) + _shape(g)[indices.ndim:], g.dtype
+
+
+@lowering(aten.embedding_dense_backward.default)
+def lower_embedding_backward(g, indices, num_weights, padding_idx, scale_grad_by_freq):
+    d = g.shape[indices.ndim:]
+    flat_i = indices.reshape(-1)
+    flat_g = _f32(g).reshape((-1,) + d)
+    out = jnp.zeros((num_weights,) + d, flat_g.dtype).at[flat_i].add(flat_g)
+    if padding_idx is not None and padding_idx >= 0:
+        out = out.at[padding_idx].set(0)
+    return out
+
+
+# ---- dropout and random ---------------------------------------------------------------------------
+
+
+@rule(aten.native_dropout.default, multi=True)
+def native_dropout_rule(x, p, train):
+    return [(_shape(x), x.dtype), (_shape(x), torch.bool)]
+
+
+@lowering(aten.native_dropout.default)
+def lower_native_dropout(x, p, train, _rng):
+    if train is False:
+        return x, jnp.ones(x.shape, jnp.bool_)
+    if p >= 1:
+        return jnp.zeros_like(x), jnp.zeros(x.shape, jnp.bool_)
+    keep = jax.random.bernoulli(lrandom.key_from(_rng), 1 - p, x.shape)
+    return jnp.where(keep, x / (1 - p), 0).astype(x.dtype), keep
+
+
+@rule(aten.native_dropout_backward.default)
+def native_dropout_backward_rule(g, mask, scale):
+    return _shape(g), g.dtype
+
+
+@lowering(aten.native_dropout_backward.default)
+def lower_native_dropout_backward(g, mask, scale):
+    return g * mask.astype(g.dtype) * scale
+
+
+# ---- fused LSTM cell (what nn.LSTM calls on a non-CPU device) ---------------------------------
+
+
+@rule(aten._thnn_fused_lstm_cell.default, multi=True)
+def lstm_cell_rule(ig, hg, cx, ib=None, hb=None):
+    return [(_shape(cx), cx.dtype), (_shape(cx), cx.dtype), (_shape(ig), ig.dtype)]
+
+
+@lowering(aten._thnn_fused_lstm_cell.default)
+def lower_lstm_cell(ig, hg, cx, ib=None, hb=None):
+    gates = ig + hg
+    if ib is not None:
+        gates = gates + ib
+    if hb is not None:
+        gates = gates + hb
+    i, f, g, o = jnp.split(gates, 4, axis=-1)
+    i, f, g, o = jax.nn.sigmoid(i), jax.nn.sigmoid(f), jnp.tanh(g), jax.nn.sigmoid(o)
+    cy = f * cx + i * g
+    hy = o * jnp.tanh(cy)
+    return hy, cy, jnp.concatenate([i, f, g, o], axis=-1)
+
+
+@rule(aten._thnn_fused_lstm_cell_backward_impl.default, multi=True)
+def lstm_cell_backward_rule(ghy, gcy, cx, cy, workspace, has_bias):
+    outs = [(_shape(workspace), workspace.dtype), (_shape(cx), cx.dtype)]
+    outs.append(((_shape(workspace)[-1],), workspace.dtype) if has_bias else None)
+    return outs
+
+
+@lowering(aten._thnn_fused_lstm_cell_backward_impl.default)
+def lower_lstm_cell_backward(ghy, gcy, cx, cy, workspace, has_bias):
+    i, f, g, o = jnp.split(workspace, 4, axis=-1)
+    tcy = jnp.tanh(cy)
+    ghy = jnp.zeros_like(cy) if ghy is None else ghy
+    gcx = ghy * o * (1 - tcy * tcy)
+    if gcy is not None:
+        gcx = gcx + gcy
+    go = ghy * tcy * o * (1 - o)
+    gi = gcx * g * i * (1 - i)
+    gf = gcx * cx * f * (1 - f)
+    gg = gcx * i * (1 - g * g)
+    gates = jnp.concatenate([gi, gf, gg, go], axis=-1)
+    gb = jnp.sum(gates, axis=0) if has_bias else None
+    return gates, gcx * f, gb

@@ -1,0 +1,89 @@
+"""Random ops. Each node gets an RNG leaf (``_rng``: seed and counter, runtime inputs);
+the lowering derives a JAX key from it. Values differ from torch's CPU generator; a
+user-supplied ``torch.Generator`` makes the op run eagerly instead (fallback)."""
+
+from __future__ import annotations
+
+import jax
+import jax.numpy as jnp
+import torch
+
+from ..errors import NoLowering
+from ..random import key_from
+from .common import jdt
+from .registry import lowering, rule
+
+aten = torch.ops.aten
+
+_IN_PLACE = [aten.normal_.default, aten.uniform_.default, aten.bernoulli_.float,
+             aten.bernoulli_.Tensor, aten.random_.default, getattr(aten.random_, "from"),
+             aten.random_.to, aten.exponential_.default, aten.bernoulli.default, aten.bernoulli.p]
+
+
+@rule(*_IN_PLACE)
+def random_rule(x, *args, generator=None, **kwargs):
+    if generator is not None:
+        raise NoLowering(aten.normal_.default, "explicit torch.Generator")
+    return tuple(x.shape), x.dtype
+
+
+def _float_of(x):
+    return x.dtype if jnp.issubdtype(x.dtype, jnp.floating) else jnp.float32
+
+
+@lowering(aten.normal_.default)
+def lower_normal_(x, mean=0.0, std=1.0, *, generator=None, _rng):
+    z = jax.random.normal(key_from(_rng), x.shape, _float_of(x))
+    return z * std + mean
+
+
+@lowering(aten.uniform_.default)
+def lower_uniform_(x, lo=0.0, hi=1.0, *, generator=None, _rng):
+    return jax.random.uniform(key_from(_rng), x.shape, _float_of(x), lo, hi)
+
+
+@lowering(aten.bernoulli_.float, aten.bernoulli.p)
+def lower_bernoulli_p(x, p=0.5, *, generator=None, _rng):
+    return jax.random.bernoulli(key_from(_rng), p, x.shape)
+
+
+@lowering(aten.bernoulli_.Tensor)
+def lower_bernoulli_t(x, p, *, generator=None, _rng):
+    return jax.random.bernoulli(key_from(_rng), jnp.broadcast_to(p, x.shape))
+
+
+@lowering(aten.bernoulli.default)
+def lower_bernoulli(x, *, generator=None, _rng):
+    return jax.random.bernoulli(key_from(_rng), x)
+
+
+def _int_range(x, lo, hi, rng):
+    if hi is None:
+        hi = 2 ** 53 if jnp.issubdtype(x.dtype, jnp.floating) else \
+            (2 if x.dtype == jnp.bool_ else int(jnp.iinfo(x.dtype).max) + 1)
+    dt = jnp.int64
+    return jax.random.randint(key_from(rng), x.shape, lo, hi, dtype=dt) if hi <= 2 ** 62 else \
+        jax.random.randint(key_from(rng), x.shape, lo, 2 ** 62, dtype=dt)
+
+
+@lowering(aten.random_.default)
+def lower_random_(x, *, generator=None, _rng):
+    return _int_range(x, 0, None, _rng)
+
+
+@lowering(getattr(aten.random_, "from"))
+def lower_random_from(x, lo, hi, *, generator=None, _rng):
+    return _int_range(x, lo, hi, _rng)
+
+
+@lowering(aten.random_.to)
+def lower_random_to(x, hi, *, generator=None, _rng):
+    return _int_range(x, 0, hi, _rng)
+
+
+@lowering(aten.exponential_.default)
+def lower_exponential_(x, lambd=1.0, *, generator=None, _rng):
+    return jax.random.exponential(key_from(_rng), x.shape, _float_of(x)) / lambd
+
+
+__all__ = ["jdt"]

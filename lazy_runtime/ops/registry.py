@@ -1,0 +1,77 @@
+"""The two op tables, keyed by the same ATen overloads.
+
+``RULES[op]`` gives an op's output type from its arguments (tensors are read only for
+``.shape``/``.dtype``/``.ndim``; shapes come from ``shapeinfer.shape_fns``, never from
+meta kernels). It returns ``(shape, dtype)`` or ``(shape, dtype, aux)``; an op registered
+``multi=True`` returns a list of ``(shape, dtype)``. ``aux`` is extra static information
+for the lowering (the compute dtype of an elementwise op) and is part of the graph key.
+
+``LOWERINGS[op]`` turns the op into JAX: it receives the arguments with inputs replaced by
+JAX values (tensors and dynamic scalars alike) and returns a JAX array (or a tuple).
+With ``ctx=True`` it also receives a ``LowerCtx`` first (output shape/dtype/aux).
+
+Both decorators accept several spellings of one op and refuse a second registration.
+A rule may raise ``NoLowering`` for argument variants it does not support.
+"""
+
+from __future__ import annotations
+
+from dataclasses import dataclass
+from typing import Callable
+
+import torch
+
+RULES: dict = {}
+LOWERINGS: dict = {}
+# Ops whose float Scalar arguments become runtime inputs (see ``dispatch``); the value is
+# the set of argument positions/names that stay compile-time constants.
+DYNAMIC_SCALARS: dict = {}
+
+
+@dataclass(frozen=True)
+class Lowering:
+    fn: Callable
+    ctx: bool
+
+
+class LowerCtx:
+    """What a lowering may know about its node besides the argument values."""
+
+    __slots__ = ("shape", "dtype", "aux", "in_dtypes")
+
+    def __init__(self, shape, dtype, aux, in_dtypes):
+        self.shape = shape
+        self.dtype = dtype
+        self.aux = aux
+        self.in_dtypes = in_dtypes
+
+
+def _check_new(table: dict, op, kind: str):
+    if not isinstance(op, torch._ops.OpOverload):
+        raise TypeError(f"{kind} must be registered for an OpOverload, got {op!r}")
+    if op in table:
+        raise ValueError(f"duplicate {kind} for {op}")
+
+
+def rule(*ops, multi: bool = False, dynamic_scalars: bool = False, static=()):
+    def deco(fn):
+        for op in ops:
+            _check_new(RULES, op, "rule")
+            RULES[op] = (fn, multi)
+            if dynamic_scalars:
+                DYNAMIC_SCALARS[op] = frozenset(static)
+        return fn
+    return deco
+
+
+def lowering(*ops, ctx: bool = False):
+    def deco(fn):
+        for op in ops:
+            _check_new(LOWERINGS, op, "lowering")
+            LOWERINGS[op] = Lowering(fn, ctx)
+        return fn
+    return deco
+
+
+def has_lowering(op) -> bool:
+    return op in RULES and op in LOWERINGS

@@ -1,0 +1,286 @@
+"""LazyTensor: a torch.Tensor subclass whose value is an IR node, and its storage model.
+
+Every lazy tensor reads its value from a ``Storage`` (the mutable cell shared by a base
+tensor and all its views) through a chain of view steps. In-place ops write a new node
+into the storage (scattering back through the chain for views), so aliasing behaves as
+in eager torch while every node stays immutable.
+
+View steps are tuples ``(kind, out_shape, *params)``; ``kind`` is one of ``reshape``,
+``permute``, ``slice``, ``select``, ``expand``, ``diagonal``, ``as_strided`` (relative to
+the storage, so it replaces the chain) and ``unfold``.
+"""
+
+from __future__ import annotations
+
+import itertools
+import weakref
+
+import numpy as np
+import torch
+
+from . import backend, ir  # noqa: F401  (backend first: it names the device)
+from .errors import UnsupportedOperation
+
+aten = torch.ops.aten
+DEVICE_NAME = "lazy_jax"
+DEVICE = torch.device(DEVICE_NAME, 0)  # parsed before the backend exists: plain type + index
+_mws = torch.Tensor._make_wrapper_subclass
+
+
+class Storage:
+    """The current value (an IR node with the base tensor's shape) of one lazy buffer."""
+
+    __slots__ = ("node", "version", "__weakref__")
+
+    def __init__(self, node: ir.Node):
+        self.node = node
+        self.version = 0
+        if node.op is not ir.DATA:
+            _register(self)
+
+
+# Storages whose value is pending (not yet computed), in the order they became pending.
+# The order is deterministic for a deterministic program, which keeps graph keys stable.
+_live: dict[int, weakref.ref] = {}
+_next_id = itertools.count()
+
+
+def _register(st: Storage) -> None:
+    _live[next(_next_id)] = weakref.ref(st)
+
+
+def set_node(st: Storage, node: ir.Node) -> None:
+    was_pending = st.node.op is not ir.DATA
+    st.node = node
+    st.version += 1
+    if not was_pending and node.op is not ir.DATA:
+        _register(st)
+
+
+def take_pending() -> list[Storage]:
+    """The live storages with a pending value, in registration order; clears the registry."""
+    out = []
+    seen = set()
+    for r in _live.values():
+        st = r()
+        if st is not None and st.node.op is not ir.DATA and id(st) not in seen:
+            seen.add(id(st))
+            out.append(st)
+    _live.clear()
+    return out
+
+
+def pending_count() -> int:
+    return sum(1 for r in _live.values() if (s := r()) is not None and s.node.op is not ir.DATA)
+
+
+class LazyTensor(torch.Tensor):
+    """A tensor on the lazy device. Ops on it are recorded, not run (see ``dispatch``)."""
+
+    __torch_function__ = torch._C._disabled_torch_function_impl
+
+    # __torch_dispatch__ is attached by ``dispatch`` (it needs the op tables).
+
+    def __repr__(self, *, tensor_contents=None):
+        from .executor import to_cpu
+        s = repr(to_cpu(self))
+        extra = f", device='{DEVICE}'"
+        if self.requires_grad:
+            extra += ", requires_grad=True" if self.grad_fn is None else \
+                f", grad_fn=<{type(self.grad_fn).__name__}>"
+        return s[:-1] + extra + ")" if s.endswith(")") else s + extra
+
+    def __format__(self, spec):
+        if self.dim() == 0:
+            return format(self.item(), spec)
+        return repr(self)
+
+    def __reduce_ex__(self, proto):
+        raise UnsupportedOperation("lazy tensors cannot be pickled: move them to the CPU first "
+                                   "(tensor.cpu(), model.cpu())")
+
+
+def new_base(node: ir.Node) -> LazyTensor:
+    t = _mws(LazyTensor, node.shape, dtype=node.dtype, device=DEVICE)
+    t._st = Storage(node)
+    t._vw = ()
+    t._vc = None
+    return t
+
+
+def new_view(src: LazyTensor, chain: tuple, shape, strides, offset) -> LazyTensor:
+    t = _mws(LazyTensor, shape, dtype=src.dtype, device=DEVICE, strides=strides,
+             storage_offset=offset)
+    t._st = src._st
+    t._vw = chain
+    t._vc = None
+    return t
+
+
+def node_of(t: LazyTensor) -> ir.Node:
+    vw = t._vw
+    st = t._st
+    if not vw:
+        return st.node
+    c = t._vc
+    if c is not None and c[0] == st.version:
+        return c[1]
+    n = st.node
+    for step in vw:
+        n = apply_step(step, n)
+    t._vc = (st.version, n)
+    return n
+
+
+def write(t: LazyTensor, new: ir.Node) -> None:
+    """Store ``new`` (t's shape and dtype) as t's value, updating its base if t is a view."""
+    st = t._st
+    vw = t._vw
+    if not vw:
+        set_node(st, new)
+        return
+    vals = [st.node]
+    for step in vw[:-1]:
+        vals.append(apply_step(step, vals[-1]))
+    value = new
+    for step, base in zip(reversed(vw), reversed(vals)):
+        value = scatter_step(step, base, value)
+    set_node(st, value)
+    t._vc = (st.version, new)
+
+
+# ---- view steps ---------------------------------------------------------------------
+
+_IN0 = ir.input_marker(0)
+_IN1 = ir.input_marker(1)
+
+
+def apply_step(step: tuple, n: ir.Node) -> ir.Node:
+    kind, shape = step[0], step[1]
+    if kind == "reshape":
+        return ir.make_node(aten.view.default, (_IN0, shape), (), (n,), shape, n.dtype)
+    if kind == "permute":
+        return ir.make_node(aten.permute.default, (_IN0, step[2]), (), (n,), shape, n.dtype)
+    if kind == "slice":
+        return ir.make_node(aten.slice.Tensor, (_IN0,) + step[2:], (), (n,), shape, n.dtype)
+    if kind == "select":
+        return ir.make_node(aten.select.int, (_IN0,) + step[2:], (), (n,), shape, n.dtype)
+    if kind == "expand":
+        return ir.make_node(aten.expand.default, (_IN0, shape), (), (n,), shape, n.dtype)
+    if kind == "diagonal":
+        return ir.make_node(aten.diagonal.default, (_IN0,) + step[2:], (), (n,), shape, n.dtype)
+    if kind == "as_strided":
+        return ir.make_node(aten.as_strided.default, (_IN0, shape) + step[2:], (), (n,), shape,
+                            n.dtype)
+    if kind == "unfold":
+        return ir.make_node(aten.unfold.default, (_IN0,) + step[2:], (), (n,), shape, n.dtype)
+    raise AssertionError(kind)
+
+
+def scatter_step(step: tuple, base: ir.Node, new: ir.Node) -> ir.Node:
+    """The value of ``base`` after writing ``new`` into its view ``step``."""
+    kind = step[0]
+    ins = (base, new)
+    if kind == "reshape":
+        return ir.make_node(aten.view.default, (_IN0, base.shape), (), (new,), base.shape,
+                            base.dtype)
+    if kind == "permute":
+        inv = tuple(np.argsort(step[2]).tolist())
+        return ir.make_node(aten.permute.default, (_IN0, inv), (), (new,), base.shape, base.dtype)
+    if kind == "slice":
+        return ir.make_node(aten.slice_scatter.default, (_IN0, _IN1) + step[2:], (), ins,
+                            base.shape, base.dtype)
+    if kind == "select":
+        return ir.make_node(aten.select_scatter.default, (_IN0, _IN1) + step[2:], (), ins,
+                            base.shape, base.dtype)
+    if kind == "diagonal":
+        return ir.make_node(aten.diagonal_scatter.default, (_IN0, _IN1) + step[2:], (), ins,
+                            base.shape, base.dtype)
+    if kind == "as_strided":
+        return ir.make_node(aten.as_strided_scatter.default, (_IN0, _IN1, step[1]) + step[2:], (),
+                            ins, base.shape, base.dtype)
+    if kind == "expand":
+        shape = step[1]
+        lead = len(shape) - len(base.shape)
+        if all(s == 1 for s in shape[:lead]) and all(
+                a == b for a, b in zip(base.shape, shape[lead:])):
+            return ir.make_node(aten.view.default, (_IN0, base.shape), (), (new,), base.shape,
+                                base.dtype)
+    raise UnsupportedOperation(
+        f"in-place write through a '{kind}' view is not supported: more than one element of "
+        "the written-to tensor may refer to a single memory location (clone() it first)")
+
+
+def apply_step_numpy(step: tuple, a: np.ndarray) -> np.ndarray:
+    """The same view on the host, for reading a view's value without a compile."""
+    kind, shape = step[0], step[1]
+    if kind == "reshape":
+        return a.reshape(shape)
+    if kind == "permute":
+        return a.transpose(step[2])
+    if kind == "slice":
+        dim, start, end, stp = step[2:]
+        idx = [slice(None)] * a.ndim
+        idx[dim] = slice(start, end, stp)
+        return a[tuple(idx)]
+    if kind == "select":
+        dim, index = step[2:]
+        return np.take(a, index, axis=dim)
+    if kind == "expand":
+        return np.broadcast_to(a, shape)
+    if kind == "diagonal":
+        off, d1, d2 = step[2:]
+        return np.moveaxis(np.diagonal(a, off, d1, d2), -1, -1)
+    if kind == "as_strided":
+        stride, offset = step[2:]
+        flat = np.ascontiguousarray(a).reshape(-1)
+        item = flat.itemsize
+        return np.lib.stride_tricks.as_strided(flat[offset:], shape, [s * item for s in stride])
+    if kind == "unfold":
+        dim, size, stp = step[2:]
+        w = np.lib.stride_tricks.sliding_window_view(a, size, axis=dim)
+        idx = [slice(None)] * w.ndim
+        idx[dim] = slice(None, None, stp)
+        return w[tuple(idx)]
+    raise AssertionError(kind)
+
+
+def contiguous_strides(shape) -> tuple:
+    out = []
+    acc = 1
+    for s in reversed(shape):
+        out.append(acc)
+        acc *= max(s, 1)
+    return tuple(reversed(out))
+
+
+def view_strides(oldshape, oldstride, newshape):
+    """ATen's computeStride: strides for viewing (oldshape, oldstride) as newshape, or None."""
+    if not oldshape:
+        return contiguous_strides(newshape)
+    numel = 1
+    for s in oldshape:
+        numel *= s
+    if numel == 0:
+        return contiguous_strides(newshape)
+    newstride = [0] * len(newshape)
+    view_d = len(newshape) - 1
+    chunk = oldstride[-1]
+    tensor_numel = 1
+    view_numel = 1
+    for td in range(len(oldshape) - 1, -1, -1):
+        tensor_numel *= oldshape[td]
+        if td == 0 or (oldshape[td - 1] != 1 and oldstride[td - 1] != tensor_numel * chunk):
+            while view_d >= 0 and (view_numel < tensor_numel or newshape[view_d] == 1):
+                newstride[view_d] = view_numel * chunk
+                view_numel *= newshape[view_d]
+                view_d -= 1
+            if view_numel != tensor_numel:
+                return None
+            if td > 0:
+                chunk = oldstride[td - 1]
+                tensor_numel = 1
+                view_numel = 1
+    if view_d != -1:
+        return None
+    return tuple(newstride)
