@@ -538,15 +538,8 @@ def _numel(c, args, kwargs, frame):
     return SymScalar(int, None, "numel of unknown shape")
 
 
-for _f in ("is_scripting", "is_tracing"):
-    if hasattr(torch.jit, _f):
-        HANDLERS[getattr(torch.jit, _f)] = lambda c, args, kwargs, frame: Const(False)
 if hasattr(torch, "_assert"):
     HANDLERS[torch._assert] = lambda c, args, kwargs, frame: NONE
-for _f in ("is_compiling", "is_dynamo_compiling"):
-    for _mod in (getattr(torch, "compiler", None), getattr(torch, "_dynamo", None)):
-        if _mod is not None and hasattr(_mod, _f):
-            HANDLERS[getattr(_mod, _f)] = lambda c, args, kwargs, frame: Const(False)
 HANDLERS[torch._C._get_tracing_state] = lambda c, args, kwargs, frame: NONE
 
 

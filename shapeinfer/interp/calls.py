@@ -25,6 +25,9 @@ from ..values import (NONE, BoundMethod, Closure, Const, DictV, ListV, ObjV, Sup
 from .state import MAX_DEPTH, Frame, is_library_file, make_union, widen_values
 
 _NO_OP_CALLS = {print}
+# Looked up by name: importing torch._dynamo just to get these objects costs a second.
+_FALSE_IN_ANALYSIS = {"is_scripting", "is_tracing", "is_compiling", "is_dynamo_compiling",
+                      "is_exporting"}
 _MAX_REAL_ITER = 100_000
 
 
@@ -93,6 +96,8 @@ class Caller:
             return handler(self, args, kwargs, frame)
         if obj in _NO_OP_CALLS or _is_logging_call(obj):
             return NONE
+        if getattr(obj, "__name__", None) in _FALSE_IN_ANALYSIS and _is_torch_callable(obj):
+            return Const(False)  # torch.jit.is_scripting(), torch.compiler.is_compiling(), ...
         if isinstance(obj, functools.partial):
             return self.call_object(obj.func, [self.wrap(a) for a in obj.args] + list(args),
                                     {**{k: self.wrap(v) for k, v in obj.keywords.items()}, **kwargs}, frame)
