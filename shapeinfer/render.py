@@ -146,37 +146,18 @@ def value_json(values: list) -> dict:
     return {"type": "union", "options": [dict(value_json([(c, v)]), when=cond_str(c)) for c, v in values]}
 
 
+_CONST_KINDS = ((bool, "bool"), (int, "int"), (float, "float"), (str, "str"), (type(None), "None"),
+                (tuple, "tuple"), (list, "list"))
+_VALUE_KINDS = {TensorType: "Tensor", TupleV: "tuple", ListV: "list", DictV: "dict", Unknown: "unknown"}
+
+
 def _kind(v) -> str:
-    if isinstance(v, TensorType):
-        return "Tensor"
+    """The JSON ``type`` of a value."""
     if isinstance(v, Const):
-        o = v.obj
-        if isinstance(o, bool):
-            return "bool"
-        if isinstance(o, int):
-            return "int"
-        if isinstance(o, float):
-            return "float"
-        if isinstance(o, str):
-            return "str"
-        if o is None:
-            return "None"
-        if isinstance(o, tuple):
-            return "tuple"
-        if isinstance(o, list):
-            return "list"
-        return "object"
+        return next((name for t, name in _CONST_KINDS if isinstance(v.obj, t)), "object")
     if isinstance(v, SymScalar):
         return v.kind.__name__
-    if isinstance(v, TupleV):
-        return "tuple"
-    if isinstance(v, ListV):
-        return "list"
-    if isinstance(v, DictV):
-        return "dict"
-    if isinstance(v, Unknown):
-        return "unknown"
-    return "object"
+    return _VALUE_KINDS.get(type(v), "object")
 
 
 def _scalar_json(v):

@@ -46,6 +46,8 @@ from typing import Any, Callable, Iterable
 
 import torch
 
+from shapeinfer.analysis import display_path
+
 __all__ = [
     "Seq", "ShapeRecorder", "record_shapes", "record_call", "merge_recordings",
     "format_value", "Problem", "Report", "compare",
@@ -365,7 +367,7 @@ class Problem:
     reason: str = ""
 
     def where(self) -> str:
-        return f"{_short(self.file)}:{self.line} {self.name}"
+        return f"{display_path(self.file)}:{self.line} {self.name}"
 
     def at(self) -> str:
         return ",".join(f"{k}={v}" for k, v in self.sizes.items())
@@ -432,21 +434,13 @@ class Report:
         if notable and not self.ok:
             lines.append("  analyzer diagnostics:")
             for d in notable[:20]:
-                lines.append(f"    {_short(str(d.get('file', '?')))}:{d.get('line', '?')}: "
+                lines.append(f"    {display_path(str(d.get('file', '?')))}:{d.get('line', '?')}: "
                              f"{d.get('severity')} {d.get('code', '')}: {d.get('message', '')}")
             if len(notable) > 20:
                 lines.append(f"    ... and {len(notable) - 20} more")
         return "\n".join(lines)
 
     __str__ = format
-
-
-def _short(path: str) -> str:
-    try:
-        rel = os.path.relpath(path)
-    except ValueError:
-        return path
-    return path if rel.startswith("..") else rel
 
 
 def _match_file(name: str, tracked: set[str]) -> str | None:
