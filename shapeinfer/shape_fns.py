@@ -310,7 +310,12 @@ def narrow_dim(size: Dim, start: Dim, stop: Dim, step: int = 1) -> Dim:
     hi = _clamp_index(stop, size, default=size)
     if lo is None or hi is None:
         return None
-    length = sym.sub(hi, lo)
+    if isinstance(lo, sympy.Max) and len(lo.args) == 2 and 0 in lo.args:
+        # hi - max(a, 0) == min(hi - a, hi): x[-2:] has min(T, 2) rows
+        a = lo.args[0] if lo.args[1] == 0 else lo.args[1]
+        length = sym.normalize(sympy.Min(sympy.sympify(hi) - a, sympy.sympify(hi)))
+    else:
+        length = sym.sub(hi, lo)
     nonneg = sym.compare(">=", length, 0)
     if nonneg is False:
         return 0
@@ -330,8 +335,8 @@ def _clamp_index(i: Dim, size: Dim, default: Dim) -> Dim:
     if neg:
         i = sym.add(size, i)
         below = sym.compare("<", i, 0)
-        if below is None:
-            return None
+        if below is None:  # x[-2:] of a size that may be smaller than 2
+            return sym.normalize(sympy.Max(i, 0))
         return 0 if below else i
     above = sym.compare(">", i, size)
     if above is None:

@@ -163,7 +163,14 @@ def scatter(ctx, input, *args, **kwargs):
 def take_along_dim(ctx, input, indices, dim=None, *, out=None):
     if dim is None or py(dim) is None:
         return like(T(input), (shape_fns.numel(shape_of(indices)),))
-    return like(T(input), shape_fns.broadcast_shapes(shape_of(input), shape_of(indices)))
+    s, idx = shape_of(input), shape_of(indices, "indices")
+    if len(s) != len(idx):
+        raise shape_fns.ShapeError("SI161", f"take_along_dim: indices of rank {len(idx)} for an input of "
+                                   f"rank {len(s)}")
+    d = shape_fns.normalize_dim(py(dim), len(s))
+    # broadcast everywhere but along dim, which has the indices' size
+    rest = shape_fns.broadcast_shapes(s[:d] + s[d + 1:], idx[:d] + idx[d + 1:])
+    return like(T(input), tuple(rest[:d]) + (idx[d],) + tuple(rest[d:]))
 
 
 @op("nonzero", torch.nonzero, torch.argwhere, methods=("nonzero", "argwhere"))

@@ -2,10 +2,12 @@
 
 from __future__ import annotations
 
+import collections
+
 import torch
 
 from .. import shape_fns
-from ..values import Const, TupleV
+from ..values import Const, ObjV, TupleV
 from .common import (T, RuleUnknown, bool_arg, default_float, int_dtype, is_none, like, py, result_dtype,
                      shape_of, to_dtype)
 from .registry import op
@@ -64,25 +66,60 @@ def norm(ctx, input, p="fro", dim=None, keepdim=False, out=None, dtype=None, ord
     return _reduce(_float_dtype)(ctx, input, dim, keepdim)
 
 
-def _values_indices(ctx, input, dim=None, keepdim=False, *, out=None):
+# torch.return_types.max and friends: tuples whose items are also .values and .indices
+_RETURN_TYPES = {name: collections.namedtuple(name, ("values", "indices"))
+                 for name in ("max", "min", "median", "mode", "kthvalue", "topk", "sort", "cummax", "cummin")}
+
+
+def values_indices(name: str, values, indices):
+    return ObjV(_RETURN_TYPES[name], {"values": values, "indices": indices})
+
+
+def _values_indices_rule(name):
+    def rule(ctx, input, dim=None, keepdim=False, *, out=None):
+        t = T(input)
+        if is_none(dim):
+            return like(t, ())  # max(x) without dim: a single value
+        shape = shape_fns.reduce_shape(shape_of(input), _dims(dim), bool_arg(keepdim))
+        return values_indices(name, like(t, shape), like(t, shape, torch.int64))
+
+    return rule
+
+
+def _max_rule(name):
+    values_rule = _values_indices_rule(name)
+
+    def rule(ctx, input, dim=None, keepdim=False, *, out=None):
+        if isinstance(dim, type(input)) or (not is_none(dim) and hasattr(dim, "shape")):
+            # max(a, b): elementwise
+            a, b = T(input), T(dim)
+            return like(a, shape_fns.broadcast_shapes(a.shape, b.shape), result_dtype(a, b))
+        return values_rule(ctx, input, dim, keepdim)
+
+    return rule
+
+
+op("max", torch.max, methods=("max",))(_max_rule("max"))
+op("min", torch.min, methods=("min",))(_max_rule("min"))
+op("median", torch.median, torch.nanmedian, methods=("median", "nanmedian"))(_values_indices_rule("median"))
+
+
+@op("mode", torch.mode, methods=("mode",))
+def mode(ctx, input, dim=-1, keepdim=False):
+    return _values_indices_rule("mode")(ctx, input, dim, keepdim)
+
+
+@op("kthvalue", torch.kthvalue, methods=("kthvalue",))
+def kthvalue(ctx, input, k, dim=-1, keepdim=False, *, out=None):
+    return _values_indices_rule("kthvalue")(ctx, input, dim, keepdim)
+
+
+@op("cummax", torch.cummax, torch.cummin, methods=("cummax", "cummin"))
+def cummax(ctx, input, dim):
     t = T(input)
-    if is_none(dim):
-        return like(t, ())  # max(x) without dim: a single value
-    shape = shape_fns.reduce_shape(shape_of(input), _dims(dim), bool_arg(keepdim))
-    return TupleV((like(t, shape), like(t, shape, torch.int64)))
-
-
-@op("max", torch.max, torch.min, methods=("max", "min"))
-def max_(ctx, input, dim=None, keepdim=False, *, out=None):
-    if isinstance(dim, type(input)) or (not is_none(dim) and hasattr(dim, "shape")):
-        # max(a, b): elementwise
-        a, b = T(input), T(dim)
-        return like(a, shape_fns.broadcast_shapes(a.shape, b.shape), result_dtype(a, b))
-    return _values_indices(ctx, input, dim, keepdim)
-
-
-op("median", torch.median, torch.mode, torch.kthvalue_unused if hasattr(torch, "kthvalue_unused") else None,
-   methods=("median", "mode"))(_values_indices)
+    if t.shape is not None:
+        shape_fns.normalize_dim(py(dim), max(len(t.shape), 1))
+    return values_indices("cummax", t, like(t, t.shape, torch.int64))
 
 
 @op("topk", torch.topk, methods=("topk",))
@@ -92,13 +129,13 @@ def topk(ctx, input, k, dim=-1, largest=True, sorted=True, *, out=None):
     d = shape_fns.normalize_dim(py(dim), len(s))
     kk = k.expr if hasattr(k, "expr") else py(k, "k")
     s[d] = kk
-    return TupleV((like(t, s), like(t, s, torch.int64)))
+    return values_indices("topk", like(t, s), like(t, s, torch.int64))
 
 
 @op("sort", torch.sort, methods=("sort",))
 def sort(ctx, input, dim=-1, descending=False, stable=False, *, out=None):
     t = T(input)
-    return TupleV((t, like(t, t.shape, torch.int64)))
+    return values_indices("sort", t, like(t, t.shape, torch.int64))
 
 
 @op("argsort", torch.argsort, methods=("argsort",))
