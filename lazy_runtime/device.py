@@ -13,6 +13,7 @@ import torch
 from . import dtypes
 from .backend import NAME
 from .executor import data_tensor, host_constant
+from .metrics import METRICS
 from .tensor import DEVICE
 
 _lib = torch.library.Library("aten", "IMPL")
@@ -42,7 +43,24 @@ def _empty_strided(size, stride, dtype=None, layout=None, device=None, pin_memor
     return host_constant(tuple(size), dtype or torch.get_default_dtype(), 0)
 
 
+def _host_factory(op):
+    """A factory with deterministic values: made on the host by torch, copied as data."""
+    def impl(*args, **kwargs):
+        kwargs["device"] = torch.device("cpu")
+        METRICS.host_ops += 1
+        return data_tensor(op(*args, **kwargs))
+    return impl
+
+
+_HOST_FACTORIES = ["arange", "arange.start", "arange.start_step", "full", "zeros", "ones",
+                   "eye", "eye.m", "linspace", "logspace", "scalar_tensor", "tril_indices",
+                   "triu_indices"]
+
 _lib.impl("_to_copy", _to_copy, "PrivateUse1")
+for _name in _HOST_FACTORIES:
+    _packet, _, _ov = _name.partition(".")
+    _lib.impl(_name, _host_factory(getattr(getattr(torch.ops.aten, _packet), _ov or "default")),
+              "PrivateUse1")
 _lib.impl("empty.memory_format", _empty, "PrivateUse1")
 _lib.impl("empty_strided", _empty_strided, "PrivateUse1")
 

@@ -115,6 +115,8 @@ def _functional(func, args, kwargs):
 @functools.lru_cache(maxsize=None)
 def _mutated_args(func) -> tuple:
     """(positions, kwarg names) of arguments the op writes to."""
+    if func in UNMARKED_WRITES:
+        return UNMARKED_WRITES[func]
     pos, names = [], []
     for i, a in enumerate(func._schema.arguments):
         if a.alias_info is not None and a.alias_info.is_write:
@@ -125,6 +127,10 @@ def _mutated_args(func) -> tuple:
 # Mutating ops whose functional form is not found by name.
 FUNCTIONAL_OF = {
     aten.native_batch_norm.default: aten._native_batch_norm_legit_functional.default,
+}
+# Ops that write to arguments their schema does not mark as written (a legacy quirk).
+UNMARKED_WRITES = {
+    aten.native_batch_norm.default: ((3, 4), ()),
 }
 
 
@@ -562,7 +568,15 @@ def _resolve(func):
         return _functional
     if func in _DECOMP:
         return _decompose
+    if torch._C._dispatch_has_kernel_for_dispatch_key(func.name(), "CompositeImplicitAutograd"):
+        return _composite
     return _no_lowering
+
+
+def _composite(func, args, kwargs):
+    """An op torch defines in terms of others (reached when a decomposition calls it)."""
+    METRICS.decomposed_ops[str(func)] += 1
+    return func.decompose(*args, **kwargs)
 
 
 def _out_only(func, args, kwargs):

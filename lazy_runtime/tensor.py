@@ -47,6 +47,19 @@ _next_id = itertools.count()
 
 def _register(st: Storage) -> None:
     _live[next(_next_id)] = weakref.ref(st)
+    if len(_live) >= _prune_at[0]:
+        _prune()
+
+
+_prune_at = [4096]
+
+
+def _prune() -> None:
+    """Drop dead entries (a long trace without a barrier would otherwise grow the registry)."""
+    dead = [k for k, r in _live.items() if r() is None]
+    for k in dead:
+        del _live[k]
+    _prune_at[0] = max(4096, 2 * len(_live))
 
 
 def set_node(st: Storage, node: ir.Node) -> None:
@@ -67,6 +80,7 @@ def take_pending() -> list[Storage]:
             seen.add(id(st))
             out.append(st)
     _live.clear()
+    _prune_at[0] = 4096
     return out
 
 
