@@ -259,3 +259,22 @@ def test_join_keeps_both_shapes_with_their_conditions():
                                                                    "T <= 4": ("B", "2*T")}
     for T in (1, 4, 5, 9):
         assert evaluate(z, {"B": 3, "T": T}) == [tuple(m(torch.randn(3, T)).shape)]
+
+
+class Imports(nn.Module):
+    def forward(self, x):
+        import math
+        import torch.nn.functional as fn
+        scale = math.sqrt(x.size(-1))
+        y = fn.relu(x) / scale
+        import copy
+        z = copy.copy(y)  # standard library on an abstract value: unknown, not interpreted
+        return y, z
+
+
+def test_imports_inside_functions_and_stdlib_calls():
+    r = shapeinfer.analyze(Imports(), args=(torch.randn(2, 9),), dims={"x": ("B", "D")})
+    e = entries(r)
+    assert e["y"]["shapes"] == [["B", "D"]]
+    assert e["scale"]["type"] == "float" and e["scale"]["value"] == "sqrt(D)"
+    assert e["z"]["type"] == "unknown" and "copy" in e["z"]["reason"]

@@ -650,3 +650,28 @@ def _dict_copy(c, d, args, kwargs, frame):
 @method((SymScalar,), "item", "__index__")
 def _scalar_item(c, v, args, kwargs, frame):
     return v
+
+
+# ---- dataclasses on objects built during the analysis --------------------------------
+
+import dataclasses as _dc  # noqa: E402
+
+
+@_reg(_dc.fields)
+def _fields(c, args, kwargs, frame):
+    v = args[0]
+    cls = v.cls if isinstance(v, ObjV) else (v.obj if isinstance(v, Const) else None)
+    try:
+        return Const(_dc.fields(cls))
+    except TypeError as e:
+        return Unknown(f"dataclasses.fields: {e}")
+
+
+@_reg(_dc.is_dataclass)
+def _is_dataclass(c, args, kwargs, frame):
+    v = args[0]
+    if isinstance(v, ObjV):
+        return Const(_dc.is_dataclass(v.cls))
+    if isinstance(v, Const):
+        return Const(_dc.is_dataclass(v.obj))
+    return Const(False)

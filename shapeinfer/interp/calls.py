@@ -22,7 +22,7 @@ from ..ops.registry import FUNCTION_RULES, METHOD_RULES, MODULE_RULES, Rule, loo
 from ..shape_fns import ShapeError
 from ..values import (NONE, BoundMethod, Closure, Const, DictV, ListV, ObjV, SuperV, SymScalar, TensorType,
                       TupleV, UnionV, Unknown, Value, as_dim, from_python, int_value)
-from .state import MAX_DEPTH, Frame, is_library_file, make_union, widen_values
+from .state import MAX_DEPTH, Frame, is_library_file, is_stdlib_file, make_union, widen_values
 
 _NO_OP_CALLS = {print}
 # Looked up by name: importing torch._dynamo just to get these objects costs a second.
@@ -191,6 +191,13 @@ class Caller:
         func = inspect.unwrap(func, stop=lambda f: not hasattr(f, "__wrapped__"))
         code = getattr(func, "__code__", None)
         node = self.ctx.sources.function_node(code) if code is not None else None
+        if code is not None and is_stdlib_file(code.co_filename):
+            # the standard library is not model code: run it on concrete values only
+            if _all_const(args, kwargs):
+                return self.real_call(func, args, kwargs)
+            self.ctx.report("SI006", f"{_qualname(func)} (standard library) called with abstract "
+                            f"arguments; result unknown")
+            return Unknown(f"{_qualname(func)} with abstract arguments")
         if node is None or isinstance(node, ast.Lambda) and code.co_name != "<lambda>":
             if _all_const(args, kwargs):
                 return self.real_call(func, args, kwargs)

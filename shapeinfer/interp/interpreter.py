@@ -145,7 +145,22 @@ class Interpreter:
         return Flow(frame)
 
     stmt_Nonlocal = stmt_Global
-    stmt_Import = stmt_Pass
+
+    def stmt_Import(self, s, frame):
+        import importlib
+
+        for alias in s.names:
+            try:
+                module = importlib.import_module(alias.name)
+            except Exception as e:
+                frame.env[alias.asname or alias.name.split(".")[0]] = Unknown(f"import failed: {e}")
+                continue
+            if alias.asname:
+                frame.env[alias.asname] = Const(module)
+            else:
+                top = alias.name.split(".")[0]
+                frame.env[top] = Const(importlib.import_module(top))
+        return Flow(frame)
 
     def stmt_ImportFrom(self, s, frame):
         import importlib

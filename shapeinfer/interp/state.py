@@ -23,6 +23,10 @@ _TORCH_DIR = os.path.dirname(torch.__file__) + os.sep
 _STDLIB_DIR = os.path.dirname(os.__file__) + os.sep
 
 
+def is_stdlib_file(filename: str) -> bool:
+    return filename.startswith(_STDLIB_DIR) and "site-packages" not in filename
+
+
 def is_library_file(filename: str) -> bool:
     """Files whose variables are not reported (torch's and the standard library's own)."""
     return filename.startswith(_TORCH_DIR) or (filename.startswith(_STDLIB_DIR)
