@@ -520,9 +520,11 @@ def pool_shape(x: Shape, kernel_size, stride=None, padding=0, dilation=1, ceil_m
         span = sym.add(sym.sub(sym.add(size, 2 * p[i]), d[i] * (k[i] - 1)), -1)
         if ceil_mode:
             o = sym.add(sym.ceildiv(span, s[i]), 1)
-            # the last window must start inside the input or left padding
+            # the last window must start inside the input or left padding; it always does
+            # when p + s - 2 < d(k - 1), since ceil(span/s)*s <= span + s - 1
             last_start = sym.mul(sym.sub(o, 1), s[i])
-            inside = sym.compare(">=", last_start, sym.add(size, p[i]))
+            inside = False if p[i] + s[i] - 2 < d[i] * (k[i] - 1) else \
+                sym.compare(">=", last_start, sym.add(size, p[i]))
             if inside is True:
                 o = sym.sub(o, 1)
             elif inside is None:

@@ -3,6 +3,7 @@ the *_like family and Tensor.new_*."""
 
 from __future__ import annotations
 
+import sympy
 import torch
 
 from ..values import Const, SymScalar, TensorType
@@ -63,12 +64,20 @@ def arange(ctx, start, end=None, step=None, *, out=None, dtype=None, layout=None
     a, b, s = (dim_arg(v) if not (isinstance(v, Const) and isinstance(v.obj, float)) else v.obj for v in vals)
     if a is None or b is None or s is None:
         n = None
-    elif isinstance(s, (int, float)) and s > 0:
-        n = sym.ceildiv(sym.sub(b, a), s) if isinstance(s, int) and not is_float else None
-        if is_float and all(isinstance(x, (int, float)) for x in (a, b, s)):
+    elif is_float:
+        n = None
+        if all(isinstance(x, (int, float)) for x in (a, b, s)) and s != 0:
             import math
 
             n = max(0, math.ceil((b - a) / s))
+    elif isinstance(s, int) and s != 0:
+        # ceil((end - start) / step) elements, none when that is negative
+        n = sym.ceildiv(sym.sub(b, a), s) if s > 0 else sym.ceildiv(sym.sub(a, b), -s)
+        nonneg = sym.compare(">=", n, 0)
+        if nonneg is False:
+            n = 0
+        elif nonneg is None:
+            n = sym.normalize(sympy.Max(n, 0))
     else:
         n = None
     return tensor(to_dtype(dtype, default_float() if is_float else torch.int64), (n,), _device(device))
@@ -144,6 +153,13 @@ def _from_data(data, dtype, device):
             return tensor(dtype or d, (len(items),), device)
         if all(isinstance(x, TensorType) for x in items):
             return tensor(dtype or items[0].dtype, (len(items),) + (items[0].shape or ()), device)
+        nested = [_from_data(x, dtype, device) for x in items]  # [[1.0, 2.0], [3.0, 4.0]]
+        if nested and all(n.shape == nested[0].shape for n in nested):
+            kinds = {n.dtype for n in nested}
+            inner = nested[0].dtype if len(kinds) == 1 else torch.promote_types(*list(kinds)[:2]) \
+                if len(kinds) == 2 else None
+            if inner is not None:
+                return tensor(dtype or inner, (len(items),) + tuple(nested[0].shape), device)
     raise RuleUnknown("tensor() of abstract data")
 
 

@@ -190,7 +190,9 @@ def one_hot(ctx, tensor, num_classes=-1):
 def interpolate(ctx, input, size=None, scale_factor=None, mode="nearest", align_corners=None,
                 recompute_scale_factor=None, antialias=False):
     x = T(input)
-    sz = None if is_none(size) else (dims_arg(size) if not isinstance(py(size), int) else py(size))
+    sz = None if is_none(size) else dims_arg(size)
+    if sz is not None and len(sz) == 1:
+        sz = sz[0]  # one size for every spatial dim
     sf = None if is_none(scale_factor) else py(scale_factor)
     return like(x, shape_fns.interpolate_shape(shape_of(x), sz, sf))
 
