@@ -17,4 +17,4 @@ demo: $(STAMP)
 	$(PYTHON) -m shapeinfer.cli annotate examples/resnet.py --diff
 
 test: $(STAMP)
-	$(PYTHON) -m pytest tests
+	$(PYTHON) -m pytest tests -q
