@@ -86,7 +86,8 @@ def sort_diagnostics(diags: Iterable[Diagnostic]) -> list[Diagnostic]:
 def diagnostic_text(d: Diagnostic) -> str:
     """``path:line:col: CODE message``, the source line with a caret, then notes."""
     path = display_path(d.file)
-    lines = [f"{path}:{d.line}:{d.col}: {d.severity} {d.code} {d.message}"]
+    severity = "" if d.severity == "error" else f"{d.severity}: "
+    lines = [f"{path}:{d.line}:{d.col}: {d.code} {severity}{d.message}"]
     src = linecache.getline(d.file, d.line).rstrip("\n") if os.path.exists(d.file) else ""
     if src:
         lines.append(f"    {src}")
