@@ -109,6 +109,16 @@ class LazyTensor(torch.Tensor):
             return format(self.item(), spec)
         return repr(self)
 
+    # Declaring the (empty) flatten protocol makes Module.to(dev) swap parameters in place
+    # (torch.utils.swap_tensors): tied weights stay tied and optimizers built before .to()
+    # keep working, as with CUDA.
+    def __tensor_flatten__(self):
+        return [], None
+
+    @staticmethod
+    def __tensor_unflatten__(inner, ctx, outer_size, outer_stride):
+        raise UnsupportedOperation("lazy tensors cannot be rebuilt from a flattened form")
+
     def __reduce_ex__(self, proto):
         raise UnsupportedOperation("lazy tensors cannot be pickled: move them to the CPU first "
                                    "(tensor.cpu(), model.cpu())")
