@@ -187,6 +187,36 @@ def bad_masked_fill(x, m):
     return y
 
 
+def mixed_matmul(x, w):
+    y = x @ w  # error: SI160
+    return y
+
+
+def mixed_einsum(x, w):
+    y = torch.einsum("bi,ij->bj", x, w)  # error: SI160
+    return y
+
+
+class MixedLinear(nn.Module):
+    def __init__(self):
+        super().__init__()
+        self.fc = nn.Linear(4, 3)
+
+    def forward(self, x):
+        y = self.fc(x)  # error: SI160
+        return y
+
+
+class MixedConv(nn.Module):
+    def __init__(self):
+        super().__init__()
+        self.conv = nn.Conv1d(4, 3, 1)
+
+    def forward(self, x):
+        y = self.conv(x)  # error: SI160
+        return y
+
+
 CASES = [
     (WrongInFeatures(), {"x": ("B", "T", 6)}),
     (bad_cat, {"x": ("B", "T", 4), "y": ("B", "T", 5)}),
@@ -216,6 +246,10 @@ CASES = [
     (bad_pool, {"x": ("B", "T")}),
     (bad_split, {"x": ("B", 5)}),
     (bad_masked_fill, {"x": ("B", "T"), "m": Input(("B", "T"), torch.int64)}),
+    (mixed_matmul, {"x": ("B", 4), "w": Input((4, "T"), torch.float64)}),
+    (mixed_einsum, {"x": Input(("B", 4), torch.int64), "w": (4, "T")}),
+    (MixedLinear(), {"x": Input(("B", 4), torch.float64)}),
+    (MixedConv(), {"x": Input(("B", 4, "T"), torch.float64)}),
 ]
 
 

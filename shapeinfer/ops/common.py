@@ -16,7 +16,7 @@ from ..values import (NONE, Const, ListV, SymScalar, TensorType, TupleV, Unknown
 __all__ = ["ShapeError", "RuleUnknown", "NONE", "Const", "ListV", "SymScalar", "TensorType", "TupleV",
            "Unknown", "Value", "as_dim", "int_value", "tensor", "sym", "T", "shape_of", "dims_arg",
            "dim_arg", "py", "opt", "result_dtype", "like", "is_none", "default_float", "int_dtype",
-           "sizes_arg", "to_dtype", "bool_arg", "union"]
+           "sizes_arg", "to_dtype", "bool_arg", "union", "same_dtype"]
 
 
 def T(v: Value, what: str = "input") -> TensorType:
@@ -186,3 +186,15 @@ def union(options) -> Value:
     from ..interp.state import make_union
 
     return make_union(list(options))
+
+
+def same_dtype(what: str, *tensors) -> Optional[torch.dtype]:
+    """Contractions (matmul, linear, conv, einsum) do not promote: torch raises when the
+    operands' dtypes differ. The common dtype, or None when one is unknown."""
+    dtypes = [t.dtype for t in tensors if isinstance(t, TensorType)]
+    if not dtypes or None in dtypes:
+        return None
+    if len(set(dtypes)) > 1:
+        names = ", ".join(str(d).replace("torch.", "") for d in dtypes)
+        raise ShapeError("SI160", f"{what}: operands must have the same dtype, got {names}")
+    return dtypes[0]

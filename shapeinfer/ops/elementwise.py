@@ -6,7 +6,7 @@ import torch
 import torch.nn.functional as F
 
 from .. import shape_fns
-from .common import (T, TensorType, bool_arg, default_float, int_dtype, is_none, like, result_dtype,
+from .common import (T, Const, TensorType, bool_arg, default_float, int_dtype, is_none, like, result_dtype,
                      to_dtype)
 from .registry import op
 
@@ -146,8 +146,10 @@ for _name in ["eq", "ne", "lt", "le", "gt", "ge", "greater", "less", "greater_eq
 
 @op("where", torch.where, methods=("where",))
 def where(ctx, condition, input=None, other=None):
-    if is_none(input):
-        raise shape_fns.ShapeError("SI161", "where(condition) without values is data-dependent (nonzero)")
+    if is_none(input):  # where(condition) is nonzero(condition, as_tuple=True)
+        from . import indexing
+
+        return indexing.nonzero(ctx, condition, as_tuple=Const(True))
     c, a, b = T(condition), T(input), T(other, "other")
     shapes = [x.shape for x in (c, a, b)]
     shape = None if None in shapes else shape_fns.broadcast_shapes(*shapes)

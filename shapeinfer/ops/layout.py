@@ -398,3 +398,22 @@ def pixel_unshuffle(ctx, input, downscale_factor):
 
 
 _ = Unknown
+
+
+@op("Tensor.unfold", methods=("unfold",))
+def tensor_unfold(ctx, input, dimension, size, step):
+    """Sliding windows: dim becomes the number of windows, a last dim of ``size``."""
+    s = list(shape_of(input))
+    k, st = _int(size, "size"), _int(step, "step")
+    if not s:
+        return like(T(input), (k,))
+    d = shape_fns.normalize_dim(_int(dimension), len(s))
+    windows = sym.add(sym.floordiv(sym.sub(s[d], k), st), 1)
+    if sym.compare(">=", s[d], k) is False:
+        raise shape_fns.ShapeError("SI143", f"unfold: size {k} is larger than the dimension "
+                                   f"{sym.dim_pretty(s[d])}", (s[d], k))
+    if sym.compare(">=", s[d], k) is None:
+        shape_fns.require_equal(sym.normalize(sympy.Max(s[d], k)), s[d], "SI143",
+                                f"unfold: windows of {k} fit in {sym.dim_pretty(s[d])}")
+    s[d] = windows
+    return like(T(input), tuple(s) + (k,))

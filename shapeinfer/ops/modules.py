@@ -8,7 +8,7 @@ import torch.nn as nn
 from .. import shape_fns
 from ..values import Const, TupleV, from_python
 from . import elementwise, layout, nn_functional as NF
-from .common import NONE, T, RuleUnknown, bool_arg, is_none, like, py, shape_of, sym, tensor
+from .common import NONE, T, RuleUnknown, bool_arg, is_none, like, py, same_dtype, shape_of, sym, tensor
 from .registry import module_rule
 
 
@@ -52,6 +52,7 @@ def conv_module(ctx, module, input):
     else:
         padding = module.padding
     out = shape_fns.conv_shape(shape_of(x), w.shape, module.stride, padding, module.dilation, module.groups)
+    same_dtype(type(module).__name__, x, w)
     return like(x, out)
 
 
@@ -64,6 +65,7 @@ def conv_transpose_module(ctx, module, input, output_size=None):
         return like(x, tuple(shape_of(x)[:-n]) + tuple(sizes[-n:]))
     out = shape_fns.conv_shape(shape_of(x), w.shape, module.stride, module.padding, module.dilation,
                                module.groups, True, module.output_padding)
+    same_dtype(type(module).__name__, x, w)
     return like(x, out)
 
 

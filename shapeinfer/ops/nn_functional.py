@@ -9,7 +9,7 @@ import torch.nn.functional as F
 from .. import shape_fns
 from ..values import Const, TupleV
 from .common import (T, RuleUnknown, bool_arg, default_float, dim_arg, dims_arg, int_dtype, is_none, like,
-                     py, result_dtype, shape_of, sym, to_dtype)
+                     py, result_dtype, same_dtype, shape_of, sym, to_dtype)
 from .registry import op
 
 
@@ -19,7 +19,7 @@ def linear(ctx, input, weight, bias=None):
     out = shape_fns.linear_shape(shape_of(x), shape_of(w))
     if not is_none(bias):
         shape_fns.broadcast_shapes(out, shape_of(bias, "bias"))
-    return like(x, out, result_dtype(x, w))
+    return like(x, out, same_dtype("linear", x, w))
 
 
 @op("bilinear", F.bilinear, torch.bilinear)
@@ -44,7 +44,7 @@ def _conv(n, transposed):
         x, w = T(input), T(weight, "weight")
         out = shape_fns.conv_shape(shape_of(x), shape_of(w), py(stride), py(padding), params["dilation"],
                                    params["groups"], transposed, params.get("output_padding", 0))
-        return like(x, out, result_dtype(x, w))
+        return like(x, out, same_dtype("conv", x, w))
 
     return rule
 
@@ -180,8 +180,11 @@ def torch_embedding(ctx, weight, indices, *args):
 
 @op("one_hot", F.one_hot)
 def one_hot(ctx, tensor, num_classes=-1):
-    n = py(num_classes)
-    if n == -1:
+    n = dim_arg(num_classes)
+    if n is None:
+        raise RuleUnknown("one_hot: num_classes is unknown")
+    if sym.is_concrete(n) and n == -1:
+        ctx.report("SI003", "one_hot without num_classes: the number of classes depends on the data")
         raise RuleUnknown("one_hot without num_classes depends on the data")
     return like(T(tensor), shape_of(tensor) + (n,), torch.int64)
 

@@ -9,7 +9,7 @@ import torch
 from .. import shape_fns
 from ..values import Const, ObjV, TupleV
 from .common import (T, RuleUnknown, bool_arg, default_float, int_dtype, is_none, like, py, result_dtype,
-                     shape_of, to_dtype)
+                     same_dtype, shape_of, to_dtype)
 from .registry import op
 
 
@@ -147,7 +147,8 @@ def argsort(ctx, input, dim=-1, descending=False, stable=False):
 @op("matmul", torch.matmul, methods=("matmul", "__matmul__"))
 def matmul(ctx, input, other, *, out=None):
     a, b = T(input), T(other, "other")
-    return like(a, shape_fns.matmul_shape(shape_of(a), shape_of(b)), result_dtype(a, b))
+    shape = shape_fns.matmul_shape(shape_of(a), shape_of(b))
+    return like(a, shape, same_dtype("matmul", a, b))
 
 
 @op("mm", torch.mm, methods=("mm",))
@@ -187,6 +188,7 @@ def outer(ctx, input, vec2):
     methods=("addmm", "baddbmm"))
 def addmm(ctx, input, mat1, mat2, *, beta=1, alpha=1, out=None):
     prod = matmul(ctx, mat1, mat2)
+    same_dtype("addmm", T(input), prod)
     return like(prod, shape_fns.broadcast_shapes(shape_of(input), prod.shape))
 
 
@@ -198,7 +200,8 @@ def einsum(ctx, equation, *operands):
         if items is not None:
             operands = tuple(items)
     ts = [T(o) for o in operands]
-    return like(ts[0], shape_fns.einsum_shape(eq, [shape_of(t) for t in ts]), result_dtype(*ts))
+    shape = shape_fns.einsum_shape(eq, [shape_of(t) for t in ts])
+    return like(ts[0], shape, same_dtype("einsum", *ts) if len(ts) > 1 else ts[0].dtype)
 
 
 @op("cdist", torch.cdist)
@@ -206,6 +209,7 @@ def cdist(ctx, x1, x2, p=2.0, compute_mode="use_mm_for_euclid_dist_if_necessary"
     a, b = shape_of(x1), shape_of(x2)
     batch = shape_fns.broadcast_shapes(a[:-2], b[:-2])
     shape_fns.require_equal(a[-1], b[-1], "SI130", "cdist feature sizes")
+    same_dtype("cdist", T(x1), T(x2))
     return like(T(x1), tuple(batch) + (a[-2], b[-2]))
 
 
