@@ -290,7 +290,9 @@ def chunk_sizes(size: Dim, chunks: int) -> list[Dim]:
     """torch.chunk along a concrete size: chunks of ceil(size/chunks)."""
     if not sym.is_concrete(size):
         raise ShapeError("SI117", "chunk of a symbolic dimension")
-    step = -(-size // chunks) if size else 0
+    if size == 0:
+        return [0] * chunks  # torch gives `chunks` empty pieces
+    step = -(-size // chunks)
     out = []
     start = 0
     while start < size:

@@ -230,3 +230,20 @@ def test_chunk_and_split_of_any_symbolic_size():
     # odd and even sizes: the uneven case is exact (chunk) or unknown (split), never wrong
     check(chunk_any, {"x": ("B", "T", "C")}, {"B": (1, 4), "T": (2, 11), "C": (3, 13)}, n=6,
           allow_unknown=("parts", "c"))
+
+
+def symbolic_lists(x):
+    cols = [x[:, t] for t in range(x.shape[1])]
+    a = torch.stack(cols, dim=1)
+    b = torch.cat(cols, dim=-1)
+    outs = []
+    for t in range(x.shape[1]):
+        outs.append(x[:, t] * 2)
+    c = torch.stack(outs, 0)
+    d = torch.cat([x] * 2, dim=1)
+    e = torch.stack(x.unbind(1), dim=-1)
+    return a
+
+
+def test_stack_and_cat_of_symbolic_length_lists():
+    check(symbolic_lists, {"x": ("B", "T", "D")}, RANGES)

@@ -1,0 +1,111 @@
+"""The pure shape functions with int dims (the runtime's path) against torch, on
+random sizes; and their symbolic answers evaluated at the same sizes."""
+
+import random
+
+import pytest
+import sympy
+import torch
+import torch.nn.functional as F
+
+from shapeinfer import shape_fns as sf
+from shapeinfer import symbolic as sym
+
+RNG = random.Random(0)
+
+
+def _eval(shape, sizes):
+    return tuple(sym.evaluate(d, sizes) for d in shape)
+
+
+def test_narrow_dim_matches_python_slicing():
+    for _ in range(300):
+        n = RNG.randint(0, 9)
+        start = RNG.choice([None, RNG.randint(-12, 12)])
+        stop = RNG.choice([None, RNG.randint(-12, 12)])
+        step = RNG.randint(1, 3)
+        assert sf.narrow_dim(n, start, stop, step) == len(range(n)[start:stop:step]), (n, start, stop, step)
+
+
+@pytest.mark.parametrize("start,stop", [(-2, None), (None, -1), (1, None), (None, 3), (-3, -1)])
+def test_narrow_dim_symbolic_bounds_are_exact_or_unknown(start, stop):
+    T = sym.symbol("T")
+    d = sf.narrow_dim(T, start, stop, 1)
+    for n in range(1, 9):
+        if d is not None:
+            assert sym.evaluate(d, {"T": n}) == len(range(n)[start:stop]), (start, stop, n, d)
+
+
+def test_squeeze_shape():
+    B = sym.symbol("B")
+    assert sf.squeeze_shape((3, 1, 4)) == (3, 4)
+    assert sf.squeeze_shape((3, 1, 4), (1,)) == (3, 4)
+    assert sf.squeeze_shape((3, 1, 4), (0,)) == (3, 1, 4)
+    assert sf.squeeze_shape((B, 1), (1,)) == (B,)
+    assert sf.squeeze_shape((B, 1), (0,)) is None  # B may be 1
+    assert sf.squeeze_shape((2 * B, 1)) == (2 * B,)  # 2*B is never 1
+
+
+def test_pool_shape_matches_torch_including_ceil_mode():
+    for _ in range(200):
+        k = RNG.randint(1, 4)
+        s = RNG.randint(1, 4)
+        p = RNG.randint(0, k // 2)
+        d = RNG.randint(1, 2)
+        size = RNG.randint(d * (k - 1) + 1, 20)
+        ceil = RNG.random() < 0.5
+        x = torch.empty(1, 1, size)
+        real = F.max_pool1d(x, k, s, p, d, ceil_mode=ceil).shape
+        assert sf.pool_shape((1, 1, size), k, s, p, d, ceil, 1) == tuple(real), (size, k, s, p, d, ceil)
+
+
+def test_pool_shape_symbolic_ceil_mode_is_exact_or_unknown():
+    L = sym.symbol("L")
+    for k, s, p in [(2, 2, 0), (3, 2, 1), (3, 3, 0), (2, 3, 0), (1, 2, 0)]:
+        (_, o) = sf.pool_shape((1, L), k, s, p, 1, True, 1)
+        for n in range(max(k - 2 * p, 1), 30):
+            real = F.max_pool1d(torch.empty(1, 1, n), k, s, p, ceil_mode=True).shape[-1]
+            if o is not None:
+                assert sym.evaluate(o, {"L": n}) == real, (k, s, p, n, o)
+
+
+def test_conv_shape_matches_torch():
+    for _ in range(100):
+        k, s, p, d = RNG.randint(1, 4), RNG.randint(1, 3), RNG.randint(0, 2), RNG.randint(1, 2)
+        size = RNG.randint(d * (k - 1) + 1, 16)
+        w = torch.empty(2, 3, k)
+        real = F.conv1d(torch.empty(1, 3, size), w, stride=s, padding=p, dilation=d).shape
+        assert sf.conv_shape((1, 3, size), (2, 3, k), s, p, d) == tuple(real)
+        op = RNG.randint(0, max(s, d) - 1)
+        wt = torch.empty(3, 2, k)
+        try:
+            real_t = F.conv_transpose1d(torch.empty(1, 3, size), wt, stride=s, padding=p, output_padding=op,
+                                        dilation=d).shape
+        except RuntimeError:  # output too small: the shape function says so too
+            with pytest.raises(sf.ShapeError):
+                sf.conv_shape((1, 3, size), (3, 2, k), s, p, d, 1, True, op)
+            continue
+        assert sf.conv_shape((1, 3, size), (3, 2, k), s, p, d, 1, True, op) == tuple(real_t)
+
+
+def test_reshape_and_broadcast_match_torch():
+    for _ in range(100):
+        shape = tuple(RNG.randint(1, 4) for _ in range(RNG.randint(1, 4)))
+        n = sf.numel(shape)
+        target = (-1, shape[-1])
+        assert sf.reshape_shape(shape, target) == tuple(torch.empty(shape).reshape(target).shape)
+        other = tuple(RNG.choice([1, d]) for d in shape[RNG.randint(0, len(shape) - 1):])
+        assert sf.broadcast_shapes(shape, other) == tuple(torch.broadcast_shapes(shape, other))
+        assert n == torch.empty(shape).numel()
+
+
+def test_matmul_shape_matches_torch():
+    for a, b in [((3,), (3,)), ((2, 3), (3,)), ((3,), (3, 4)), ((5, 1, 2, 3), (4, 3, 2)), ((2, 3), (3, 4))]:
+        assert sf.matmul_shape(a, b) == tuple((torch.empty(a) @ torch.empty(b)).shape)
+
+
+def test_chunk_sizes_match_torch():
+    for n in range(0, 13):
+        for k in range(1, 6):
+            real = [t.shape[0] for t in torch.empty(n).chunk(k)]
+            assert sf.chunk_sizes(n, k) == real, (n, k)
