@@ -66,6 +66,8 @@ def type_str(v: Value, pretty: bool = True) -> str:
     if isinstance(v, DictV):
         return "dict"
     if isinstance(v, ObjV):
+        if issubclass(v.cls, tuple) and hasattr(v.cls, "_fields"):
+            return type_str(const_tuple_as_values(v), pretty)
         return v.cls.__name__
     if isinstance(v, UnionV):
         return " | ".join(f"{type_str(x, pretty)} if {cond_pretty(c)}" for c, x in v.options)
@@ -169,7 +171,9 @@ def _scalar_json(v):
 
 
 def const_tuple_as_values(v: Value) -> Value:
-    """Concrete tuples/lists of ints are shown like abstract tuples."""
+    """Concrete tuples/lists of ints, and named tuples, are shown like abstract tuples."""
+    if isinstance(v, ObjV) and issubclass(v.cls, tuple) and hasattr(v.cls, "_fields"):
+        return TupleV(tuple(v.attrs[f] for f in v.cls._fields))
     if isinstance(v, Const) and isinstance(v.obj, (tuple, list)) and not isinstance(v.obj, torch.Size):
         items = tuple(Const(x) for x in v.obj)
         return TupleV(items) if isinstance(v.obj, tuple) else ListV(list(items))

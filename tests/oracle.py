@@ -635,6 +635,61 @@ def _judge_seqs(seqs: list[Seq], entries: list[dict], names, subs):
     return _worst(*statuses), " | ".join(gots), "; ".join(reasons)
 
 
+def expand_at_sizes(analysis: dict, sizes: dict) -> dict:
+    """The analyzer's JSON evaluated at ``sizes`` where the oracle's comparison cannot:
+    every list of symbolic length (``length``, ``prefix``, ``element``) written out as
+    plain ``elements`` (torch returns tuples where the analyzer has lists of symbolic
+    length, from split and unbind: the kinds are not compared, the elements are), and
+    every union of values of different kinds (``type: union``) replaced by the option
+    whose ``when`` holds at these sizes."""
+    import sympy
+
+    subs = {sympy.Symbol(k, integer=True, positive=True): v for k, v in sizes.items()}
+
+    def expand(v):
+        if not isinstance(v, dict):
+            return v
+        if v.get("type") in ("list", "tuple") and "length" in v and "element" in v:
+            try:
+                n = sympy.sympify(str(v["length"]), locals={str(s): s for s in subs}).subs(subs)
+            except (sympy.SympifyError, TypeError):
+                return v
+            if not getattr(n, "is_Integer", False):
+                return v
+            prefix = [expand(x) for x in v.get("prefix", [])]
+            rest = int(n) - len(prefix)
+            if rest < 0:
+                return v
+            return {**v, "elements": prefix + [expand(v["element"])] * rest}
+        if v.get("type") == "union" and isinstance(v.get("options"), list):
+            # the one option whose condition holds at these sizes, if it is decided
+            holding = [o for o in v["options"] if _holds(o.get("when"), subs) is True]
+            if len(holding) == 1:
+                chosen = {k: x for k, x in holding[0].items() if k != "when"}
+                return expand({**chosen, "file": v.get("file"), "line": v.get("line"), "name": v.get("name")})
+            return v
+        out = dict(v)
+        if isinstance(v.get("elements"), list):
+            out["elements"] = [expand(x) for x in v["elements"]]
+        if isinstance(v.get("options"), list):
+            out["options"] = [expand(x) for x in v["options"]]
+        return out
+
+    return {**analysis, "entries": [expand(e) for e in analysis["entries"]]}
+
+
+def _holds(cond, subs):
+    import sympy
+
+    if cond is None:
+        return True
+    try:
+        v = sympy.sympify(str(cond), locals={str(s): s for s in subs}).subs(subs)
+    except (sympy.SympifyError, TypeError):
+        return None
+    return True if v is sympy.true else False if v is sympy.false else None
+
+
 def compare(analysis_json: dict, recorded: dict, sizes: dict[str, int],
             files: Iterable[str | os.PathLike] | None = None, title: str = "") -> Report:
     """Judge every recorded entry against the analyzer's entry at the same
@@ -644,6 +699,7 @@ def compare(analysis_json: dict, recorded: dict, sizes: dict[str, int],
     real shapes. unknown: no entry, not a tensor/container entry, or a "?" dim (with
     nothing contradicting the real shapes). wrong: anything else.
     """
+    analysis_json = expand_at_sizes(analysis_json, sizes)
     if files is None:
         tracked = {k[0] for k in recorded}
     else:
