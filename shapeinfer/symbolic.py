@@ -290,6 +290,10 @@ def compare(op: str, a: Dim, b: Dim) -> Optional[bool]:
     diff = sympy.expand(sympy.sympify(a) - sympy.sympify(b))
     if diff.is_Number:
         return bool(_PY_OPS[op](diff, 0))
+    if diff.has(sympy.Min, sympy.Max):
+        verdict = _compare_minmax(op, diff)
+        if verdict is not None:
+            return verdict
     rel = {"<": diff.is_negative, "<=": diff.is_nonpositive,
            ">": diff.is_positive, ">=": diff.is_nonnegative}[op]
     if rel is True:
@@ -299,6 +303,30 @@ def compare(op: str, a: Dim, b: Dim) -> Optional[bool]:
     if neg is True:
         return False
     return _decide_by_facts(op, diff)
+
+
+def _compare_minmax(op: str, diff) -> Optional[bool]:
+    """Decide ``diff <op> 0`` where one additive term is a Min or Max: e.g.
+    ``Min(2, T) - 6 < 0`` holds because every argument of the Min makes it hold."""
+    terms = sympy.Add.make_args(diff)
+    mm = [t for t in terms if isinstance(t, (sympy.Min, sympy.Max))]
+    if len(mm) != 1:
+        return None
+    rest = diff - mm[0]
+    verdicts = [compare(op, sympy.expand(arg + rest), 0) for arg in mm[0].args]
+    # op is monotone in diff: for ">"/">=" Min needs all arguments, Max needs one
+    needs_all = isinstance(mm[0], sympy.Min) == (op in (">", ">="))
+    if needs_all:
+        if all(v is True for v in verdicts):
+            return True
+        if any(v is False for v in verdicts):
+            return False
+    else:
+        if any(v is True for v in verdicts):
+            return True
+        if all(v is False for v in verdicts):
+            return False
+    return None
 
 
 _PY_OPS = {
