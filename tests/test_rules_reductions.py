@@ -60,7 +60,7 @@ def test_var_std_norm(dt):
 def max_min(x, y):
     v, i = x.max(dim=1)
     a, b = torch.min(x, 0, keepdim=True)
-    r = x.max(-1)  # unknown (a torch.return_types value is rendered as an object)
+    r = x.max(-1)  # a named tuple: rendered as a tuple (values, indices)
     vals = r.values
     idx = r.indices
     m = x.max()
@@ -81,7 +81,7 @@ def sorting(x):
     v, i = x.topk(2, dim=1)
     a, b = torch.topk(x, 1)
     s, si = x.sort(dim=1, descending=True)
-    c = torch.sort(x)  # unknown (a torch.return_types value is rendered as an object)
+    c = torch.sort(x)  # a named tuple: rendered as a tuple (values, indices)
     d = x.argsort(dim=0)
     k = x.shape[1] // 2
     e, f = x.topk(k, dim=1)
