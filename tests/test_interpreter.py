@@ -278,3 +278,21 @@ def test_imports_inside_functions_and_stdlib_calls():
     assert e["y"]["shapes"] == [["B", "D"]]
     assert e["scale"]["type"] == "float" and e["scale"]["value"] == "sqrt(D)"
     assert e["z"]["type"] == "unknown" and "copy" in e["z"]["reason"]
+
+
+class TooSmall(nn.Module):
+    def __init__(self):
+        super().__init__()
+        self.conv = nn.Conv2d(3, 8, 7)
+
+    def forward(self, x):
+        y = self.conv(x[:, :, :2, :2])
+        return y
+
+
+def test_sign_decided_through_min():
+    # x[:, :, :2] is Min(2, T) long: always shorter than the 7-wide kernel
+    r = shapeinfer.analyze(TooSmall(), args=(torch.randn(1, 3, 9, 9),), dims={"x": ("B", 3, "T", "T")})
+    assert [d.code for d in r.errors] == ["SI143"]
+    with pytest.raises(RuntimeError):
+        TooSmall()(torch.randn(1, 3, 9, 9))
