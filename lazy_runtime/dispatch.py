@@ -171,7 +171,7 @@ def _mutating(func, functional, args, kwargs):
             if isinstance(result.dtype, tuple) else [result]
     else:  # decomposable functional form
         METRICS.decomposed_ops[str(functional)] += 1
-        res = _DECOMP[functional](*fargs, **fkw)
+        res = _DECOMP[functional](*_lift(fargs), **_lift(fkw))
         res = res if isinstance(res, (list, tuple)) else [res]
         outs = [node_of(r) if isinstance(r, LazyTensor) else r for r in res]
     # Flatten list targets (_foreach_*_) and pair them with the functional outputs.
@@ -481,7 +481,21 @@ def _no_lowering(func, args, kwargs):
 
 def _decompose(func, args, kwargs):
     METRICS.decomposed_ops[str(func)] += 1
-    return _DECOMP[func](*args, **kwargs)
+    return _DECOMP[func](*_lift(args), **_lift(kwargs))
+
+
+def _lift(a):
+    """CPU tensors among a decomposition's arguments become lazy (its device checks pass)."""
+    if isinstance(a, LazyTensor):
+        return a
+    if isinstance(a, torch.Tensor):
+        from .executor import data_tensor
+        return data_tensor(a)
+    if isinstance(a, (list, tuple)):
+        return type(a)(_lift(x) for x in a)
+    if isinstance(a, dict):
+        return {k: _lift(v) for k, v in a.items()}
+    return a
 
 
 def _lazy_leaves(obj, out):
@@ -501,7 +515,7 @@ def fallback(func, args, kwargs, reason: str = ""):
     from .executor import sync, to_cpu, data_tensor, data_node_from_cpu
     lazies = _lazy_leaves((args, kwargs), [])
     METRICS.fallback_ops[str(func)] += 1
-    if any(t._st.node.op is not ir.DATA for t in lazies):
+    if any(t._st.node.op not in ir.SETTLED for t in lazies):
         sync("fallback")
     cpu_of: dict[int, torch.Tensor] = {}
 
@@ -615,9 +629,58 @@ def torch_dispatch(cls, func, types, args=(), kwargs=None):
     if kwargs is None:
         kwargs = {}
     try:
-        return handler(func, args, kwargs)
-    except NoLowering as e:
-        return fallback(func, args, kwargs, e.reason)
+        try:
+            return handler(func, args, kwargs)
+        except NoLowering as e:
+            return fallback(func, args, kwargs, e.reason)
+    except Exception as e:
+        if torch._C._current_autograd_node() is None:
+            raise
+        return _defer_error(func, args, kwargs, e)
+
+
+# An exception must not cross torch's autograd engine on this device: with a Python
+# backend its stream guard aborts the process while unwinding. Inside backward, errors
+# become poisoned results (shaped by torch's meta kernels, on this error path only) and
+# are raised at the next barrier.
+DEFERRED_ERRORS: list = []
+
+
+def _defer_error(func, args, kwargs, err):
+    from .errors import LazyRuntimeError
+    wrapped = LazyRuntimeError(f"{func} failed during backward: {type(err).__name__}: {err}")
+    wrapped.__cause__ = err
+    DEFERRED_ERRORS.append(wrapped)
+
+    def to_meta(a):
+        if isinstance(a, torch.Tensor):
+            return torch.empty(tuple(a.shape), dtype=a.dtype, device="meta")
+        if isinstance(a, (list, tuple)):
+            return type(a)(to_meta(x) for x in a)
+        if isinstance(a, torch.device) and a.type == "lazy_jax":
+            return torch.device("meta")
+        return a
+
+    try:
+        out = func(*to_meta(args), **{k: to_meta(v) for k, v in kwargs.items()})
+    except Exception:
+        out = to_meta(args[0]) if args and isinstance(args[0], torch.Tensor) else None
+    for t in _lazy_leaves(args, []):
+        pos, names = _mutated_args(func)
+        if any(args[i] is t for i in pos if i < len(args)):
+            write(t, ir.leaf(ir.ERROR, wrapped, tuple(t.shape), t.dtype))
+
+    def poison(o):
+        if isinstance(o, torch.Tensor):
+            return new_base(ir.leaf(ir.ERROR, wrapped, tuple(o.shape), o.dtype))
+        if isinstance(o, (list, tuple)):
+            return type(o)(poison(x) for x in o)
+        return o
+
+    pos, _ = _mutated_args(func)
+    if pos and len(func._schema.returns) == 1 and func._schema.returns[0].alias_info is not None:
+        return args[pos[0]]
+    return poison(out)
 
 
 def clear_handler_cache() -> None:

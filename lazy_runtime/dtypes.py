@@ -49,7 +49,8 @@ def tensor_to_numpy(t: torch.Tensor) -> np.ndarray:
 
 def numpy_to_tensor(a: np.ndarray) -> torch.Tensor:
     if a.dtype == ml_dtypes.bfloat16:
-        return torch.from_numpy(np.ascontiguousarray(a).view(np.int16).copy()).view(torch.bfloat16)
+        bits = np.array(a, copy=True).view(np.int16).reshape(a.shape)
+        return torch.from_numpy(bits).view(torch.bfloat16)
     return torch.from_numpy(np.array(a, copy=True))
 
 

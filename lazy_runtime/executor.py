@@ -57,8 +57,11 @@ def host_constant(shape, dtype, fill):
 def to_cpu(t) -> torch.Tensor:
     """The value of lazy tensor ``t`` as a new CPU tensor (a barrier if it is pending)."""
     st = t._st
-    if st.node.op is not ir.DATA:
+    if st.node.op not in ir.SETTLED:
         sync("read")
+    if st.node.op is ir.ERROR:
+        raise LazyRuntimeError(f"this tensor has no value: the graph computing it failed "
+                               f"({st.node.value})") from st.node.value
     METRICS.transfers_to_host += 1
     t0 = time.perf_counter()
     with _x64(True):
@@ -207,6 +210,11 @@ def _lookup(g: ir.Graph) -> Executable:
 
 def sync(reason: str = "mark_step") -> None:
     """Compute every pending live tensor (one graph), store the results as device data."""
+    from .dispatch import DEFERRED_ERRORS
+    if DEFERRED_ERRORS:
+        err = DEFERRED_ERRORS[0]
+        DEFERRED_ERRORS.clear()
+        raise err
     storages = take_pending()
     METRICS.syncs += 1
     METRICS.sync_reasons[reason] += 1
@@ -219,12 +227,25 @@ def sync(reason: str = "mark_step") -> None:
         if id(n) not in where:
             where[id(n)] = len(outs)
             outs.append(n)
-    g = ir.linearize(outs)
-    exe = _lookup(g)
-    t0 = time.perf_counter()
-    with _x64(True):
-        results = exe.compiled(g.data, np.asarray(g.scalars, dtype=np.float64),
-                               np.asarray(g.rngs, dtype=np.int64).reshape(-1, 2))
+    try:
+        g = ir.linearize(outs)
+        exe = _lookup(g)
+        t0 = time.perf_counter()
+        with _x64(True):
+            results = exe.compiled(g.data, np.asarray(g.scalars, dtype=np.float64),
+                                   np.asarray(g.rngs, dtype=np.int64).reshape(-1, 2))
+    except Exception as e:
+        # Nothing is left half-done: every tensor of this graph now holds the error, and
+        # reading one raises it; later graphs do not include them.
+        err = e if isinstance(e, LazyRuntimeError) else LazyRuntimeError(
+            f"the graph failed to compile or run: {type(e).__name__}: {e}")
+        for st in storages:
+            n = st.node
+            st.node = ir.leaf(ir.ERROR, err, n.shape, n.dtype)
+            st.version += 1
+        if err is e:
+            raise
+        raise err from e
     METRICS.execute_seconds += time.perf_counter() - t0
     METRICS.graphs_executed += 1
     METRICS.graph_sizes.append(exe.n_ops)

@@ -17,8 +17,10 @@ import weakref
 DATA = "data"
 SCALAR = "scalar"
 RNG = "rng"
+ERROR = "error"    # the value of a graph that failed: reading it raises the failure
 GETITEM = "getitem"
-LEAVES = (DATA, SCALAR, RNG)
+LEAVES = (DATA, SCALAR, RNG, ERROR)
+SETTLED = (DATA, ERROR)  # not pending: nothing left to compute
 
 
 class Input:
@@ -60,7 +62,7 @@ class Node:
 
     @property
     def pending(self) -> bool:
-        return self.op is not DATA
+        return self.op not in SETTLED
 
 
 _interned: "weakref.WeakValueDictionary" = weakref.WeakValueDictionary()
@@ -139,6 +141,8 @@ def linearize(outputs: list[Node]) -> Graph:
                     scalars.append(n.value)
                 elif op is RNG:
                     rngs.append(n.value)
+                elif op is ERROR:
+                    raise n.value
             continue
         stack.append((n, True))
         for i in reversed(n.inputs):

@@ -35,7 +35,7 @@ class Storage:
     def __init__(self, node: ir.Node):
         self.node = node
         self.version = 0
-        if node.op is not ir.DATA:
+        if node.op not in ir.SETTLED:
             _register(self)
 
 
@@ -63,10 +63,10 @@ def _prune() -> None:
 
 
 def set_node(st: Storage, node: ir.Node) -> None:
-    was_pending = st.node.op is not ir.DATA
+    was_pending = st.node.op not in ir.SETTLED
     st.node = node
     st.version += 1
-    if not was_pending and node.op is not ir.DATA:
+    if not was_pending and node.op not in ir.SETTLED:
         _register(st)
 
 
@@ -76,7 +76,7 @@ def take_pending() -> list[Storage]:
     seen = set()
     for r in _live.values():
         st = r()
-        if st is not None and st.node.op is not ir.DATA and id(st) not in seen:
+        if st is not None and st.node.op not in ir.SETTLED and id(st) not in seen:
             seen.add(id(st))
             out.append(st)
     _live.clear()
@@ -85,7 +85,7 @@ def take_pending() -> list[Storage]:
 
 
 def pending_count() -> int:
-    return sum(1 for r in _live.values() if (s := r()) is not None and s.node.op is not ir.DATA)
+    return sum(1 for r in _live.values() if (s := r()) is not None and s.node.op not in ir.SETTLED)
 
 
 class LazyTensor(torch.Tensor):

@@ -164,6 +164,7 @@ def _div_mode(a, b, rounding_mode=None):
     if rounding_mode == "floor":
         return jnp.floor_divide(a, b)
     if _int(a):
+        a, b = jnp.broadcast_arrays(a, b)
         return lax.div(a, b)  # C division truncates
     return jnp.trunc(a / b)
 

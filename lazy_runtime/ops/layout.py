@@ -435,3 +435,21 @@ def lower_scatter(x, dim, index, src):
 @lowering(aten.scatter_add.default)
 def lower_scatter_add(x, dim, index, src):
     return _scatter(x, dim, index, src, add=True)
+
+
+@rule(aten.index_add.default, dynamic_scalars=True)
+def index_add_rule(x, dim, index, source, *, alpha=1):
+    return _shape(x), x.dtype
+
+
+@lowering(aten.index_add.default)
+def lower_index_add(x, dim, index, source, *, alpha=1):
+    if x.ndim == 0:
+        return x + source.reshape(()).astype(x.dtype) * alpha
+    d = norm_dim(dim, x.ndim)
+    idx = [slice(None)] * x.ndim
+    idx[d] = index.reshape(-1)
+    src = source.astype(x.dtype)
+    if not (isinstance(alpha, (int, float)) and alpha == 1):
+        src = src * cast(alpha, x.dtype)
+    return x.at[tuple(idx)].add(src)

@@ -166,19 +166,19 @@ def _avg_pool2d(x, kernel_size, stride, padding, ceil_mode, count_include_pad, d
     pads = ((0, 0),) * lead + tuple((pi, hi) for pi, hi in zip(p, high))
     win = dict(window_dimensions=(1,) * lead + k, window_strides=(1,) * lead + s, padding=pads)
     xf = _f32(x)
-    total = lax.reduce_window(xf, jnp.asarray(0, xf.dtype), lax.add, **win)
+    total = lax.reduce_window(xf, 0.0, lax.add, **win)
     if divisor_override:
         return total / divisor_override
     H, W = x.shape[-2:]
     if count_include_pad:
         # windows count the explicit padding but not the extra ceil_mode overhang
-        ones = jnp.pad(jnp.ones((H, W), xf.dtype), tuple((pi, pi) for pi in p))
+        ones = jnp.ones((H + 2 * p[0], W + 2 * p[1]), xf.dtype)  # the padding counts
         extra = tuple((0, max(hi - pi, 0)) for pi, hi in zip(p, high))
-        cnt = lax.reduce_window(ones, jnp.asarray(0, xf.dtype), lax.add, window_dimensions=k,
+        cnt = lax.reduce_window(ones, 0.0, lax.add, window_dimensions=k,
                                 window_strides=s, padding=extra)
     else:
         ones = jnp.ones((H, W), xf.dtype)
-        cnt = lax.reduce_window(ones, jnp.asarray(0, xf.dtype), lax.add, window_dimensions=k,
+        cnt = lax.reduce_window(ones, 0.0, lax.add, window_dimensions=k,
                                 window_strides=s, padding=tuple(pads[-2:]))
     return total / cnt
 
