@@ -25,8 +25,6 @@ TORCH_TO_NUMPY = {
     torch.bfloat16: np.dtype(ml_dtypes.bfloat16),
     torch.float32: np.dtype(np.float32),
     torch.float64: np.dtype(np.float64),
-    torch.complex64: np.dtype(np.complex64),
-    torch.complex128: np.dtype(np.complex128),
 }
 NUMPY_TO_TORCH = {v: k for k, v in TORCH_TO_NUMPY.items()}
 

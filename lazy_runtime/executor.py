@@ -293,18 +293,13 @@ def explain_miss(key, cached_keys) -> str:
     if not cached_keys:
         return "first graph (cache empty)"
     entries, outs = key
-    best, best_len = None, -1
-    for ck in cached_keys[-32:]:
-        ce = ck[0]
-        n = 0
-        for a, b in zip(entries, ce):
-            if a != b:
-                break
-            n += 1
-        if n > best_len:
-            best, best_len = ck, n
+    best, best_score = None, -1
+    for ck in reversed(cached_keys[-32:]):  # newest first: ties go to the most recent
+        score = _similarity(entries, ck[0])
+        if score > best_score:
+            best, best_score = ck, score
     ce, couts = best
-    i = best_len
+    i = next((j for j, (a, b) in enumerate(zip(entries, ce)) if a != b), min(len(entries), len(ce)))
     if i == len(entries) and i == len(ce):
         return f"same ops, different outputs ({len(outs)} live results vs {len(couts)})"
     if i >= len(ce):
@@ -330,6 +325,18 @@ def explain_miss(key, cached_keys) -> str:
                     return f"{a[0]}: dtype {_dt(y)} -> {_dt(x)}"
                 return f"{a[0]}: {what} {_short(y)} -> {_short(x)}"
     return f"node {i}: inputs wired differently ({_describe(entries[i])})"
+
+
+def _similarity(a, b) -> int:
+    """Entries equal at the same position count 2; data inputs sharing a shape or a dtype 1."""
+    score = 0
+    for x, y in zip(a, b):
+        if x == y:
+            score += 2
+        elif isinstance(x, tuple) and isinstance(y, tuple) and x and y and \
+                x[0] is ir.DATA and y[0] is ir.DATA and (x[1] == y[1] or x[2] == y[2]):
+            score += 1
+    return score
 
 
 def _short(v) -> str:

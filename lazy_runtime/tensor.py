@@ -104,6 +104,10 @@ class LazyTensor(torch.Tensor):
                 f", grad_fn=<{type(self.grad_fn).__name__}>"
         return s[:-1] + extra + ")" if s.endswith(")") else s + extra
 
+    def tolist(self):
+        from .executor import to_cpu
+        return to_cpu(self).tolist()
+
     def __format__(self, spec):
         if self.dim() == 0:
             return format(self.item(), spec)

@@ -1,0 +1,112 @@
+"""The compile cache: structural keys, reuse, recompile reasons, LRU bound, and scalars
+that change every step without recompiling."""
+
+import torch
+
+import lazy_runtime as lr
+from conftest import DEV
+
+
+def _step(x, s=2.0):
+    y = (x * s + 1).relu().sum(0)
+    lr.mark_step()
+    return y
+
+
+def test_same_graph_is_compiled_once():
+    lr.reset_metrics()
+    for _ in range(3):
+        y = _step(torch.randn(4, 3).to(DEV))
+    m = lr.metrics()
+    assert m["graphs_executed"] == 3
+    assert m["compiles"] <= 1 and m["cache_hits"] >= 2
+    assert y.shape == (3,)
+
+
+def test_new_shape_recompiles_and_says_why():
+    _step(torch.randn(4, 3).to(DEV))
+    lr.reset_metrics()
+    _step(torch.randn(5, 3).to(DEV))
+    m = lr.metrics()
+    assert m["compiles"] == 1
+    assert "input shape (4, 3) -> (5, 3)" in m["recompile_reasons"][-1]
+
+
+def test_new_dtype_recompiles_and_says_why():
+    _step(torch.randn(4, 3).to(DEV))
+    lr.reset_metrics()
+    _step(torch.randn(4, 3, dtype=torch.float64).to(DEV))
+    reason = lr.metrics()["recompile_reasons"][-1]
+    assert "dtype" in reason and "float64" in reason, reason
+
+
+def test_new_op_recompiles_and_says_why():
+    x = torch.randn(4, 3).to(DEV)
+    y = (x * 2.0 + 1).relu().sum(0)
+    lr.mark_step()
+    lr.reset_metrics()
+    y = (x * 2.0 + 1).sigmoid().sum(0)  # noqa: F841  (only live tensors are computed)
+    lr.mark_step()
+    reason = lr.metrics()["recompile_reasons"][-1]
+    assert "relu" in reason and "sigmoid" in reason, reason
+
+
+def test_changing_float_scalars_do_not_recompile():
+    x = torch.randn(4, 3).to(DEV)
+    _step(x, 0.5)
+    lr.reset_metrics()
+    outs = [_step(x, s) for s in (0.25, 0.75, 1.5)]
+    assert lr.metrics()["compiles"] == 0
+    for s, y in zip((0.25, 0.75, 1.5), outs):
+        torch.testing.assert_close(y.cpu(), (x.cpu() * s + 1).relu().sum(0))
+
+
+def test_lr_schedule_does_not_recompile():
+    model = torch.nn.Linear(3, 2).to(DEV)
+    opt = torch.optim.SGD(model.parameters(), lr=0.1)
+    sched = torch.optim.lr_scheduler.ExponentialLR(opt, 0.5)
+    x = torch.randn(5, 3).to(DEV)
+    compiles = []
+    for _ in range(4):
+        lr.reset_metrics()
+        model(x).square().mean().backward()
+        opt.step()
+        opt.zero_grad()
+        sched.step()
+        lr.mark_step()
+        compiles.append(lr.metrics()["compiles"])
+    assert compiles[1:] == [0, 0, 0]
+
+
+def test_lru_cache_is_bounded():
+    old = lr.config.cache_size
+    lr.clear_cache()
+    lr.config.cache_size = 2
+    try:
+        lr.reset_metrics()
+        for n in (2, 3, 4):
+            _step(torch.randn(n, 3).to(DEV))
+        assert lr.cache_info()["size"] == 2
+        assert lr.metrics()["cache_evictions"] == 1
+        _step(torch.randn(2, 3).to(DEV))  # evicted: compiles again
+        assert lr.metrics()["compiles"] == 4
+        _step(torch.randn(4, 3).to(DEV))  # still cached
+        assert lr.metrics()["compiles"] == 4
+    finally:
+        lr.config.cache_size = old
+
+
+def test_momentum_sgd_needs_two_graphs_then_none():
+    """The first SGD-momentum step creates the buffers (a different graph); later steps
+    reuse one executable."""
+    model = torch.nn.Linear(3, 2).to(DEV)
+    opt = torch.optim.SGD(model.parameters(), lr=0.1, momentum=0.9)
+    x = torch.randn(5, 3).to(DEV)
+    lr.reset_metrics()
+    for _ in range(4):
+        model(x).square().mean().backward()
+        opt.step()
+        opt.zero_grad()
+        lr.mark_step()
+    assert lr.metrics()["graphs_executed"] == 4
+    assert lr.metrics()["compiles"] <= 2

@@ -1,0 +1,85 @@
+"""Unsupported situations raise clear errors at once; nothing hangs or crashes."""
+
+import pickle
+
+import pytest
+import torch
+
+import lazy_runtime as lr
+from lazy_runtime.ops import registry
+from conftest import DEV
+
+
+def test_shape_errors_are_raised_when_recorded():
+    a = torch.randn(2, 3).to(DEV)
+    b = torch.randn(4, 5).to(DEV)
+    with pytest.raises(Exception, match="broadcast"):
+        a + b
+    with pytest.raises(Exception, match="matmul|inner|mm"):
+        a @ b
+
+
+def test_resize_and_set_are_refused():
+    x = torch.randn(3).to(DEV)
+    with pytest.raises(lr.UnsupportedOperation):
+        x.resize_(5)
+    with pytest.raises(lr.UnsupportedOperation):
+        x.set_(torch.randn(2).to(DEV))
+
+
+def test_write_through_expanded_view_is_refused():
+    x = torch.randn(1, 3).to(DEV)
+    v = x.expand(4, 3)
+    with pytest.raises(lr.UnsupportedOperation, match="expand"):
+        v.add_(1)
+
+
+def test_mixing_with_another_device_is_refused():
+    with pytest.raises(Exception, match="meta|device"):
+        torch.randn(3).to(DEV) + torch.randn(3, device="meta")
+
+
+def test_pickling_is_refused():
+    with pytest.raises(lr.UnsupportedOperation, match="cpu"):
+        pickle.dumps(torch.randn(3).to(DEV))
+
+
+def test_complex_dtype_is_refused():
+    with pytest.raises(lr.UnsupportedOperation, match="complex|dtype"):
+        (torch.randn(3, dtype=torch.complex64).to(DEV) * 2).cpu()
+
+
+def test_a_failing_lowering_poisons_its_graph_not_the_runtime(monkeypatch):
+    def broken(*args, **kwargs):
+        raise ValueError("deliberately broken")
+    op = torch.ops.aten.cosh.default
+    monkeypatch.setitem(registry.LOWERINGS, op, registry.Lowering(broken, False))
+    x = torch.randn(3).to(DEV)
+    y = torch.cosh(x * 1.25)
+    with pytest.raises(lr.LazyRuntimeError, match="deliberately broken"):
+        lr.mark_step()
+    with pytest.raises(lr.LazyRuntimeError, match="no value"):
+        y.cpu()
+    monkeypatch.undo()
+    z = (x * 2).cpu()  # the runtime still works
+    assert z.shape == (3,)
+
+
+def test_errors_inside_backward_surface_at_the_next_barrier():
+    op = torch.ops.aten.tanh_backward.default
+    old = registry.RULES[op]
+
+    def bad_rule(*args, **kwargs):
+        raise ValueError("rule failed in backward")
+
+    registry.RULES[op] = (bad_rule, False)
+    from lazy_runtime import dispatch
+    dispatch.clear_handler_cache()
+    try:
+        x = torch.randn(3).to(DEV).requires_grad_()
+        torch.tanh(x).sum().backward()  # must not abort the process
+        with pytest.raises(lr.LazyRuntimeError, match="rule failed in backward"):
+            lr.mark_step()
+    finally:
+        registry.RULES[op] = old
+        dispatch.clear_handler_cache()

@@ -1,0 +1,68 @@
+"""Ops without a lowering run eagerly in torch (the graph is cut there) and their results
+re-enter the lazy world; counted per op in metrics()["fallback_ops"]."""
+
+import torch
+import torch.nn.functional as F
+
+import lazy_runtime as lr
+from conftest import DEV, assert_same
+
+aten = torch.ops.aten
+
+
+def test_forced_fallback_is_correct_and_counted():
+    x = torch.randn(4, 5)
+    xl = x.to(DEV)
+    lr.reset_metrics()
+    with lr.force_fallback(aten.gelu.default):
+        yl = F.gelu(xl * 2) + 1
+    lr.mark_step()
+    assert_same(yl, F.gelu(x * 2) + 1)
+    m = lr.metrics()
+    assert m["fallback_ops"] == {"aten.gelu.default": 1}
+    assert m["sync_reasons"].get("fallback") == 1  # its pending input was materialized
+
+
+def test_fallback_of_an_inplace_op_writes_back_through_views():
+    x = torch.randn(3, 4)
+    xl = x.to(DEV)
+    with lr.force_fallback(aten.mul_.Tensor):
+        xl[1].mul_(torch.full((4,), 3.0).to(DEV))
+        x[1].mul_(torch.full((4,), 3.0))
+    lr.mark_step()
+    assert_same(xl, x)
+    assert lr.metrics()["fallback_ops"].get("aten.mul_.Tensor") == 1
+
+
+def test_data_dependent_shapes_fall_back():
+    x = torch.tensor([[0.0, 1.5], [-2.0, 0.0]])
+    xl = x.to(DEV)
+    lr.reset_metrics()
+    assert_same(torch.nonzero(xl), torch.nonzero(x))
+    assert_same(xl[xl > 0] * 2, x[x > 0] * 2)
+    assert_same(torch.unique(xl), torch.unique(x))
+    fb = lr.metrics()["fallback_ops"]
+    assert any("nonzero" in k for k in fb) and any("unique" in k for k in fb)
+
+
+def test_training_with_a_fallback_op_matches_eager():
+    torch.manual_seed(0)
+    m = torch.nn.Sequential(torch.nn.Linear(4, 8), torch.nn.GELU(), torch.nn.Linear(8, 1))
+    ml = torch.nn.Sequential(torch.nn.Linear(4, 8), torch.nn.GELU(), torch.nn.Linear(8, 1))
+    ml.load_state_dict(m.state_dict())
+    ml.to(DEV)
+    x = torch.randn(6, 4)
+    with lr.force_fallback(aten.gelu.default, aten.gelu_backward.default):
+        losses = []
+        for model, inp in ((m, x), (ml, x.to(DEV))):
+            opt = torch.optim.SGD(model.parameters(), lr=0.1)
+            for _ in range(2):
+                loss = model(inp).square().mean()
+                loss.backward()
+                opt.step()
+                opt.zero_grad()
+                lr.mark_step()
+                losses.append(loss.item())
+    assert losses[2:] == [torch.tensor(v).item() for v in losses[:2]] or \
+        all(abs(a - b) < 1e-5 for a, b in zip(losses[2:], losses[:2]))
+    assert lr.metrics()["fallback_ops"].get("aten.gelu_backward.default", 0) >= 1

@@ -1,0 +1,142 @@
+"""In-place ops, views and aliasing behave as in eager torch."""
+
+import pytest
+import torch
+
+import lazy_runtime as lr
+from conftest import DEV, assert_same
+
+
+def both(fn, *inputs):
+    """Run ``fn`` on CPU copies and lazy copies of ``inputs``; compare all results/inputs."""
+    cpu = [t.clone() for t in inputs]
+    lazy = [t.clone().to(DEV) for t in inputs]
+    out_c = fn(*cpu)
+    out_l = fn(*lazy)
+    lr.mark_step()
+    assert_same(list(lazy), list(cpu), what="inputs after")
+    if out_c is not None:
+        assert_same(out_l, out_c, what="result")
+
+
+def test_add_inplace():
+    both(lambda x: x.add_(1.5), torch.randn(3, 4))
+
+
+def test_inplace_returns_the_same_object():
+    x = torch.zeros(3).to(DEV)
+    assert x.add_(1) is x
+    assert x.mul_(2) is x
+    assert x.cpu().tolist() == [2.0, 2.0, 2.0]
+
+
+def test_slice_written_in_place():
+    def f(x):
+        x[:, 1:3] = 7.0
+        x[0] += 1
+        x[1, 2] = -1
+        return x * 1
+    both(f, torch.randn(3, 4))
+
+
+def test_view_sees_base_changes_and_base_sees_view_changes():
+    def f(x):
+        v = x.view(12)
+        t = x.t()
+        x.mul_(2)
+        v[3] = 100.0
+        t[0].zero_()
+        return [v * 1, t * 1, x * 1]
+    both(f, torch.randn(3, 4))
+
+
+def test_chain_of_views():
+    def f(x):
+        y = x.permute(2, 0, 1)[1:, :, 0].unsqueeze(0)
+        y.fill_(3.0)
+        z = x.select(1, 1).narrow(1, 0, 2)
+        z.add_(torch.ones(2, 2))
+        return y * 1
+    both(f, torch.randn(2, 3, 4))
+
+
+def test_unbind_split_and_diagonal_writes():
+    def f(x):
+        a, b = x.unbind(0)
+        a.mul_(-1)
+        c = x.split(2, dim=2)[1]
+        c.add_(10)
+        x[0].diagonal().fill_(0.5)
+        return [b * 1]
+    both(f, torch.randn(2, 3, 4))
+
+
+def test_copy_into_view_with_broadcast_and_dtype_change():
+    def f(x):
+        x[1:].copy_(torch.tensor([1, 2, 3, 4]))
+        return x * 1
+    both(f, torch.randn(3, 4))
+
+
+def test_as_strided_view_and_write():
+    def f(x):
+        v = x.as_strided((2, 2), (1, 4), 1)
+        v.add_(5.0)
+        return v * 1
+    both(f, torch.randn(3, 4))
+
+
+def test_detach_and_data_alias():
+    x = torch.randn(3).to(DEV)
+    d = x.detach()
+    d.add_(1)
+    x.data.mul_(0)
+    assert x.cpu().tolist() == [0.0, 0.0, 0.0]
+
+
+def test_inplace_dtype_rules():
+    x = torch.zeros(3, dtype=torch.int64).to(DEV)
+    with pytest.raises(RuntimeError, match="can't be cast"):
+        x.add_(1.5)
+    y = torch.zeros(3).to(DEV)
+    y.add_(torch.ones(3, dtype=torch.int64).to(DEV))
+    assert y.dtype == torch.float32 and y.cpu().tolist() == [1.0, 1.0, 1.0]
+
+
+def test_optimizer_updates_and_zero_grad():
+    torch.manual_seed(0)
+    m = torch.nn.Linear(4, 2)
+    ml = torch.nn.Linear(4, 2)
+    ml.load_state_dict(m.state_dict())
+    ml.to(DEV)
+    x = torch.randn(6, 4)
+    for model, inp in ((m, x), (ml, x.to(DEV))):
+        opt = torch.optim.AdamW(model.parameters(), lr=0.1)
+        for _ in range(2):
+            model(inp).pow(2).mean().backward()
+            opt.step()
+            opt.zero_grad(set_to_none=False)
+        if model is ml:
+            lr.mark_step()
+    for pe, pl in zip(m.parameters(), ml.parameters()):
+        assert_same(pl.detach(), pe.detach(), rtol=1e-5, atol=1e-6)
+        assert pl.grad is not None and not pl.grad.cpu().any()
+
+
+def test_in_place_on_a_view_of_a_leaf_with_grad_is_refused_like_torch():
+    w = torch.randn(3, requires_grad=True).to(DEV).detach().requires_grad_()
+    with pytest.raises(RuntimeError, match="leaf Variable"):
+        w[0].add_(1)
+
+
+def test_inplace_on_view_inside_autograd():
+    a = torch.randn(3, 4, requires_grad=True)
+    al = a.detach().to(DEV).requires_grad_()
+    outs = []
+    for t in (a, al):
+        y = t * 2
+        y[:, 1] = 0.0
+        y.sum().backward()
+        outs.append(t.grad)
+    lr.mark_step()
+    assert_same(outs[1], outs[0])

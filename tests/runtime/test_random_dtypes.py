@@ -1,0 +1,78 @@
+"""RNG policy (seeded, deterministic, statistically right, no recompiles) and dtype
+policy (int64 and float64 stay exact; torch's promotion rules)."""
+
+import pytest
+import torch
+import torch.nn.functional as F
+
+import lazy_runtime as lr
+from conftest import DEV, assert_same
+
+
+def _dropout_mask(seed, n=20000, p=0.3):
+    torch.manual_seed(seed)
+    x = torch.ones(n).to(DEV)
+    return F.dropout(x, p, training=True).cpu()
+
+
+def test_dropout_is_deterministic_for_a_seed_and_statistically_right():
+    a, b, c = _dropout_mask(1), _dropout_mask(1), _dropout_mask(2)
+    assert torch.equal(a, b)
+    assert not torch.equal(a, c)
+    kept = a != 0
+    assert abs(kept.float().mean().item() - 0.7) < 0.02
+    torch.testing.assert_close(a[kept], torch.full_like(a[kept], 1 / 0.7))
+
+
+def test_consecutive_random_ops_differ_and_do_not_recompile():
+    x = torch.ones(1000).to(DEV)
+    lr.reset_metrics()
+    masks = []
+    for _ in range(3):
+        masks.append(F.dropout(x, 0.5, training=True))
+        lr.mark_step()
+    assert not torch.equal(masks[0].cpu(), masks[1].cpu())
+    assert lr.metrics()["compiles"] <= 1
+
+
+def test_random_fills_have_the_right_moments():
+    torch.manual_seed(0)
+    n = torch.randn(20000, device=DEV).cpu()
+    u = torch.rand(20000, device=DEV).cpu()
+    assert abs(n.mean().item()) < 0.03 and abs(n.std().item() - 1) < 0.03
+    assert 0 <= u.min().item() and u.max().item() < 1 and abs(u.mean().item() - 0.5) < 0.01
+    i = torch.randint(3, 7, (1000,), device=DEV).cpu()
+    assert set(i.tolist()) == {3, 4, 5, 6} and i.dtype == torch.int64
+
+
+def test_int64_and_float64_stay_exact():
+    big = torch.tensor([2 ** 53 + 1, -(2 ** 62)], dtype=torch.int64)
+    assert_same((big.to(DEV) + 2).cpu(), big + 2)
+    f = torch.tensor([1 / 3, 1e-300], dtype=torch.float64)
+    got = (f.to(DEV) * 3).cpu()
+    assert got.dtype == torch.float64 and torch.equal(got, f * 3)
+
+
+@pytest.mark.parametrize("make,expect", [
+    (lambda d: torch.ones(2, dtype=torch.int32, device=d) * 2.5, torch.float32),
+    (lambda d: torch.ones(2, dtype=torch.int32, device=d) + torch.ones(2, dtype=torch.int64,
+                                                                         device=d), torch.int64),
+    (lambda d: torch.ones(2, dtype=torch.uint8, device=d).sum(), torch.int64),
+    (lambda d: torch.ones(2, dtype=torch.float16, device=d) + 1.5, torch.float16),
+    (lambda d: torch.ones(2, device=d) + torch.tensor(1.0, dtype=torch.float64), torch.float32),
+    (lambda d: torch.ones(2, dtype=torch.bool, device=d) + True, torch.bool),
+    (lambda d: torch.arange(5, device=d) / 2, torch.float32),
+])
+def test_promotion_follows_torch(make, expect):
+    lazy = make(DEV)
+    eager = make("cpu")
+    assert lazy.dtype == eager.dtype == expect
+    assert_same(lazy, eager)
+
+
+def test_item_tolist_and_print():
+    x = torch.tensor([1.5, -2.0]).to(DEV)
+    assert (x * 2).sum().item() == -1.0
+    assert (x * 2).tolist() == [3.0, -4.0]
+    text = repr(x * 2)
+    assert "3." in text and "lazy_jax" in text
