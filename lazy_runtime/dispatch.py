@@ -59,11 +59,21 @@ def _template(a, inputs: list, dyn):
     return a
 
 
+_RULE_CACHE: dict = {}
+
+
+def _rule_of(func):
+    r = _RULE_CACHE.get(id(func))
+    if r is None:
+        rule_fn, multi = RULES[func]
+        r = _RULE_CACHE[id(func)] = (rule_fn, multi, DYNAMIC_SCALARS.get(func))
+    return r
+
+
 def record(func, args, kwargs, extra_inputs=()) -> ir.Node:
     """Record ``func(*args, **kwargs)`` as a node (a multi-output node for multi ops)."""
-    rule_fn, multi = RULES[func]
+    rule_fn, multi, static = _rule_of(func)
     meta = rule_fn(*args, **kwargs)
-    static = DYNAMIC_SCALARS.get(func)
     inputs: list = []
     if static is None:
         targs = tuple(_template(a, inputs, False) for a in args)
@@ -159,13 +169,38 @@ def functional_of(func):
     return None
 
 
+_MUTATION_PLANS: dict = {}
+
+
+def _mutation_plan(func, functional):
+    plan = _MUTATION_PLANS.get(id(func))
+    if plan is None:
+        pos, names = _mutated_args(func)
+        rets = func._schema.returns
+        returns_targets = len(rets) == 0 or all(r.alias_info is not None for r in rets)
+        lowered = functional in RULES and functional in LOWERINGS
+        plan = _MUTATION_PLANS[id(func)] = (pos, names, len(rets), returns_targets,
+                                            _returns_list(func), lowered)
+    return plan
+
+
 def _mutating(func, functional, args, kwargs):
-    pos, names = _mutated_args(func)
+    pos, names, n_returns, returns_targets, returns_list, lowered = \
+        _mutation_plan(func, functional)
+    if not names and len(pos) == 1 and pos[0] == 0 and lowered and n_returns == 1:
+        # the common case: add_, mul_, copy-like ops on their first argument
+        self = args[0]
+        result = record(functional, args, kwargs)
+        if not isinstance(self, LazyTensor):
+            raise UnsupportedOperation(f"{func}: cannot write a lazy result into a "
+                                       f"{self.device} tensor")
+        _write_checked(func, self, result)
+        return self
     targets = [args[i] if i < len(args) else None for i in pos] + [kwargs.get(n) for n in names]
     fargs, fkw = args, kwargs
     if names:
         fkw = {k: v for k, v in kwargs.items() if k not in names}
-    if functional in RULES and functional in LOWERINGS:
+    if lowered:
         result = record(functional, fargs, fkw)
         outs = [None if d is None else ir.getitem(result, i) for i, d in enumerate(result.dtype)] \
             if isinstance(result.dtype, tuple) else [result]
@@ -181,11 +216,6 @@ def _mutating(func, functional, args, kwargs):
             flat.extend(t)
         else:
             flat.append(t)
-    if len(outs) == 1 and isinstance(outs[0], ir.Node) and len(flat) > 1 and \
-            isinstance(outs[0].dtype, tuple):
-        outs = [ir.getitem(outs[0], i) for i in range(len(outs[0].dtype))]
-    n_returns = len(func._schema.returns)
-    returns_targets = all(r.alias_info is not None for r in func._schema.returns) or n_returns == 0
     if returns_targets:
         new_vals, rest = outs[:len(flat)], []
     else:  # e.g. native_batch_norm: (out, save_mean, save_invstd) + new running stats
@@ -199,15 +229,15 @@ def _mutating(func, functional, args, kwargs):
     if returns_targets:
         if n_returns == 0:
             return None
-        if n_returns == 1 and not _returns_list(func):
+        if n_returns == 1 and not returns_list:
             return flat[0]
-        return flat if _returns_list(func) else tuple(flat)
+        return flat if returns_list else tuple(flat)
     rest = [None if n is None else new_base(n) for n in rest]
     return tuple(rest) if len(rest) > 1 else rest[0]
 
 
 def _write_checked(func, t: LazyTensor, v: ir.Node) -> None:
-    if tuple(v.shape) != tuple(t.shape):
+    if v.shape != tuple(t.shape):
         raise RuntimeError(f"{func}: output with shape {list(t.shape)} doesn't match the "
                            f"broadcast shape {list(v.shape)}")
     if v.dtype != t.dtype:
@@ -623,9 +653,9 @@ def _out_only(func, args, kwargs):
 
 def torch_dispatch(cls, func, types, args=(), kwargs=None):
     METRICS.traced_ops += 1
-    handler = _HANDLERS.get(func)
+    handler = _HANDLERS.get(id(func))  # id: OpOverload.__hash__ is a Python function
     if handler is None:
-        handler = _HANDLERS[func] = _resolve(func)
+        handler = _HANDLERS[id(func)] = _resolve(func)
     if kwargs is None:
         kwargs = {}
     try:
@@ -684,8 +714,10 @@ def _defer_error(func, args, kwargs, err):
 
 
 def clear_handler_cache() -> None:
-    """Forget resolved handlers (after changing ``config.force_fallback``)."""
+    """Forget resolved handlers (after changing ``config.force_fallback`` or a table)."""
     _HANDLERS.clear()
+    _RULE_CACHE.clear()
+    _MUTATION_PLANS.clear()
 
 
 LazyTensor.__torch_dispatch__ = classmethod(torch_dispatch)

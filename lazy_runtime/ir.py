@@ -66,10 +66,20 @@ class Node:
 
 
 _interned: "weakref.WeakValueDictionary" = weakref.WeakValueDictionary()
+_op_keys: dict = {}
+
+
+def op_key(op) -> str:
+    """A cheap hashable stand-in for an op in keys (OpOverload hashes in Python)."""
+    k = _op_keys.get(id(op))
+    if k is None:
+        k = _op_keys[id(op)] = str(op)
+    return k
 
 
 def make_node(op, args: tuple, kwargs: tuple, inputs: tuple, shape, dtype, aux=None) -> Node:
-    sig = (op, args, kwargs, shape, dtype, aux)
+    k = _op_keys.get(id(op))
+    sig = (k if k is not None else op_key(op), args, kwargs, shape, dtype, aux)
     key = (sig, inputs)
     n = _interned.get(key)
     if n is not None:

@@ -1,0 +1,222 @@
+"""Training-step time of each example: eager torch (CPU), lazy_runtime, and the same model
+written directly with jax.jit; tracing overhead per recorded op; time to first result.
+
+    python benchmarks/runtime_step.py [--steps 20] [--write]
+
+``--write`` puts the table into benchmarks/RESULTS.md under "## lazy_runtime" (replacing
+only that section). Medians over ``--steps`` timed steps after warm-up; every timed step
+ends with the loss read back to the host, so asynchronous execution is not flattered.
+"""
+
+from __future__ import annotations
+
+import argparse
+import copy
+import importlib.util
+import statistics
+import sys
+import time
+from pathlib import Path
+
+import jax
+import numpy as np
+import torch
+
+ROOT = Path(__file__).resolve().parents[1]
+sys.path.insert(0, str(ROOT))
+sys.path.insert(0, str(ROOT / "benchmarks"))
+
+import lazy_runtime as lr  # noqa: E402
+import runtime_jax_models as jm  # noqa: E402
+
+DATE = "2026-11-21"
+
+
+def load_example(name):
+    spec = importlib.util.spec_from_file_location(f"ex_{name}", ROOT / "examples" / f"train_{name}.py")
+    mod = importlib.util.module_from_spec(spec)
+    spec.loader.exec_module(mod)
+    return mod
+
+
+class Config:
+    """One benchmark row: a torch model + optimizer + batches, and its JAX twin."""
+
+    def __init__(self, name, example, make_model, batches, jax_kwargs, note):
+        self.name, self.ex, self.make_model, self.batches = name, example, make_model, batches
+        self.jax_kwargs, self.note = jax_kwargs, note
+
+
+def configs(steps):
+    out = []
+    for name in ("mlp", "cnn", "lstm", "gpt"):
+        ex = load_example(name)
+        make = (lambda ex=ex: ex.make_model(dropout=0.0)) if name == "gpt" else ex.make_model
+        batches = [ex.make_batch(s) for s in range(steps + 5)]
+        out.append(Config(name, ex, make, batches, {}, "example defaults"))
+    # A wider MLP: the same code, more arithmetic per recorded op.
+    ex = load_example("mlp")
+    gen = torch.Generator().manual_seed(0)
+    wide = dict(d_in=512, hidden=2048, classes=10)
+    batches = [(torch.randn(256, 512, generator=gen), torch.randint(0, 10, (256,), generator=gen))
+               for _ in range(steps + 5)]
+
+    def make_wide(ex=ex):
+        torch.manual_seed(0)
+        return ex.MLP(**wide)
+    out.append(Config("mlp-wide", ex, make_wide, batches, wide, "512-2048-2048-10, batch 256"))
+    return out
+
+
+def _median_ms(ts):
+    return statistics.median(ts) * 1e3
+
+
+def bench_eager(cfg, steps):
+    model = cfg.make_model()
+    opt = cfg.ex.make_optimizer(model)
+    times = []
+    for i, (x, y) in enumerate(cfg.batches[:steps + 3]):
+        t0 = time.perf_counter()
+        loss = cfg.ex.loss_fn(model(x), y)
+        loss.backward()
+        opt.step()
+        opt.zero_grad()
+        loss.item()
+        if i >= 3:
+            times.append(time.perf_counter() - t0)
+    return _median_ms(times)
+
+
+def bench_lazy(cfg, steps):
+    dev = lr.device()
+    model = cfg.make_model().to(dev)
+    opt = cfg.ex.make_optimizer(model)
+    lr.clear_cache()
+    lr.reset_metrics()
+    times, trace_us = [], []
+    ttfr = None
+    for i, (x, y) in enumerate(cfg.batches[:steps + 3]):
+        ops0 = lr.metrics()["traced_ops"]
+        t0 = time.perf_counter()
+        x, y = x.to(dev), y.to(dev)
+        loss = cfg.ex.loss_fn(model(x), y)
+        loss.backward()
+        opt.step()
+        opt.zero_grad()
+        t1 = time.perf_counter()
+        lr.mark_step()
+        loss.item()
+        t2 = time.perf_counter()
+        if i == 0:
+            ttfr = t2 - t0
+        if i >= 3:
+            times.append(t2 - t0)
+            trace_us.append((t1 - t0) / (lr.metrics()["traced_ops"] - ops0) * 1e6)
+    m = lr.metrics()
+    return dict(step_ms=_median_ms(times), ttfr_s=ttfr, us_per_op=statistics.median(trace_us),
+                ops_per_step=(m["traced_ops"]) // (steps + 3), compiles=m["compiles"])
+
+
+def bench_jax(cfg, steps):
+    params, opt_state, model_state, step = jm.MODELS[cfg.name.split("-")[0]](**cfg.jax_kwargs)
+    times = []
+    ttfr = None
+    for i, (x, y) in enumerate(cfg.batches[:steps + 3]):
+        xn, yn = x.numpy(), y.numpy()
+        t0 = time.perf_counter()
+        params, opt_state, model_state, loss = step(params, opt_state, model_state, xn, yn)
+        float(loss)
+        dt = time.perf_counter() - t0
+        if i == 0:
+            ttfr = dt
+        if i >= 3:
+            times.append(dt)
+    return dict(step_ms=_median_ms(times), ttfr_s=ttfr)
+
+
+def run(steps):
+    rows = []
+    for cfg in configs(steps):
+        eager = bench_eager(cfg, steps)
+        lazy = bench_lazy(cfg, steps)
+        jx = bench_jax(cfg, steps)
+        rows.append((cfg, eager, lazy, jx))
+        print(f"{cfg.name:9s} eager {eager:8.2f} ms | lazy {lazy['step_ms']:8.2f} ms "
+              f"({lazy['ops_per_step']} ops/step, {lazy['us_per_op']:.1f} us/op, first result "
+              f"{lazy['ttfr_s']:.2f} s, {lazy['compiles']} compiles) | jax.jit "
+              f"{jx['step_ms']:8.2f} ms (first {jx['ttfr_s']:.2f} s) | lazy/jax "
+              f"{lazy['step_ms'] / jx['step_ms']:.2f}x, lazy/eager {lazy['step_ms'] / eager:.2f}x",
+              flush=True)
+    return rows
+
+
+def micro_overhead(n=5000):
+    """Tracing cost of one recorded elementwise op (no autograd), in microseconds."""
+    dev = lr.device()
+    x = torch.randn(64, 64).to(dev)
+    y = torch.randn(64, 64).to(dev)
+    lr.mark_step()
+    res = {}
+    for name, fn in (("add", lambda: x + y), ("mul by float", lambda: x * 0.5),
+                     ("matmul", lambda: x @ y), ("view", lambda: x.view(-1))):
+        samples = []
+        for _ in range(5):
+            t0 = time.perf_counter()
+            for _ in range(n):
+                fn()
+            samples.append((time.perf_counter() - t0) / n * 1e6)
+            lr.sync()
+        res[name] = statistics.median(samples)
+    return res
+
+
+def table(rows, micro, steps):
+    lines = [f"## lazy_runtime ({DATE})", "",
+             f"`python benchmarks/runtime_step.py --steps {steps} --write`. One training step "
+             "(forward, backward, optimizer) per row, median of "
+             f"{steps} steps after 3 warm-up steps; each timed step ends with `loss.item()`. "
+             "eager: torch on the CPU; lazy: lazy_runtime on XLA:CPU (trace + `mark_step` + "
+             "read); jax.jit: the same model hand-written in JAX (`benchmarks/runtime_jax_models"
+             ".py`). First result: trace + compile + run of step 1 from an empty cache.", "",
+             "| model | eager (ms) | lazy (ms) | jax.jit (ms) | lazy / jax.jit | lazy / eager |"
+             " ops/step | µs per recorded op | first result lazy (s) | first result jax (s) |",
+             "|---|---:|---:|---:|---:|---:|---:|---:|---:|---:|"]
+    for cfg, eager, lazy, jx in rows:
+        lines.append(f"| {cfg.name} ({cfg.note}) | {eager:.2f} | {lazy['step_ms']:.2f} | "
+                     f"{jx['step_ms']:.2f} | {lazy['step_ms'] / jx['step_ms']:.2f}x | "
+                     f"{lazy['step_ms'] / eager:.2f}x | {lazy['ops_per_step']} | "
+                     f"{lazy['us_per_op']:.1f} | {lazy['ttfr_s']:.2f} | {jx['ttfr_s']:.2f} |")
+    lines += ["", "Tracing overhead of one recorded op outside autograd (median of 5 x 5000): " +
+              ", ".join(f"{k} {v:.1f} µs" for k, v in micro.items()) + ".", ""]
+    return "\n".join(lines)
+
+
+def write_results(text):
+    path = ROOT / "benchmarks" / "RESULTS.md"
+    old = path.read_text() if path.exists() else "# Benchmark results\n"
+    start = old.find("## lazy_runtime")
+    if start < 0:
+        new = old.rstrip("\n") + "\n\n" + text
+    else:
+        end = old.find("\n## ", start + 1)
+        new = old[:start] + text + ("" if end < 0 else old[end:])
+    path.write_text(new.rstrip("\n") + "\n")
+
+
+def main():
+    p = argparse.ArgumentParser(description=__doc__.splitlines()[0])
+    p.add_argument("--steps", type=int, default=20)
+    p.add_argument("--write", action="store_true")
+    args = p.parse_args()
+    print(f"jax {jax.__version__} on {jax.devices()[0].platform}, torch {torch.__version__}")
+    rows = run(args.steps)
+    micro = micro_overhead()
+    text = table(rows, micro, args.steps)
+    print(text)
+    if args.write:
+        write_results(text)
+
+
+if __name__ == "__main__":
+    main()
