@@ -15,6 +15,9 @@ setup: $(STAMP)
 demo: $(STAMP)
 	$(PYTHON) -m shapeinfer.cli report examples/resnet.py
 	$(PYTHON) -m shapeinfer.cli annotate examples/resnet.py --diff
+	@# check exits 1 here on purpose: the file has a bug on a path its sample never takes
+	-$(PYTHON) -m shapeinfer.cli check examples/bugs/truncating.py
+	$(PYTHON) examples/train_mlp.py
 
 test: $(STAMP)
 	$(PYTHON) -m pytest tests -q
