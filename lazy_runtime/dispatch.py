@@ -76,12 +76,13 @@ def record(func, args, kwargs, extra_inputs=()) -> ir.Node:
     meta = rule_fn(*args, **kwargs)
     inputs: list = []
     if static is None:
-        targs = tuple(_template(a, inputs, False) for a in args)
-        tkw = tuple((k, _template(v, inputs, False)) for k, v in kwargs.items()) if kwargs else ()
+        targs = tuple([_template(a, inputs, False) for a in args])
+        tkw = tuple([(k, _template(v, inputs, False)) for k, v in kwargs.items()]) \
+            if kwargs else ()
     else:
-        targs = tuple(_template(a, inputs, i not in static) for i, a in enumerate(args))
-        tkw = tuple((k, _template(v, inputs, k not in static))
-                    for k, v in kwargs.items()) if kwargs else ()
+        targs = tuple([_template(a, inputs, i not in static) for i, a in enumerate(args)])
+        tkw = tuple([(k, _template(v, inputs, k not in static))
+                     for k, v in kwargs.items()]) if kwargs else ()
     for name, leaf in extra_inputs:
         inputs.append(leaf)
         tkw += ((name, _marker(len(inputs) - 1)),)

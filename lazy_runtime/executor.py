@@ -216,6 +216,7 @@ def sync(reason: str = "mark_step") -> None:
         DEFERRED_ERRORS.clear()
         raise err
     storages = take_pending()
+    ir.clear_interned()
     METRICS.syncs += 1
     METRICS.sync_reasons[reason] += 1
     if not storages:

@@ -12,8 +12,6 @@ stream position. The structural key of a graph (``linearize``) is the compile-ca
 
 from __future__ import annotations
 
-import weakref
-
 DATA = "data"
 SCALAR = "scalar"
 RNG = "rng"
@@ -65,8 +63,14 @@ class Node:
         return self.op not in SETTLED
 
 
-_interned: "weakref.WeakValueDictionary" = weakref.WeakValueDictionary()
+# The intern table holds nodes until the next barrier (``clear_interned``): within a step
+# equal nodes are one object; after a barrier every live value is device data anyway.
+_interned: dict = {}
 _op_keys: dict = {}
+
+
+def clear_interned() -> None:
+    _interned.clear()
 
 
 def op_key(op) -> str:
@@ -94,6 +98,8 @@ def make_node(op, args: tuple, kwargs: tuple, inputs: tuple, shape, dtype, aux=N
     n.aux = aux
     n.value = None
     n.sig = sig
+    if len(_interned) > 1_000_000:  # a very long trace without a barrier
+        _interned.clear()
     _interned[key] = n
     return n
 
