@@ -178,7 +178,11 @@ def table(rows, micro, steps):
              f"{steps} steps after 3 warm-up steps; each timed step ends with `loss.item()`. "
              "eager: torch on the CPU; lazy: lazy_runtime on XLA:CPU (trace + `mark_step` + "
              "read); jax.jit: the same model hand-written in JAX (`benchmarks/runtime_jax_models"
-             ".py`). First result: trace + compile + run of step 1 from an empty cache.", "",
+             ".py`). First result: trace + compile + run of step 1 from an empty cache. "
+             "µs per recorded op: the step's Python time before `mark_step` (autograd, "
+             "optimizer code and input copies included) over the ATen ops it recorded. The "
+             "small examples are tracing-bound (hundreds of ops of microseconds each); the "
+             "wide MLP shows the runtime once each op does real work.", "",
              "| model | eager (ms) | lazy (ms) | jax.jit (ms) | lazy / jax.jit | lazy / eager |"
              " ops/step | µs per recorded op | first result lazy (s) | first result jax (s) |",
              "|---|---:|---:|---:|---:|---:|---:|---:|---:|---:|"]
