@@ -33,10 +33,23 @@ class AnalysisResult:
     output: Optional[Value] = None
     seconds: float = 0.0
     files: list = field(default_factory=list)
+    inputs: dict = field(default_factory=dict)  # forward parameter -> abstract input type
 
     @property
     def errors(self) -> list:
         return [d for d in self.diagnostics if d.severity == "error"]
+
+    @property
+    def shape_only_reasons(self) -> list:
+        """Why forward's behaviour might depend on more than input shapes and concrete
+        attributes: data-dependent branches or sizes (SI003), calls with no rule (SI001),
+        unread sources (SI006) or analyzer failures (SI005). Empty means a recorded graph
+        can be replayed for any input with the same symbolic signature."""
+        return [d for d in self.diagnostics if d.code in ("SI001", "SI003", "SI005", "SI006")]
+
+    @property
+    def shape_only(self) -> bool:
+        return not self.shape_only_reasons
 
     def entries_in(self, filename: str) -> list:
         real = os.path.realpath(filename)
@@ -55,8 +68,13 @@ class AnalysisResult:
             j = d.to_json()
             j["file"] = display_path(d.file)
             diags.append(j)
-        return {"version": JSON_VERSION, "symbols": dict(self.symbols), "entries": entries,
-                "diagnostics": diags}
+        inputs = {name: [sym.dim_str(d) for d in t.shape] for name, t in self.inputs.items()
+                  if isinstance(t, TensorType) and t.shape is not None}
+        control = {"shape_only": self.shape_only,
+                   "reasons": [f"{display_path(d.file)}:{d.line}: {d.code} {d.message}"
+                               for d in self.shape_only_reasons]}
+        return {"version": JSON_VERSION, "symbols": dict(self.symbols), "inputs": inputs,
+                "control_flow": control, "entries": entries, "diagnostics": diags}
 
 
 def display_path(path: str) -> str:
@@ -148,7 +166,8 @@ def analyze(model, args=(), kwargs=None, dims=None) -> AnalysisResult:
         ctx.report("SI005", f"analysis stopped: {type(e).__name__}: {e}")
         output = Unknown(f"analysis stopped: {type(e).__name__}")
     files = sorted({e.file for e in ctx.entries.values()})
-    return AnalysisResult(symbols, ctx.entries, ctx.diagnostics, output, time.perf_counter() - start, files)
+    return AnalysisResult(symbols, ctx.entries, ctx.diagnostics, output, time.perf_counter() - start, files,
+                          dict(abstract))
 
 
 __all__ = ["analyze", "AnalysisResult", "AnalysisError", "Diagnostic", "Entry", "TensorType", "Any"]

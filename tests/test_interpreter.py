@@ -296,3 +296,12 @@ def test_sign_decided_through_min():
     assert [d.code for d in r.errors] == ["SI143"]
     with pytest.raises(RuntimeError):
         TooSmall()(torch.randn(1, 3, 9, 9))
+
+
+def test_control_flow_summary_for_replay():
+    dd = shapeinfer.analyze(DataDependent(), args=(torch.randn(3, 4),), dims={"x": ("B", "C")}).to_json()
+    assert dd["control_flow"]["shape_only"] is False
+    assert any("SI003" in r for r in dd["control_flow"]["reasons"])
+    ok = shapeinfer.analyze(TwoShapes(), args=(torch.randn(2, 6),), dims={"x": ("B", "T")}).to_json()
+    assert ok["control_flow"] == {"shape_only": True, "reasons": []}
+    assert ok["inputs"] == {"x": ["B", "T"]}
