@@ -162,6 +162,14 @@ class ObjV(Value):
     def __init__(self, cls: type, attrs=None):
         self.cls = cls
         self.attrs: dict = dict(attrs or {})
+        # the items of an instance of a dict subclass (e.g. transformers' ModelOutput)
+        self.mapping: Optional[dict] = {} if issubclass(cls, dict) else None
+
+    def mapping_view(self) -> "DictV":
+        """A DictV sharing this object's items, for dict methods."""
+        view = DictV()
+        view.items = self.mapping
+        return view
 
     def __eq__(self, other):
         return self is other
@@ -277,6 +285,8 @@ def _fork_value(v, memo):
             new = ObjV(v.cls)
             memo[key] = new
             new.attrs = {k: _fork_value(x, memo) for k, x in v.attrs.items()}
+            if v.mapping is not None:
+                new.mapping = {k: _fork_value(x, memo) for k, x in v.mapping.items()}
         return new
     if isinstance(v, TupleV):
         return TupleV(tuple(_fork_value(x, memo) for x in v.items))

@@ -684,10 +684,11 @@ def _holds(cond, subs):
     if cond is None:
         return True
     try:
-        v = sympy.sympify(str(cond), locals={str(s): s for s in subs}).subs(subs)
+        v = sympy.sympify(str(cond), locals={str(s): s for s in subs})
+        v = v.subs(subs) if isinstance(v, sympy.Basic) else v
     except (sympy.SympifyError, TypeError):
         return None
-    return True if v is sympy.true else False if v is sympy.false else None
+    return True if v in (sympy.true, True) else False if v in (sympy.false, False) else None
 
 
 def compare(analysis_json: dict, recorded: dict, sizes: dict[str, int],

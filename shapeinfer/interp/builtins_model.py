@@ -642,6 +642,30 @@ def _update(c, d, args, kwargs, frame):
     return NONE
 
 
+@method((DictV,), "__setitem__")
+def _dict_setitem(c, d, args, kwargs, frame):
+    c.set_item(d, args[0], args[1], frame)
+    return NONE
+
+
+@method((DictV,), "__getitem__")
+def _dict_getitem(c, d, args, kwargs, frame):
+    return c.get_item(d, args[0], frame)
+
+
+@method((DictV,), "__contains__")
+def _dict_contains(c, d, args, kwargs, frame):
+    key = args[0].obj if isinstance(args[0], Const) else args[0]
+    return Const(key in d.items)
+
+
+@method((DictV,), "__delitem__")
+def _dict_delitem(c, d, args, kwargs, frame):
+    key = args[0].obj if isinstance(args[0], Const) else args[0]
+    d.items.pop(key, None)
+    return NONE
+
+
 @method((DictV,), "copy")
 def _dict_copy(c, d, args, kwargs, frame):
     return DictV(d.items)

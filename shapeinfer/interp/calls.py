@@ -324,6 +324,12 @@ class Caller:
         if isinstance(obj, ObjV):
             if name in obj.attrs:
                 return obj.attrs[name]
+            if name == "__dict__":
+                view = DictV()
+                view.items = obj.attrs  # shares the attributes, as Python's __dict__ does
+                return view
+            if name == "__class__":
+                return Const(obj.cls)
             attr = _class_attr(obj.cls, name)
             if attr is None:
                 self.ctx.report("SI009", f"'{obj.cls.__name__}' object has no attribute '{name}'",
@@ -346,6 +352,10 @@ class Caller:
     def _bind_class_attr(self, self_value, attr) -> Value:
         if isinstance(attr, (types.FunctionType, Closure)):
             return BoundMethod(self_value, attr)
+        if isinstance(self_value, ObjV) and self_value.mapping is not None and \
+                isinstance(attr, (types.WrapperDescriptorType, types.MethodDescriptorType)):
+            # dict's own C methods on a dict subclass: act on the object's items
+            return BoundMethod(self_value.mapping_view(), attr.__name__)
         if isinstance(attr, property):
             return self.call_callable(attr.fget, [self_value], {}, None)
         if isinstance(attr, staticmethod):
@@ -398,8 +408,10 @@ class Caller:
             return _sequence_item(TupleV(tuple(obj.attrs[f] for f in obj.cls._fields)), index)
         if isinstance(obj, ObjV):
             getitem = _class_attr(obj.cls, "__getitem__")
-            if getitem is not None:
+            if isinstance(getitem, types.FunctionType):
                 return self.call_callable(getitem, [obj, index], {}, frame)
+            if obj.mapping is not None:
+                return self.get_item(obj.mapping_view(), index, frame)
         if isinstance(obj, Const):
             if isinstance(index, Const):
                 try:
@@ -414,6 +426,13 @@ class Caller:
         return Unknown(f"item of {type(obj).__name__}")
 
     def set_item(self, obj: Value, index: Value, value: Value, frame) -> None:
+        if isinstance(obj, ObjV):
+            setitem = _class_attr(obj.cls, "__setitem__")
+            if isinstance(setitem, types.FunctionType):
+                self.call_callable(setitem, [obj, index, value], {}, frame)
+            elif obj.mapping is not None:
+                self.set_item(obj.mapping_view(), index, value, frame)
+            return
         if isinstance(obj, ListV) and isinstance(index, Const) and isinstance(index.obj, int) \
                 and obj.is_concrete and -len(obj.items) <= index.obj < len(obj.items):
             obj.items[index.obj] = value
@@ -443,6 +462,8 @@ class Caller:
             return [k if isinstance(k, Value) else Const(k) for k in value.items]
         if isinstance(value, ObjV) and issubclass(value.cls, tuple) and hasattr(value.cls, "_fields"):
             return [value.attrs[f] for f in value.cls._fields]
+        if isinstance(value, ObjV) and value.mapping is not None:
+            return [Const(k) for k in value.mapping]
         if isinstance(value, TensorType):
             from ..ops.tensor_attrs import iterate_tensor
 
