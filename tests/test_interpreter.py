@@ -130,8 +130,10 @@ def test_data_dependent_values_are_unknown_with_reasons_never_wrong():
     assert e["v"]["value"] == "?"
     assert e["y"]["shapes"] == [["?"]]
     assert e["z"]["shapes"] == [["B", "1"]]  # the line in the else branch
-    z_after_join = r.output.items[3]
-    assert z_after_join.shape == (sym.symbol("B"), None)  # widened: the branches disagree on dim 1
+    z_after_join = r.output.items[3]  # one shape or the other, depending on data
+    options = sorted(str(v.shape) for _, v in z_after_join.options)
+    assert options == ["(B, 1)", "(B, C)"]
+    assert all(str(c).lstrip("~").startswith("data_L") for c, _ in z_after_join.options)
     codes = {d["code"] for d in r.to_json()["diagnostics"]}
     assert "SI003" in codes
 

@@ -247,3 +247,15 @@ def symbolic_lists(x):
 
 def test_stack_and_cat_of_symbolic_length_lists():
     check(symbolic_lists, {"x": ("B", "T", "D")}, RANGES)
+
+
+def diffs(x):
+    a = torch.diff(x, dim=-1)
+    b = torch.diff(x, prepend=x[:, :1] - 1, dim=-1)
+    c = x.diff(n=2, dim=0)
+    d = torch.diff(x, append=x[:, -2:], dim=1)
+    return a
+
+
+def test_diff():
+    check(diffs, {"x": ("B", "T")}, {"B": (3, 7), "T": (2, 9)})

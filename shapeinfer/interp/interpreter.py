@@ -195,11 +195,9 @@ class Interpreter:
             return self.exec_block(s.body, frame)
         if verdict is False:
             return self.exec_block(s.orelse, frame)
-        if cond is None:  # depends on tensor data: both paths, then widen
+        if cond is None:  # depends on tensor data: both paths, under an opaque condition
             self.ctx.report("SI003", "branch condition depends on tensor values; both branches analyzed")
-            a = self.exec_block(s.body, frame.fork())
-            b = self.exec_block(s.orelse, frame.fork())
-            return _merge_flows(a, b, widen=True)
+            cond = self.ctx.data_condition(s.lineno)
         a = self.exec_block(s.body, frame.fork(cond))
         b = self.exec_block(s.orelse, frame.fork(sympy.Not(cond)))
         return _merge_flows(a, b)
@@ -387,7 +385,7 @@ class Interpreter:
 
     def lookup(self, name: str, frame: Frame, node=None) -> Value:
         if name in frame.env:
-            return frame.env[name]
+            return _narrow(frame.env[name], frame.pc)
         scope = frame.scope
         while scope is not None:
             if name in scope.env:
@@ -471,12 +469,23 @@ class Interpreter:
         return ops.unaryop(self, type(n.op).__name__, operand, frame)
 
     def ex_BoolOp(self, n, frame):
+        saved_pc = frame.pc
+        try:
+            return self._bool_op(n, frame)
+        finally:
+            frame.pc = saved_pc
+
+    def _bool_op(self, n, frame):
+        """``a and b`` / ``a or b``; later operands are evaluated only on the paths where
+        the earlier ones did not decide (``x is None or x.shape[1] == 1``)."""
         is_and = isinstance(n.op, ast.And)
         conds = []
         last = None
         for v_node in n.values:
             v = self.eval(v_node, frame)
             verdict, cond = self.truth(v, frame)
+            if verdict is None and cond is not None:
+                frame.pc = sympy.And(frame.pc, cond if is_and else sympy.Not(cond))
             last = v
             if verdict is (not is_and):  # short circuit: `a or b` with a truthy returns a
                 return v if not conds else (Const(verdict) if isinstance(v, Const) else v)
@@ -510,9 +519,16 @@ class Interpreter:
             return self.eval(n.body, frame)
         if verdict is False:
             return self.eval(n.orelse, frame)
-        a, b = self.eval(n.body, frame), self.eval(n.orelse, frame)
         if cond is None:
-            return widen_values([a, b])
+            cond = self.ctx.data_condition(n.lineno)
+        saved_pc = frame.pc
+        try:
+            frame.pc = sympy.And(saved_pc, cond)
+            a = self.eval(n.body, frame)
+            frame.pc = sympy.And(saved_pc, sympy.Not(cond))
+            b = self.eval(n.orelse, frame)
+        finally:
+            frame.pc = saved_pc
         return make_union([(cond, a), (sympy.Not(cond), b)])
 
     def ex_Call(self, n, frame):
@@ -731,6 +747,17 @@ def _decide(cond, pc):
 
 _REL_OPS = {sympy.Eq: "==", sympy.Ne: "!=", sympy.Lt: "<", sympy.Le: "<=", sympy.Gt: ">",
             sympy.Ge: ">="}
+
+
+def _narrow(value: Value, pc) -> Value:
+    """A union read on a path keeps only the options that path allows."""
+    if not isinstance(value, UnionV) or pc is sympy.true:
+        return value
+    kept = [(c, v) for c, v in value.options if _decide(sympy.And(pc, c), sympy.true)[0] is not False
+            and _decide(c, pc)[0] is not False]
+    if len(kept) == len(value.options):
+        return value
+    return make_union(kept) if kept else value
 
 
 def _merge_flows(a: Flow, b: Flow, widen: bool = False) -> Flow:

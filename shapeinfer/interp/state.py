@@ -100,6 +100,14 @@ class AnalysisContext:
         self.loc: tuple[str, int, int] = ("<unknown>", 0, 0)
         self.attr_overlay: dict[tuple[int, str], Value] = {}
         self.pc = sympy.true  # the path condition of the statement being analyzed
+        self.data_conditions = 0
+
+    def data_condition(self, line: int) -> sympy.Symbol:
+        """A fresh opaque condition for a branch on tensor values. Paths split on it are
+        kept apart (so correlated branches stay consistent) and joined where they agree;
+        a `when` that mentions it names no declared symbol, so it is never evaluated."""
+        self.data_conditions += 1
+        return sympy.Symbol(f"data_L{line}_{self.data_conditions}")
 
     # ---- locations and diagnostics ----
     def at(self, filename: str, node: ast.AST) -> None:
@@ -123,6 +131,7 @@ class AnalysisContext:
         if is_library_file(filename):
             return
         key = (filename, line, name)
+        pc = without_data_conditions(pc)  # reaching this line is what matters, not how
         entry = self.entries.get(key)
         if entry is None:
             entry = self.entries[key] = Entry(filename, line, name)
@@ -132,6 +141,21 @@ class AnalysisContext:
 
     def sample_holds(self, cond) -> Optional[bool]:
         return sym.holds_at(cond, self.symbols)
+
+
+def is_data_condition(cond) -> bool:
+    return any(s.name.startswith("data_L") for s in getattr(cond, "free_symbols", ()))
+
+
+def without_data_conditions(cond):
+    """Drop the conjuncts of a path condition that are opaque data conditions."""
+    if not is_data_condition(cond):
+        return cond
+    if isinstance(cond, sympy.And):
+        return sympy.And(*[c for c in cond.args if not is_data_condition(c)])
+    if isinstance(cond, (sympy.Symbol, sympy.Not)):
+        return sympy.true
+    return cond
 
 
 def flatten_union(value: Value, pc=sympy.true) -> list:

@@ -417,3 +417,15 @@ def tensor_unfold(ctx, input, dimension, size, step):
                                 f"unfold: windows of {k} fit in {sym.dim_pretty(s[d])}")
     s[d] = windows
     return like(T(input), tuple(s) + (k,))
+
+
+@op("diff", torch.diff, methods=("diff",))
+def diff(ctx, input, n=1, dim=-1, prepend=None, append=None):
+    s = list(shape_of(input))
+    d = shape_fns.normalize_dim(_int(dim), len(s))
+    size = s[d]
+    for extra in (prepend, append):
+        if not is_none(extra):
+            size = sym.add(size, shape_of(extra)[d] if T(extra).shape else 1)
+    s[d] = sym.sub(size, _int(n))
+    return like(T(input), s)
