@@ -533,28 +533,48 @@ class Interpreter:
 
     def ex_Call(self, n, frame):
         func = self.eval(n.func, frame)
-        args = []
+        # arguments in source order; *xs and **kw are expanded once their values are
+        # known, per path when they differ by path (a union)
+        parts = []
         for a in n.args:
             if isinstance(a, ast.Starred):
-                seq = self.caller.iterate(self.eval(a.value, frame), frame)
+                parts.append(("*", self.eval(a.value, frame)))
+            else:
+                parts.append(("", self.eval(a, frame)))
+        for k in n.keywords:
+            parts.append(("**", self.eval(k.value, frame)) if k.arg is None else (k.arg, self.eval(k.value, frame)))
+        self.ctx.at(frame.filename, n)
+        starred = [i for i, (kind, v) in enumerate(parts) if kind in ("*", "**") and isinstance(v, UnionV)]
+
+        def call_with(*star_values):
+            chosen = list(parts)
+            for i, v in zip(starred, star_values):
+                chosen[i] = (chosen[i][0], v)
+            return self._call_parts(func, chosen, frame, n)
+
+        return self.lift(call_with, *[parts[i][1] for i in starred])
+
+    def _call_parts(self, func, parts, frame, n):
+        args, kwargs = [], {}
+        for kind, v in parts:
+            if kind == "":
+                args.append(v)
+            elif kind == "*":
+                seq = self.caller.iterate(v, frame)
                 if not isinstance(seq, list):
                     return Unknown("call with *args of symbolic length")
                 args.extend(seq)
-            else:
-                args.append(self.eval(a, frame))
-        kwargs = {}
-        for k in n.keywords:
-            v = self.eval(k.value, frame)
-            if k.arg is None:
+            elif kind == "**":
                 if isinstance(v, DictV):
                     kwargs.update({str(kk): vv for kk, vv in v.items.items()})
+                elif isinstance(v, ObjV) and v.mapping is not None:
+                    kwargs.update({str(kk): vv for kk, vv in v.mapping.items()})
                 elif isinstance(v, Const) and isinstance(v.obj, dict):
                     kwargs.update({kk: self.caller.wrap(vv) for kk, vv in v.obj.items()})
                 else:
                     return Unknown("call with **kwargs of unknown keys")
             else:
-                kwargs[k.arg] = v
-        self.ctx.at(frame.filename, n)
+                kwargs[kind] = v
         return self.caller.call(func, args, kwargs, frame, node=n)
 
     def ex_Lambda(self, n, frame):

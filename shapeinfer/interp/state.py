@@ -174,7 +174,8 @@ def make_union(options: list) -> Value:
     """Build a union from (cond, value) pairs, merging equal values and dropping false
     conditions; a single survivor is returned as itself."""
     merged: list = []
-    for cond, v in options:
+    flat = [pair for cond, v in options for pair in flatten_union(v, cond)]
+    for cond, v in flat:
         if cond is sympy.false or cond is False:
             continue
         for i, (c2, v2) in enumerate(merged):
