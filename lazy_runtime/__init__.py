@@ -19,6 +19,7 @@ from . import ops  # noqa: F401  (registers every rule and lowering)
 from . import dispatch
 from .config import config
 from .device import device
+from .dynamic import mark_dynamic
 from .errors import LazyRuntimeError, UnsupportedOperation
 from .executor import cache_info, clear_cache, mark_step, sync
 from .metrics import metrics, metrics_report, reset_metrics
@@ -27,7 +28,8 @@ from .tensor import LazyTensor
 
 __all__ = ["device", "mark_step", "sync", "metrics", "metrics_report", "reset_metrics",
            "manual_seed", "config", "cache_info", "clear_cache", "force_fallback",
-           "LazyTensor", "LazyRuntimeError", "UnsupportedOperation", "is_lazy"]
+           "LazyTensor", "LazyRuntimeError", "UnsupportedOperation", "is_lazy",
+           "mark_dynamic"]
 
 
 def is_lazy(t) -> bool:

@@ -15,6 +15,13 @@ class Config:
         self.platform: str | None = os.environ.get("LAZY_RUNTIME_PLATFORM") or None
         # Keep this many recompile reasons in metrics (the newest).
         self.max_reasons: int = 100
+        # Bucket policy for dynamic dims: "pow2" (next power of two), a list of sizes
+        # (the smallest that fits), or "off" (every shape compiles on its own: classic
+        # LazyTensor). Sizes above ``max_bucket`` are not padded (one compile per size).
+        self.buckets = os.environ.get("LAZY_RUNTIME_BUCKETS", "pow2")
+        self.max_bucket: int = int(os.environ.get("LAZY_RUNTIME_MAX_BUCKET", "8192"))
+        # Make dims dynamic when a graph comes back with only some input sizes changed.
+        self.automatic_dynamic: bool = True
 
     def jax_device(self):
         import jax

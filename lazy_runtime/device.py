@@ -31,7 +31,10 @@ def _to_copy(x, dtype=None, layout=None, device=None, pin_memory=None, non_block
     if x.device.type != "cpu":
         raise RuntimeError(f"cannot copy a {x.device} tensor to the lazy device directly")
     if dtype is not None and dtype != x.dtype:
+        marks = getattr(x, "_lr_dynamic", None)
         x = x.to(dtype)
+        if marks:
+            x._lr_dynamic = marks
     return data_tensor(x)
 
 

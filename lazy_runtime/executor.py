@@ -16,7 +16,7 @@ import jax
 import numpy as np
 import torch
 
-from . import dtypes, ir
+from . import dtypes, dynamic, ir
 from .config import config
 from .errors import LazyRuntimeError
 from .metrics import METRICS
@@ -37,7 +37,9 @@ def device_put(t: torch.Tensor):
 
 
 def data_node_from_cpu(t: torch.Tensor) -> ir.Node:
-    return ir.leaf(ir.DATA, device_put(t), tuple(t.shape), t.dtype)
+    marks = dynamic.marks_of_cpu(t)
+    return ir.leaf(ir.DATA, device_put(t), tuple(t.shape), t.dtype,
+                   aux=("mark", marks) if marks else None)
 
 
 def data_tensor(t: torch.Tensor):
@@ -64,8 +66,7 @@ def to_cpu(t) -> torch.Tensor:
                                f"({st.node.value})") from st.node.value
     METRICS.transfers_to_host += 1
     t0 = time.perf_counter()
-    with _x64(True):
-        a = np.asarray(st.node.value)
+    a = dynamic.true_value(st.node)
     METRICS.execute_seconds += time.perf_counter() - t0  # waiting for async execution
     for step in t._vw:
         a = apply_step_numpy(step, a)
@@ -96,6 +97,7 @@ def cache_info() -> dict:
 
 def clear_cache() -> None:
     _cache.clear()
+    dynamic.reset()
 
 
 def _fill(t, ins):
@@ -187,13 +189,164 @@ def _compile(g: ir.Graph) -> Executable:
     return Executable(compiled, n_ops)
 
 
-def _lookup(g: ir.Graph) -> Executable:
+def _padded_plan(g: ir.Graph, plan) -> list:
+    from .ops.registry import LOWERINGS
+    index = {id(n): i for i, n in enumerate(g.nodes)}
+    buckets = dict(zip(plan.syms, plan.buckets))
+    out = []
+    counts = {ir.DATA: 0, ir.SCALAR: 0, ir.RNG: 0}
+    for i, n in enumerate(g.nodes):
+        if n.op in ir.LEAVES:
+            out.append((n.op, counts[n.op], None, None, None, None, None, None))
+            counts[n.op] += 1
+            continue
+        ins = tuple(index[id(x)] for x in n.inputs)
+        if n.op is ir.GETITEM:
+            out.append((ir.GETITEM, n.args[0], None, None, ins, None, None, None))
+            continue
+        p = plan.pads[i]
+        lay = p.layout
+        if isinstance(n.dtype, tuple):
+            shape = tuple(None if l is None else dynamic.lsize(l, buckets) for l in lay)
+        else:
+            shape = dynamic.lsize(lay, buckets)
+        ctx = LowerCtx(shape, n.dtype, n.aux, tuple(x.dtype for x in n.inputs))
+        in_lays = tuple(plan.layouts[j] for j in ins)
+        out.append((LOWERINGS[n.op], p.args, dict(p.kwargs), ctx, ins, n, p, in_lays))
+    return out
+
+
+def _fill_sym(t, ins, env):
+    tt = type(t)
+    if tt is ir.Input:
+        return ins[t.i]
+    if tt is dynamic.SymSize:
+        return env.dsize(t.dim)
+    if tt is dynamic.RtInt:
+        v = t.c
+        for s in t.syms:
+            v = v * env.n[s]
+        return v
+    if tt is tuple:
+        return tuple(_fill_sym(x, ins, env) for x in t)
+    return t
+
+
+def _make_padded_fn(plan_entries, outputs, plan):
+    syms, bks = plan.syms, plan.buckets
+    buckets = dict(zip(syms, bks))
+
+    def fn(datas, scalars, rngs, sizes):
+        env = dynamic.Env(syms, bks, sizes)
+        vals = []
+        for entry in plan_entries:
+            kind = entry[0]
+            if kind is ir.DATA:
+                vals.append(datas[entry[1]])
+            elif kind is ir.SCALAR:
+                vals.append(scalars[entry[1]])
+            elif kind is ir.RNG:
+                vals.append(rngs[entry[1]])
+            elif kind is ir.GETITEM:
+                vals.append(vals[entry[4][0]][entry[1]])
+            else:
+                low, targs, tkw, ctx, ins, node, p, in_lays = entry
+                ivals = [vals[i] for i in ins]
+                for j, axes, fill in p.pre:
+                    ivals[j] = dynamic.sanitize(env, ivals[j], in_lays[j], axes, fill)
+                args = _fill_sym(targs, ivals, env)
+                kw = {k: _fill_sym(v, ivals, env) for k, v in tkw.items()}
+                try:
+                    if p.fn is not None:
+                        r = p.fn(ctx, env, in_lays, *args, **kw)
+                    else:
+                        r = low.fn(ctx, *args, **kw) if low.ctx else low.fn(*args, **kw)
+                except Exception as e:
+                    raise LazyRuntimeError(f"padded lowering of {node.op} failed: {e}") from e
+                vals.append(_check_padded(node, r, ctx))
+        return tuple(vals[o] for o in outputs)
+    return fn
+
+
+def _check_padded(node, r, ctx):
+    if isinstance(node.dtype, tuple):
+        return tuple(None if d is None else _check1(node.op, x, s, d)
+                     for x, s, d in zip(r, ctx.shape, node.dtype))
+    return _check1(node.op, r, ctx.shape, node.dtype)
+
+
+def _compile_padded(g: ir.Graph, plan) -> Executable:
+    entries = _padded_plan(g, plan)
+    fn = _make_padded_fn(entries, g.outputs, plan)
+    datas = dynamic.padded_inputs(g, plan)
+    data_avals = [jax.ShapeDtypeStruct(d.shape, d.dtype) for d in datas]
+    scal = jax.ShapeDtypeStruct((len(g.scalars),), np.float64)
+    rng = jax.ShapeDtypeStruct((len(g.rngs), 2), np.int64)
+    sizes = jax.ShapeDtypeStruct((len(plan.syms),), np.int64)
+    t0 = time.perf_counter()
+    with _x64(True):
+        compiled = jax.jit(fn).lower(data_avals, scal, rng, sizes).compile()
+    METRICS.compile_seconds += time.perf_counter() - t0
+    METRICS.compiles += 1
+    dynamic.note_compile(plan)
+    n_ops = sum(1 for n in g.nodes if n.op not in ir.LEAVES)
+    return Executable(compiled, n_ops), datas
+
+
+def _remember(key, exe, reason):
+    if len(METRICS.recompile_reasons) >= config.max_reasons:
+        del METRICS.recompile_reasons[0]
+    METRICS.recompile_reasons.append(reason)
+    _cache[key] = exe
+    while len(_cache) > max(config.cache_size, 1):
+        _cache.popitem(last=False)
+        METRICS.cache_evictions += 1
+
+
+def _run_padded(g: ir.Graph, plan):
+    exe = _cache.get(plan.key)
+    datas = None
+    if exe is not None:
+        _cache.move_to_end(plan.key)
+        METRICS.cache_hits += 1
+    else:
+        reason = "padded: " + _explain_padded(plan.key)
+        exact = [k for k in _cache.keys() if k[0] != "padded"]
+        if reason.endswith("(cache empty)") and exact:  # e.g. automatic dynamic's first
+            reason += "; " + explain_miss(g.key, exact)
+        exe, datas = _compile_padded(g, plan)
+        _remember(plan.key, exe, reason)
+    if datas is None:
+        datas = dynamic.padded_inputs(g, plan)
+    t0 = time.perf_counter()
+    with _x64(True):
+        results = exe.compiled(datas, np.asarray(g.scalars, dtype=np.float64),
+                               np.asarray(g.rngs, dtype=np.int64).reshape(-1, 2),
+                               np.asarray(plan.sizes, dtype=np.int64))
+    METRICS.padded_executions += 1
+    return exe, results, t0
+
+
+def _explain_padded(key) -> str:
+    same = [k for k in _cache.keys() if k and k[0] == "padded" and k[1:3] == key[1:3]]
+    if same:
+        old = dict(same[-1][3])
+        return "new bucket " + ", ".join(f"{s}={b} (was {old.get(s)})" for s, b in key[3]
+                                         if old.get(s) != b)
+    cached = [(k[1], k[2]) for k in _cache.keys() if k and k[0] == "padded"]
+    return explain_miss((key[1], key[2]), cached)
+
+
+def _lookup(g: ir.Graph, exact_op=None) -> Executable:
     exe = _cache.get(g.key)
     if exe is not None:
         _cache.move_to_end(g.key)
         METRICS.cache_hits += 1
         return exe
-    reason = explain_miss(g.key, list(_cache.keys()))
+    reason = explain_miss(g.key, [k for k in _cache.keys() if k[0] != "padded"])
+    if exact_op is not None:
+        METRICS.exact_compiles[exact_op] += 1
+        reason = f"exact shape (no padding rule: {exact_op}); " + reason
     if len(METRICS.recompile_reasons) >= config.max_reasons:
         del METRICS.recompile_reasons[0]
     METRICS.recompile_reasons.append(reason)
@@ -220,6 +373,7 @@ def sync(reason: str = "mark_step") -> None:
     METRICS.syncs += 1
     METRICS.sync_reasons[reason] += 1
     if not storages:
+        ir.next_epoch()
         return
     outs: list[ir.Node] = []
     where: dict[int, int] = {}
@@ -228,13 +382,23 @@ def sync(reason: str = "mark_step") -> None:
         if id(n) not in where:
             where[id(n)] = len(outs)
             outs.append(n)
+    plan = None
     try:
-        g = ir.linearize(outs)
-        exe = _lookup(g)
-        t0 = time.perf_counter()
-        with _x64(True):
-            results = exe.compiled(g.data, np.asarray(g.scalars, dtype=np.float64),
-                                   np.asarray(g.rngs, dtype=np.int64).reshape(-1, 2))
+        try:
+            g = ir.linearize(outs)
+        finally:
+            ir.next_epoch()
+        plan = dynamic.plan_for(g)
+        if isinstance(plan, dynamic.SymPlan):
+            exe, results, t0 = _run_padded(g, plan)
+        else:
+            exe = _lookup(g, plan)
+            plan = None
+            t0 = time.perf_counter()
+            with _x64(True):
+                results = exe.compiled(dynamic.exact_inputs(g),
+                                       np.asarray(g.scalars, dtype=np.float64),
+                                       np.asarray(g.rngs, dtype=np.int64).reshape(-1, 2))
     except Exception as e:
         # Nothing is left half-done: every tensor of this graph now holds the error, and
         # reading one raises it; later graphs do not include them.
@@ -251,10 +415,18 @@ def sync(reason: str = "mark_step") -> None:
     METRICS.graphs_executed += 1
     METRICS.graph_sizes.append(exe.n_ops)
     del METRICS.graph_sizes[:-100]
-    for st in storages:
-        n = st.node
-        st.node = ir.leaf(ir.DATA, results[where[id(n)]], n.shape, n.dtype)
-        st.version += 1
+    if plan is None:
+        for st in storages:
+            n = st.node
+            st.node = ir.leaf(ir.DATA, results[where[id(n)]], n.shape, n.dtype)
+            st.version += 1
+    else:
+        outs_lay = [plan.layouts[o] for o in g.outputs]
+        for st in storages:
+            n = st.node
+            j = where[id(n)]
+            st.node = dynamic.result_leaf(n, results[j], outs_lay[j], plan)
+            st.version += 1
 
 
 def mark_step() -> None:

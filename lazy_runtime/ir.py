@@ -47,7 +47,7 @@ class Node:
     """One value of the graph. ``shape``/``dtype`` are tuples of them for multi-output ops."""
 
     __slots__ = ("op", "args", "kwargs", "inputs", "shape", "dtype", "aux", "value", "sig",
-                 "__weakref__")
+                 "born", "__weakref__")
 
     def __repr__(self):
         if self.op in LEAVES:
@@ -67,10 +67,17 @@ class Node:
 # equal nodes are one object; after a barrier every live value is device data anyway.
 _interned: dict = {}
 _op_keys: dict = {}
+# Barriers passed so far: a DATA leaf born in the current epoch was copied to the device
+# in this step (an input or a host constant), which matters for dynamic dims.
+EPOCH = [0]
 
 
 def clear_interned() -> None:
     _interned.clear()
+
+
+def next_epoch() -> None:
+    EPOCH[0] += 1
 
 
 def op_key(op) -> str:
@@ -108,7 +115,8 @@ def getitem(node: Node, i: int) -> Node:
     return make_node(GETITEM, (i,), (), (node,), node.shape[i], node.dtype[i])
 
 
-def leaf(kind: str, value, shape, dtype) -> Node:
+def leaf(kind: str, value, shape, dtype, aux=None) -> Node:
+    """A leaf. A DATA leaf's ``aux`` describes its dynamic dims (see ``dynamic``)."""
     n = Node()
     n.op = kind
     n.args = ()
@@ -116,9 +124,13 @@ def leaf(kind: str, value, shape, dtype) -> Node:
     n.inputs = ()
     n.shape = shape
     n.dtype = dtype
-    n.aux = None
+    n.aux = aux
     n.value = value
-    n.sig = (kind, shape, dtype) if kind is DATA else (kind,)
+    n.born = EPOCH[0]
+    if kind is DATA:
+        n.sig = (kind, shape, dtype) if aux is None else (kind, shape, dtype, aux)
+    else:
+        n.sig = (kind,)
     return n
 
 
@@ -129,7 +141,7 @@ class Graph:
     inputs. Leaves contribute only their kind (and shape/dtype for data), never values.
     """
 
-    __slots__ = ("nodes", "key", "outputs", "data", "scalars", "rngs")
+    __slots__ = ("nodes", "key", "outputs", "data", "scalars", "rngs", "fresh")
 
 
 def linearize(outputs: list[Node]) -> Graph:
@@ -137,6 +149,8 @@ def linearize(outputs: list[Node]) -> Graph:
     nodes: list[Node] = []
     entries: list = []
     data, scalars, rngs = [], [], []
+    fresh = []
+    epoch = EPOCH[0]
     stack = [(o, False) for o in reversed(outputs)]
     while stack:
         n, expanded = stack.pop()
@@ -152,6 +166,8 @@ def linearize(outputs: list[Node]) -> Graph:
                 entries.append(n.sig)
                 op = n.op
                 if op is DATA:
+                    if n.born == epoch:
+                        fresh.append(len(data))
                     data.append(n.value)
                 elif op is SCALAR:
                     scalars.append(n.value)
@@ -171,4 +187,5 @@ def linearize(outputs: list[Node]) -> Graph:
     g.data = data
     g.scalars = scalars
     g.rngs = rngs
+    g.fresh = frozenset(fresh)
     return g

@@ -5,7 +5,8 @@ from __future__ import annotations
 import collections
 
 _COUNTS = ("compiles", "cache_hits", "graphs_executed", "traced_ops", "syncs",
-           "cache_evictions", "transfers_to_device", "transfers_to_host", "host_ops")
+           "cache_evictions", "transfers_to_device", "transfers_to_host", "host_ops",
+           "padded_executions", "replays")
 _TIMES = ("compile_seconds", "execute_seconds")
 
 
@@ -23,6 +24,10 @@ class Metrics:
         self.sync_reasons = collections.Counter()
         self.recompile_reasons: list[str] = []
         self.graph_sizes: list[int] = []  # op nodes of each executed graph, newest last (bounded)
+        self.buckets: dict = {}  # symbol -> set of padded sizes compiled for
+        self.exact_compiles = collections.Counter()  # op forcing an exact-shape compile -> n
+        self.automatic_dynamic: list[str] = []  # dims made dynamic automatically
+        self.replay_misses = collections.Counter()  # why a replay was not possible
 
     def as_dict(self) -> dict:
         d = {k: getattr(self, k) for k in _COUNTS + _TIMES}
@@ -31,6 +36,10 @@ class Metrics:
         d["sync_reasons"] = dict(self.sync_reasons)
         d["recompile_reasons"] = list(self.recompile_reasons)
         d["last_graph_ops"] = self.graph_sizes[-1] if self.graph_sizes else 0
+        d["buckets"] = {k: sorted(v) for k, v in self.buckets.items()}
+        d["exact_compiles"] = dict(self.exact_compiles)
+        d["automatic_dynamic"] = list(self.automatic_dynamic)
+        d["replay_misses"] = dict(self.replay_misses)
         return d
 
 
@@ -58,7 +67,11 @@ def metrics_report() -> str:
              f"  transfers       : {m['transfers_to_device']} to device, "
              f"{m['transfers_to_host']} to host, {m['host_ops']} host-computed constants",
              "  fallback ops    : " + (_fmt_counter(m["fallback_ops"]) or "none"),
-             "  decomposed ops  : " + (_fmt_counter(m["decomposed_ops"]) or "none")]
+             "  decomposed ops  : " + (_fmt_counter(m["decomposed_ops"]) or "none"),
+             f"  padded runs     : {m['padded_executions']}  buckets: "
+             + (", ".join(f"{k}={v}" for k, v in sorted(m["buckets"].items())) or "none"),
+             "  exact compiles  : " + (_fmt_counter(m["exact_compiles"]) or "none"),
+             f"  replays         : {m['replays']}"]
     reasons = m["recompile_reasons"]
     lines.append(f"  compile reasons : {len(reasons)} recorded")
     for r in reasons[-10:]:

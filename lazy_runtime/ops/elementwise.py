@@ -16,7 +16,7 @@ from jax import lax
 
 from .. import dtypes as D
 from .common import bshape, cast, is_array, jdt, vjp
-from .registry import lowering, rule
+from .registry import ELEMENTWISE, lowering, rule
 
 aten = torch.ops.aten
 
@@ -42,6 +42,7 @@ def elementwise(*ops, fn, kind=D.DEFAULT, operands=None, keep=(), static=()):
             r = jnp.broadcast_to(r, ctx.shape)
         return r.astype(jdt(ctx.dtype))
 
+    ELEMENTWISE.update(ops)
     rule(*ops, dynamic_scalars=True, static=static)(elementwise_rule)
     lowering(*ops, ctx=True)(lower_elementwise)
 

@@ -23,6 +23,10 @@ import torch
 
 RULES: dict = {}
 LOWERINGS: dict = {}
+# Padding rules (``ops/padding.py``): how an op runs on inputs padded along dynamic dims.
+PAD_RULES: dict = {}
+# Ops registered through ``elementwise`` (their padding rule passes padding through).
+ELEMENTWISE: set = set()
 # Ops whose float Scalar arguments become runtime inputs (see ``dispatch``); the value is
 # the set of argument positions/names that stay compile-time constants.
 DYNAMIC_SCALARS: dict = {}
@@ -69,6 +73,15 @@ def lowering(*ops, ctx: bool = False):
         for op in ops:
             _check_new(LOWERINGS, op, "lowering")
             LOWERINGS[op] = Lowering(fn, ctx)
+        return fn
+    return deco
+
+
+def pad_rule(*ops):
+    def deco(fn):
+        for op in ops:
+            _check_new(PAD_RULES, op, "padding rule")
+            PAD_RULES[op] = fn
         return fn
     return deco
 

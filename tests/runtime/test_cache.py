@@ -82,6 +82,7 @@ def test_lru_cache_is_bounded():
     old = lr.config.cache_size
     lr.clear_cache()
     lr.config.cache_size = 2
+    lr.config.automatic_dynamic = False  # every shape its own graph (the classic case)
     try:
         lr.reset_metrics()
         for n in (2, 3, 4):
@@ -94,6 +95,7 @@ def test_lru_cache_is_bounded():
         assert lr.metrics()["compiles"] == 4
     finally:
         lr.config.cache_size = old
+        lr.config.automatic_dynamic = True
 
 
 def test_momentum_sgd_needs_two_graphs_then_none():

@@ -1,0 +1,705 @@
+"""Shape-polymorphic graphs: dynamic dims, buckets, padding, and the symbolic key.
+
+A graph recorded with true sizes (the user's Python sees them) is translated, at the
+barrier, into a *padded* graph: every dynamic dim is padded up to its bucket and the true
+sizes enter the executable as runtime scalars. Two traces that differ only in the sizes of
+dynamic dims (inside the same buckets) translate to the same symbolic key and share one
+XLA executable.
+
+Layouts. The padded form of a value is described by its *layout*: one entry per dim, each
+a tuple of factors (major first); a factor is an int (a concrete size) or a symbol name (a
+dynamic size, padded at the end up to its bucket). ``(8, "T")`` is a dim of 8*T elements
+(a view merged a batch of 8 with a padded T): element ``b*Tpad + t`` is padding iff
+``t >= T``. A concrete dim is ``(n,)``.
+
+Where symbols come from: ``mark_dynamic`` (or ``compile(model, shapes=plan)``), automatic
+dynamic (a graph family seen again with some input sizes changed), padded results of
+earlier graphs, and -- for data copied to the device in this step (inputs, host
+constants such as ``arange(T)``) -- any dim whose size equals exactly one symbol's size.
+That last step is a guess; a guess never makes a result wrong, because the padded program
+is checked to describe every value of *this* trace (layout sizes equal true sizes) and the
+key holds every layout, so a key is only shared by traces whose values co-vary the same
+way. A guess that leads to a contradiction is withdrawn and the pass retried.
+
+Each op's padding rule (``ops/padding.py``, ``PAD_RULES``) gives its output layout, its
+arguments with symbolic sizes, which inputs to sanitize along which padded axes (with the
+identity of the reduction: 0 for sums, -inf for max/softmax, ignore_index for nll), and
+optionally a custom lowering (true-size divisors for mean/var). An op that touches a
+padded dim and has no rule makes the whole graph compile at its exact shape.
+"""
+
+from __future__ import annotations
+
+import collections
+import time
+
+import jax
+import jax.numpy as jnp
+import numpy as np
+
+from . import ir
+from .config import config
+from .metrics import METRICS
+
+
+class NoPadRule(Exception):
+    """This op cannot run padded (the graph compiles at its exact shape)."""
+
+    def __init__(self, op, reason: str, syms=(), retry: bool = True):
+        super().__init__(f"{op}: {reason}")
+        self.op = op
+        self.reason = reason
+        self.syms = frozenset(syms)
+        self.retry = retry  # a contradiction a wrong guess may have caused
+
+
+# ---- dims and layouts ---------------------------------------------------------------
+
+
+def dnorm(factors) -> tuple:
+    """Canonical dim: adjacent ints multiplied, ones dropped, ``(1,)`` if nothing is left."""
+    out = []
+    for f in factors:
+        if type(f) is int:
+            if f == 1:
+                continue
+            if out and type(out[-1]) is int:
+                out[-1] *= f
+                continue
+        out.append(f)
+    if any(f == 0 for f in out if type(f) is int):
+        return (0,)
+    return tuple(out) if out else (1,)
+
+
+def is_sym(dim) -> bool:
+    for f in dim:
+        if type(f) is str:
+            return True
+    return False
+
+
+def layout_syms(layout) -> set:
+    return {f for d in layout for f in d if type(f) is str}
+
+
+def has_sym(layout) -> bool:
+    for d in layout:
+        for f in d:
+            if type(f) is str:
+                return True
+    return False
+
+
+def concrete(shape) -> tuple:
+    return tuple((s,) if s != 1 else (1,) for s in shape)
+
+
+def dsize(dim, sizes) -> int:
+    n = 1
+    for f in dim:
+        n *= sizes[f] if type(f) is str else f
+    return n
+
+
+def lsize(layout, sizes) -> tuple:
+    return tuple(dsize(d, sizes) for d in layout)
+
+
+class SymSize:
+    """A size argument of an op in the padded graph: evaluated to the padded size."""
+
+    __slots__ = ("dim",)
+
+    def __init__(self, dim):
+        self.dim = dim
+
+    def __eq__(self, other):
+        return type(other) is SymSize and other.dim == self.dim
+
+    def __hash__(self):
+        return hash(("SymSize", self.dim))
+
+    def __repr__(self):
+        return "*".join(str(f) for f in self.dim)
+
+
+class RtInt:
+    """An int argument that equals ``c`` times the true sizes of ``syms`` (a divisor such
+    as mean's element count): it enters the executable at run time, from true sizes."""
+
+    __slots__ = ("c", "syms")
+
+    def __init__(self, c, syms):
+        self.c = c
+        self.syms = syms
+
+    def __eq__(self, other):
+        return type(other) is RtInt and other.c == self.c and other.syms == self.syms
+
+    def __hash__(self):
+        return hash(("RtInt", self.c, self.syms))
+
+    def __repr__(self):
+        return "*".join([str(self.c)] + list(self.syms))
+
+
+def sym_or_int(dim):
+    return SymSize(dim) if is_sym(dim) else dsize(dim, {})
+
+
+# ---- bucket policy ------------------------------------------------------------------
+
+
+def enabled() -> bool:
+    return config.buckets not in (None, "off", False)
+
+
+def bucket(n: int) -> int:
+    """The padded size of a dynamic dim of true size ``n`` under ``config.buckets``."""
+    policy = config.buckets
+    if n > config.max_bucket or n <= 0:
+        return n
+    if policy == "pow2":
+        p = 1
+        while p < n:
+            p *= 2
+        return min(p, config.max_bucket) if p > config.max_bucket else p
+    for b in sorted(policy):
+        if b >= n:
+            return b
+    return n
+
+
+# ---- data leaves: marks and padding -------------------------------------------------
+
+# A DATA leaf's ``aux`` is None, ("mark", ((dim, name), ...)) for an input marked dynamic,
+# or ("pad", layout, sizes, buckets) for a padded result (its value has the padded shape;
+# ``sizes``/``buckets`` are sorted (symbol, n) tuples).
+
+
+def leaf_pad(node):
+    a = node.aux
+    return a if a is not None and a[0] == "pad" else None
+
+
+def leaf_marks(node):
+    a = node.aux
+    return a[1] if a is not None and a[0] == "mark" else ()
+
+
+def _factor_shape(layout, env):
+    return [env[f] if type(f) is str else f for d in layout for f in d]
+
+
+def pad_host(a: np.ndarray, layout, sizes: dict, buckets: dict) -> np.ndarray:
+    """Pad a true-shaped host array to ``layout``'s padded shape (zeros at the end)."""
+    a = a.reshape(_factor_shape(layout, sizes))
+    widths = [(0, buckets[f] - sizes[f]) if type(f) is str else (0, 0)
+              for d in layout for f in d]
+    a = np.pad(a, widths)
+    return a.reshape(lsize(layout, buckets))
+
+
+def unpad_host(a: np.ndarray, layout, sizes: dict, buckets: dict) -> np.ndarray:
+    a = a.reshape(_factor_shape(layout, buckets))
+    idx = tuple(slice(0, sizes[f]) if type(f) is str else slice(None)
+                for d in layout for f in d)
+    return np.ascontiguousarray(a[idx]).reshape(lsize(layout, sizes))
+
+
+def true_value(node) -> np.ndarray:
+    """A DATA leaf's value as a true-shaped host array."""
+    from .executor import _x64
+    with _x64(True):
+        a = np.asarray(node.value)
+    p = leaf_pad(node)
+    if p is None:
+        return a
+    _, layout, sizes, buckets = p
+    return unpad_host(a, layout, dict(sizes), dict(buckets))
+
+
+def mark_dynamic(t, dim: int, name: str | None = None):
+    """Mark dim ``dim`` of ``t`` dynamic under the symbol ``name`` (default: ``"d<dim>"``).
+
+    ``t`` is a CPU tensor about to be moved to the lazy device, or a lazy tensor holding
+    device data (an input). Graphs using it compile once per bucket of that dim's size.
+    Returns ``t``.
+    """
+    from .tensor import LazyTensor, set_node
+    dim = dim + t.ndim if dim < 0 else dim
+    if not 0 <= dim < t.ndim:
+        raise IndexError(f"mark_dynamic: dim {dim} out of range for a {t.ndim}-d tensor")
+    name = name or f"d{dim}"
+    if not isinstance(t, LazyTensor):
+        marks = dict(getattr(t, "_lr_dynamic", {}))
+        marks[dim] = name
+        t._lr_dynamic = marks
+        return t
+    st = t._st
+    n = st.node
+    if t._vw:
+        raise ValueError("mark_dynamic: mark the input tensor itself, not a view of it")
+    if n.op is not ir.DATA:
+        raise ValueError("mark_dynamic: the tensor must be an input (device data), not the "
+                         "pending result of recorded ops; mark it before using it")
+    if leaf_pad(n) is not None:
+        return t  # already padded: its dims are dynamic
+    marks = dict(leaf_marks(n))
+    marks[dim] = name
+    new = ir.leaf(ir.DATA, n.value, n.shape, n.dtype, aux=("mark", tuple(sorted(marks.items()))))
+    new.born = n.born
+    set_node(st, new)
+    return t
+
+
+def marks_of_cpu(t) -> tuple:
+    m = getattr(t, "_lr_dynamic", None)
+    return tuple(sorted(m.items())) if m else ()
+
+
+# ---- the symbolic pass --------------------------------------------------------------
+
+
+class Pad:
+    """A padding rule's answer for one node."""
+
+    __slots__ = ("layout", "args", "kwargs", "pre", "fn", "tag")
+
+    def __init__(self, layout, args=None, kwargs=None, pre=(), fn=None, tag=None):
+        self.layout = layout
+        self.args = args
+        self.kwargs = kwargs
+        self.pre = pre      # ((input index, axes, fill), ...): sanitize padding first
+        self.fn = fn        # custom lowering fn(ctx, env, node, *args, **kwargs)
+        self.tag = tag      # what ``fn`` is, for the key
+
+
+class Cx:
+    """What a padding rule may consult: symbol sizes and buckets, and guessing ints."""
+
+    def __init__(self, sizes, buckets, disabled):
+        self.sizes = sizes
+        self.buckets = buckets
+        self.disabled = disabled
+        self.guesses: list = []   # (site, symbol) in order
+        self.site = None
+
+    def symbolize(self, v: int, site):
+        """The dim for size ``v`` of an op argument: a symbol if exactly one has size v."""
+        if v <= 1 or (self.site, site) in self.disabled:
+            return (v,)
+        cands = [s for s, n in self.sizes.items() if n == v]
+        if len(cands) != 1:
+            return (v,)
+        self.guesses.append(((self.site, site), cands[0]))
+        return (cands[0],)
+
+    def runtime_int(self, v: int, syms):
+        """``v`` as c * (product of some of ``syms``' true sizes), the most symbols first;
+        ``v`` itself when no product divides it."""
+        import itertools
+        syms = sorted(syms)
+        for r in range(len(syms), 0, -1):
+            for sub in itertools.combinations(syms, r):
+                p = 1
+                for s in sub:
+                    p *= self.sizes[s]
+                if p > 1 and v % p == 0:
+                    return RtInt(v // p, sub)
+        return v
+
+
+class SymPlan:
+    __slots__ = ("key", "layouts", "syms", "sizes", "buckets", "pads", "data_layouts",
+                 "exe", "n_ops")
+
+
+MAX_RETRIES = 48
+
+
+def build_plan(g: ir.Graph, fresh: frozenset, auto: dict):
+    """The padded translation of ``g`` (a SymPlan), or the op forcing an exact compile
+    (a string), or None when ``g`` has no dynamic dim at all."""
+    disabled: set = set()
+    last = None
+    for _ in range(MAX_RETRIES):
+        try:
+            return _build(g, fresh, auto, disabled)
+        except NoPadRule as e:
+            last = e
+            if not e.retry:
+                break
+            # withdraw the latest guess that the contradicting values came from
+            blame = sorted((site for site, s in e.cx.guesses
+                            if site in e.prov and site not in disabled
+                            and (not e.syms or s in e.syms)), key=lambda t: t[0])
+            if not blame:
+                break
+            disabled.add(blame[-1])
+    return str(last.op) if last is not None else "?"
+
+
+def _leaf_layouts(g, fresh, auto):
+    """Layouts of the DATA leaves from marks, padding and automatic dynamic; sizes."""
+    sizes: dict = {}
+    layouts: dict = {}
+    k = 0
+    for i, n in enumerate(g.nodes):
+        if n.op is not ir.DATA:
+            continue
+        p = leaf_pad(n)
+        if p is not None:
+            _, lay, sz, _b = p
+            sz = dict(sz)
+            rename = {}
+            for s, v in sz.items():
+                t = s
+                while t in sizes and sizes[t] != v:
+                    t = t + "'"
+                rename[s] = t
+                sizes[t] = v
+            if any(a != b for a, b in rename.items()):
+                lay = tuple(tuple(rename.get(f, f) if type(f) is str else f for f in d)
+                            for d in lay)
+            layouts[i] = lay
+        else:
+            marks = dict(leaf_marks(n))
+            for (di, d), s in auto.items():
+                if di == k:
+                    marks.setdefault(d, s)
+            if marks:
+                lay = []
+                for d, v in enumerate(n.shape):
+                    s = marks.get(d)
+                    if s is None or v <= 0:
+                        lay.append((v,) if v != 1 else (1,))
+                        continue
+                    t = s
+                    while t in sizes and sizes[t] != v:
+                        t = t + "'"
+                    sizes[t] = v
+                    lay.append((t,))
+                layouts[i] = tuple(lay)
+        k += 1
+    return sizes, layouts
+
+
+def _build(g, fresh, auto, disabled):
+    from .ops.registry import PAD_RULES
+    sizes, marked = _leaf_layouts(g, fresh, auto)
+    if not sizes:
+        return None
+    buckets = {s: bucket(v) for s, v in sizes.items()}
+    cx = Cx(sizes, buckets, disabled)
+    index = {id(n): i for i, n in enumerate(g.nodes)}
+    layouts: list = []
+    pads: list = []
+    entries: list = []
+    data_layouts: list = []
+    prov: list = []   # guess sites each value's layout depends on
+    k = -1
+    empty = frozenset()
+    try:
+        for i, n in enumerate(g.nodes):
+            cx.site = i
+            ng = len(cx.guesses)
+            if n.inputs:
+                p_in = empty
+                for x in n.inputs:
+                    px = prov[index[id(x)]]
+                    if px:
+                        p_in = p_in | px
+            else:
+                p_in = empty
+            prov.append(p_in)
+            op = n.op
+            if op is ir.DATA:
+                k += 1
+                lay = marked.get(i)
+                if lay is None:
+                    if k in fresh:
+                        lay = tuple(cx.symbolize(v, ("leaf", d)) if v > 1 else (v,)
+                                    for d, v in enumerate(n.shape))
+                    else:
+                        lay = concrete(n.shape)
+                layouts.append(lay)
+                pads.append(None)
+                data_layouts.append(lay)
+                entries.append((ir.DATA, lay, n.dtype))
+                if len(cx.guesses) > ng:
+                    prov[i] = frozenset(site for site, _ in cx.guesses[ng:])
+                continue
+            if op is ir.SCALAR or op is ir.RNG:
+                layouts.append(concrete(n.shape))
+                pads.append(None)
+                entries.append((op,))
+                continue
+            ins = tuple(layouts[index[id(x)]] for x in n.inputs)
+            in_idx = tuple(index[id(x)] for x in n.inputs)
+            if op is ir.GETITEM:
+                lay = ins[0][n.args[0]]
+                layouts.append(lay)
+                pads.append(None)
+                entries.append((ir.GETITEM, n.args[0], in_idx))
+                continue
+            rule = PAD_RULES.get(op)
+            if rule is None:
+                if any(has_sym(l) for l in ins if l is not None):
+                    raise NoPadRule(op, "no padding rule", retry=False)
+                p = Pad(concrete(n.shape))
+            else:
+                p = rule(n, ins, cx)
+            if p.args is None:
+                p.args = n.args
+            if p.kwargs is None:
+                p.kwargs = n.kwargs
+            _check_sizes(n, p.layout, sizes)
+            layouts.append(p.layout)
+            pads.append(p)
+            entries.append((n.sig[0], p.args, p.kwargs, p.layout, n.sig[4], n.sig[5], p.pre,
+                            p.tag, in_idx))
+            if len(cx.guesses) > ng:
+                prov[i] = prov[i] | frozenset(site for site, _ in cx.guesses[ng:])
+    except NoPadRule as e:
+        e.cx = cx
+        e.prov = prov[cx.site] | frozenset(site for site, _ in cx.guesses[ng:])
+        raise
+    syms = tuple(sorted(sizes))
+    plan = SymPlan()
+    plan.syms = syms
+    plan.sizes = tuple(sizes[s] for s in syms)
+    plan.buckets = tuple(buckets[s] for s in syms)
+    plan.layouts = layouts
+    plan.pads = pads
+    plan.data_layouts = data_layouts
+    plan.key = ("padded", tuple(entries), g.outputs, tuple(zip(syms, plan.buckets)))
+    plan.exe = None
+    plan.n_ops = 0
+    return plan
+
+
+def _check_sizes(n, layout, sizes):
+    """Every layout must describe its node's true shape (a rule bug fails here, safely)."""
+    if isinstance(n.dtype, tuple):
+        for lay, shp in zip(layout, n.shape):
+            if lay is not None and shp is not None and lsize(lay, sizes) != tuple(shp):
+                raise NoPadRule(n.op, f"layout {lay} does not describe shape {shp}")
+    elif lsize(layout, sizes) != tuple(n.shape):
+        raise NoPadRule(n.op, f"layout {layout} does not describe shape {n.shape}",
+                        layout_syms(layout))
+
+
+# ---- masks at lowering time ---------------------------------------------------------
+
+
+class Env:
+    """Inside the traced function: true sizes (traced scalars) and padded sizes."""
+
+    def __init__(self, syms, buckets, sizes_arr):
+        self.buckets = dict(zip(syms, buckets))
+        self.n = {s: sizes_arr[i] for i, s in enumerate(syms)}
+        self._masks: dict = {}
+
+    def dim_mask(self, dim):
+        m = self._masks.get(dim)
+        if m is None:
+            m = self._masks[dim] = self._dim_mask(dim)
+        return m
+
+    def _dim_mask(self, dim):
+        m = None
+        for f in dim:
+            if type(f) is str:
+                v = jnp.arange(self.buckets[f]) < self.n[f]
+            else:
+                v = jnp.ones((f,), bool)
+            m = v if m is None else (m[:, None] & v[None, :]).reshape(-1)
+        return m
+
+    def mask(self, layout, axes):
+        """A boolean array broadcastable to the padded layout, True on valid elements
+        along ``axes`` (None when none of them is padded)."""
+        out = None
+        nd = len(layout)
+        for a in axes:
+            d = layout[a]
+            if not is_sym(d):
+                continue
+            m = self.dim_mask(d)
+            shape = [1] * nd
+            shape[a] = m.shape[0]
+            m = m.reshape(shape)
+            out = m if out is None else out & m
+        return out
+
+    def count(self, layout, axes):
+        """The true number of elements along ``axes`` (traced)."""
+        c = 1
+        for a in axes:
+            for f in layout[a]:
+                c = c * (self.n[f] if type(f) is str else f)
+        return c
+
+    def dsize(self, dim):
+        return dsize(dim, self.buckets)
+
+
+def fill_value(fill, dtype):
+    if fill == "min":
+        return -jnp.inf if jnp.issubdtype(dtype, jnp.floating) else (
+            False if dtype == jnp.bool_ else jnp.iinfo(dtype).min)
+    if fill == "max":
+        return jnp.inf if jnp.issubdtype(dtype, jnp.floating) else (
+            True if dtype == jnp.bool_ else jnp.iinfo(dtype).max)
+    return fill
+
+
+def sanitize(env, x, layout, axes, fill):
+    m = env.mask(layout, axes)
+    if m is None:
+        return x
+    return jnp.where(m, x, jnp.asarray(fill_value(fill, x.dtype), x.dtype))
+
+
+# ---- automatic dynamic --------------------------------------------------------------
+
+# family (the graph's structure without sizes) -> first data shapes seen, or the auto marks
+_FAMILIES: "collections.OrderedDict" = collections.OrderedDict()
+_AUTO: dict = {}
+_PLANS: "collections.OrderedDict" = collections.OrderedDict()
+
+
+def _family(g: ir.Graph):
+    out = []
+    for e in g.key[0]:
+        if type(e) is tuple and e and type(e[0]) is tuple:
+            out.append((e[0][0], e[1]))
+        elif type(e) is tuple and e and e[0] is ir.DATA:
+            out.append((ir.DATA, len(e[1]), e[2]))
+        else:
+            out.append(e if type(e) is not tuple else e[0])
+    return (tuple(out), g.outputs)
+
+
+def _auto_marks(g: ir.Graph) -> dict:
+    """Automatic dynamic: the marks of ``g``'s family, learnt when a graph of the same
+    structure comes back with only some input sizes changed."""
+    fam = _family(g)
+    shapes = [n.shape for n in g.nodes if n.op is ir.DATA]
+    auto = _AUTO.get(fam)
+    if auto is not None:
+        return auto
+    seen = _FAMILIES.get(fam)
+    if seen is None:
+        _FAMILIES[fam] = shapes
+        while len(_FAMILIES) > 256:
+            _FAMILIES.popitem(last=False)
+        return {}
+    if seen == shapes or len(seen) != len(shapes):
+        return {}
+    groups: dict = {}
+    auto = {}
+    for k, (a, b) in enumerate(zip(seen, shapes)):
+        if len(a) != len(b):
+            return {}
+        for d, (x, y) in enumerate(zip(a, b)):
+            if x != y:
+                name = groups.setdefault((x, y), f"s{len(_AUTO)}_{len(groups)}")
+                auto[(k, d)] = name
+    _AUTO[fam] = auto
+    _PLANS.clear()  # graphs of this family planned as static are dynamic from now on
+    METRICS.automatic_dynamic.append(", ".join(f"input {k} dim {d} -> {s}"
+                                               for (k, d), s in auto.items()))
+    return auto
+
+
+def plan_for(g: ir.Graph):
+    """The SymPlan for ``g``, a string naming the op that forces an exact compile, or None
+    (nothing dynamic). Cached by the concrete key."""
+    if not enabled():
+        return None
+    # Keyed without ``g.fresh``: freshness only decides which guesses are tried, and any
+    # plan built for these exact shapes is valid for them.
+    fresh = g.fresh
+    key = g.key
+    hit = _PLANS.get(key)
+    if hit is not None or key in _PLANS:
+        _PLANS.move_to_end(key)
+        return hit
+    has_dyn = any(n.aux is not None for n in g.nodes if n.op is ir.DATA)
+    auto = _auto_marks(g) if config.automatic_dynamic and not has_dyn else {}
+    res = build_plan(g, fresh, auto) if (has_dyn or auto) else None
+    _PLANS[key] = res
+    while len(_PLANS) > 512:
+        _PLANS.popitem(last=False)
+    return res
+
+
+def reset() -> None:
+    _FAMILIES.clear()
+    _AUTO.clear()
+    _PLANS.clear()
+
+
+# ---- running a padded plan ----------------------------------------------------------
+
+
+def padded_inputs(g: ir.Graph, plan: SymPlan):
+    """The data arrays at their padded shapes (host-padded where needed)."""
+    from .executor import _x64
+    sizes = dict(zip(plan.syms, plan.sizes))
+    buckets = dict(zip(plan.syms, plan.buckets))
+    out = []
+    k = 0
+    for n in g.nodes:
+        if n.op is not ir.DATA:
+            continue
+        lay = plan.data_layouts[k]
+        k += 1
+        p = leaf_pad(n)
+        if p is not None and p[1] == lay and all(buckets.get(s) == b for s, b in p[3]):
+            out.append(n.value)
+            continue
+        if not has_sym(lay):
+            out.append(n.value if p is None else _put(true_value(n)))
+            continue
+        a = true_value(n)
+        with _x64(True):
+            out.append(_put(pad_host(a, lay, sizes, buckets)))
+    return out
+
+
+def _put(a):
+    from .executor import _x64
+    METRICS.transfers_to_device += 1
+    with _x64(True):
+        return jax.device_put(a, config.jax_device())
+
+
+def exact_inputs(g: ir.Graph):
+    """The data arrays at their true shapes (padded results are unpadded)."""
+    out = []
+    for n, v in zip((n for n in g.nodes if n.op is ir.DATA), g.data):
+        out.append(v if leaf_pad(n) is None else _put(true_value(n)))
+    return out
+
+
+def result_leaf(n: ir.Node, value, layout, plan: SymPlan) -> ir.Node:
+    if layout is None or not has_sym(layout):
+        return ir.leaf(ir.DATA, value, n.shape, n.dtype)
+    syms = sorted(layout_syms(layout))
+    sizes = dict(zip(plan.syms, plan.sizes))
+    buckets = dict(zip(plan.syms, plan.buckets))
+    aux = ("pad", layout, tuple((s, sizes[s]) for s in syms),
+           tuple((s, buckets[s]) for s in syms))
+    return ir.leaf(ir.DATA, value, n.shape, n.dtype, aux=aux)
+
+
+def note_compile(plan: SymPlan) -> None:
+    for s, b in zip(plan.syms, plan.buckets):
+        METRICS.buckets.setdefault(s, set()).add(b)
+
+
+__all__ = ["mark_dynamic", "bucket", "plan_for", "NoPadRule", "Pad", "SymSize", "time"]

@@ -1,0 +1,212 @@
+"""Shape-polymorphic compilation against eager torch: every padding rule at several sizes
+(values and gradients), whole models, training, bucket policies, automatic dynamic and the
+exact-shape fallback. Compiles are few: each test's sizes share buckets."""
+
+import copy
+
+import pytest
+import torch
+import torch.nn.functional as F
+
+import lazy_runtime as lr
+from conftest import DEV, assert_same, load_example
+
+
+@pytest.fixture(autouse=True)
+def _policy():
+    old = (lr.config.buckets, lr.config.max_bucket, lr.config.automatic_dynamic)
+    yield
+    lr.config.buckets, lr.config.max_bucket, lr.config.automatic_dynamic = old
+
+
+def kitchen_sink(x, ids, tgt, w, emb, mask):
+    """One graph exercising every padding rule; x (B, T, C), ids/tgt (B, T)."""
+    B, T, C = x.shape
+    outs = {}
+    h = torch.tanh(x @ w) * 2 + 1                                  # matmul, elementwise
+    outs["sum_T"] = h.sum(1)                                       # sum over padded T
+    outs["mean_T"] = h.mean(dim=1, keepdim=True)                   # true-size divisor
+    outs["mean_all"] = h.mean()
+    outs["var_T"] = h.var(dim=1)
+    outs["std_T"] = h.std(dim=1, correction=0)
+    outs["amax_T"] = h.amax(1)
+    outs["amin_T"] = h.amin(1)
+    outs["max_T"] = h.max(dim=1).values
+    outs["argmax_T"] = h.argmax(dim=1)
+    outs["logsumexp_T"] = torch.logsumexp(h, dim=1)
+    outs["prod_T"] = (h.detach() * 0.1 + 1).prod(1)              # (backward slices T-1)
+    outs["norm_T"] = torch.linalg.vector_norm(h, dim=1)
+    outs["any_T"] = (h > 2.5).any(1)
+    outs["all_T"] = (h > -0.5).all(1)
+    outs["cumsum_T"] = h.detach().cumsum(1)                       # (its backward slices T-1: exact)
+    outs["flip_T"] = h.flip(1) * 1.0
+    outs["softmax_T"] = F.softmax(h.transpose(1, 2), dim=-1)      # softmax along padded T
+    outs["log_softmax_T"] = F.log_softmax(h.transpose(1, 2), dim=-1)
+    outs["layer_norm"] = F.layer_norm(h, (C,), weight=w[0], bias=w[1])
+    flat = h.reshape(B * T, C)                                     # view merging B and T
+    outs["flat_mm"] = flat.t() @ flat                              # contraction over B*T
+    outs["bmm_T"] = torch.bmm(h.transpose(1, 2), h)                # contraction over T
+    outs["ce"] = F.cross_entropy(flat, tgt.reshape(-1) % C)        # mean over padded B*T
+    outs["ce_sum"] = F.cross_entropy(flat, tgt.reshape(-1) % C, reduction="sum")
+    outs["mse"] = F.mse_loss(h, torch.zeros_like(h) + 0.5)
+    e = emb[ids]                                                   # embedding (index)
+    outs["emb"] = F.embedding(ids, emb).sum((1, 2))
+    causal = torch.ones(T, T, device=x.device).tril()             # host constant (T, T)
+    att = (h @ h.transpose(1, 2)).masked_fill(causal == 0, float("-inf"))
+    outs["attn"] = F.softmax(att, dim=-1) @ h                      # masked causal attention
+    pos = torch.arange(T, device=x.device)
+    outs["pos"] = (e + emb[pos]).sum(1)
+    outs["first"] = h[:, 0]                                        # select on padded dim
+    outs["slice_mask"] = (mask[:T, :T] * 1.0).sum(0)               # slice of a buffer to T
+    outs["split"] = torch.cat(h.split([1, C - 1], dim=2)[::-1], dim=2).sum(1)
+    outs["stack"] = torch.stack([h, h * 2], dim=1).sum(2)
+    outs["expand"] = (h.sum(2, keepdim=True).expand(B, T, C) * 1.0).sum(1)
+    return outs
+
+
+def _inputs(B, T, C=6, seed=0):
+    g = torch.Generator().manual_seed(seed + 97 * T + B)
+    x = torch.randn(B, T, C, generator=g)
+    ids = torch.randint(0, 10, (B, T), generator=g)
+    tgt = torch.randint(0, 100, (B, T), generator=g)
+    return x, ids, tgt
+
+
+def _params(C=6):
+    g = torch.Generator().manual_seed(1)
+    w = (torch.randn(C, C, generator=g) * 0.5).requires_grad_()
+    emb = torch.randn(16, C, generator=g).requires_grad_()
+    mask = torch.ones(64, 64).tril()
+    return w, emb, mask
+
+
+def _scalarize(outs):
+    return sum((v.float() * (i + 1)).sum() for i, v in enumerate(outs.values())
+               if v.is_floating_point() and v.requires_grad)
+
+
+def test_every_padding_rule_values_and_gradients_at_random_sizes():
+    w, emb, mask = _params()
+    wl, embl = (t.detach().to(DEV).requires_grad_() for t in (w, emb))
+    maskl = mask.to(DEV)
+    lr.mark_step()
+    lr.reset_metrics()
+    sizes = [(2, 5), (2, 7), (2, 8), (2, 11)]  # T buckets 8, 8, 8, 16
+    for B, T in sizes:
+        x, ids, tgt = _inputs(B, T)
+        want = kitchen_sink(x, ids, tgt, w, emb, mask)
+        _scalarize(want).backward()
+        xl = lr.mark_dynamic(x.to(DEV), 1, "T").requires_grad_()
+        got = kitchen_sink(xl, ids.to(DEV), tgt.to(DEV), wl, embl, maskl)
+        _scalarize(got).backward()
+        lr.mark_step()
+        for k in want:
+            assert_same(got[k], want[k].detach(), rtol=2e-4, atol=2e-5, what=f"{k} at T={T}")
+        assert_same(wl.grad, w.grad, rtol=2e-4, atol=2e-4, what=f"grad w at T={T}")
+        assert_same(embl.grad, emb.grad, rtol=2e-4, atol=2e-4, what=f"grad emb at T={T}")
+        for t in (w, emb, wl, embl):
+            t.grad = None
+    m = lr.metrics()
+    assert m["exact_compiles"] == {}, m["recompile_reasons"]
+    assert m["compiles"] == 2, m["recompile_reasons"]      # buckets 8 and 16
+    assert m["buckets"]["T"] == [8, 16]
+    assert m["padded_executions"] == len(sizes)
+
+
+def test_gpt_training_padded_matches_eager_and_compiles_once_per_bucket():
+    ex = load_example("gpt")
+    torch.manual_seed(0)
+    eager = ex.GPT(block=32, dropout=0.0)
+    lazy = copy.deepcopy(eager).to(DEV)
+    opt_e, opt_l = ex.make_optimizer(eager), ex.make_optimizer(lazy)
+    lr.mark_step()
+    lr.reset_metrics()
+    lengths = [9, 13, 16, 10, 12]                  # one bucket: 16
+    for step, T in enumerate(lengths):
+        x, y = ex.make_batch(step, batch=3, length=T)
+        le = ex.loss_fn(eager(x), y)
+        le.backward()
+        ll = ex.loss_fn(lazy(lr.mark_dynamic(x.to(DEV), 1, "T")), y.to(DEV))
+        ll.backward()
+        if step == 0:
+            lr.mark_step()
+            for (name, pe), pl in zip(eager.named_parameters(), lazy.parameters()):
+                assert_same(pl.grad, pe.grad, rtol=1e-4, atol=1e-5, what=f"grad of {name}")
+        opt_e.step(), opt_e.zero_grad(), opt_l.step(), opt_l.zero_grad()
+        lr.mark_step()
+        assert ll.item() == pytest.approx(le.item(), rel=1e-4, abs=1e-5), step
+    m = lr.metrics()
+    # step 1 is cut in two (forward+backward padded; the optimizer alone, static), step 2
+    # is the whole padded step; then nothing compiles
+    assert m["compiles"] <= 3 and m["exact_compiles"] == {}, m["recompile_reasons"]
+    assert m["padded_executions"] == len(lengths)
+
+
+def test_a_size_equal_to_a_model_dim_is_still_right():
+    """T == C: guesses of which 6 is T may be wrong; results never are."""
+    w, emb, mask = _params()
+    x, ids, tgt = _inputs(2, 6)
+    want = kitchen_sink(x, ids, tgt, w, emb, mask)
+    got = kitchen_sink(lr.mark_dynamic(x.to(DEV), 1, "T"), ids.to(DEV), tgt.to(DEV),
+                       w.detach().to(DEV), emb.detach().to(DEV), mask.to(DEV))
+    for k in want:
+        assert_same(got[k], want[k].detach(), rtol=2e-4, atol=2e-5, what=k)
+
+
+def test_padding_never_leaks_into_outputs_of_a_view():
+    x = torch.randn(2, 5, 4)
+    xl = lr.mark_dynamic(x.to(DEV), 1, "T")
+    y = (xl * 2).reshape(10, 4)
+    lr.mark_step()
+    assert lr.metrics()["padded_executions"] >= 1
+    assert_same(y, x.reshape(10, 4) * 2)
+    assert_same(y[3:7], (x.reshape(10, 4) * 2)[3:7])
+    assert_same(y.sum(0), (x * 2).reshape(10, 4).sum(0), rtol=1e-5, atol=1e-5)
+
+
+def test_op_without_padding_rule_compiles_exactly_and_is_counted():
+    lr.reset_metrics()
+    x = torch.randn(2, 5)
+    xl = lr.mark_dynamic(x.to(DEV), 1, "T")
+    assert_same(torch.roll(xl, 1, 1) + 1, torch.roll(x, 1, 1) + 1)
+    assert lr.metrics()["exact_compiles"] == {"aten.roll.default": 1}
+
+
+def test_bucket_policies_off_list_and_maximum():
+    f = lambda t: (t * 3).sum(1)  # noqa: E731
+    lr.config.buckets = "off"
+    lr.reset_metrics()
+    for T in (3, 4):
+        x = torch.randn(2, T)
+        assert_same(f(lr.mark_dynamic(x.to(DEV), 1, "T")), f(x), rtol=1e-5, atol=1e-5)
+    assert lr.metrics()["padded_executions"] == 0 and lr.metrics()["compiles"] == 2
+    lr.config.buckets = [6, 12]
+    lr.reset_metrics()
+    for T in (3, 5, 6, 7):
+        x = torch.randn(2, T)
+        assert_same(f(lr.mark_dynamic(x.to(DEV), 1, "T")), f(x), rtol=1e-5, atol=1e-5)
+    assert lr.metrics()["buckets"] == {"T": [6, 12]}
+    lr.config.buckets, lr.config.max_bucket = "pow2", 4
+    lr.reset_metrics()
+    x = torch.randn(2, 9)
+    assert_same(f(lr.mark_dynamic(x.to(DEV), 1, "T")), f(x), rtol=1e-5, atol=1e-5)
+    assert lr.metrics()["buckets"] == {"T": [9]}   # above the maximum: its own size
+
+
+def test_mark_dynamic_on_a_cpu_tensor_and_automatic_dynamic():
+    w = torch.randn(4, 3)
+    wl = w.to(DEV)
+    f = lambda t, w: F.softmax(t @ w, dim=0).sum(0)  # noqa: E731  softmax over the batch
+    lr.mark_step()
+    lr.reset_metrics()
+    for B in (5, 6, 7, 3):
+        x = torch.randn(B, 4)
+        assert_same(f(x.to(DEV), wl), f(x, w), rtol=1e-5, atol=1e-6)
+    m = lr.metrics()
+    # 5: exact; 6: the batch dim became dynamic (bucket 8); 7: reused; 3: bucket 4
+    assert m["compiles"] == 3 and m["padded_executions"] == 3, m["recompile_reasons"]
+    assert m["automatic_dynamic"], m
+    x = torch.randn(9, 4)
+    lr.mark_dynamic(x, 0, "B")
+    assert_same(f(x.to(DEV), wl), f(x, w), rtol=1e-5, atol=1e-6)
+    assert lr.metrics()["buckets"]["B"] == [16]
