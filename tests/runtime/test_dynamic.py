@@ -210,3 +210,29 @@ def test_mark_dynamic_on_a_cpu_tensor_and_automatic_dynamic():
     lr.mark_dynamic(x, 0, "B")
     assert_same(f(x.to(DEV), wl), f(x, w), rtol=1e-5, atol=1e-6)
     assert lr.metrics()["buckets"]["B"] == [16]
+
+
+def test_compile_with_an_analyzer_plan_marks_inputs_from_the_first_call(tmp_path):
+    import json
+
+    import shapeinfer
+    ex = load_example("gpt")
+    torch.manual_seed(0)
+    eager = ex.GPT(block=32, dropout=0.0)
+    plan = shapeinfer.analyze(eager, args=(torch.randint(0, 64, (2, 12)),),
+                              dims={"idx": ("B", "T")})
+    path = tmp_path / "plan.json"
+    path.write_text(json.dumps(plan.to_json()))
+    for shapes in (plan, str(path)):
+        lazy = lr.compile(copy.deepcopy(eager).to(DEV), shapes=shapes)
+        assert lazy._lr_input_marks == {"idx": {0: "B", 1: "T"}}
+        assert lazy._lr_shape_only is True
+    lr.mark_step()
+    lr.reset_metrics()
+    with torch.no_grad():
+        for B, T in ((2, 9), (3, 14)):            # buckets (2, 16) and (4, 16)
+            x = torch.randint(0, 64, (B, T))
+            assert_same(lazy(x.to(DEV)), eager(x), rtol=1e-4, atol=1e-5)
+    m = lr.metrics()
+    assert m["padded_executions"] == 2 and m["exact_compiles"] == {}
+    assert m["buckets"] == {"B": [2, 4], "T": [16]}

@@ -1,0 +1,77 @@
+"""``compile(model, shapes=plan)``: mark a model's inputs dynamic from the analyzer's plan.
+
+The plan is a ``shapeinfer.analyze`` result, its ``to_json()`` dict, or the path of the
+JSON written by ``shapeinfer report --format json``. Its ``inputs`` give each forward
+parameter's symbolic shape (``["B", "T"]``); every dim that is a plain symbol is marked
+dynamic under that name on each call, so the runtime compiles once per bucket from the
+first call on (no automatic-dynamic warm-up, no guessing which input dim is which).
+"""
+
+from __future__ import annotations
+
+import functools
+import inspect
+import json
+import re
+
+from .dynamic import mark_dynamic
+from .tensor import LazyTensor
+from . import ir
+
+_SYMBOL = re.compile(r"^[A-Za-z_][A-Za-z_0-9]*$")
+
+
+def _plan_json(shapes) -> dict:
+    if hasattr(shapes, "to_json"):
+        return shapes.to_json()
+    if isinstance(shapes, dict):
+        return shapes
+    with open(shapes) as f:
+        return json.load(f)
+
+
+def input_marks(shapes) -> dict:
+    """{forward parameter: {dim: symbol}} from a plan."""
+    data = _plan_json(shapes)
+    out = {}
+    for name, dims in (data.get("inputs") or {}).items():
+        marks = {d: s for d, s in enumerate(dims) if isinstance(s, str) and _SYMBOL.match(s)}
+        if marks:
+            out[name] = marks
+    return out
+
+
+def compile(model, shapes=None):  # noqa: A001  (the public name of the contract)
+    """Make ``model``'s forward mark its inputs dynamic as ``shapes`` (a plan) says.
+
+    Returns ``model`` itself (its ``forward`` is wrapped on the instance), so parameters,
+    optimizers and ``state_dict`` are unchanged. Without ``shapes`` it only returns the
+    model: automatic dynamic still applies.
+    """
+    if shapes is None:
+        return model
+    data = _plan_json(shapes)
+    marks = input_marks(data)
+    forward = model.forward
+    sig = inspect.signature(forward)
+
+    @functools.wraps(forward)
+    def marked_forward(*args, **kwargs):
+        if marks:
+            bound = sig.bind_partial(*args, **kwargs)
+            for name, dims in marks.items():
+                t = bound.arguments.get(name)
+                if t is None or not hasattr(t, "ndim"):
+                    continue
+                if isinstance(t, LazyTensor) and (t._vw or t._st.node.op is not ir.DATA):
+                    continue  # a computed value: its layout comes from the graph
+                for d, s in dims.items():
+                    if d < t.ndim:
+                        mark_dynamic(t, d, s)
+        return forward(*args, **kwargs)
+
+    model.forward = marked_forward
+    control = data.get("control_flow") or {}
+    model._lr_shape_only = bool(control.get("shape_only", False))
+    model._lr_input_marks = marks
+    return model
