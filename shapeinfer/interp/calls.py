@@ -188,6 +188,9 @@ class Caller:
         return self.interp.lift(one, *flat)
 
     def call_function(self, func, args, kwargs, frame) -> Value:
+        # Decorated functions are analyzed through to the function they wrap. Running
+        # the wrappers is more faithful (transformers' fill in defaults from the config)
+        # but their hook-installing machinery costs 10-20x the model itself.
         func = inspect.unwrap(func, stop=lambda f: not hasattr(f, "__wrapped__"))
         code = getattr(func, "__code__", None)
         node = self.ctx.sources.function_node(code) if code is not None else None
@@ -559,7 +562,9 @@ _SIGS: dict = {}
 def _signature(func) -> inspect.Signature:
     sig = _SIGS.get(func)
     if sig is None:
-        sig = _SIGS[func] = inspect.signature(func)
+        # the function's own parameters: a decorator's wrapper(*args, **kwargs), not the
+        # signature functools.wraps advertises
+        sig = _SIGS[func] = inspect.signature(func, follow_wrapped=False)
     return sig
 
 

@@ -19,7 +19,9 @@ from ..shape_fns import ShapeError, collect_requirements
 from ..values import (NONE, BoundMethod, Closure, Const, DictV, ListV, ObjV, SymScalar, TensorType,
                       TupleV, UnionV, Unknown, Value, as_dim, int_value)
 from . import operators as ops
-from .state import AnalysisContext, Flow, Frame, flatten_union, join_frames, make_union, widen_values
+from .state import (AnalysisContext, Flow, Frame, flatten_union, infeasible, join_frames, make_union,
+                    simplify_condition,
+                    widen_values)
 
 MAX_UNROLL = 512
 MAX_FIXPOINT = 3
@@ -200,7 +202,7 @@ class Interpreter:
             cond = self.ctx.data_condition(s.lineno)
         a = self.exec_block(s.body, frame.fork(cond))
         b = self.exec_block(s.orelse, frame.fork(sympy.Not(cond)))
-        return _merge_flows(a, b)
+        return _merge_flows(a, b, parent_pc=frame.pc)
 
     def stmt_With(self, s, frame):
         for item in s.items:
@@ -277,7 +279,9 @@ class Interpreter:
         state = frame
         after = frame
         new_names: list = []
-        for _ in range(MAX_FIXPOINT):
+        # over an unknown iterable the elements say nothing: one pass, then widen
+        rounds = 1 if isinstance(elem, Unknown) else MAX_FIXPOINT
+        for _ in range(rounds):
             trial = state.fork()
             if elem is not None:
                 self.assign(s.target, elem, trial, s.lineno)
@@ -291,7 +295,8 @@ class Interpreter:
             state = state.fork()
             state.env.update({n: widen_values([state.env[n], after.env[n]]) for n in changed})
         else:
-            self.ctx.report("SI004", "loop-carried values did not settle; widened")
+            if rounds == MAX_FIXPOINT:
+                self.ctx.report("SI004", "loop-carried values did not settle; widened")
         result = state.fork()
         for n in new_names:  # names first bound inside the loop keep their last value
             result.env[n] = after.env[n]
@@ -724,7 +729,9 @@ class Interpreter:
         for v in values:
             opts = flatten_union(v) if isinstance(v, UnionV) else [(sympy.true, v)]
             combos = [(sympy.And(c, oc), args + [ov]) for c, args in combos for oc, ov in opts]
-            combos = [(c, a) for c, a in combos if c is not sympy.false]
+            # drop combinations the current path rules out (an outer split on the same
+            # condition, e.g. a call made per option of its **kwargs)
+            combos = [(c, a) for c, a in combos if not infeasible(sympy.And(self.ctx.pc, c))]
         if len(combos) > 16:
             return Unknown("too many shape variants")
         results = []
@@ -746,8 +753,7 @@ class Interpreter:
 
 
 def _decide(cond, pc):
-    cond = sympy.simplify_logic(cond) if isinstance(cond, sympy.Basic) and \
-        len(cond.atoms(sympy.Rel)) <= 4 and not isinstance(cond, sympy.Rel) else cond
+    cond = simplify_condition(cond) if not isinstance(cond, sympy.Rel) else cond
     if cond is sympy.true or cond is True:
         return True, None
     if cond is sympy.false or cond is False:
@@ -780,8 +786,8 @@ def _narrow(value: Value, pc) -> Value:
     return make_union(kept) if kept else value
 
 
-def _merge_flows(a: Flow, b: Flow, widen: bool = False) -> Flow:
-    return Flow(join_frames([a.normal, b.normal], widen=widen), a.breaks + b.breaks,
+def _merge_flows(a: Flow, b: Flow, widen: bool = False, parent_pc=None) -> Flow:
+    return Flow(join_frames([a.normal, b.normal], widen=widen, parent_pc=parent_pc), a.breaks + b.breaks,
                 a.continues + b.continues)
 
 

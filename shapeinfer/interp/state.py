@@ -143,8 +143,56 @@ class AnalysisContext:
         return sym.holds_at(cond, self.symbols)
 
 
+_NEGATED_REL = {sympy.Lt: sympy.Ge, sympy.Le: sympy.Gt, sympy.Ne: sympy.Eq}
+
+
+def infeasible(cond) -> bool:
+    """Whether a condition is false for propositional reasons: ``a & ~a``, or
+    ``T < 16 & T >= 16`` (a relation and its negation are one proposition). Arithmetic
+    contradictions (``T < 5 & T > 10``) are not looked for."""
+    if cond is sympy.false or cond is False:
+        return True
+    if not isinstance(cond, sympy.Basic) or cond is sympy.true or condition_too_big(cond):
+        return False
+    props: dict = {}
+
+    def prop(rel):
+        positive = rel
+        negate = False
+        if type(rel) in _NEGATED_REL:
+            positive = _NEGATED_REL[type(rel)](rel.lhs, rel.rhs)
+            negate = True
+        sym_ = props.setdefault(positive, sympy.Symbol(f"_p{len(props)}"))
+        return sympy.Not(sym_) if negate else sym_
+
+    boolean = cond.xreplace({r: prop(r) for r in cond.atoms(sympy.Rel)})
+    try:
+        return sympy.satisfiable(boolean) is False
+    except Exception:
+        return False
+
+
 def is_data_condition(cond) -> bool:
     return any(s.name.startswith("data_L") for s in getattr(cond, "free_symbols", ()))
+
+
+MAX_DATA_CONDITIONS = 2
+MAX_CONDITION_ATOMS = 8
+
+
+MAX_CONDITION_NODES = 60
+
+
+def condition_too_big(cond) -> bool:
+    """Whether a condition has grown past what is worth carrying (each check stops
+    early, so it is cheap even on a large expression)."""
+    if not isinstance(cond, sympy.Basic) or cond in (sympy.true, sympy.false):
+        return False
+    for count, _ in enumerate(sympy.preorder_traversal(cond)):
+        if count > MAX_CONDITION_NODES:
+            return True
+    data = [s for s in cond.free_symbols if s.name.startswith("data_L")]
+    return len(data) > MAX_DATA_CONDITIONS or len(cond.atoms(sympy.Rel)) + len(data) > MAX_CONDITION_ATOMS
 
 
 def without_data_conditions(cond):
@@ -176,7 +224,7 @@ def make_union(options: list) -> Value:
     merged: list = []
     flat = [pair for cond, v in options for pair in flatten_union(v, cond)]
     for cond, v in flat:
-        if cond is sympy.false or cond is False:
+        if infeasible(cond):
             continue
         for i, (c2, v2) in enumerate(merged):
             if _same(v, v2):
@@ -190,11 +238,22 @@ def make_union(options: list) -> Value:
         return merged[0][1]
     if len(merged) > MAX_UNION:
         return Unknown(f"more than {MAX_UNION} shape variants")
-    return UnionV(tuple((sympy.simplify_logic(c) if _small(c) else c, v) for c, v in merged))
+    if any(condition_too_big(c) for c, _ in merged):
+        # conditions are growing (many data-dependent splits): keep what the variants
+        # agree on instead, so the analysis stays fast
+        return widen_values([v for _, v in merged])
+    return UnionV(tuple((simplify_condition(c), v) for c, v in merged))
 
 
-def _small(cond) -> bool:
-    return isinstance(cond, sympy.Basic) and len(cond.atoms(sympy.Rel)) <= 4
+def simplify_condition(cond):
+    """Simplify a small condition; large ones are left as they are, because boolean
+    minimisation is exponential in the number of atoms."""
+    if not isinstance(cond, sympy.Basic) or cond in (sympy.true, sympy.false):
+        return cond
+    atoms = cond.atoms(sympy.Rel) | {a for a in cond.free_symbols if not a.is_integer}
+    if len(atoms) > 4:
+        return cond
+    return sympy.simplify_logic(cond)
 
 
 def _same(a, b) -> bool:
@@ -220,7 +279,10 @@ class Frame:
         self.yields: list = []  # values yielded by a generator function
 
     def fork(self, cond=sympy.true) -> "Frame":
-        f = Frame(self.filename, self.globals, fork_copy(self.env), sympy.And(self.pc, cond),
+        pc = sympy.And(self.pc, cond)
+        if condition_too_big(pc):  # forget how data-dependent paths split: sound, smaller
+            pc = without_data_conditions(pc)
+        f = Frame(self.filename, self.globals, fork_copy(self.env), pc,
                   self.scope, self.cells, self.func)
         f.returns = self.returns  # returns and yields are shared by all paths of one call
         f.yields = self.yields
@@ -237,10 +299,22 @@ class Flow:
     continues: list = field(default_factory=list)
 
 
-def join_frames(frames: list, widen: bool = False) -> Optional[Frame]:
+def relative_condition(pc, parent_pc):
+    """``pc`` without the conjuncts it shares with ``parent_pc`` (pc = parent & rest)."""
+    if pc == parent_pc:
+        return sympy.true
+    parent = set(sympy.And.make_args(parent_pc)) if parent_pc is not sympy.true else set()
+    own = sympy.And.make_args(pc)
+    if parent <= set(own):
+        return sympy.And(*[c for c in own if c not in parent])
+    return None
+
+
+def join_frames(frames: list, widen: bool = False, parent_pc=None) -> Optional[Frame]:
     """Join paths: a variable that differs becomes a union over the paths' conditions,
     or, with ``widen`` (paths split on tensor data, not on shapes), a value that keeps
-    only what all paths agree on."""
+    only what all paths agree on. With ``parent_pc`` (the condition before the paths
+    split), conditions are kept relative to it, so they do not grow with every join."""
     frames = [f for f in frames if f is not None]
     if not frames:
         return None
@@ -252,9 +326,16 @@ def join_frames(frames: list, widen: bool = False) -> Optional[Frame]:
         for n in f.env:
             if n not in names:
                 names.append(n)
+    conds = [f.pc for f in frames]
+    if parent_pc is not None:
+        rel = [relative_condition(f.pc, parent_pc) for f in frames]
+        if all(r is not None for r in rel):
+            conds = rel
+        else:
+            parent_pc = None
     env = {}
     for n in names:
-        opts = [(f.pc, f.env[n]) for f in frames if n in f.env]
+        opts = [(c, f.env[n]) for c, f in zip(conds, frames) if n in f.env]
         first = opts[0][1]
         if all(_same(v, first) for _, v in opts[1:]):
             env[n] = first
@@ -262,9 +343,9 @@ def join_frames(frames: list, widen: bool = False) -> Optional[Frame]:
             env[n] = widen_values([v for _, v in opts])
         else:
             env[n] = make_union(opts)
-    pc = sympy.Or(*[f.pc for f in frames])
-    if _small(pc):
-        pc = sympy.simplify_logic(pc)
+    pc = simplify_condition(sympy.Or(*conds))
+    if parent_pc is not None:
+        pc = parent_pc if pc is sympy.true else sympy.And(parent_pc, pc)
     joined = Frame(base.filename, base.globals, env, pc, base.scope, base.cells, base.func)
     joined.returns = base.returns
     joined.yields = base.yields
