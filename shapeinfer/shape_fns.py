@@ -503,8 +503,13 @@ def conv_shape(x: Shape, weight: Shape, stride=1, padding=0, dilation=1, groups:
 
 
 def _require_positive(d: Dim, what: str) -> None:
-    if sym.compare(">", d, 0) is False:
+    verdict = sym.compare(">", d, 0)
+    if verdict is False:
         raise ShapeError("SI143", f"{what} {sym.dim_pretty(d)} is not positive: input too small", (d,))
+    if verdict is None and d is not None:
+        sink = _requirement_sink.get()
+        if sink is not None:
+            sink(">", d, 0, f"{what} (input too small otherwise)")
 
 
 def pool_shape(x: Shape, kernel_size, stride=None, padding=0, dilation=1, ceil_mode: bool = False,
@@ -518,6 +523,9 @@ def pool_shape(x: Shape, kernel_size, stride=None, padding=0, dilation=1, ceil_m
     lead = tuple(x[: len(x) - n_spatial])
     out = []
     for i in range(n_spatial):
+        if p[i] > (d[i] * (k[i] - 1) + 1) // 2:
+            raise ShapeError("SI144", f"pool padding {p[i]} is more than half the kernel "
+                             f"{d[i] * (k[i] - 1) + 1}")
         size = x[len(x) - n_spatial + i]
         span = sym.add(sym.sub(sym.add(size, 2 * p[i]), d[i] * (k[i] - 1)), -1)
         if ceil_mode:

@@ -70,13 +70,13 @@ EXPECTED = {
     "super_resolution.py:unseen-layout:23:x.2": ("benign-shapes", "ok"),
     # EXTRA
     "alexnet.py:kernel:25:42:kernel_size": ("breaking", "missed"),
-    "dcgan.py:kernel:70:34:kernel_size": ("breaking", "missed"),
+    "dcgan.py:kernel:70:34:kernel_size": ("breaking", "found"),
     "mnist_hogwild.py:kernel:21:47:kernel_size": ("breaking", "warning"),
-    "resnet.py:kernel:62:69:padding": ("breaking", "missed"),
-    "snli.py:slice:48:29:upper": ("breaking", "missed"),
+    "resnet.py:kernel:62:69:padding": ("breaking", "found"),
+    "snli.py:slice:48:29:upper": ("breaking", "found"),
     "time_sequence_prediction.py:unseen-layout:21:input.1": ("breaking", "missed"),
     "train_gpt.py:unseen-layout:71:idx.0": ("breaking", "missed"),
-    "train_gpt.py:unseen-layout:71:idx.1": ("breaking", "bad-when"),
+    "train_gpt.py:unseen-layout:71:idx.1": ("breaking", "found"),
     "vae.py:unseen-layout:36:x.0": ("benign-shapes", "ok"),
 }
 
@@ -85,8 +85,6 @@ KNOWN_GAPS = {
     "dcgan.py:reshape:79:31:arg1":
         "view(-1, 2) of B*(H//16 - 3)*(W//16 - 3) elements: no divisibility constraint over floor "
         "expressions (polynomial counts get an SI300)",
-    "snli.py:slice:48:29:upper":
-        "input.size()[:1] then size[1]: indexing a torch.Size/tuple past its end is not reported",
     "time_sequence_prediction.py:unseen-layout:21:input.1":
         "LSTMCell fed a 3-d step from split() on a branch-joined value: no rank error",
     "train_gpt.py:unseen-layout:71:idx.0":
@@ -95,19 +93,11 @@ KNOWN_GAPS = {
     "alexnet.py:kernel:25:42:kernel_size":
         "conv/pool output size positive only for large H, W: SI143 is raised only when it fails "
         "for every size, never as a condition",
-    "dcgan.py:kernel:70:34:kernel_size":
-        "conv output (H - 95)//24 + 1 is -1 at the sample size H=64: SI143 not reported because "
-        "the sign is not decided for all H",
     "mnist_hogwild.py:kernel:21:47:kernel_size":
         "view(-1, 320) of 80*B elements: an SI300 warning 'holds only when B % 4 == 0' (right, and "
         "the sample B=4 satisfies it) but a warning, never an error",
     "fast_neural_style.py:kernel:97:78:stride":
         "ReflectionPad2d(4) of a 4x4 input (H=16): torch requires padding < input size; not checked",
-    "resnet.py:kernel:62:69:padding":
-        "MaxPool2d(3, padding=2): torch requires padding <= kernel_size // 2; not checked",
-    "train_gpt.py:unseen-layout:71:idx.1":
-        "B, T = idx.shape where idx is [B, T] or [B, 6, 2] on a branch: SI007 reported without "
-        "its condition (when T > 12)",
 }
 
 ALL = {m.id: m for path in M.example_files() for m in M.generate(path)}

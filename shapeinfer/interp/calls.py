@@ -398,6 +398,10 @@ class Caller:
         if isinstance(obj, TensorType):
             return self.apply_rule(METHOD_RULES["__getitem__"], [obj, index], {}, frame)
         if isinstance(obj, (TupleV, ListV)):
+            if isinstance(obj, TupleV) and isinstance(index, Const) and type(index.obj) is int \
+                    and not -len(obj.items) <= index.obj < len(obj.items):
+                self.ctx.report("SI120", f"tuple index {index.obj} out of range for a tuple of "
+                                f"length {len(obj.items)}", severity="error")
             return _sequence_item(obj, index)
         if isinstance(obj, DictV):
             key = index.obj if isinstance(index, Const) else index

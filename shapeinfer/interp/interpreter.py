@@ -73,15 +73,19 @@ class Interpreter:
             return Flow(frame)
 
     def _requirement(self, op, a, b, what):
+        """A shape requirement that holds for some sizes only: a warning with the
+        condition under which it fails, or an error when the sample sizes fail it."""
         cond = sym.relation(op, a, b)
+        text = f"{sym.dim_pretty(a)} {op} {sym.dim_pretty(b)}"
         at_sample = self.ctx.sample_holds(cond) if self.ctx.sample_holds(self.ctx.pc) else None
+        fails = sympy.And(self.ctx.pc, sympy.Not(cond))
         if at_sample is False:
-            self.ctx.report("SI300", f"{what}: needs {sym.dim_pretty(a)} == {sym.dim_pretty(b)}, which "
-                            f"fails at the sample sizes", severity="error",
-                            when=sympy.And(self.ctx.pc, sympy.Not(cond)))
+            self.ctx.report("SI300", f"{what}: needs {text}, which fails at the sample sizes",
+                            severity="error", when=fails)
         else:
-            self.ctx.report("SI300", f"{what}: holds only when {sym.dim_pretty(a)} == "
-                            f"{sym.dim_pretty(b)}", when=sympy.And(self.ctx.pc, sympy.Not(cond)))
+            # a minimum input size (op ">") is a fact about the model, not a suspicion
+            self.ctx.report("SI300", f"{what}: holds only when {text}", when=fails,
+                            severity="note" if op == ">" else "")
 
     # ---- simple statements
     def stmt_Expr(self, s, frame):
@@ -338,7 +342,14 @@ class Interpreter:
         n = len(target.elts)
         star = [i for i, e in enumerate(target.elts) if isinstance(e, ast.Starred)]
         if isinstance(value, UnionV):
-            parts = [self._split_for_unpack(v, n, star) for _, v in value.options]
+            parts = []
+            saved = self.ctx.pc
+            try:
+                for c, v in value.options:  # an error unpacking one option is reported under its condition
+                    self.ctx.pc = sympy.And(saved, c)
+                    parts.append(self._split_for_unpack(v, n, star))
+            finally:
+                self.ctx.pc = saved
             if all(p is not None for p in parts):
                 for i, elt in enumerate(target.elts):
                     self.assign(elt, make_union([(c, p[i]) for (c, _), p in zip(value.options, parts)]),

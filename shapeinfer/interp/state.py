@@ -118,6 +118,8 @@ class AnalysisContext:
         file, line, col = loc or self.loc
         if when is None and self.pc is not sympy.true:
             when = self.pc
+        if when is not None and infeasible(when):
+            return  # on no path at all (a join of states that never occur together)
         key = (code, file, line, col, message, str(when))
         if key in self._diag_keys:
             return

@@ -56,6 +56,9 @@ def rnn_module(ctx, module, input, hx=None):
 def rnn_cell_module(ctx, module, input, hx=None):
     x = T(input)
     s = shape_of(x)
+    if len(s) not in (1, 2):
+        raise shape_fns.ShapeError("SI152", f"{type(module).__name__} expects a 1-d or 2-d input, got "
+                                   f"{len(s)}-d {sym.shape_str(s)}")
     _check(s[-1], module.input_size, f"{type(module).__name__} input_size")
     h_shape = tuple(s[:-1]) + (module.hidden_size,)
     if not is_none(hx):
