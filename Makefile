@@ -7,7 +7,7 @@ STAMP := .setup.stamp
 .PHONY: setup demo test
 
 $(STAMP): pyproject.toml constraints.txt
-	$(PIP) install -c constraints.txt -e ".[dev]"
+	$(PIP) install -c constraints.txt -e ".[dev,models]"
 	touch $(STAMP)
 
 setup: $(STAMP)

@@ -99,6 +99,7 @@ def _shape_json(shape) -> list:
 
 def value_json(values: list) -> dict:
     """The JSON description of what a variable held: (condition, value) pairs."""
+    values = [(c, const_tuple_as_values(v)) for c, v in values]
     vs = [v for _, v in values]
     kinds = {_kind(v) for v in vs}
     if kinds == {"Tensor"}:

@@ -1,0 +1,22 @@
+"""Hugging Face models analyzed without edits to their source, checked against real runs
+at four sizes: never a wrong shape, never a crash, no false error."""
+
+import pytest
+
+pytest.importorskip("transformers")
+
+from third_party_models import HF_TARGETS, run_oracle  # noqa: E402
+
+# measured exactness today; a drop fails the test (raise these as the analyzer improves)
+MIN_EXACT = {"DistilBERT": 1.0, "OPT": 0.94, "GPT-NeoX": 0.95, "Mistral": 0.95, "ViT": 1.0,
+             "Whisper encoder": 1.0}
+
+
+@pytest.mark.parametrize("target", HF_TARGETS, ids=[t.name for t in HF_TARGETS])
+def test_transformers_model_against_torch(target):
+    result, report = run_oracle(target)
+    assert report.wrong == 0, report.format()
+    assert not result.errors, [f"{d.file}:{d.line} {d.code} {d.message}" for d in result.errors]
+    total = report.exact + report.unknown
+    assert total > 50
+    assert report.exact / total >= MIN_EXACT[target.name], report.format()
