@@ -19,7 +19,7 @@ sys.path.insert(0, str(ROOT))
 import torch  # noqa: E402
 
 import shapeinfer  # noqa: E402
-from third_party_models import HF_TARGETS, run_oracle  # noqa: E402
+from third_party_models import HF_TARGETS, OTHER_TARGETS, run_oracle  # noqa: E402
 
 
 def time_analysis(target, runs=3) -> float:
@@ -62,7 +62,7 @@ def time_export(target) -> str:
 def main() -> None:
     print(f"{'model':<16} {'exact':>6} {'unknown':>8} {'wrong':>6} {'exact %':>8} {'errors':>7} "
           f"{'analysis s':>10}  torch.export")
-    for target in HF_TARGETS:
+    for target in HF_TARGETS + OTHER_TARGETS:
         result, report = run_oracle(target)
         total = report.exact + report.unknown + report.wrong
         print(f"{target.name:<16} {report.exact:6d} {report.unknown:8d} {report.wrong:6d} "

@@ -52,6 +52,12 @@ def _whisper_encoder():
     return transformers.WhisperModel(config).encoder.eval()
 
 
+def _x_transformers_decoder():
+    from x_transformers import Decoder, TransformerWrapper
+
+    return TransformerWrapper(num_tokens=100, max_seq_len=64, attn_layers=Decoder(dim=32, depth=2, heads=2)).eval()
+
+
 HF_TARGETS = [
     ThirdPartyTarget("DistilBERT", _hf("DistilBertModel", "DistilBertConfig", vocab_size=100, dim=32,
                                        n_layers=2, n_heads=2, hidden_dim=64),
@@ -75,6 +81,11 @@ HF_TARGETS = [
     ThirdPartyTarget("Whisper encoder", _whisper_encoder,
                      lambda s: {"input_features": torch.randn(s["B"], 16, 128)},
                      {"input_features": ("B", 16, 128)}, BATCH_SIZES),
+]
+
+OTHER_TARGETS = [
+    ThirdPartyTarget("x-transformers Decoder", _x_transformers_decoder,
+                     lambda s: {"x": torch.randint(0, 100, (s["B"], s["T"]))}, {"x": ("B", "T")}, TOKEN_SIZES),
 ]
 
 

@@ -699,3 +699,22 @@ def _is_dataclass(c, args, kwargs, frame):
     if isinstance(v, Const):
         return Const(_dc.is_dataclass(v.obj))
     return Const(False)
+
+
+# ---- functools decorators on functions defined during the analysis ------------------
+
+import functools as _ft  # noqa: E402
+
+
+def _keep_wrapper(c, args, kwargs, frame):
+    """functools.update_wrapper(wrapper, wrapped): only metadata is copied."""
+    return args[0] if args else kwargs.get("wrapper", Unknown("update_wrapper without a wrapper"))
+
+
+def _identity_decorator(function):  # what functools.wraps(f) returns, for the analysis
+    return function
+
+
+HANDLERS[_ft.update_wrapper] = _keep_wrapper
+HANDLERS[_ft.wraps] = lambda c, args, kwargs, frame: Const(_identity_decorator)
+HANDLERS[_identity_decorator] = lambda c, args, kwargs, frame: args[0]

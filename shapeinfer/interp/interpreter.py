@@ -439,20 +439,24 @@ class Interpreter:
         return Const(slice(*parts))
 
     def ex_Tuple(self, n, frame):
-        return TupleV(tuple(self._elements(n.elts, frame)))
+        items = self._elements(n.elts, frame)
+        return TupleV(tuple(items)) if items is not None else Unknown("tuple built from a *sequence of unknown length")
 
     def ex_List(self, n, frame):
-        return ListV(self._elements(n.elts, frame))
+        items = self._elements(n.elts, frame)
+        return ListV(items) if items is not None else Unknown("list built from a *sequence of unknown length")
 
-    def ex_Set(self, n, frame):
-        return ListV(self._elements(n.elts, frame))
+    ex_Set = ex_List
 
-    def _elements(self, elts, frame) -> list:
+    def _elements(self, elts, frame) -> Optional[list]:
+        """The items of a display; None when a *starred part has an unknown length."""
         out = []
         for e in elts:
             if isinstance(e, ast.Starred):
                 seq = self.caller.iterate(self.eval(e.value, frame), frame)
-                out.extend(seq if isinstance(seq, list) else [Unknown("starred symbolic-length sequence")])
+                if not isinstance(seq, list):
+                    return None
+                out.extend(seq)
             else:
                 out.append(self.eval(e, frame))
         return out
