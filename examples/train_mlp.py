@@ -7,8 +7,6 @@ graph; from the second step on the cached executable is reused (see the metrics)
     python examples/train_mlp.py [--steps N]
 """
 
-import argparse
-
 import torch
 import torch.nn as nn
 import torch.nn.functional as F
@@ -52,32 +50,9 @@ def loss_fn(logits, y):
 
 def train(model, opt, steps, device=None, first_step=0):
     """Plain PyTorch training; ``device`` is the lazy device (None: eager on the CPU)."""
-    import lazy_runtime as lr
-    losses = []
-    for step in range(first_step, first_step + steps):
-        x, y = make_batch(step)
-        if device is not None:
-            x, y = x.to(device), y.to(device)
-        loss = loss_fn(model(x), y)
-        loss.backward()
-        opt.step()
-        opt.zero_grad()
-        if device is not None:
-            lr.mark_step()
-        losses.append(loss)
-    return [float(l.item()) for l in losses]
+    from lazy_runtime.training import train_steps
 
-
-def main(steps=30):
-    import lazy_runtime as lr
-    dev = lr.device()
-    model = make_model().to(dev)
-    opt = make_optimizer(model)
-    losses = train(model, opt, steps, dev)
-    for i in range(0, steps, max(1, steps // 10)):
-        print(f"step {i:4d}  loss {losses[i]:.4f}")
-    print(f"output: final loss {losses[-1]:.4f} after {steps} steps")
-    print(lr.metrics_report())
+    return train_steps(model, opt, make_batch, loss_fn, steps, device, first_step)
 
 
 __shapeinfer__ = {
@@ -89,6 +64,6 @@ __shapeinfer__ = {
 
 
 if __name__ == "__main__":
-    parser = argparse.ArgumentParser(description=__doc__.splitlines()[0])
-    parser.add_argument("--steps", type=int, default=30)
-    main(parser.parse_known_args()[0].steps)
+    from lazy_runtime.training import run_demo
+
+    run_demo(__doc__, 30, make_model, make_optimizer, make_batch, loss_fn)
