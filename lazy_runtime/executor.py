@@ -128,40 +128,50 @@ def _plan(nodes: list[ir.Node]) -> list:
     return plan
 
 
+def _run_plan(entries, outputs, datas, scalars, rngs, apply_op):
+    """Evaluate a plan: leaves come from the executable's inputs, every other entry from
+    ``apply_op(entry, vals)``. Shared by the exact and the padded executables."""
+    vals = []
+    for entry in entries:
+        kind = entry[0]
+        if kind is ir.DATA:
+            vals.append(datas[entry[1]])
+        elif kind is ir.SCALAR:
+            vals.append(scalars[entry[1]])
+        elif kind is ir.RNG:
+            vals.append(rngs[entry[1]])
+        elif kind is ir.GETITEM:
+            vals.append(vals[entry[4][0]][entry[1]])
+        else:
+            vals.append(apply_op(entry, vals))
+    return tuple(vals[o] for o in outputs)
+
+
 def _make_fn(plan, outputs):
+    def apply_op(entry, vals):
+        low, targs, tkw, ctx, ins, node = entry
+        ivals = [vals[i] for i in ins]
+        args = _fill(targs, ivals)
+        kw = {k: _fill(v, ivals) for k, v in tkw.items()}
+        try:
+            r = low.fn(ctx, *args, **kw) if low.ctx else low.fn(*args, **kw)
+        except Exception as e:
+            raise LazyRuntimeError(f"lowering of {node.op} failed: {e}") from e
+        return _check(node, r)
+
     def fn(datas, scalars, rngs):
-        vals = []
-        for entry in plan:
-            kind = entry[0]
-            if kind is ir.DATA:
-                vals.append(datas[entry[1]])
-            elif kind is ir.SCALAR:
-                vals.append(scalars[entry[1]])
-            elif kind is ir.RNG:
-                vals.append(rngs[entry[1]])
-            elif kind is ir.GETITEM:
-                vals.append(vals[entry[4][0]][entry[1]])
-            else:
-                low, targs, tkw, ctx, ins, node = entry
-                ivals = [vals[i] for i in ins]
-                args = _fill(targs, ivals)
-                kw = {k: _fill(v, ivals) for k, v in tkw.items()}
-                try:
-                    r = low.fn(ctx, *args, **kw) if low.ctx else low.fn(*args, **kw)
-                except Exception as e:
-                    raise LazyRuntimeError(f"lowering of {node.op} failed: {e}") from e
-                vals.append(_check(node, r))
-        return tuple(vals[o] for o in outputs)
+        return _run_plan(plan, outputs, datas, scalars, rngs, apply_op)
     return fn
 
 
-def _check(node: ir.Node, r):
-    """Enforce the node's type on a lowering's result (a lowering bug fails here, loudly)."""
+def _check(node: ir.Node, r, shape=None):
+    """Enforce the node's type on a lowering's result (a lowering bug fails here, loudly).
+    ``shape`` overrides the node's own shape (a padded executable's bucket shape)."""
+    shape = node.shape if shape is None else shape
     if isinstance(node.dtype, tuple):
-        r = tuple(None if d is None else _check1(node.op, x, s, d)
-                  for x, s, d in zip(r, node.shape, node.dtype))
-        return r
-    return _check1(node.op, r, node.shape, node.dtype)
+        return tuple(None if d is None else _check1(node.op, x, s, d)
+                     for x, s, d in zip(r, shape, node.dtype))
+    return _check1(node.op, r, shape, node.dtype)
 
 
 def _check1(op, x, shape, dtype):
@@ -234,45 +244,28 @@ def _fill_sym(t, ins, env):
 
 def _make_padded_fn(plan_entries, outputs, plan):
     syms, bks = plan.syms, plan.buckets
-    buckets = dict(zip(syms, bks))
 
     def fn(datas, scalars, rngs, sizes):
         env = dynamic.Env(syms, bks, sizes)
-        vals = []
-        for entry in plan_entries:
-            kind = entry[0]
-            if kind is ir.DATA:
-                vals.append(datas[entry[1]])
-            elif kind is ir.SCALAR:
-                vals.append(scalars[entry[1]])
-            elif kind is ir.RNG:
-                vals.append(rngs[entry[1]])
-            elif kind is ir.GETITEM:
-                vals.append(vals[entry[4][0]][entry[1]])
-            else:
-                low, targs, tkw, ctx, ins, node, p, in_lays = entry
-                ivals = [vals[i] for i in ins]
-                for j, axes, fill in p.pre:
-                    ivals[j] = dynamic.sanitize(env, ivals[j], in_lays[j], axes, fill)
-                args = _fill_sym(targs, ivals, env)
-                kw = {k: _fill_sym(v, ivals, env) for k, v in tkw.items()}
-                try:
-                    if p.fn is not None:
-                        r = p.fn(ctx, env, in_lays, *args, **kw)
-                    else:
-                        r = low.fn(ctx, *args, **kw) if low.ctx else low.fn(*args, **kw)
-                except Exception as e:
-                    raise LazyRuntimeError(f"padded lowering of {node.op} failed: {e}") from e
-                vals.append(_check_padded(node, r, ctx))
-        return tuple(vals[o] for o in outputs)
+
+        def apply_op(entry, vals):
+            low, targs, tkw, ctx, ins, node, p, in_lays = entry
+            ivals = [vals[i] for i in ins]
+            for j, axes, fill in p.pre:
+                ivals[j] = dynamic.sanitize(env, ivals[j], in_lays[j], axes, fill)
+            args = _fill_sym(targs, ivals, env)
+            kw = {k: _fill_sym(v, ivals, env) for k, v in tkw.items()}
+            try:
+                if p.fn is not None:
+                    r = p.fn(ctx, env, in_lays, *args, **kw)
+                else:
+                    r = low.fn(ctx, *args, **kw) if low.ctx else low.fn(*args, **kw)
+            except Exception as e:
+                raise LazyRuntimeError(f"padded lowering of {node.op} failed: {e}") from e
+            return _check(node, r, ctx.shape)
+
+        return _run_plan(plan_entries, outputs, datas, scalars, rngs, apply_op)
     return fn
-
-
-def _check_padded(node, r, ctx):
-    if isinstance(node.dtype, tuple):
-        return tuple(None if d is None else _check1(node.op, x, s, d)
-                     for x, s, d in zip(r, ctx.shape, node.dtype))
-    return _check1(node.op, r, ctx.shape, node.dtype)
 
 
 def _compile_padded(g: ir.Graph, plan) -> Executable:
