@@ -420,7 +420,7 @@ class Interpreter:
 
     def ex_Attribute(self, n, frame):
         obj = self.eval(n.value, frame)
-        return self.lift1(lambda o: self.caller.get_attr(o, n.attr), obj)
+        return self.lift(lambda o: self.caller.get_attr(o, n.attr), obj)
 
     def ex_Subscript(self, n, frame):
         obj = self.eval(n.value, frame)
@@ -760,9 +760,6 @@ class Interpreter:
             self.ctx.pc = saved
         return make_union(results)
 
-    def lift1(self, fn, value):
-        return self.lift(fn, value)
-
 
 # ---- module helpers ---------------------------------------------------------------------
 
@@ -801,8 +798,8 @@ def _narrow(value: Value, pc) -> Value:
     return make_union(kept) if kept else value
 
 
-def _merge_flows(a: Flow, b: Flow, widen: bool = False, parent_pc=None) -> Flow:
-    return Flow(join_frames([a.normal, b.normal], widen=widen, parent_pc=parent_pc), a.breaks + b.breaks,
+def _merge_flows(a: Flow, b: Flow, parent_pc=None) -> Flow:
+    return Flow(join_frames([a.normal, b.normal], parent_pc=parent_pc), a.breaks + b.breaks,
                 a.continues + b.continues)
 
 

@@ -312,11 +312,10 @@ def relative_condition(pc, parent_pc):
     return None
 
 
-def join_frames(frames: list, widen: bool = False, parent_pc=None) -> Optional[Frame]:
-    """Join paths: a variable that differs becomes a union over the paths' conditions,
-    or, with ``widen`` (paths split on tensor data, not on shapes), a value that keeps
-    only what all paths agree on. With ``parent_pc`` (the condition before the paths
-    split), conditions are kept relative to it, so they do not grow with every join."""
+def join_frames(frames: list, parent_pc=None) -> Optional[Frame]:
+    """Join paths: a variable that differs becomes a union over the paths' conditions.
+    With ``parent_pc`` (the condition before the paths split), conditions are kept
+    relative to it, so they do not grow with every join."""
     frames = [f for f in frames if f is not None]
     if not frames:
         return None
@@ -341,8 +340,6 @@ def join_frames(frames: list, widen: bool = False, parent_pc=None) -> Optional[F
         first = opts[0][1]
         if all(_same(v, first) for _, v in opts[1:]):
             env[n] = first
-        elif widen:
-            env[n] = widen_values([v for _, v in opts])
         else:
             env[n] = make_union(opts)
     pc = simplify_condition(sympy.Or(*conds))
