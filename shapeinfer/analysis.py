@@ -16,7 +16,7 @@ from .diagnostics import Diagnostic
 from .interp.interpreter import Interpreter
 from .interp.state import AnalysisContext, Entry, Frame
 from .render import const_tuple_as_values, value_json
-from .values import Const, TensorType, Unknown, Value, from_python, tensor
+from .values import TensorType, Unknown, Value, from_python, tensor
 
 JSON_VERSION = 1
 

@@ -218,14 +218,6 @@ class SuperV(Value):
 # ---- helpers --------------------------------------------------------------------------
 
 
-def const_value(v: Value, default=None):
-    return v.obj if isinstance(v, Const) else default
-
-
-def is_const(v) -> bool:
-    return isinstance(v, Const)
-
-
 def as_dim(v) -> Dim:
     """An int-like value as a dim: int, sympy expression, or None (unknown)."""
     if isinstance(v, Const):
@@ -293,11 +285,3 @@ def _fork_value(v, memo):
     if isinstance(v, UnionV):
         return UnionV(tuple((c, _fork_value(x, memo)) for c, x in v.options))
     return v
-
-
-def describe(v: Value) -> str:
-    """Short human form used in messages and reports."""
-    from .render import type_str
-
-    return type_str(v)
-

@@ -7,7 +7,6 @@ the container as well. With all-concrete arguments most builtins are simply call
 from __future__ import annotations
 
 import math
-import operator
 
 import sympy
 import torch

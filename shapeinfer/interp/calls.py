@@ -14,15 +14,14 @@ import inspect
 import types
 from typing import Any, Optional
 
-import sympy
 import torch
 
 from .. import symbolic as sym
-from ..ops.registry import FUNCTION_RULES, METHOD_RULES, MODULE_RULES, Rule, lookup_function
+from ..ops.registry import METHOD_RULES, MODULE_RULES, Rule, lookup_function
 from ..shape_fns import ShapeError
 from ..values import (NONE, BoundMethod, Closure, Const, DictV, ListV, ObjV, SuperV, SymScalar, TensorType,
-                      TupleV, UnionV, Unknown, Value, as_dim, from_python, int_value)
-from .state import MAX_DEPTH, Frame, is_library_file, is_stdlib_file, make_union, widen_values
+                      TupleV, UnionV, Unknown, Value, from_python)
+from .state import MAX_DEPTH, Frame, is_stdlib_file, make_union, widen_values
 
 _NO_OP_CALLS = {print}
 # Looked up by name: importing torch._dynamo just to get these objects costs a second.

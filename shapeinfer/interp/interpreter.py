@@ -15,9 +15,9 @@ from typing import Optional
 import sympy
 
 from .. import symbolic as sym
-from ..shape_fns import ShapeError, collect_requirements
-from ..values import (NONE, BoundMethod, Closure, Const, DictV, ListV, ObjV, SymScalar, TensorType,
-                      TupleV, UnionV, Unknown, Value, as_dim, int_value)
+from ..shape_fns import collect_requirements
+from ..values import (NONE, BoundMethod, Closure, Const, DictV, ListV, ObjV, SymScalar, TensorType, TupleV,
+                      UnionV, Unknown, Value, as_dim)
 from . import operators as ops
 from .state import (AnalysisContext, Flow, Frame, flatten_union, infeasible, join_frames, make_union,
                     simplify_condition,

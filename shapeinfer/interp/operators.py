@@ -8,8 +8,7 @@ import sympy
 import torch
 
 from .. import symbolic as sym
-from ..values import (NONE, Const, DictV, ListV, SymScalar, TensorType, TupleV, UnionV, Unknown, Value,
-                      as_dim, int_value)
+from ..values import (NONE, Const, DictV, ListV, SymScalar, TensorType, TupleV, Unknown, Value, int_value)
 
 _PY_BINOPS = {
     "Add": operator.add, "Sub": operator.sub, "Mult": operator.mul, "Div": operator.truediv,

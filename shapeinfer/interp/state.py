@@ -5,9 +5,8 @@ from __future__ import annotations
 import ast
 import linecache
 import os
-import sys
 from dataclasses import dataclass, field
-from typing import Any, Optional
+from typing import Optional
 
 import sympy
 import torch

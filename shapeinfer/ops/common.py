@@ -15,7 +15,7 @@ from ..values import (NONE, Const, ListV, SymScalar, TensorType, TupleV, Unknown
 
 __all__ = ["ShapeError", "RuleUnknown", "NONE", "Const", "ListV", "SymScalar", "TensorType", "TupleV",
            "Unknown", "Value", "as_dim", "int_value", "tensor", "sym", "T", "shape_of", "dims_arg",
-           "dim_arg", "py", "opt", "result_dtype", "like", "is_none", "default_float", "int_dtype",
+           "dim_arg", "py", "result_dtype", "like", "is_none", "default_float", "int_dtype",
            "sizes_arg", "to_dtype", "bool_arg", "union", "same_dtype"]
 
 
@@ -50,10 +50,6 @@ def py(v, what: str = "argument"):
     if isinstance(v, Value):
         raise RuleUnknown(f"{what} is not a concrete value")
     return v
-
-
-def opt(v, default=None):
-    return default if is_none(v) else v
 
 
 def dim_arg(v, what: str = "dim") -> object:

@@ -7,7 +7,7 @@ import sympy
 import torch
 
 from ..values import Const, SymScalar, TensorType
-from .common import T, RuleUnknown, default_float, dim_arg, is_none, like, py, sizes_arg, sym, tensor, to_dtype
+from .common import T, RuleUnknown, default_float, dim_arg, is_none, py, sizes_arg, sym, tensor, to_dtype
 from .registry import op
 
 
@@ -182,6 +182,3 @@ def multinomial(ctx, input, num_samples, replacement=False, *, generator=None, o
 @op("bernoulli", torch.bernoulli, methods=("bernoulli",))
 def bernoulli(ctx, input, *args, **kwargs):
     return T(input)
-
-
-_ = like

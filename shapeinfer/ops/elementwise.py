@@ -6,8 +6,7 @@ import torch
 import torch.nn.functional as F
 
 from .. import shape_fns
-from .common import (T, Const, TensorType, bool_arg, default_float, int_dtype, is_none, like, result_dtype,
-                     to_dtype)
+from .common import T, Const, TensorType, default_float, int_dtype, is_none, like, result_dtype, to_dtype
 from .registry import op
 
 
@@ -264,6 +263,3 @@ def item(ctx, input):
         bool if t.dtype == torch.bool else int)
     ctx.report("SI003", "value read from tensor data with .item(); it is unknown to the analysis")
     return SymScalar(kind, None, "value of a tensor (.item())")
-
-
-_ = bool_arg

@@ -7,7 +7,7 @@ import torch
 
 from .. import shape_fns
 from ..values import Const, ListV, SymScalar, TensorType, TupleV, Value, as_dim
-from .common import T, RuleUnknown, dim_arg, like, py, shape_of, sym
+from .common import T, RuleUnknown, like, py, shape_of, sym
 from .registry import op
 
 
@@ -192,6 +192,3 @@ def masked_select(ctx, input, mask, *, out=None):
 def unique(ctx, input, *args, **kwargs):
     ctx.report("SI003", "unique: the number of results depends on tensor data")
     return like(T(input), (None,))
-
-
-_ = dim_arg

@@ -8,7 +8,7 @@ import torch.nn as nn
 from .. import shape_fns
 from ..values import Const, TupleV, from_python
 from . import elementwise, layout, nn_functional as NF
-from .common import NONE, T, RuleUnknown, bool_arg, is_none, like, py, same_dtype, shape_of, sym, tensor
+from .common import NONE, T, RuleUnknown, is_none, like, py, same_dtype, shape_of, sym, tensor
 from .registry import module_rule
 
 
@@ -235,6 +235,3 @@ def loss_module(ctx, module, input, target):
 @module_rule(nn.CrossEntropyLoss, nn.NLLLoss)
 def cross_entropy_module(ctx, module, input, target):
     return NF.cross_entropy(ctx, input, target, reduction=Const(module.reduction))
-
-
-_ = (bool_arg, NONE)

@@ -7,9 +7,9 @@ import torch
 import torch.nn.functional as F
 
 from .. import shape_fns
-from ..values import Const, TupleV
-from .common import (T, RuleUnknown, bool_arg, default_float, dim_arg, dims_arg, int_dtype, is_none, like,
-                     py, result_dtype, same_dtype, shape_of, sym, to_dtype)
+from ..values import TupleV
+from .common import (T, RuleUnknown, bool_arg, dim_arg, dims_arg, int_dtype, is_none, like, py, same_dtype,
+                     shape_of, sym)
 from .registry import op
 
 
@@ -278,6 +278,3 @@ def scaled_dot_product_attention(ctx, query, key, value, attn_mask=None, dropout
     if not is_none(attn_mask):
         shape_fns.broadcast_shapes(shape_of(attn_mask, "attn_mask"), tuple(batch) + (q[-2], k[-2]))
     return like(T(query), tuple(batch) + (q[-2], v[-1]))
-
-
-_ = (default_float, to_dtype, dim_arg, Const)

@@ -6,7 +6,7 @@ import torch.nn as nn
 
 from .. import shape_fns
 from ..values import TupleV
-from .common import NONE, T, RuleUnknown, bool_arg, is_none, like, shape_of, sym, tensor
+from .common import NONE, T, bool_arg, is_none, like, shape_of, sym
 from .registry import module_rule
 
 
@@ -133,6 +133,3 @@ def transformer_decoder(ctx, module, tgt, memory, *args, **kwargs):
 def transformer(ctx, module, src, tgt, *args, **kwargs):
     _transformer_layer(ctx, module, src, module.d_model)
     return _transformer_layer(ctx, module, tgt, module.d_model)
-
-
-_ = (RuleUnknown, tensor)

@@ -8,8 +8,8 @@ import torch
 
 from .. import shape_fns
 from ..values import Const, ObjV, TupleV
-from .common import (T, RuleUnknown, bool_arg, default_float, int_dtype, is_none, like, py, result_dtype,
-                     same_dtype, shape_of, to_dtype)
+from .common import (T, bool_arg, default_float, int_dtype, is_none, like, py, result_dtype, same_dtype,
+                     shape_of, to_dtype)
 from .registry import op
 
 
@@ -51,7 +51,7 @@ op("argmax", torch.argmax, torch.argmin, methods=("argmax", "argmin"))(_reduce(l
 @op("var", torch.var, torch.std, methods=("var", "std"))
 def var(ctx, input, dim=None, unbiased=None, keepdim=False, *, correction=None, out=None):
     if isinstance(dim, Const) and isinstance(dim.obj, bool):
-        dim, unbiased = None, dim
+        dim = None  # var(x, True): the flag is `unbiased`, which does not change the shape
     return _reduce(_float_dtype)(ctx, input, dim, keepdim)
 
 
@@ -211,6 +211,3 @@ def cdist(ctx, x1, x2, p=2.0, compute_mode="use_mm_for_euclid_dist_if_necessary"
     shape_fns.require_equal(a[-1], b[-1], "SI130", "cdist feature sizes")
     same_dtype("cdist", T(x1), T(x2))
     return like(T(x1), tuple(batch) + (a[-2], b[-2]))
-
-
-_ = RuleUnknown
