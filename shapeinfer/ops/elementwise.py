@@ -48,20 +48,20 @@ def _to_long(dtype):
 
 _unary_group(["relu", "relu6", "elu", "selu", "celu", "leaky_relu", "hardtanh", "gelu", "silu", "mish",
               "hardswish", "hardsigmoid", "softplus", "softsign", "tanhshrink", "softshrink", "hardshrink",
-              "logsigmoid", "rrelu", "glu_unused", "threshold", "neg", "negative", "positive", "abs",
+              "logsigmoid", "rrelu", "threshold", "neg", "negative", "positive", "abs",
               "absolute", "sign", "sgn", "square", "clamp", "clip", "clamp_min", "clamp_max", "floor",
               "ceil", "round", "trunc", "frac", "fix", "nan_to_num", "contiguous", "clone", "detach",
               "dropout", "dropout1d", "dropout2d", "dropout3d", "alpha_dropout", "feature_alpha_dropout",
-              "bitwise_not", "conj", "resolve_conj", "resolve_neg", "requires_grad_unused", "cpu", "cuda",
-              "relu_unused", "pin_memory", "coalesce", "retain_grad_unused"], _same)
+              "bitwise_not", "conj", "resolve_conj", "resolve_neg", "cpu", "cuda",
+              "pin_memory", "coalesce"], _same)
 _unary_group(["sigmoid", "tanh", "exp", "exp2", "expm1", "log", "log2", "log10", "log1p", "sqrt", "rsqrt",
               "sin", "cos", "tan", "asin", "acos", "atan", "sinh", "cosh", "asinh", "acosh", "atanh",
               "erf", "erfc", "erfinv", "reciprocal", "lgamma", "digamma", "logit", "sinc", "i0",
-              "normalize_unused", "expit"], _float)
+              "expit"], _float)
 _unary_group(["isnan", "isinf", "isfinite", "isposinf", "isneginf", "logical_not", "signbit"], _to_bool)
 
 
-@op("to", methods=("to", "type_as_unused"))
+@op("to", methods=("to",))
 def to(ctx, input, *args, dtype=None, **kwargs):
     t = T(input)
     new = to_dtype(dtype, None)
@@ -133,7 +133,7 @@ op("rdiv", methods=("__rtruediv__",))(_binary(_true_div))
 for _name in ["add", "sub", "subtract", "mul", "multiply", "remainder", "fmod", "floor_divide", "pow",
               "maximum", "minimum", "fmax", "fmin", "atan2", "arctan2", "hypot", "copysign", "xlogy",
               "bitwise_and", "bitwise_or", "bitwise_xor", "bitwise_left_shift", "bitwise_right_shift",
-              "rsub", "float_power_unused", "heaviside", "nextafter", "lerp_unused"]:
+              "rsub", "heaviside", "nextafter"]:
     fn = _binary(_true_div if _name in ("atan2", "arctan2", "hypot", "xlogy") else _promoted)
     op(_name, *_spellings(_name, torch, torch.special), methods=(_name,))(fn)
 op("dunder", methods=("__add__", "__radd__", "__sub__", "__rsub__", "__mul__", "__rmul__",

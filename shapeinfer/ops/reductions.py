@@ -184,8 +184,7 @@ def outer(ctx, input, vec2):
     return like(T(input), (a[0], b[0]), result_dtype(T(input), T(vec2)))
 
 
-@op("addmm", torch.addmm, torch.baddbmm, torch.addbmm_unused if hasattr(torch, "addbmm_unused") else None,
-    methods=("addmm", "baddbmm"))
+@op("addmm", torch.addmm, torch.baddbmm, methods=("addmm", "baddbmm"))
 def addmm(ctx, input, mat1, mat2, *, beta=1, alpha=1, out=None):
     prod = matmul(ctx, mat1, mat2)
     same_dtype("addmm", T(input), prod)
