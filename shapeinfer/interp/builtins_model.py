@@ -583,8 +583,17 @@ def _pop(c, lst, args, kwargs, frame):
 
 
 @method((ListV, TupleV), "index", "count")
-def _index(c, seq, args, kwargs, frame):
+def _index(c, seq, args, kwargs, frame, name="index"):
+    items = seq.items if isinstance(seq, TupleV) or seq.is_concrete else None
+    if items is not None and _all_const(list(items) + list(args), kwargs):
+        # concrete items (a list of flags): Python's own answer
+        return _real(getattr(tuple(x.obj for x in items), name), args, kwargs)
     return SymScalar(int, None, "index/count of abstract values")
+
+
+CONTAINER_METHODS.update({(t, "count"): lambda c, seq, args, kwargs, frame: _index(c, seq, args, kwargs, frame,
+                                                                                   "count")
+                          for t in (ListV, TupleV)})
 
 
 @method((ListV,), "copy")

@@ -21,7 +21,7 @@ from ..ops.registry import METHOD_RULES, MODULE_RULES, Rule, lookup_function
 from ..shape_fns import ShapeError
 from ..values import (NONE, BoundMethod, Closure, Const, DictV, ListV, ObjV, SuperV, SymScalar, TensorType,
                       TupleV, UnionV, Unknown, Value, from_python)
-from .state import MAX_DEPTH, Frame, is_stdlib_file, make_union, widen_values
+from .state import MAX_DEPTH, Frame, is_library_file, is_stdlib_file, make_union, widen_values
 
 _NO_OP_CALLS = {print}
 # Looked up by name: importing torch._dynamo just to get these objects costs a second.
@@ -187,10 +187,7 @@ class Caller:
         return self.interp.lift(one, *flat)
 
     def call_function(self, func, args, kwargs, frame) -> Value:
-        # Decorated functions are analyzed through to the function they wrap. Running
-        # the wrappers is more faithful (transformers' fill in defaults from the config)
-        # but their hook-installing machinery costs 10-20x the model itself.
-        func = inspect.unwrap(func, stop=lambda f: not hasattr(f, "__wrapped__"))
+        func = _skip_library_wrappers(func)
         code = getattr(func, "__code__", None)
         node = self.ctx.sources.function_node(code) if code is not None else None
         if code is not None and is_stdlib_file(code.co_filename):
@@ -364,6 +361,11 @@ class Caller:
             return Const(attr.__func__)
         if isinstance(attr, classmethod):
             return Const(types.MethodType(attr.__func__, _cls_of(self_value)))
+        if isinstance(self_value, Const) and \
+                isinstance(attr, (types.WrapperDescriptorType, types.MethodDescriptorType)):
+            # a C method found on a base class (super().get(...) in a dict subclass): bound
+            # to the concrete object, as attribute lookup on it would
+            return self.wrap(attr.__get__(self_value.obj, type(self_value.obj)))
         return self.wrap(attr)
 
     def _const_attr(self, obj, name) -> Value:
@@ -557,6 +559,19 @@ def _forward_rule(func) -> Optional[Rule]:
         if cls.__dict__.get("forward") is func:
             return rule
     return None
+
+
+def _skip_library_wrappers(func):
+    """The function a decorator of torch or the standard library wraps (no_grad,
+    functools.wraps-based helpers): their wrappers only set up context that does not
+    change shapes. Model code's own wrappers are interpreted, since they can change
+    what the wrapped function sees (transformers fills ``use_cache`` from the config)."""
+    while hasattr(func, "__wrapped__"):
+        code = getattr(func, "__code__", None)
+        if code is not None and not is_library_file(code.co_filename):
+            break
+        func = func.__wrapped__
+    return func
 
 
 _SIGS: dict = {}
