@@ -5,6 +5,8 @@ JSON written by ``shapeinfer report --format json``. Its ``inputs`` give each fo
 parameter's symbolic shape (``["B", "T"]``); every dim that is a plain symbol is marked
 dynamic under that name on each call, so the runtime compiles once per bucket from the
 first call on (no automatic-dynamic warm-up, no guessing which input dim is which).
+When the plan says forward's control flow depends only on shapes, calls are replayed
+(``replay.py``): a signature seen before reuses its recorded graph without running Python.
 """
 
 from __future__ import annotations
@@ -15,6 +17,7 @@ import json
 import re
 
 from .dynamic import mark_dynamic
+from .replay import Replayer
 from .tensor import LazyTensor
 from . import ir
 
@@ -41,22 +44,33 @@ def input_marks(shapes) -> dict:
     return out
 
 
-def compile(model, shapes=None):  # noqa: A001  (the public name of the contract)
-    """Make ``model``'s forward mark its inputs dynamic as ``shapes`` (a plan) says.
+def compile(model, shapes=None, replay=None):  # noqa: A001  (the public name of the contract)
+    """Make ``model``'s forward mark its inputs dynamic as ``shapes`` (a plan) says, and
+    replay recorded graphs where that is sound.
 
     Returns ``model`` itself (its ``forward`` is wrapped on the instance), so parameters,
-    optimizers and ``state_dict`` are unchanged. Without ``shapes`` it only returns the
-    model: automatic dynamic still applies.
+    optimizers and ``state_dict`` are unchanged. Without ``shapes`` it marks nothing:
+    automatic dynamic still applies.
+
+    ``replay``: None (the default) replays when the plan says the forward's control flow
+    depends only on shapes and constant attributes (``control_flow.shape_only``); True
+    replays without a plan (the caller vouches for that); False never replays. A replayed
+    call with an exact signature seen before records no ops (see ``replay.py``).
     """
-    if shapes is None:
-        return model
-    data = _plan_json(shapes)
+    data = _plan_json(shapes) if shapes is not None else {}
     marks = input_marks(data)
+    control = data.get("control_flow") or {}
+    shape_only = bool(control.get("shape_only", False))
+    if replay is None:
+        replay = shape_only
     forward = model.forward
+    inner = Replayer(model, forward) if replay else forward
+    if not marks and not replay:
+        return model
     sig = inspect.signature(forward)
 
     @functools.wraps(forward)
-    def marked_forward(*args, **kwargs):
+    def compiled_forward(*args, **kwargs):
         if marks:
             bound = sig.bind_partial(*args, **kwargs)
             for name, dims in marks.items():
@@ -68,10 +82,10 @@ def compile(model, shapes=None):  # noqa: A001  (the public name of the contract
                 for d, s in dims.items():
                     if d < t.ndim:
                         mark_dynamic(t, d, s)
-        return forward(*args, **kwargs)
+        return inner(*args, **kwargs)
 
-    model.forward = marked_forward
-    control = data.get("control_flow") or {}
-    model._lr_shape_only = bool(control.get("shape_only", False))
+    model.forward = compiled_forward
+    model._lr_shape_only = shape_only
     model._lr_input_marks = marks
+    model._lr_replayer = inner if replay else None
     return model

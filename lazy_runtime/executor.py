@@ -16,7 +16,7 @@ import jax
 import numpy as np
 import torch
 
-from . import dtypes, dynamic, ir
+from . import dtypes, dynamic, ir, replay
 from .config import config
 from .errors import LazyRuntimeError
 from .metrics import METRICS
@@ -122,7 +122,9 @@ def _plan(nodes: list[ir.Node]) -> list:
         if n.op is ir.GETITEM:
             plan.append((ir.GETITEM, n.args[0], None, None, ins, None))
             continue
-        low = LOWERINGS[n.op]
+        low = LOWERINGS.get(n.op)
+        if low is None:
+            low = n.op.lowering  # a replay template (``replay.Template``)
         ctx = LowerCtx(n.shape, n.dtype, n.aux, tuple(i.dtype for i in n.inputs))
         plan.append((low, n.args, dict(n.kwargs), ctx, ins, n))
     return plan
@@ -379,6 +381,12 @@ def sync(reason: str = "mark_step") -> None:
     try:
         try:
             g = ir.linearize(outs)
+            if replay.CALLS_MADE[0]:
+                replay.CALLS_MADE[0] = False
+                if dynamic.enabled() and any(n.aux is not None for n in g.nodes
+                                             if n.op is ir.DATA):
+                    # a padded graph: padding rules see the replayed ops themselves
+                    g = ir.linearize(replay.inline(outs))
         finally:
             ir.next_epoch()
         plan = dynamic.plan_for(g)

@@ -47,7 +47,7 @@ class Node:
     """One value of the graph. ``shape``/``dtype`` are tuples of them for multi-output ops."""
 
     __slots__ = ("op", "args", "kwargs", "inputs", "shape", "dtype", "aux", "value", "sig",
-                 "born", "__weakref__")
+                 "born", "serial", "__weakref__")
 
     def __repr__(self):
         if self.op in LEAVES:
@@ -70,6 +70,9 @@ _op_keys: dict = {}
 # Barriers passed so far: a DATA leaf born in the current epoch was copied to the device
 # in this step (an input or a host constant), which matters for dynamic dims.
 EPOCH = [0]
+# Leaves made so far: a leaf's ``serial`` tells whether it was made after some point
+# (``replay`` uses it to tell constants made inside a forward from tensors read from outside).
+LEAVES_MADE = [0]
 
 
 def clear_interned() -> None:
@@ -111,6 +114,15 @@ def make_node(op, args: tuple, kwargs: tuple, inputs: tuple, shape, dtype, aux=N
     return n
 
 
+def copy_node(n: Node, inputs: tuple) -> Node:
+    """A node like op node ``n`` over other ``inputs``, outside the intern table (a
+    replay template's body: it must not be merged into the live trace)."""
+    c = Node()
+    c.op, c.args, c.kwargs, c.inputs = n.op, n.args, n.kwargs, inputs
+    c.shape, c.dtype, c.aux, c.value, c.sig = n.shape, n.dtype, n.aux, None, n.sig
+    return c
+
+
 def getitem(node: Node, i: int) -> Node:
     return make_node(GETITEM, (i,), (), (node,), node.shape[i], node.dtype[i])
 
@@ -127,6 +139,8 @@ def leaf(kind: str, value, shape, dtype, aux=None) -> Node:
     n.aux = aux
     n.value = value
     n.born = EPOCH[0]
+    n.serial = LEAVES_MADE[0]
+    LEAVES_MADE[0] += 1
     if kind is DATA:
         n.sig = (kind, shape, dtype) if aux is None else (kind, shape, dtype, aux)
     else:

@@ -24,12 +24,30 @@ def manual_seed(seed: int) -> None:
     _state["torch_seed"] = torch.initial_seed()
 
 
-def next_leaf() -> ir.Node:
+def _sync_seed() -> None:
     ts = torch.initial_seed()
     if _state["seed"] is None or ts != _state["torch_seed"]:
         manual_seed(ts)
+
+
+def next_leaf() -> ir.Node:
+    _sync_seed()
     _state["counter"] += 1
     return ir.leaf(ir.RNG, (_state["seed"], _state["counter"]), (2,), torch.int64)
+
+
+def position() -> tuple:
+    """(seed, counter) of the stream now: the next leaf gets counter + 1."""
+    _sync_seed()
+    return _state["seed"], _state["counter"]
+
+
+def leaves_at(offsets, count: int) -> list:
+    """Leaves at ``counter + offset`` for each offset, then skip ``count`` positions: what
+    ``count`` calls of ``next_leaf`` would have drawn, for a replayed graph."""
+    seed, base = position()
+    _state["counter"] = base + count
+    return [ir.leaf(ir.RNG, (seed, base + o), (2,), torch.int64) for o in offsets]
 
 
 def key_from(r):

@@ -1,0 +1,610 @@
+"""Replay: a module call with a known signature reuses its recorded graph, without
+running the Python forward again (nor autograd's backward over it).
+
+The first call with a signature is traced as usual, and its graph is *cut* out of the
+trace: the ops between the call's tensors (arguments, parameters, buffers) and its
+results become a ``Template``, a copied subgraph whose leaves are the call's inputs.
+When grads are needed the call goes through an autograd ``Function`` whose backward runs
+``torch.autograd.grad`` over the traced forward and cuts the backward graph the same way
+(its inputs: the grad outputs, the call's tensors, and the forward values it saved).
+From then on, a call with the same signature records one ``CALL`` node per direction
+(``ir.make_node(template, ...)``), so a training step's graph holds a handful of nodes
+where tracing recorded hundreds. The executor lowers a CALL by running the template's
+body; a graph that must run padded inlines its CALLs first.
+
+The signature (the guard) is exact: argument structure, constants, tensor shapes, dtypes
+and ``requires_grad``; the module tree's parameters and buffers (identity,
+``requires_grad``), its plain attributes (ints, floats, bools, strings, None: a flag
+flipped between calls changes the signature), ``training`` and grad mode. A capture is
+dropped, and the signature traced from then on, when the forward is not a function of
+those: it synchronizes (``.item()``, an eager fallback), reads a device tensor that is
+neither an argument, a parameter nor a buffer, changes a module's plain attributes,
+returns an argument or a non-contiguous view, or runs hooks. Random ops draw from the
+lazy stream exactly as tracing would, so a replayed run equals a traced one bit for bit.
+
+Replay is for forwards whose control flow depends only on shapes and constant attributes
+(``shapeinfer`` says so in ``control_flow.shape_only``); ``lr.compile`` turns it on from
+the plan, or when asked (``replay=True``). What it cannot see, and assumes: that the
+forward mutates no tensor besides its arguments, parameters and buffers, and that CPU
+tensors it reads are not changed in place between calls.
+"""
+
+from __future__ import annotations
+
+import collections
+import itertools
+import weakref
+
+import torch
+import torch.nn.modules.module as _nn_module
+import torch.utils._pytree as pytree
+
+from . import ir, random
+from .metrics import METRICS
+from .ops.registry import Lowering
+from .tensor import LazyTensor, new_base, node_of, set_node
+
+_CONSTS = (int, float, bool, str, type(None), torch.dtype, torch.device)
+_SIMPLE_ATTRS = (int, float, bool, str, type(None))
+_names = itertools.count(1)
+# CALL nodes were recorded since the last barrier (the executor inlines them in graphs
+# that run padded).
+CALLS_MADE = [False]
+
+
+class NotReplayable(Exception):
+    """Why a call's graph cannot be reused (a short reason, counted in ``replay_misses``)."""
+
+
+# ---- templates ----------------------------------------------------------------------
+
+
+class Template:
+    """The op of a CALL node: a copied subgraph whose DATA placeholders are the call's
+    inputs, in order; its outputs are the CALL's results (a multi-output node)."""
+
+    def __init__(self, kind: str, nodes: list, outputs: list):
+        self.name = f"replay.{kind}#{next(_names)}"
+        self.nodes = nodes
+        self.outputs = tuple(outputs)
+        pos = {id(n): i for i, n in enumerate(nodes)}
+        self.wiring = tuple(tuple(pos[id(x)] for x in n.inputs) for n in nodes)
+        self.n_inputs = sum(1 for n in nodes if n.op in ir.LEAVES)
+        self.shapes = tuple(nodes[o].shape for o in outputs)
+        self.dtypes = tuple(nodes[o].dtype for o in outputs)
+        self.args = tuple(ir.input_marker(i) for i in range(self.n_inputs))
+        self.lowering = Lowering(self._lower, False)
+        self._fn = None
+        # keys name ops by id: a dead template's id must not name a later op
+        ir._op_keys[id(self)] = self.name
+        weakref.finalize(self, ir._op_keys.pop, id(self), None)
+
+    def __str__(self):
+        return self.name
+
+    __repr__ = __str__
+
+    def call(self, inputs: list) -> ir.Node:
+        CALLS_MADE[0] = True
+        return ir.make_node(self, self.args, (), tuple(inputs), self.shapes, self.dtypes)
+
+    def _lower(self, *values):
+        if self._fn is None:
+            from .executor import _make_fn, _plan
+            self._fn = _make_fn(_plan(self.nodes), self.outputs)
+        return self._fn(list(values), (), ())
+
+    def instantiate(self, inputs) -> list:
+        """The body as ordinary nodes over ``inputs`` (for graphs that run padded)."""
+        vals = []
+        k = 0
+        for n, wires in zip(self.nodes, self.wiring):
+            if n.op in ir.LEAVES:
+                vals.append(inputs[k])
+                k += 1
+            else:
+                vals.append(ir.make_node(n.op, n.args, n.kwargs,
+                                         tuple(vals[i] for i in wires), n.shape, n.dtype, n.aux))
+        return [vals[o] for o in self.outputs]
+
+
+def inline(outputs: list) -> list:
+    """``outputs`` with every CALL node replaced by its template's body."""
+    memo: dict = {}
+    calls: dict = {}
+    stack = [(o, False) for o in outputs]
+    while stack:
+        n, expanded = stack.pop()
+        if id(n) in memo:
+            continue
+        if not n.inputs:
+            memo[id(n)] = n
+            continue
+        if not expanded:
+            stack.append((n, True))
+            stack.extend((x, False) for x in n.inputs if id(x) not in memo)
+            continue
+        ins = tuple(memo[id(x)] for x in n.inputs)
+        if type(n.op) is Template:
+            calls[id(n)] = n.op.instantiate(ins)
+            memo[id(n)] = n
+        elif n.op is ir.GETITEM and id(n.inputs[0]) in calls:
+            memo[id(n)] = calls[id(n.inputs[0])][n.args[0]]
+        elif all(a is b for a, b in zip(ins, n.inputs)):
+            memo[id(n)] = n
+        else:
+            memo[id(n)] = ir.make_node(n.op, n.args, n.kwargs, ins, n.shape, n.dtype, n.aux)
+    return [memo[id(o)] for o in outputs]
+
+
+def _cut(outputs: list, slot_of) -> tuple:
+    """Copy the subgraph above ``outputs`` down to the nodes ``slot_of`` names (a slot:
+    where a replay finds that input); every leaf must be named. Returns (inner nodes in
+    topological order, output positions, slots in placeholder order, original nodes)."""
+    index: dict = {}
+    nodes: list = []
+    orig: list = []
+    slots: list = []
+    stack = [(o, False) for o in reversed(outputs)]
+    while stack:
+        n, expanded = stack.pop()
+        if id(n) in index:
+            continue
+        if not expanded:
+            s = slot_of(n)
+            if s is not None:
+                index[id(n)] = len(nodes)
+                nodes.append(ir.leaf(ir.DATA, None, n.shape, n.dtype))
+                orig.append(n)
+                slots.append(s)
+                continue
+            if n.op in ir.LEAVES:
+                raise NotReplayable(f"unexpected {n.op} leaf")
+            if type(n.op) is Template:
+                raise NotReplayable("a replayed call inside a captured one")
+            stack.append((n, True))
+            stack.extend((x, False) for x in reversed(n.inputs) if id(x) not in index)
+            continue
+        index[id(n)] = len(nodes)
+        nodes.append(ir.copy_node(n, tuple(nodes[index[id(x)]] for x in n.inputs)))
+        orig.append(n)
+    return nodes, [index[id(o)] for o in outputs], slots, orig
+
+
+class _Mark:
+    """Where the trace stood when a capture began."""
+
+    def __init__(self):
+        self.serial = ir.LEAVES_MADE[0]
+        self.syncs = METRICS.syncs
+        self.rng = random.position()
+
+    def leaf_slot(self, n):
+        """The slot of a leaf met in a cut: a constant made during the capture, a
+        random-stream position relative to the capture's start; else not replayable."""
+        op = n.op
+        if op is ir.SCALAR:
+            return ("const", n)
+        if op is ir.RNG:
+            seed, counter = n.value
+            if seed != self.rng[0] or counter <= self.rng[1]:
+                raise NotReplayable("a random stream position from before the call")
+            return ("rng", counter - self.rng[1])
+        if op is ir.DATA and n.serial >= self.serial:
+            return ("const", n)
+        if op is ir.DATA:
+            raise NotReplayable("reads a device tensor that is not an argument, parameter "
+                                "or buffer")
+        raise NotReplayable(f"a {op} value")
+
+    def check_no_sync(self):
+        if METRICS.syncs != self.syncs:
+            raise NotReplayable("synchronizes inside the call (.item(), printing, or an "
+                                "eager fallback)")
+
+
+# ---- one signature's recording --------------------------------------------------------
+
+
+class _Entry:
+    """What a signature replays: templates, slots, and how results map back."""
+
+    def __init__(self):
+        self.state = "capture"     # "capture" | "ready" | "never"
+        self.captures = 0
+        self.fwd = self.bwd = None
+        self.fwd_slots = self.bwd_slots = ()
+        self.out_spec = None
+        self.out_consts = ()        # per flat output: None (a tensor) or ("const", value)
+        self.n_out = 0
+        self.out_diff = ()          # per tensor output: differentiable
+        self.mutations = ()         # (tensor position, fwd output position)
+        self.fwd_rng = ((), 0)      # (offsets in slot order, positions drawn)
+        self.bwd_rng = ((), 0)
+        self.grad_of = ()           # per bwd output: the tensor position it is the grad of
+        self.reason = None
+
+    def fail(self, reason: str) -> None:
+        self.state = "never"
+        self.reason = reason
+        METRICS.replay_misses[reason] += 1
+
+    # -- replaying
+
+    def _inputs(self, slots, rng, lookup):
+        leaves = random.leaves_at(rng[0], rng[1])
+        out = []
+        r = 0
+        for s in slots:
+            kind = s[0]
+            if kind == "const":
+                out.append(s[1])
+            elif kind == "rng":
+                out.append(leaves[r])
+                r += 1
+            else:
+                out.append(lookup(s))
+        return out
+
+    def run_forward(self, tensors):
+        nodes = [node_of(t) for t in tensors]
+        call = self.fwd.call(self._inputs(self.fwd_slots, self.fwd_rng, lambda s: nodes[s[1]]))
+        outs = [new_base(ir.getitem(call, i)) for i in range(self.n_out)]
+        for j, k in self.mutations:
+            set_node(tensors[j]._st, ir.getitem(call, k))
+        return call, nodes, outs
+
+    def run_backward(self, call, nodes, gouts):
+        def lookup(s):
+            if s[0] == "arg":
+                return nodes[s[1]]
+            if s[0] == "saved":
+                return ir.getitem(call, s[1])
+            return node_of(gouts[s[1]])
+        bcall = self.bwd.call(self._inputs(self.bwd_slots, self.bwd_rng, lookup))
+        grads = [None] * len(nodes)
+        for m, j in enumerate(self.grad_of):
+            grads[j] = new_base(ir.getitem(bcall, m))
+        return grads
+
+    def results(self, outs):
+        it = iter(outs)
+        flat = [next(it) if c is None else c[1] for c in self.out_consts]
+        return pytree.tree_unflatten(flat, self.out_spec)
+
+
+class _ReplayFn(torch.autograd.Function):
+    @staticmethod
+    def forward(ctx, entry, *tensors):
+        call, nodes, outs = entry.run_forward(tensors)
+        ctx.entry, ctx.call, ctx.nodes = entry, call, nodes
+        nondiff = [o for o, d in zip(outs, entry.out_diff) if not d]
+        if nondiff:
+            ctx.mark_non_differentiable(*nondiff)
+        return tuple(outs)
+
+    @staticmethod
+    @torch.autograd.function.once_differentiable
+    def backward(ctx, *gouts):
+        return (None, *ctx.entry.run_backward(ctx.call, ctx.nodes, gouts))
+
+
+# ---- capturing ----------------------------------------------------------------------
+
+
+class _Capture:
+    """One traced call being cut into templates (forward now, backward when it runs)."""
+
+    def __init__(self, entry, forward, args, kwargs, tensors, snapshot_of):
+        self.entry = entry
+        self.forward = forward
+        self.args, self.kwargs = args, kwargs
+        self.tensors = tensors
+        self.snapshot_of = snapshot_of
+        self.boundary = {}
+        for j, t in enumerate(tensors):
+            n = node_of(t)
+            if id(n) in self.boundary:
+                raise NotReplayable("the same value enters the call twice")
+            self.boundary[id(n)] = j
+        self.keep = [node_of(t) for t in tensors]   # ids in ``boundary`` stay valid
+        self.before = [t._st.node for t in tensors]
+
+    def run(self):
+        """Trace the forward; cut its template. Returns the flat outputs (tensors are the
+        traced ones) and sets what a forward-only replay needs."""
+        mark = self.mark = _Mark()
+        snap0 = self.snapshot_of()
+        out = self.forward(*self.args, **self.kwargs)
+        flat, spec = pytree.tree_flatten(out)
+        try:
+            mark.check_no_sync()
+            if self.snapshot_of() != snap0:
+                raise NotReplayable("changes a module attribute")
+            self._cut_forward(flat, spec)
+        except NotReplayable as e:
+            self.entry.fail(str(e))
+        return out, flat
+
+    def _cut_forward(self, flat, spec):
+        e = self.entry
+        if not any(isinstance(v, torch.Tensor) for v in flat):
+            raise NotReplayable("returns no tensor")
+        storages = {id(t._st) for t in self.tensors}
+        outs, consts = [], []
+        for v in flat:
+            if isinstance(v, LazyTensor):
+                if id(v._st) in storages:
+                    raise NotReplayable("returns (a view of) an argument or parameter")
+                if not v.is_contiguous() or v.storage_offset() != 0:
+                    raise NotReplayable("returns a non-contiguous view")
+                storages.add(id(v._st))
+                outs.append(v)
+                consts.append(None)
+            elif isinstance(v, torch.Tensor):
+                raise NotReplayable("returns a tensor that is not on the lazy device")
+            elif type(v) in _CONSTS:
+                consts.append(("const", v))
+            else:
+                raise NotReplayable(f"returns a {type(v).__name__}")
+        mutations = []
+        for j, (t, n0) in enumerate(zip(self.tensors, self.before)):
+            if t._st.node is not n0:
+                if t._vw:
+                    raise NotReplayable("writes into a view of an argument")
+                mutations.append((j, t._st.node))
+        e.out_spec, e.out_consts, e.n_out = spec, tuple(consts), len(outs)
+        e.out_diff = tuple(o.requires_grad for o in outs)
+        e.mutations = tuple((j, len(outs) + i) for i, (j, _) in enumerate(mutations))
+        self.fwd_outputs = [node_of(o) for o in outs] + [n for _, n in mutations]
+        self.fwd_rng_count = random.position()[1] - self.mark.rng[1]
+        self.out_tensors = outs
+        self._cut_fwd(self.fwd_outputs)  # fail now rather than at the backward
+
+    def _cut_fwd(self, outputs):
+        boundary = self.boundary
+        mark = self.mark
+
+        def slot_of(n):
+            j = boundary.get(id(n))
+            if j is not None:
+                return ("arg", j)
+            return mark.leaf_slot(n) if n.op in ir.LEAVES else None
+
+        return _cut(outputs, slot_of)
+
+    def _set_forward(self, outputs):
+        nodes, positions, slots, _ = self._cut_fwd(outputs)
+        if any(s[0] == "rng" and s[1] > self.fwd_rng_count for s in slots):
+            raise NotReplayable("the backward draws random numbers the forward reads")
+        e = self.entry
+        e.fwd = Template("fwd", nodes, positions)
+        e.fwd_slots = tuple(s if s[0] != "rng" else ("rng",) for s in slots)
+        e.fwd_rng = (tuple(s[1] for s in slots if s[0] == "rng"), self.fwd_rng_count)
+
+    def finish_forward_only(self):
+        self._set_forward(self.fwd_outputs)
+        self.entry.state = "ready"
+
+    def finish_backward(self, gouts, grads, wrt):
+        """Cut the backward just traced by ``autograd.grad``; the entry becomes ready.
+        Values the backward reads that do not depend on a grad output (what autograd
+        saved, and anything computed from it alone) become extra forward outputs."""
+        mark = self.mark
+        mark.check_no_sync()
+        gout_pos = {id(node_of(g)): i for i, g in enumerate(gouts) if g is not None}
+        boundary = self.boundary
+        if len(gout_pos) != sum(g is not None for g in gouts) or any(
+                k in boundary for k in gout_pos):
+            raise NotReplayable("a grad output is not a value of its own")
+        have = [(j, g) for (j, _), g in zip(wrt, grads) if g is not None]
+        outs = [node_of(g) for _, g in have]
+        from_gout = _depends(outs, gout_pos, boundary)
+        rng0 = self.bwd_rng0
+        saved: dict = {}
+
+        def slot_of(n):
+            k = id(n)
+            j = boundary.get(k)
+            if j is not None:
+                return ("arg", j)
+            i = gout_pos.get(k)
+            if i is not None:
+                return ("gout", i)
+            if n.op is ir.RNG and n.value[0] == rng0[0] and n.value[1] > rng0[1]:
+                return ("rng", n.value[1] - rng0[1])
+            if n.op is ir.RNG or (n.op not in ir.LEAVES and not from_gout[k]):
+                # computed by the forward (a random draw included): read it from there
+                if k not in saved:
+                    saved[k] = n
+                return ("saved", k)
+            return mark.leaf_slot(n) if n.op in ir.LEAVES else None
+
+        bnodes, bpos, bslots, _ = _cut(outs, slot_of)
+        n_fwd = len(self.fwd_outputs)
+        where = {k: n_fwd + i for i, k in enumerate(saved)}
+        self._set_forward(self.fwd_outputs + list(saved.values()))
+        e = self.entry
+        e.bwd = Template("bwd", bnodes, bpos)
+        e.bwd_slots = tuple(("saved", where[s[1]]) if s[0] == "saved" else
+                            (("rng",) if s[0] == "rng" else s) for s in bslots)
+        e.bwd_rng = (tuple(s[1] for s in bslots if s[0] == "rng"),
+                     random.position()[1] - rng0[1])
+        e.grad_of = tuple(j for j, _ in have)
+        e.state = "ready"
+
+
+def _depends(outputs, sources, stop) -> dict:
+    """id(node) -> whether it depends on one of ``sources`` (not looking past ``stop``)."""
+    memo: dict = {}
+    stack = [(o, False) for o in outputs]
+    while stack:
+        n, expanded = stack.pop()
+        k = id(n)
+        if k in memo:
+            continue
+        if k in sources:
+            memo[k] = True
+        elif k in stop or not n.inputs:
+            memo[k] = False
+        elif not expanded:
+            stack.append((n, True))
+            stack.extend((x, False) for x in n.inputs if id(x) not in memo)
+        else:
+            memo[k] = any(memo[id(x)] for x in n.inputs)
+    return memo
+
+
+class _CaptureFn(torch.autograd.Function):
+    """The traced first call: the forward runs with grad on inside, so that the backward
+    can be traced (and cut) by ``autograd.grad`` when autograd reaches this node."""
+
+    @staticmethod
+    def forward(ctx, cap, *tensors):
+        with torch.enable_grad():
+            out, flat = cap.run()
+        ctx.cap = cap
+        cap.result = out
+        inner = [v for v in flat if isinstance(v, torch.Tensor)]
+        cap.inner = inner
+        outs = [new_base(node_of(v)) if isinstance(v, LazyTensor) else v.detach() for v in inner]
+        nondiff = [o for o, v in zip(outs, inner) if not v.requires_grad]
+        if nondiff:
+            ctx.mark_non_differentiable(*nondiff)
+        cap.flat = flat
+        return tuple(outs)
+
+    @staticmethod
+    @torch.autograd.function.once_differentiable
+    def backward(ctx, *gouts):
+        cap = ctx.cap
+        pairs = [(o, g) for o, g in zip(cap.inner, gouts) if o.requires_grad]
+        wrt = [(j, t) for j, t in enumerate(cap.tensors) if t.requires_grad]
+        cap.bwd_rng0 = random.position()
+        grads = torch.autograd.grad([o for o, _ in pairs], [t for _, t in wrt],
+                                    [g for _, g in pairs], allow_unused=True)
+        if cap.entry.state == "capture":
+            try:
+                cap.finish_backward([g if o.requires_grad else None
+                                     for o, g in zip(cap.inner, gouts)], grads, wrt)
+            except NotReplayable as e:
+                cap.entry.fail(str(e))
+        ctx.cap = None
+        out = [None] * len(cap.tensors)
+        for (j, _), g in zip(wrt, grads):
+            out[j] = g
+        return (None, *out)
+
+
+# ---- the per-module replayer ----------------------------------------------------------
+
+
+class Replayer:
+    """Wraps a module's forward: replays known signatures, captures new ones."""
+
+    MAX_CAPTURES = 3  # captures of one signature whose backward never came: give up
+
+    def __init__(self, module, forward, max_entries: int = 16):
+        self.module = module
+        self.forward = forward
+        self.entries: collections.OrderedDict = collections.OrderedDict()
+        self.max_entries = max_entries
+
+    def __call__(self, *args, **kwargs):
+        try:
+            key, tensors = self._signature(args, kwargs)
+        except NotReplayable as e:
+            METRICS.replay_misses[str(e)] += 1
+            return self.forward(*args, **kwargs)
+        e = self.entries.get(key)
+        if e is None:
+            e = self.entries[key] = _Entry()
+            while len(self.entries) > self.max_entries:
+                self.entries.popitem(last=False)
+        else:
+            self.entries.move_to_end(key)
+        if e.state == "ready":
+            METRICS.replays += 1
+            if e.bwd is None:
+                _, _, outs = e.run_forward(tensors)
+            else:
+                outs = _ReplayFn.apply(e, *tensors)
+            return e.results(outs)
+        if e.state == "never":
+            return self.forward(*args, **kwargs)
+        return self._capture(e, args, kwargs, tensors)
+
+    def _capture(self, e, args, kwargs, tensors):
+        e.captures += 1
+        if e.captures > self.MAX_CAPTURES:
+            e.fail("its backward was never traced")
+            return self.forward(*args, **kwargs)
+        try:
+            cap = _Capture(e, self.forward, args, kwargs, tensors, self._snapshot)
+        except NotReplayable as err:
+            e.fail(str(err))
+            return self.forward(*args, **kwargs)
+        if not (torch.is_grad_enabled() and any(t.requires_grad for t in tensors)):
+            out, _ = cap.run()
+            if e.state == "capture":
+                cap.finish_forward_only()
+            return out
+        outs = _CaptureFn.apply(cap, *tensors)
+        if e.state == "never":   # the forward could not be cut: hand back its own results
+            return cap.result
+        it = iter(outs)
+        flat = [next(it) if isinstance(v, torch.Tensor) else v for v in cap.flat]
+        return pytree.tree_unflatten(flat, e.out_spec)
+
+    # -- the guard
+
+    def _signature(self, args, kwargs):
+        flat, spec = pytree.tree_flatten((args, kwargs))
+        key = [spec, torch.is_grad_enabled()]
+        tensors = []
+        for v in flat:
+            if isinstance(v, LazyTensor):
+                tensors.append(v)
+                key.append((tuple(v.shape), v.dtype, v.requires_grad))
+            elif isinstance(v, torch.Tensor):
+                raise NotReplayable("an argument is not on the lazy device")
+            elif type(v) in _CONSTS:
+                key.append((type(v), v))
+            else:
+                raise NotReplayable(f"an argument of type {type(v).__name__}")
+        snap, owned = self._state()
+        for t in owned:
+            if not isinstance(t, LazyTensor):
+                raise NotReplayable("a parameter or buffer is not on the lazy device")
+        key.append(snap)
+        return tuple(key), tensors + owned
+
+    def _snapshot(self):
+        return self._state()[0]
+
+    def _state(self):
+        """(a hashable snapshot of the module tree, its parameters and buffers)."""
+        if (_nn_module._global_forward_hooks or _nn_module._global_forward_pre_hooks
+                or _nn_module._global_backward_hooks or _nn_module._global_backward_pre_hooks):
+            raise NotReplayable("global module hooks are registered")
+        snap = []
+        owned = []
+        seen = set()
+        for m in self.module.modules():
+            d = m.__dict__
+            if d["_forward_hooks"] or d["_forward_pre_hooks"] or d["_backward_hooks"] \
+                    or d.get("_backward_pre_hooks"):
+                raise NotReplayable("module hooks are registered")
+            for k, v in d.items():
+                if type(v) in _SIMPLE_ATTRS:
+                    snap.append((k, v))
+                elif isinstance(v, torch.Tensor):
+                    snap.append((k, id(v)))
+            for table in (d["_parameters"], d["_buffers"]):
+                for k, t in table.items():
+                    if t is None or id(t) in seen:
+                        continue
+                    seen.add(id(t))
+                    owned.append(t)
+                    snap.append((k, id(t), t.requires_grad, tuple(t.shape), t.dtype))
+        return tuple(snap), owned

@@ -1,0 +1,227 @@
+"""Replay (``lazy_runtime/replay.py``): a call with a signature seen before reuses its
+recorded forward and backward graphs without running Python. Checked against the same
+run traced op by op (random streams included, so results are bit for bit equal) and
+against eager torch; and every guard: a changed attribute, mode or shape re-traces, and
+a forward that cannot be replayed is traced every time, with the reason counted."""
+
+import copy
+
+import pytest
+import torch
+import torch.nn as nn
+import torch.nn.functional as F
+
+import lazy_runtime as lr
+from conftest import DEV, assert_same, load_example
+
+
+def train_losses(model, opt, batches, loss_fn):
+    losses = []
+    for x, y in batches:
+        loss = loss_fn(model(x.to(DEV)), y.to(DEV))
+        loss.backward()
+        opt.step()
+        opt.zero_grad()
+        lr.mark_step()
+        losses.append(loss.item())
+    return losses
+
+
+@pytest.fixture(scope="module")
+def gpt():
+    return load_example("gpt")
+
+
+def test_gpt_training_replayed_equals_traced_bit_for_bit(gpt):
+    batches = [gpt.make_batch(i) for i in range(5)]
+    runs = {}
+    for replay in (False, True):
+        torch.manual_seed(0)
+        model = gpt.make_model(dropout=0.1).to(DEV)          # dropout: the random stream
+        if replay:
+            model = lr.compile(model, replay=True)
+        opt = gpt.make_optimizer(model)
+        lr.reset_metrics()
+        losses = train_losses(model, opt, batches, gpt.loss_fn)
+        runs[replay] = (losses, lr.metrics(), [p.cpu() for p in model.parameters()])
+    (traced, mt, pt), (replayed, mr, pr) = runs[False], runs[True]
+    assert replayed == traced
+    for a, b in zip(pr, pt):
+        assert torch.equal(a, b)
+    assert mr["replays"] == 4 and mr["replay_misses"] == {}
+    # the optimizer and the loss are still traced; forward and backward are not
+    assert mr["traced_ops"] < 0.6 * mt["traced_ops"], (mr["traced_ops"], mt["traced_ops"])
+    assert mr["last_graph_ops"] < 0.6 * mt["last_graph_ops"]
+
+
+def test_gpt_training_replayed_matches_eager(gpt):
+    torch.manual_seed(0)
+    eager = gpt.make_model(dropout=0.0)
+    lazy = lr.compile(copy.deepcopy(eager).to(DEV), replay=True)
+    opt_e, opt_l = gpt.make_optimizer(eager), gpt.make_optimizer(lazy)
+    batches = [gpt.make_batch(i) for i in range(4)]
+    lr.reset_metrics()
+    want = []
+    for x, y in batches:
+        loss = gpt.loss_fn(eager(x), y)
+        loss.backward()
+        opt_e.step()
+        opt_e.zero_grad()
+        want.append(loss.item())
+    got = train_losses(lazy, opt_l, batches, gpt.loss_fn)
+    assert got == pytest.approx(want, rel=1e-4)
+    assert lr.metrics()["replays"] == 3
+    # Adam divides by sqrt(v): float32 rounding in near-zero grads moves a weight by up to
+    # one step (lr = 3e-3), with or without replay (traced == replayed exactly, above)
+    for a, b in zip(lazy.parameters(), eager.parameters()):
+        assert_same(a, b, rtol=1e-3, atol=3e-3)
+
+
+class Net(nn.Module):
+    """BatchNorm (buffers written in place), a plain flag read by forward, two outputs."""
+
+    def __init__(self):
+        super().__init__()
+        self.fc = nn.Linear(6, 8)
+        self.bn = nn.BatchNorm1d(8)
+        self.head = nn.Linear(8, 3)
+        self.use_relu = True
+
+    def forward(self, x, scale=1.0):
+        h = self.bn(self.fc(x))
+        h = F.relu(h) if self.use_relu else torch.tanh(h)
+        return self.head(h) * scale, h.sum(1)
+
+
+def test_buffers_flags_modes_and_input_grads():
+    torch.manual_seed(1)
+    eager = Net()
+    lazy = lr.compile(copy.deepcopy(eager).to(DEV), replay=True)
+    lr.reset_metrics()
+    xs = [torch.randn(5, 6) for _ in range(6)]
+    # (use_relu, training, scale): each change is a new signature; repeats replay
+    settings = [(True, True, 1.0), (True, True, 1.0), (False, True, 1.0), (False, True, 1.0),
+                (False, False, 2.0), (False, False, 2.0)]
+    for x, (flag, training, scale) in zip(xs, settings):
+        for m in (eager, lazy):
+            m.use_relu = flag
+            m.train(training)
+        xe = x.clone().requires_grad_()
+        xl = x.to(DEV).requires_grad_()
+        ye, se = eager(xe, scale=scale)
+        yl, sl = lazy(xl, scale=scale)
+        (ye.pow(2).mean() + se.mean()).backward()
+        (yl.pow(2).mean() + sl.mean()).backward()
+        assert_same((yl, sl), (ye, se), rtol=1e-4, atol=1e-5)
+        assert_same(xl.grad, xe.grad, rtol=1e-4, atol=1e-5)
+        for (name, a), b in zip(lazy.named_parameters(), eager.parameters()):
+            assert_same(a.grad, b.grad, rtol=1e-4, atol=1e-5, what=name)
+        assert_same(lazy.bn.running_mean, eager.bn.running_mean, rtol=1e-5, atol=1e-6)
+        assert_same(lazy.bn.num_batches_tracked, eager.bn.num_batches_tracked)
+        lr.mark_step()
+    assert lr.metrics()["replays"] == 3
+
+
+def test_no_grad_calls_replay_the_forward_only(gpt):
+    torch.manual_seed(0)
+    eager = gpt.make_model(dropout=0.0).eval()
+    lazy = lr.compile(copy.deepcopy(eager).to(DEV), replay=True)
+    lr.reset_metrics()
+    with torch.no_grad():
+        for i in range(3):
+            x, _ = gpt.make_batch(i, batch=3, length=7)
+            assert_same(lazy(x.to(DEV)), eager(x), rtol=1e-4, atol=1e-5)
+    m = lr.metrics()
+    assert m["replays"] == 2 and m["traced_ops"] < 200
+
+
+def test_replay_with_padded_inputs_inlines_and_shares_the_bucket_executable(gpt):
+    import shapeinfer
+    torch.manual_seed(0)
+    eager = gpt.GPT(block=32, dropout=0.0)
+    plan = shapeinfer.analyze(eager, args=(torch.randint(0, 64, (2, 12)),),
+                              dims={"idx": ("B", "T")})
+    assert plan.to_json()["control_flow"]["shape_only"] is True
+    lazy = lr.compile(copy.deepcopy(eager).to(DEV), shapes=plan)   # replay from the plan
+    opt_e, opt_l = gpt.make_optimizer(eager), gpt.make_optimizer(lazy)
+    lr.mark_step()
+    lr.reset_metrics()
+    for T in (9, 9, 13, 9):                                         # one bucket: T=16
+        x, y = gpt.make_batch(T, batch=2, length=T)
+        le = gpt.loss_fn(eager(x), y)
+        le.backward()
+        opt_e.step()
+        opt_e.zero_grad()
+        ll = gpt.loss_fn(lazy(x.to(DEV)), y.to(DEV))
+        ll.backward()
+        opt_l.step()
+        opt_l.zero_grad()
+        lr.mark_step()
+        assert ll.item() == pytest.approx(le.item(), rel=1e-4)
+    m = lr.metrics()
+    assert m["replays"] == 2 and m["exact_compiles"] == {}
+    assert m["padded_executions"] == 4 and m["compiles"] <= 2, m["recompile_reasons"]
+
+
+class Unreplayable(nn.Module):
+    def __init__(self, what):
+        super().__init__()
+        self.fc = nn.Linear(4, 4)
+        self.what = what
+        self.calls = 0
+        self.outside = None
+
+    def forward(self, x):
+        y = self.fc(x)
+        if self.what == "item":
+            return y * float(y.sum().item() > 0)
+        if self.what == "closure":
+            return y + self.outside
+        if self.what == "counter":
+            self.calls += 1
+            return y
+        return x                       # "identity": returns its argument
+
+
+@pytest.mark.parametrize("what,reason", [
+    ("item", "synchronizes"), ("closure", "not an argument, parameter or buffer"),
+    ("counter", "changes a module attribute"), ("identity", "returns (a view of) an argument")])
+def test_forwards_that_cannot_be_replayed_are_traced_with_a_reason(what, reason):
+    torch.manual_seed(2)
+    eager = Unreplayable(what)
+    eager.outside = torch.randn(4)
+    lazy = lr.compile(copy.deepcopy(eager).to(DEV), replay=True)
+    lazy.outside = eager.outside.to(DEV)
+    lr.mark_step()
+    lr.reset_metrics()
+    for i in range(3):
+        x = torch.randn(3, 4)
+        with torch.no_grad():
+            assert_same(lazy(x.to(DEV)), eager(x), rtol=1e-5, atol=1e-6)
+        lr.mark_step()
+    m = lr.metrics()
+    assert m["replays"] == 0
+    assert any(reason in r for r in m["replay_misses"]), m["replay_misses"]
+
+
+def test_a_backward_that_never_comes_stops_the_captures():
+    torch.manual_seed(3)
+    eager = Net()
+    lazy = lr.compile(copy.deepcopy(eager).to(DEV), replay=True)
+    lr.reset_metrics()
+    for _ in range(5):
+        x = torch.randn(4, 6)
+        assert_same(lazy(x.to(DEV))[0], eager(x)[0], rtol=1e-4, atol=1e-5)  # grad on, unused
+        lr.mark_step()
+    m = lr.metrics()
+    assert m["replays"] == 0 and "its backward was never traced" in m["replay_misses"]
+
+
+def test_compile_replays_only_when_the_plan_says_shape_only(gpt):
+    model = gpt.make_model(dropout=0.0).to(DEV)
+    plan = {"inputs": {"idx": ["B", "T"]}, "control_flow": {"shape_only": False}}
+    assert lr.compile(model, shapes=plan)._lr_replayer is None
+    plan["control_flow"]["shape_only"] = True
+    assert lr.compile(gpt.make_model(dropout=0.0).to(DEV), shapes=plan)._lr_replayer is not None
+    assert lr.compile(gpt.make_model(dropout=0.0).to(DEV), shapes=plan,
+                      replay=False)._lr_replayer is None
