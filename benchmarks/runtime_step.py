@@ -88,9 +88,22 @@ def bench_eager(cfg, steps):
     return _median_ms(times)
 
 
-def bench_lazy(cfg, steps):
+def shape_only(cfg) -> bool:
+    """The analyzer's verdict on the example's forward (its ``__shapeinfer__`` spec): does
+    control flow depend only on shapes? That is what licenses replay."""
+    import shapeinfer
+    from shapeinfer.spec import load_targets
+    target = load_targets(ROOT / "examples" / f"train_{cfg.name.split('-')[0]}.py")[0]
+    args, kwargs = target.make_args()
+    plan = shapeinfer.analyze(cfg.make_model(), args=args, kwargs=kwargs, dims=target.dims)
+    return plan.shape_only
+
+
+def bench_lazy(cfg, steps, replay=False):
     dev = lr.device()
     model = cfg.make_model().to(dev)
+    if replay:
+        model = lr.compile(model, replay=True)
     opt = cfg.ex.make_optimizer(model)
     lr.clear_cache()
     lr.reset_metrics()
@@ -115,7 +128,8 @@ def bench_lazy(cfg, steps):
             trace_us.append((t1 - t0) / (lr.metrics()["traced_ops"] - ops0) * 1e6)
     m = lr.metrics()
     return dict(step_ms=_median_ms(times), ttfr_s=ttfr, us_per_op=statistics.median(trace_us),
-                ops_per_step=(m["traced_ops"]) // (steps + 3), compiles=m["compiles"])
+                ops_per_step=(m["traced_ops"]) // (steps + 3), compiles=m["compiles"],
+                replays=m["replays"])
 
 
 def bench_jax(cfg, steps):
@@ -140,8 +154,13 @@ def run(steps):
     for cfg in configs(steps):
         eager = bench_eager(cfg, steps)
         lazy = bench_lazy(cfg, steps)
+        verdict = shape_only(cfg)
+        rep = bench_lazy(cfg, steps, replay=True) if verdict else None
         jx = bench_jax(cfg, steps)
-        rows.append((cfg, eager, lazy, jx))
+        rows.append((cfg, eager, lazy, rep, jx))
+        if rep is not None:
+            print(f"{cfg.name:9s} replay {rep['step_ms']:8.2f} ms ({rep['ops_per_step']} ops/step "
+                  f"traced, {rep['replays']} replays, {rep['compiles']} compiles)", flush=True)
         print(f"{cfg.name:9s} eager {eager:8.2f} ms | lazy {lazy['step_ms']:8.2f} ms "
               f"({lazy['ops_per_step']} ops/step, {lazy['us_per_op']:.1f} us/op, first result "
               f"{lazy['ttfr_s']:.2f} s, {lazy['compiles']} compiles) | jax.jit "
@@ -182,14 +201,20 @@ def table(rows, micro, steps):
              "µs per recorded op: the step's Python time before `mark_step` (autograd, "
              "optimizer code and input copies included) over the ATen ops it recorded. The "
              "small examples are tracing-bound (hundreds of ops of microseconds each); the "
-             "wide MLP shows the runtime once each op does real work.", "",
-             "| model | eager (ms) | lazy (ms) | jax.jit (ms) | lazy / jax.jit | lazy / eager |"
-             " ops/step | µs per recorded op | first result lazy (s) | first result jax (s) |",
-             "|---|---:|---:|---:|---:|---:|---:|---:|---:|---:|"]
-    for cfg, eager, lazy, jx in rows:
+             "wide MLP shows the runtime once each op does real work. replay: the same, with "
+             "`lr.compile(model, replay=True)` where the analyzer finds the example's forward "
+             "shape-only (all five): forward and backward are replayed from step 2 on, the "
+             "loss and the optimizer are still traced (ops/step counts what is traced).", "",
+             "| model | eager (ms) | lazy (ms) | lazy replay (ms) | jax.jit (ms) | lazy / jax.jit"
+             " | replay / jax.jit | replay / eager | ops/step traced (replay) | µs per recorded "
+             "op | first result lazy (s) | first result jax (s) |",
+             "|---|---:|---:|---:|---:|---:|---:|---:|---:|---:|---:|---:|"]
+    for cfg, eager, lazy, rep, jx in rows:
+        r = rep["step_ms"] if rep else float("nan")
         lines.append(f"| {cfg.name} ({cfg.note}) | {eager:.2f} | {lazy['step_ms']:.2f} | "
-                     f"{jx['step_ms']:.2f} | {lazy['step_ms'] / jx['step_ms']:.2f}x | "
-                     f"{lazy['step_ms'] / eager:.2f}x | {lazy['ops_per_step']} | "
+                     f"{r:.2f} | {jx['step_ms']:.2f} | {lazy['step_ms'] / jx['step_ms']:.2f}x | "
+                     f"{r / jx['step_ms']:.2f}x | {r / eager:.2f}x | {lazy['ops_per_step']} "
+                     f"({rep['ops_per_step'] if rep else '-'}) | "
                      f"{lazy['us_per_op']:.1f} | {lazy['ttfr_s']:.2f} | {jx['ttfr_s']:.2f} |")
     lines += ["", "Tracing overhead of one recorded op outside autograd (median of 5 x 5000): " +
               ", ".join(f"{k} {v:.1f} µs" for k, v in micro.items()) + ".", ""]
