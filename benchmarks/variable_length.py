@@ -284,7 +284,10 @@ def render(args, table, inf_table, pm, im, analysis_s, plotted, at_cap):
              "per-shape runtime (buckets off: one compile per new length, as torch_xla) is "
              f"capped at {args.cap_per_shape} steps: compare it at that step. "
              f"Analysis of the model (shapeinfer.analyze, B and T symbolic): {analysis_s:.2f} s; "
-             "plan `control_flow.shape_only`: used for input marks (replay is not built yet).",
+             "plan `control_flow.shape_only`: true, so `lr.compile` marks B and T dynamic and "
+             f"replays calls whose exact shapes were seen before ({pm['replays']} of "
+             f"{args.steps} training steps; inference: {im['replays']} of {args.infer_calls} "
+             "calls; replay across sizes inside a bucket is not built yet).",
              "",
              "| contender | steps | compiles | compile (s) | total (s) | median step (ms) | "
              "vs eager | break-even step | final loss diff | max loss diff |",

@@ -54,6 +54,26 @@ def test_gpt_training_replayed_equals_traced_bit_for_bit(gpt):
     assert mr["last_graph_ops"] < 0.6 * mt["last_graph_ops"]
 
 
+@pytest.mark.parametrize("name", ["mlp", "cnn", "lstm"])
+def test_example_training_replayed_equals_traced(name):
+    ex = load_example(name)
+    batches = [ex.make_batch(i) for i in range(3)]
+    runs = {}
+    for replay in (False, True):
+        torch.manual_seed(0)
+        model = ex.make_model().to(DEV)
+        if replay:
+            model = lr.compile(model, replay=True)
+        opt = ex.make_optimizer(model)
+        lr.reset_metrics()
+        runs[replay] = (train_losses(model, opt, batches, ex.loss_fn), lr.metrics(),
+                        [t.cpu() for t in model.state_dict().values()])
+    assert runs[True][0] == runs[False][0]
+    for a, b in zip(runs[True][2], runs[False][2]):       # parameters and buffers
+        assert torch.equal(a, b)
+    assert runs[True][1]["replays"] == 2, runs[True][1]["replay_misses"]
+
+
 def test_gpt_training_replayed_matches_eager(gpt):
     torch.manual_seed(0)
     eager = gpt.make_model(dropout=0.0)
