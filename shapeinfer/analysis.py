@@ -16,7 +16,7 @@ from .diagnostics import Diagnostic
 from .interp.interpreter import Interpreter
 from .interp.state import AnalysisContext, Entry, Frame
 from .render import const_tuple_as_values, value_json
-from .values import TensorType, Unknown, Value, from_python, tensor
+from .values import TensorType, Value, from_python, tensor
 
 JSON_VERSION = 1
 
@@ -121,6 +121,15 @@ def _symbols_from_dims(bound: dict, dims: dict) -> tuple[dict, dict]:
     return symbols, abstract
 
 
+def _definition_site(fn) -> tuple:
+    """(file, line, col) where ``fn`` is defined, for a diagnostic about all of it."""
+    try:
+        fn = inspect.unwrap(getattr(fn, "__func__", fn))
+        return inspect.getsourcefile(fn) or "<unknown>", fn.__code__.co_firstlineno, 1
+    except Exception:
+        return "<unknown>", 0, 0
+
+
 def analyze(model, args=(), kwargs=None, dims=None) -> AnalysisResult:
     """Analyze ``model.forward`` for the sample input ``args``/``kwargs``.
 
@@ -163,8 +172,8 @@ def analyze(model, args=(), kwargs=None, dims=None) -> AnalysisResult:
         else:
             output = interp.caller.call_callable(model, a_args, a_kwargs, root)
     except Exception as e:  # an analyzer bug outside any statement: keep what was found
-        ctx.report("SI005", f"analysis stopped: {type(e).__name__}: {e}")
-        output = Unknown(f"analysis stopped: {type(e).__name__}")
+        ctx.loc = _definition_site(forward)
+        output = ctx.internal_failure("analysis of forward", e)
     files = sorted({e.file for e in ctx.entries.values()})
     return AnalysisResult(symbols, ctx.entries, ctx.diagnostics, output, time.perf_counter() - start, files,
                           dict(abstract))

@@ -52,10 +52,22 @@ class Caller:
     def wrap(self, obj: Any) -> Value:
         if isinstance(obj, Value):
             return obj
+        if _is_numpy_scalar(obj):  # np.sqrt(d) in model code: the Python number it stands for
+            obj = obj.item()
         return from_python(obj)
 
     # ------------------------------------------------------------------ calls
     def call(self, func: Value, args: list, kwargs: dict, frame: Frame, node=None) -> Value:
+        """The result of calling ``func``; an analyzer failure inside the call makes the
+        result unknown (with an SI005 at the call) and the analysis goes on."""
+        try:
+            return self._call(func, args, kwargs, frame, node)
+        except RecursionError:
+            raise  # unwound to the statement, where the depth is reported
+        except Exception as e:
+            return self.ctx.internal_failure(f"call of {_describe_callee(func)}", e)
+
+    def _call(self, func: Value, args: list, kwargs: dict, frame: Frame, node=None) -> Value:
         if isinstance(func, UnionV):
             return self.interp.lift(lambda f: self.call(f, args, kwargs, frame, node), func)
         if isinstance(func, Closure):
@@ -180,8 +192,7 @@ class Caller:
                 self.ctx.report("SI001", f"{label}: {e}")
                 return Unknown(f"{label}: {e}")
             except Exception as e:  # a bug in a rule must not stop the analysis
-                self.ctx.report("SI005", f"rule {label} failed: {type(e).__name__}: {e}")
-                return Unknown(f"rule {label} failed: {type(e).__name__}")
+                return self.ctx.internal_failure(f"rule {label}", e)
 
         flat = [_widen_nested(v) for v in list(args) + list(kwargs.values())]
         return self.interp.lift(one, *flat)
@@ -515,6 +526,20 @@ class Caller:
 
 
 # ---- helpers -----------------------------------------------------------------------------
+
+
+def _is_numpy_scalar(obj) -> bool:
+    return type(obj).__module__ == "numpy" and hasattr(obj, "item") and getattr(obj, "ndim", None) == 0
+
+
+def _describe_callee(func: Value) -> str:
+    if isinstance(func, Const):
+        return _qualname(func.obj)
+    if isinstance(func, BoundMethod):
+        return func.func if isinstance(func.func, str) else _qualname(func.func)
+    if isinstance(func, Closure):
+        return getattr(func.node, "name", "a lambda")
+    return type(func).__name__
 
 
 def _lookup(table: dict, obj):

@@ -27,10 +27,6 @@ MAX_UNROLL = 512
 MAX_FIXPOINT = 3
 
 
-class _Raise(Exception):
-    """Internal: the analyzed code raises on this path."""
-
-
 class Interpreter:
     def __init__(self, ctx: AnalysisContext):
         self.ctx = ctx
@@ -60,16 +56,17 @@ class Interpreter:
         try:
             with collect_requirements(self._requirement), sym.assuming(frame.pc):
                 return method(stmt, frame)
-        except _Raise:
-            return Flow(None)
         except RecursionError:
             self.ctx.report("SI004", "recursion too deep while analyzing this statement")
             return Flow(frame)
         except Exception as e:  # an analyzer bug: lose this statement, not the analysis
             self.ctx.at(frame.filename, stmt)
-            self.ctx.report("SI005", f"analyzing this statement failed: {type(e).__name__}: {e}")
+            lost = self.ctx.internal_failure("analyzing this statement", e)
             for name in _bound_names(stmt):
-                frame.env[name] = Unknown(f"analysis of line {stmt.lineno} failed")
+                frame.env[name] = lost
+            if isinstance(stmt, ast.Return):  # the function still returns here, with an unknown value
+                frame.returns.append((frame.pc, lost))
+                return Flow(None)
             return Flow(frame)
 
     def _requirement(self, op, a, b, what):
@@ -833,6 +830,10 @@ def _bound_names(stmt: ast.stmt) -> list:
         targets = stmt.targets
     elif isinstance(stmt, (ast.AnnAssign, ast.AugAssign, ast.For)):
         targets = [stmt.target]
+    elif isinstance(stmt, ast.With):
+        targets = [item.optional_vars for item in stmt.items if item.optional_vars is not None]
+    elif isinstance(stmt, (ast.FunctionDef, ast.ClassDef)):
+        return [stmt.name]
     return [n.id for t in targets for n in ast.walk(t) if isinstance(n, ast.Name)]
 
 

@@ -76,6 +76,21 @@ class SourceCache:
         return linecache.getline(filename, lineno).rstrip("\n")
 
 
+def describe_exception(exc: BaseException) -> str:
+    """``Type: message (at file:line)``, the line being the analyzer's own innermost frame."""
+    where = ""
+    tb = exc.__traceback__
+    while tb is not None:
+        code = tb.tb_frame.f_code
+        if f"{os.sep}shapeinfer{os.sep}" in code.co_filename:
+            where = f" (at {os.path.basename(code.co_filename)}:{tb.tb_lineno} in {code.co_name})"
+        tb = tb.tb_next
+    message = str(exc)
+    if len(message) > 300:
+        message = message[:300] + "..."
+    return f"{type(exc).__name__}: {message}{where}"
+
+
 @dataclass
 class Entry:
     """What a variable held at one line: values, each under a path condition."""
@@ -126,6 +141,17 @@ class AnalysisContext:
         self.diagnostics.append(Diagnostic(code, message, file, line, col, severity,
                                            tuple(notes), None if when in (None, True, sympy.true)
                                            else str(when)))
+
+    def internal_failure(self, what: str, exc: BaseException) -> Unknown:
+        """An analyzer failure (not the model's): an SI005 at the current location whose
+        message is the exception, and the Unknown that stands for the lost value."""
+        reason = f"{what} failed: {describe_exception(exc)}"
+        try:
+            self.report("SI005", reason)
+        except Exception:  # the path condition itself is what failed: report without it
+            file, line, col = self.loc
+            self.diagnostics.append(Diagnostic("SI005", reason, file, line, col))
+        return Unknown(reason)
 
     # ---- entries ----
     def record(self, filename: str, line: int, name: str, value: Value, pc) -> None:

@@ -1,0 +1,478 @@
+"""Robustness sweep: the analyzer over every modeling file of the installed transformers.
+
+For each ``transformers/models/<name>/modeling_*.py`` the sweep picks a model class the
+file exports (the bare ``*Model`` first), builds its config with defaults and shrinks it
+(hidden sizes, layers, heads, experts), instantiates it with random weights, makes a
+sample input from the model's ``main_input_name`` with symbolic dims, runs it once for
+real (to know whether the sample itself is valid) and analyzes it. Each file ends as:
+
+- ``analyzed``: ``analyze`` returned; counts of known/unknown tensor variables in the
+  modeling file, diagnostics by code, internal failures (SI005) among them;
+- ``skipped``: the sweep could not build the model or a sample input (the reason says
+  why), which the robustness bar allows;
+- ``exception``: an exception escaped ``analyze`` (an analyzer bug);
+- ``timeout`` / ``crashed``: the per-model limit was reached / the worker died.
+
+Each model runs in a worker process the parent kills when it overruns the limit.
+
+Usage: python benchmarks/transformers_sweep.py [--limit 60] [--jobs 1] [--only a,b]
+                                               [--json benchmarks/transformers_sweep.json]
+"""
+
+from __future__ import annotations
+
+import argparse
+import json
+import os
+import selectors
+import subprocess
+import sys
+import time
+import traceback
+from collections import Counter
+from pathlib import Path
+
+ROOT = Path(__file__).resolve().parent.parent
+sys.path.insert(0, str(ROOT))
+
+import shapeinfer  # noqa: E402
+
+# config fields shrunk to at most these values (never raised)
+HIDDEN_FIELDS = ("hidden_size", "d_model", "n_embd", "embed_dim", "dim", "d_embed")
+HEAD_FIELDS = ("num_attention_heads", "n_head", "n_heads", "encoder_attention_heads", "num_heads",
+               "attention_heads")
+SMALL_HEADS = 2
+SMALL_SIZES = {
+    **dict.fromkeys(("word_embed_proj_dim", "projection_dim", "text_embed_dim", "vision_embed_dim"), 64),
+    **dict.fromkeys(("num_hidden_layers", "num_layers", "n_layer", "n_layers", "encoder_layers", "decoder_layers",
+                     "num_encoder_layers", "num_decoder_layers", "depth", "text_layers", "vision_layers"), 2),
+    "decoder_attention_heads": SMALL_HEADS,
+    **dict.fromkeys(("num_key_value_heads", "n_kv_heads", "num_kv_heads", "multi_query_group_num"), 1),
+    **dict.fromkeys(("intermediate_size", "ffn_dim", "encoder_ffn_dim", "decoder_ffn_dim", "d_ff", "n_inner",
+                     "hidden_dim", "mlp_dim"), 128),
+    **dict.fromkeys(("num_experts", "n_routed_experts", "num_local_experts", "moe_num_experts"), 4),
+    **dict.fromkeys(("moe_intermediate_size", "shared_expert_intermediate_size", "expert_intermediate_size"), 64),
+    "num_experts_per_tok": 2, "n_group": 1, "topk_group": 1, "moe_topk": 2,
+}
+SAMPLE_SIZES = {"B": 2, "T": 7, "S": 5, "L": 3200, "F": 56}
+TOKEN_RANGE = 100  # sample token ids lie below this (and below the vocabulary size)
+
+
+# ---- building one model ------------------------------------------------------------------
+
+
+class Skip(Exception):
+    """The sweep cannot build this model or its input; the message is the reason."""
+
+
+def modeling_modules() -> list[str]:
+    """Module names of every ``transformers/models/<name>/modeling_*.py``, sorted."""
+    import transformers
+
+    models = Path(transformers.__file__).parent / "models"
+    return sorted(f"transformers.models.{p.parent.name}.{p.stem}" for p in models.glob("*/modeling_*.py"))
+
+
+def candidate_classes(module) -> list[type]:
+    """The model classes a modeling module exports, the bare ``*Model`` first."""
+    from transformers import PreTrainedModel
+
+    found = []
+    for name in getattr(module, "__all__", []):
+        cls = getattr(module, name, None)
+        if isinstance(cls, type) and issubclass(cls, PreTrainedModel) and cls.__module__ == module.__name__ \
+                and not name.endswith("PreTrainedModel"):
+            found.append(cls)
+    bare = [c for c in found if c.__name__.endswith("Model") and "For" not in c.__name__]
+    rest = [c for c in found if c not in bare]
+    return sorted(bare, key=lambda c: len(c.__name__)) + rest
+
+
+def _config_fields(config_cls) -> set:
+    import inspect
+
+    try:
+        return set(inspect.signature(config_cls).parameters)
+    except (TypeError, ValueError):
+        return set()
+
+
+def small_config(config_cls, depth: int = 0):
+    """``config_cls`` with its defaults, sizes shrunk to SMALL_SIZES; sub-configs too."""
+    from transformers import PreTrainedConfig
+
+    default = config_cls()
+    fields = _config_fields(config_cls)
+    overrides = _fewer_heads(default, fields)
+    for name, target in SMALL_SIZES.items():
+        value = getattr(default, name, None)
+        if name in fields and type(value) is int and value > target:
+            overrides[name] = target
+    if depth < 3:
+        for name in list(getattr(config_cls, "sub_configs", {}) or {}):
+            sub = getattr(default, name, None)
+            if isinstance(sub, PreTrainedConfig) and name in fields:
+                overrides[name] = small_config(type(sub), depth + 1)
+    try:
+        return config_cls(**overrides)
+    except Exception:  # validation rejects the combination: shrink attribute by attribute
+        for name, value in overrides.items():
+            setattr(default, name, value)
+        return default
+
+
+def _fewer_heads(config, fields: set) -> dict:
+    """Fewer attention heads of the same size: per-head sizes (rotary sections, head_dim)
+    stay valid. Configs whose heads are per-stage lists (Swin) keep their sizes."""
+    hidden = next((f for f in HIDDEN_FIELDS if f in fields and type(getattr(config, f, None)) is int), None)
+    heads = next((f for f in HEAD_FIELDS if f in fields and getattr(config, f, None) is not None), None)
+    if hidden is None or heads is None or type(getattr(config, heads)) is not int:
+        return {}
+    n_hidden, n_heads = getattr(config, hidden), getattr(config, heads)
+    if n_heads <= SMALL_HEADS or n_hidden % n_heads:
+        return {}
+    return {hidden: SMALL_HEADS * (n_hidden // n_heads), **{f: SMALL_HEADS for f in HEAD_FIELDS if f in fields
+                                                            and type(getattr(config, f, None)) is int}}
+
+
+def build_model(cls, max_params: int = 150_000_000):
+    import torch
+
+    config = small_config(cls.config_class)
+    with torch.device("meta"):
+        n_params = sum(p.numel() for p in cls(config).parameters())
+    if n_params > max_params:
+        raise Skip(f"{n_params / 1e6:.0f}M parameters after shrinking")
+    torch.manual_seed(0)
+    return cls(config).eval()
+
+
+def sample_input(model) -> tuple[dict, dict]:
+    """(kwargs, dims) with symbolic batch and lengths: the model's main input, every other
+    forward argument without a default, and decoder tokens (another length) when forward
+    takes them."""
+    import inspect
+
+    params = inspect.signature(model.forward).parameters
+    main = getattr(model, "main_input_name", "input_ids")
+    if main not in params:  # a stale main_input_name: the first argument the sweep can make
+        main = next((p for p in params if p in SAMPLE_MAKERS), main)
+    required = [p for p, v in params.items() if v.default is v.empty and v.kind in (v.POSITIONAL_OR_KEYWORD,
+                                                                                       v.KEYWORD_ONLY)]
+    wanted = dict.fromkeys([main] + required + (["decoder_input_ids"] if "decoder_input_ids" in params else []))
+    kwargs, dims = {}, {}
+    for name in wanted:
+        made = SAMPLE_MAKERS[name](model.config) if name in SAMPLE_MAKERS else None
+        if made is None:
+            raise Skip(f"no sample input for {'main_input_name' if name == main else 'argument'} {name!r}")
+        kwargs[name], dims[name] = made
+    return kwargs, dims
+
+
+def _tokens(length: str):
+    def make(config):
+        import torch
+
+        text = getattr(config, "get_text_config", lambda: config)()
+        vocab = min(getattr(text, "vocab_size", None) or TOKEN_RANGE, TOKEN_RANGE)
+        return torch.randint(0, vocab, (SAMPLE_SIZES["B"], SAMPLE_SIZES[length])), ("B", length)
+
+    return make
+
+
+def _pixels(config):
+    import torch
+
+    vision = getattr(config, "vision_config", None) or config
+    size = getattr(vision, "image_size", 224)
+    h, w = (size, size) if isinstance(size, int) else tuple(size)[:2]
+    channels = getattr(vision, "num_channels", 3)
+    return torch.randn(SAMPLE_SIZES["B"], channels, h, w), ("B", channels, h, w)
+
+
+def _audio(config):
+    import torch
+
+    return torch.randn(SAMPLE_SIZES["B"], SAMPLE_SIZES["L"]), ("B", "L")
+
+
+def _features(config):
+    import torch
+
+    mels = getattr(config, "num_mel_bins", None)
+    if mels is not None:  # Whisper-like: a fixed number of frames
+        frames = 2 * getattr(config, "max_source_positions", 1500)
+        return torch.randn(SAMPLE_SIZES["B"], mels, frames), ("B", mels, frames)
+    features = getattr(config, "input_feat_per_channel", None) or getattr(config, "feature_size", None)
+    if features is None:
+        return None
+    features *= getattr(config, "input_channels", 1)
+    return torch.randn(SAMPLE_SIZES["B"], SAMPLE_SIZES["F"], features), ("B", "F", features)
+
+
+SAMPLE_MAKERS = {"input_ids": _tokens("T"), "decoder_input_ids": _tokens("S"), "pixel_values": _pixels,
+                 "input_values": _audio, "input_features": _features}
+
+
+# ---- analyzing one file ------------------------------------------------------------------
+
+
+def count_variables(result, filename: str) -> dict:
+    """Tensor variables of ``filename`` whose every shape is known, and the others."""
+    from shapeinfer.values import TensorType, Unknown
+
+    known = unknown = 0
+    for entry in result.entries_in(filename):
+        values = [v for _, v in entry.values]
+        if not any(isinstance(v, (TensorType, Unknown)) for v in values):
+            continue
+        if all(isinstance(v, TensorType) and v.shape is not None for v in values):
+            known += 1
+        else:
+            unknown += 1
+    return {"known": known, "unknown": unknown}
+
+
+def sweep_one(module_name: str) -> dict:
+    """Build, run and analyze one modeling file's model; a record of what happened."""
+    return analyze_file(module_name)[0]
+
+
+def analyze_file(module_name: str) -> tuple[dict, object]:
+    """(record, AnalysisResult or None) for one modeling file."""
+    record, model, kwargs, dims = prepare(module_name)
+    if record.get("status") == "skipped":
+        return record, None
+    start = time.perf_counter()
+    result = None
+    try:
+        result = shapeinfer.analyze(model, kwargs=kwargs, dims=dims)
+        result.to_json()  # rendering is part of the contract too
+    except shapeinfer.AnalysisError as e:  # the sweep's own sample does not fit forward
+        record.update(status="skipped", reason=f"sample rejected: {e}")
+    except Exception as e:
+        record.update(status="exception", reason=f"{type(e).__name__}: {e}",
+                      traceback=traceback.format_exc()[-2000:])
+    else:
+        codes = Counter(d.code for d in result.diagnostics)
+        internal = [f"{Path(d.file).name}:{d.line} {d.message[:300]}" for d in result.diagnostics
+                    if d.code == "SI005"]
+        record.update(status="analyzed", **count_variables(result, record["file"]),
+                      diagnostics=dict(sorted(codes.items())), errors=len(result.errors), internal=internal[:10],
+                      analysis_seconds=round(result.seconds, 2))
+    record["seconds"] = round(record["seconds"] + time.perf_counter() - start, 2)
+    return record, result
+
+
+def prepare(module_name: str) -> tuple[dict, object, dict, dict]:
+    """(record, model, kwargs, dims); the record says "skipped" with a reason when the
+    model or its sample input cannot be built."""
+    import importlib
+    import warnings
+
+    import torch
+
+    record = {"module": module_name}
+    start = time.perf_counter()
+    model = kwargs = dims = None
+    try:
+        with warnings.catch_warnings():
+            warnings.simplefilter("ignore")
+            module = importlib.import_module(module_name)
+            classes = candidate_classes(module)
+            if not classes:
+                raise Skip("exports no model class")
+            model, reasons = None, []
+            for cls in classes[:3]:
+                try:
+                    model = build_model(cls)
+                    break
+                except Skip as e:
+                    reasons.append(f"{cls.__name__}: {e}")
+                except Exception as e:
+                    reasons.append(f"{cls.__name__}: {type(e).__name__}: {str(e)[:200]}")
+            if model is None:
+                raise Skip("cannot instantiate: " + " | ".join(reasons))
+            record["model"] = type(model).__name__
+            record["file"] = module.__file__
+            kwargs, dims = sample_input(model)
+            record["dims"] = {k: list(v) for k, v in dims.items()}
+            try:
+                with torch.no_grad():
+                    model(**kwargs)
+                record["sample_runs"] = True
+            except Exception as e:  # the model rejects the sample: analyzed all the same
+                record["sample_runs"] = False
+                record["sample_error"] = f"{type(e).__name__}: {str(e)[:200]}"
+    except Skip as e:
+        record.update(status="skipped", reason=str(e))
+    except Exception as e:
+        record.update(status="skipped", reason=f"{type(e).__name__}: {str(e)[:300]}")
+    record["seconds"] = time.perf_counter() - start
+    return record, model, kwargs, dims
+
+
+# ---- the sweep: workers with a per-model limit ----------------------------------------------
+
+
+class _Worker:
+    """A child process answering one JSON line per module name it is sent."""
+
+    def __init__(self):
+        env = {**os.environ, "PYTHONPATH": os.pathsep.join([str(ROOT), os.environ.get("PYTHONPATH", "")])}
+        self.proc = subprocess.Popen([sys.executable, __file__, "--worker"], stdin=subprocess.PIPE,
+                                     stdout=subprocess.PIPE, stderr=subprocess.DEVNULL, text=True, env=env)
+        self.module = None
+        self.started = 0.0
+
+    def send(self, module: str) -> None:
+        self.module, self.started = module, time.monotonic()
+        self.proc.stdin.write(module + "\n")
+        self.proc.stdin.flush()
+
+    def stop(self) -> None:
+        self.proc.kill()
+        self.proc.wait()
+
+
+def run_sweep(modules: list[str], limit: float = 60.0, jobs: int = 1, progress=print) -> list[dict]:
+    """Records for ``modules`` in order; a model over ``limit`` seconds is a timeout."""
+    pending = list(reversed(modules))
+    records: dict[str, dict] = {}
+    selector = selectors.DefaultSelector()
+    workers: list[_Worker] = []
+
+    def start(worker=None):
+        if worker is None:
+            worker = _Worker()
+            workers.append(worker)
+            selector.register(worker.proc.stdout, selectors.EVENT_READ, worker)
+        if pending:
+            worker.send(pending.pop())
+        else:
+            worker.module = None
+        return worker
+
+    def replace(worker):
+        selector.unregister(worker.proc.stdout)
+        worker.stop()
+        workers.remove(worker)
+        if pending:
+            start()
+
+    def done(record):
+        records[record["module"]] = record
+        progress(f"[{len(records)}/{len(modules)}] {summary_line(record)}")
+
+    for _ in range(min(jobs, len(modules))):
+        start()
+    while any(w.module for w in workers):
+        for key, _ in selector.select(timeout=1.0):
+            worker = key.data
+            line = worker.proc.stdout.readline()
+            if not line:  # the worker died (memory, a segfault in a model's extension)
+                done({"module": worker.module, "status": "crashed", "reason": f"worker exit {worker.proc.poll()}",
+                      "seconds": time.monotonic() - worker.started})
+                replace(worker)
+                continue
+            done(json.loads(line))
+            start(worker)
+        now = time.monotonic()
+        for worker in list(workers):
+            if worker.module and now - worker.started > limit:
+                done({"module": worker.module, "status": "timeout", "reason": f"over {limit:.0f} s",
+                      "seconds": now - worker.started})
+                replace(worker)
+    for worker in workers:
+        worker.stop()
+    return [records[m] for m in modules]
+
+
+def worker_main() -> None:
+    """Answer module names from stdin; the real stdout is kept for the answers only."""
+    out = os.fdopen(os.dup(1), "w")
+    os.dup2(2, 1)  # models that print go to stderr
+    import torch
+
+    torch.set_num_threads(1)
+    for line in sys.stdin:
+        record = sweep_one(line.strip())
+        out.write(json.dumps(record) + "\n")
+        out.flush()
+
+
+# ---- reporting ---------------------------------------------------------------------------------
+
+
+def summary_line(r: dict) -> str:
+    name = r["module"].rsplit(".", 1)[-1]
+    if r["status"] == "analyzed":
+        extra = f"{r['known']} known, {r['unknown']} unknown, {r['errors']} errors, SI005 x{len(r['internal'])}"
+        if not r.get("sample_runs", True):
+            extra += " (sample fails for real)"
+    else:
+        extra = r.get("reason", "")[:160]
+    return f"{name:<40} {r['status']:<9} {r['seconds']:6.1f}s  {extra}"
+
+
+def summarize(records: list[dict]) -> dict:
+    by_status = Counter(r["status"] for r in records)
+    analyzed = [r for r in records if r["status"] == "analyzed"]
+    known = sum(r["known"] for r in analyzed)
+    unknown = sum(r["unknown"] for r in analyzed)
+    return {"files": len(records), **{s: by_status.get(s, 0) for s in
+                                      ("analyzed", "skipped", "exception", "timeout", "crashed")},
+            "sample_runs": sum(1 for r in analyzed if r.get("sample_runs")),
+            "with_internal_failures": sum(1 for r in analyzed if r["internal"]),
+            "with_errors": sum(1 for r in analyzed if r["errors"]),
+            "known_variables": known, "unknown_variables": unknown,
+            "known_fraction": round(known / max(1, known + unknown), 3),
+            "skip_reasons": dict(Counter(_reason_kind(r["reason"]) for r in records
+                                         if r["status"] == "skipped").most_common(12))}
+
+
+def _reason_kind(reason: str) -> str:
+    if reason.startswith("cannot instantiate"):
+        return "cannot instantiate"
+    return reason.split(":")[0][:60]
+
+
+def format_summary(s: dict) -> str:
+    rows = [("modeling files", s["files"]), ("analyzed", s["analyzed"]),
+            ("  sample input runs for real", s["sample_runs"]),
+            ("  with an internal failure (SI005)", s["with_internal_failures"]),
+            ("  with an error diagnostic", s["with_errors"]),
+            ("skipped (cannot build model or input)", s["skipped"]),
+            ("EXCEPTION ESCAPED analyze", s["exception"]), ("timeout", s["timeout"]), ("crashed", s["crashed"]),
+            ("tensor variables known / unknown",
+             f"{s['known_variables']} / {s['unknown_variables']} ({100 * s['known_fraction']:.1f}% known)")]
+    width = max(len(k) for k, _ in rows)
+    return "\n".join(f"{k:<{width}}  {v}" for k, v in rows)
+
+
+def main() -> None:
+    parser = argparse.ArgumentParser(description=__doc__.splitlines()[0])
+    parser.add_argument("--worker", action="store_true", help=argparse.SUPPRESS)
+    parser.add_argument("--limit", type=float, default=60.0, help="seconds per model")
+    parser.add_argument("--jobs", type=int, default=1)
+    parser.add_argument("--only", default="", help="comma-separated model directory names")
+    parser.add_argument("--json", default=str(ROOT / "benchmarks" / "transformers_sweep.json"))
+    args = parser.parse_args()
+    if args.worker:
+        worker_main()
+        return
+    modules = modeling_modules()
+    if args.only:
+        wanted = set(args.only.split(","))
+        modules = [m for m in modules if m.split(".")[2] in wanted]
+    start = time.time()
+    records = run_sweep(modules, args.limit, args.jobs, progress=lambda s: print(s, flush=True))
+    summary = summarize(records)
+    summary["wall_seconds"] = round(time.time() - start)
+    print()
+    print(format_summary(summary))
+    Path(args.json).write_text(json.dumps({"summary": summary, "records": records}, indent=1))
+
+
+if __name__ == "__main__":
+    main()
