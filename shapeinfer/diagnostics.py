@@ -1,12 +1,25 @@
-"""Diagnostics are data: a stable code, a severity, a message and a source span.
+"""Diagnostics are data: a stable code, a severity, a message, a source span, and the
+dims the message names (``dims``: sizes or symbolic expressions, rendered as strings).
 
 All codes live in ``CODES`` below with a one-line description; rendering (text with a
-caret, JSON, SARIF) lives in ``render``.
+caret, JSON, SARIF) lives in ``report``.
+
+Where the dims come from: shape functions know them, the interpreter reports. A
+``ShapeError`` carries its dims and is being handled while the interpreter reports it;
+a requirement (SI300) is sent while ``reporting_dims`` holds its two sides. A
+``Diagnostic`` built then, for that code and message, takes those dims unless it is
+given its own.
 """
 
 from __future__ import annotations
 
+import contextlib
+import contextvars
+import sys
 from dataclasses import dataclass, field
+from typing import Optional, Sequence
+
+from . import symbolic as sym
 
 ERROR, WARNING, NOTE = "error", "warning", "note"
 
@@ -59,6 +72,34 @@ CODES: dict[str, tuple[str, str, str]] = {
 }
 
 
+_dims_in_flight: contextvars.ContextVar[tuple] = contextvars.ContextVar("dims_in_flight", default=())
+
+
+@contextlib.contextmanager
+def reporting_dims(dims: Sequence):
+    """The dims of a requirement while it is being reported."""
+    token = _dims_in_flight.set(render_dims(dims))
+    try:
+        yield
+    finally:
+        _dims_in_flight.reset(token)
+
+
+def render_dims(dims: Sequence) -> tuple[str, ...]:
+    """Dims as strings, as messages write them ('?' for an unknown one)."""
+    return tuple(sym.dim_pretty(sym.normalize(d)) for d in dims)
+
+
+def dims_in_flight(code: str, message: str) -> tuple[str, ...]:
+    """The dims of the shape error being handled when it is this diagnostic's (same code,
+    message ending with its message), else those of the requirement being reported."""
+    err = sys.exc_info()[1]
+    err_dims = getattr(err, "dims", None)
+    if err_dims and getattr(err, "code", None) == code and message.endswith(getattr(err, "message", "\0")):
+        return render_dims(err_dims)
+    return _dims_in_flight.get()
+
+
 @dataclass(frozen=True)
 class Diagnostic:
     code: str
@@ -69,10 +110,13 @@ class Diagnostic:
     severity: str = ""
     notes: tuple = field(default=())
     when: str | None = None  # the condition on the symbols under which it happens
+    dims: Optional[tuple] = None  # the dims the message names, as strings; None: those in flight
 
     def __post_init__(self):
         if not self.severity:
             object.__setattr__(self, "severity", CODES.get(self.code, ("", ERROR, ""))[1])
+        object.__setattr__(self, "dims", dims_in_flight(self.code, self.message) if self.dims is None
+                           else tuple(str(d) for d in self.dims))
 
     def to_json(self) -> dict:
         out = {"file": self.file, "line": self.line, "col": self.col, "severity": self.severity,
@@ -81,4 +125,6 @@ class Diagnostic:
             out["notes"] = list(self.notes)
         if self.when:
             out["when"] = self.when
+        if self.dims:
+            out["dims"] = list(self.dims)
         return out

@@ -117,6 +117,12 @@ def diagnostics_json(diags: Iterable[Diagnostic]) -> str:
     return json.dumps({"version": 1, "diagnostics": items}, indent=2)
 
 
+def _sarif_properties(d: Diagnostic) -> dict:
+    """SARIF's property bag carries what the message names as data: dims, condition."""
+    props = {k: v for k, v in (("dims", list(d.dims)), ("when", d.when)) if v}
+    return {"properties": props} if props else {}
+
+
 def diagnostics_sarif(diags: Iterable[Diagnostic]) -> str:
     """SARIF 2.1.0, for code-scanning tools."""
     diags = sort_diagnostics(diags)
@@ -131,6 +137,7 @@ def diagnostics_sarif(diags: Iterable[Diagnostic]) -> str:
         "locations": [{"physicalLocation": {
             "artifactLocation": {"uri": display_path(d.file).replace(os.sep, "/")},
             "region": {"startLine": max(d.line, 1), "startColumn": max(d.col, 1)}}}],
+        **_sarif_properties(d),
     } for d in diags]
     doc = {"version": "2.1.0", "$schema": "https://json.schemastore.org/sarif-2.1.0.json",
            "runs": [{"tool": {"driver": {"name": "shapeinfer",

@@ -19,6 +19,7 @@ from typing import Callable, Optional, Sequence
 import sympy
 
 from . import symbolic as sym
+from .diagnostics import reporting_dims
 from .symbolic import Dim, Shape
 
 
@@ -46,15 +47,20 @@ def collect_requirements(sink: Callable[[str, Dim, Dim, str], None]):
         _requirement_sink.reset(token)
 
 
+def _send_requirement(op: str, a: Dim, b: Dim, what: str) -> None:
+    sink = _requirement_sink.get()
+    if sink is not None:
+        with reporting_dims((a, b)):
+            sink(op, a, b, what)
+
+
 def require_equal(a: Dim, b: Dim, code: str, what: str) -> None:
     """Check ``a == b``: raise if never equal, report a requirement if only sometimes."""
     verdict = sym.equal(a, b)
     if verdict is False:
         raise ShapeError(code, f"{what}: {sym.dim_pretty(a)} != {sym.dim_pretty(b)}", (a, b))
     if verdict is None and a is not None and b is not None:
-        sink = _requirement_sink.get()
-        if sink is not None:
-            sink("==", a, b, what)
+        _send_requirement("==", a, b, what)
 
 
 def normalize_dim(dim: int, ndim: int, what: str = "dim") -> int:
@@ -141,7 +147,8 @@ def _exact_div(total: Dim, known: Dim) -> Dim:
     if q.is_Rational and not q.is_Integer:
         raise ShapeError("SI111", f"shape is invalid: {sym.dim_pretty(total)} elements not divisible "
                          f"by {sym.dim_pretty(known)}", (total, known))
-    num, den = sympy.fraction(q)
+    # together: a sum such as B*floor(H/16)/2 - 3*B/2 has its denominator inside the terms
+    num, den = sympy.fraction(sympy.together(q))
     if den != 1:
         require_equal(sym.mod(num, den), 0, "SI111",
                       f"{sym.dim_pretty(total)} elements divisible by {sym.dim_pretty(known)}")
@@ -150,8 +157,8 @@ def _exact_div(total: Dim, known: Dim) -> Dim:
 
 def permute_shape(shape: Shape, dims: Sequence[int]) -> Shape:
     if len(dims) != len(shape):
-        raise ShapeError("SI112", f"permute of a rank-{len(shape)} tensor needs {len(shape)} dims, "
-                         f"got {len(dims)}")
+        raise ShapeError("SI112", f"permute of a rank-{len(shape)} tensor {sym.shape_str(shape)} needs "
+                         f"{len(shape)} dims, got {len(dims)}", shape)
     dims = normalize_dims(dims, len(shape))
     return tuple(shape[d] for d in dims)
 
@@ -203,7 +210,8 @@ def unflatten_shape(shape: Shape, dim: int, sizes: Sequence[Dim]) -> Shape:
 def expand_shape(shape: Shape, sizes: Sequence[Dim]) -> Shape:
     sizes = tuple(sizes)
     if len(sizes) < len(shape):
-        raise ShapeError("SI114", f"expand: {len(sizes)} sizes for a rank-{len(shape)} tensor")
+        raise ShapeError("SI114", f"expand: {len(sizes)} sizes for a rank-{len(shape)} tensor "
+                         f"{sym.shape_str(shape)}", shape)
     lead = len(sizes) - len(shape)
     out = list(sizes[:lead])
     for have, want in zip(shape, sizes[lead:]):
@@ -234,7 +242,8 @@ def cat_shape(shapes: Sequence[Shape], dim: int = 0) -> Shape:
     out = list(shapes[0])
     for s in shapes[1:]:
         if len(s) != rank:
-            raise ShapeError("SI115", f"cat: tensors of rank {rank} and {len(s)}")
+            raise ShapeError("SI115", f"cat: tensors of rank {rank} and {len(s)}: {sym.shape_str(shapes[0])} "
+                             f"and {sym.shape_str(s)}", tuple(shapes[0]) + tuple(s))
         for i in range(rank):
             if i == d:
                 out[i] = sym.add(out[i], s[i])
@@ -250,7 +259,8 @@ def stack_shape(shapes: Sequence[Shape], dim: int = 0) -> Shape:
     first = tuple(shapes[0])
     for s in shapes[1:]:
         if len(s) != len(first):
-            raise ShapeError("SI115", f"stack: tensors of rank {len(first)} and {len(s)}")
+            raise ShapeError("SI115", f"stack: tensors of rank {len(first)} and {len(s)}: {sym.shape_str(first)} "
+                             f"and {sym.shape_str(s)}", first + tuple(s))
         for i, (x, y) in enumerate(zip(first, s)):
             require_equal(x, y, "SI115", f"stack: sizes of dim {i} differ")
     d = normalize_dim(dim, len(first) + 1)
@@ -362,7 +372,8 @@ def reduce_shape(shape: Shape, dims=None, keepdim: bool = False) -> Shape:
 
 def matmul_shape(a: Shape, b: Shape) -> Shape:
     if len(a) == 0 or len(b) == 0:
-        raise ShapeError("SI130", "matmul needs tensors of rank >= 1")
+        raise ShapeError("SI130", f"matmul needs tensors of rank >= 1, got {sym.shape_str(a)} @ "
+                         f"{sym.shape_str(b)}", tuple(a) + tuple(b))
     if len(a) == 1 and len(b) == 1:
         require_equal(a[0], b[0], "SI130", "dot product: sizes differ")
         return ()
@@ -409,14 +420,15 @@ def einsum_shape(equation: str, shapes: Sequence[Shape]) -> Shape:
             head, tail = term.split("...")
             n_ell = len(shape) - len(head) - len(tail)
             if n_ell < 0:
-                raise ShapeError("SI132", f"einsum: operand '{term}' has rank {len(shape)}")
+                raise ShapeError("SI132", f"einsum: operand '{term}' has rank {len(shape)}: "
+                                 f"{sym.shape_str(shape)}", shape)
             ell = broadcast_shapes(ell, shape[len(head):len(head) + n_ell])
             letters = list(head) + list(tail)
             dims = list(shape[:len(head)]) + list(shape[len(shape) - len(tail):])
         else:
             if len(term) != len(shape):
-                raise ShapeError("SI132", f"einsum: operand '{term}' has rank {len(shape)}, "
-                                 f"expected {len(term)}")
+                raise ShapeError("SI132", f"einsum: operand '{term}' has rank {len(shape)} "
+                                 f"({sym.shape_str(shape)}), expected {len(term)}", shape)
             letters, dims = list(term), list(shape)
         for c, d in zip(letters, dims):
             if c in sizes and sizes[c] != 1 and d != 1:
@@ -464,7 +476,7 @@ def conv_shape(x: Shape, weight: Shape, stride=1, padding=0, dilation=1, groups:
     n_spatial = len(weight) - 2
     if len(x) not in (n_spatial + 1, n_spatial + 2):
         raise ShapeError("SI140", f"conv{n_spatial}d expects a {n_spatial + 2}-d input "
-                         f"(or {n_spatial + 1}-d unbatched), got {len(x)}-d {sym.shape_str(x)}")
+                         f"(or {n_spatial + 1}-d unbatched), got {len(x)}-d {sym.shape_str(x)}", x)
     batched = len(x) == n_spatial + 2
     xb = tuple(x) if batched else (1,) + tuple(x)
     in_ch = xb[1]
@@ -502,21 +514,28 @@ def conv_shape(x: Shape, weight: Shape, stride=1, padding=0, dilation=1, groups:
     return result if batched else result[1:]
 
 
+def require_greater(a: Dim, b: Dim, code: str, what: str) -> None:
+    """Check ``a > b``: raise if never, report a requirement if only for some sizes."""
+    verdict = sym.compare(">", a, b)
+    if verdict is False:
+        raise ShapeError(code, f"{what}: {sym.dim_pretty(a)} <= {sym.dim_pretty(b)}", (a, b))
+    if verdict is None and a is not None and b is not None:
+        _send_requirement(">", a, b, what)
+
+
 def _require_positive(d: Dim, what: str) -> None:
     verdict = sym.compare(">", d, 0)
     if verdict is False:
         raise ShapeError("SI143", f"{what} {sym.dim_pretty(d)} is not positive: input too small", (d,))
     if verdict is None and d is not None:
-        sink = _requirement_sink.get()
-        if sink is not None:
-            sink(">", d, 0, f"{what} (input too small otherwise)")
+        _send_requirement(">", d, 0, f"{what} (input too small otherwise)")
 
 
 def pool_shape(x: Shape, kernel_size, stride=None, padding=0, dilation=1, ceil_mode: bool = False,
                n_spatial: int = 2) -> Shape:
     if len(x) not in (n_spatial + 1, n_spatial + 2):
         raise ShapeError("SI144", f"pool{n_spatial}d expects a {n_spatial + 1}-d or {n_spatial + 2}-d "
-                         f"input, got {sym.shape_str(x)}")
+                         f"input, got {sym.shape_str(x)}", x)
     k = _tuple(kernel_size, n_spatial)
     s = _tuple(stride if stride not in (None, [], ()) else kernel_size, n_spatial)
     p, d = _tuple(padding, n_spatial), _tuple(dilation, n_spatial)
@@ -525,7 +544,7 @@ def pool_shape(x: Shape, kernel_size, stride=None, padding=0, dilation=1, ceil_m
     for i in range(n_spatial):
         if p[i] > (d[i] * (k[i] - 1) + 1) // 2:
             raise ShapeError("SI144", f"pool padding {p[i]} is more than half the kernel "
-                             f"{d[i] * (k[i] - 1) + 1}")
+                             f"{d[i] * (k[i] - 1) + 1}", (p[i], d[i] * (k[i] - 1) + 1))
         size = x[len(x) - n_spatial + i]
         span = sym.add(sym.sub(sym.add(size, 2 * p[i]), d[i] * (k[i] - 1)), -1)
         if ceil_mode:
@@ -570,22 +589,48 @@ def interpolate_shape(x: Shape, size=None, scale_factor=None) -> Shape:
     return tuple(x[:2]) + tuple(out)
 
 
-def pad_shape(x: Shape, pad: Sequence[Dim]) -> Shape:
+def pad_shape(x: Shape, pad: Sequence[Dim], mode: str = "constant") -> Shape:
+    """F.pad. The other modes than 'constant' pad only the last 1-3 dims of a batched or
+    unbatched input; 'reflect' needs each pad below the size it pads, 'circular' at most
+    the size (it wraps around once)."""
     if len(pad) % 2:
         raise ShapeError("SI146", "pad needs an even number of values")
     n = len(pad) // 2
     if n > len(x):
-        raise ShapeError("SI146", f"pad of {n} dims on a rank-{len(x)} tensor")
+        raise ShapeError("SI146", f"pad of {n} dims on a rank-{len(x)} tensor {sym.shape_str(x)}", x)
+    if mode != "constant" and len(x) not in (n + 1, n + 2):
+        raise ShapeError("SI146", f"{mode} padding of the last {n} dims needs a {n + 1}-d or {n + 2}-d "
+                         f"input, got {sym.shape_str(x)}", x)
     out = list(x)
     for i in range(n):
         d = len(x) - 1 - i
+        for p in pad[2 * i:2 * i + 2]:
+            if mode == "reflect":
+                require_greater(x[d], p, "SI146", f"reflect padding {sym.dim_pretty(p)} must be less than "
+                                f"the size {sym.dim_pretty(x[d])} it pads")
+            elif mode == "circular":
+                require_greater(sym.add(x[d], 1), p, "SI146", f"circular padding {sym.dim_pretty(p)} must be "
+                                f"at most the size {sym.dim_pretty(x[d])} it pads")
         out[d] = sym.add(sym.add(out[d], pad[2 * i]), pad[2 * i + 1])
     return tuple(out)
 
 
+def instance_norm_spatial(x: Shape) -> None:
+    """Instance norm over batch statistics needs more than one value per channel: torch
+    raises when the spatial dims (after batch and channel) multiply to exactly 1."""
+    spatial = sym.product(x[2:])
+    if sym.is_concrete(spatial):
+        if spatial == 1:
+            raise ShapeError("SI143", f"instance norm of {sym.shape_str(x)}: one spatial element per "
+                             f"channel", x)
+        return
+    # symbolic dims are positive: the product is 1 exactly when it is not greater
+    require_greater(spatial, 1, "SI143", f"instance norm of {sym.shape_str(x)}: more than one spatial element")
+
+
 def pixel_shuffle_shape(x: Shape, r: int) -> Shape:
     if len(x) < 3:
-        raise ShapeError("SI147", "pixel_shuffle needs a tensor of rank >= 3")
+        raise ShapeError("SI147", f"pixel_shuffle needs a tensor of rank >= 3, got {sym.shape_str(x)}", x)
     c = x[-3]
     cr = sym.floordiv(c, r * r)
     require_equal(sym.mod(c, r * r), 0, "SI147", f"pixel_shuffle: channels divisible by {r * r}")

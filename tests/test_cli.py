@@ -143,6 +143,33 @@ def test_check_json_and_sarif(capsys):
     assert res["locations"][0]["physicalLocation"]["region"]["startLine"] == 14
 
 
+@pytest.mark.parametrize("name,dims", [
+    ("bug_linear.py", ["5408", "5000"]),  # an error from a shape rule
+    ("bug_permute.py", ["T", "16"]),  # a requirement (SI300) that fails at the sample
+    ("bug_cat.py", ["32", "24"]),
+    ("bug_unseen_path.py", ["16*B", "32*B"]),  # an error on a path the sample does not take
+])
+def test_check_json_and_sarif_carry_dims(capsys, name, dims):
+    """The dims a message names are also data: a 'dims' list in JSON, and in SARIF the
+    result's property bag; the message and the other keys are unchanged."""
+    code, out, _ = run(["check", str(DATA / name), "--format", "json", "-q"], capsys)
+    first = json.loads(out)["diagnostics"][0]
+    assert first["dims"] == dims
+    assert {"file", "line", "col", "severity", "code", "message"} <= set(first)
+    assert all(d in first["message"] for d in dims)
+    code, out, _ = run(["check", str(DATA / name), "--format", "sarif", "-q"], capsys)
+    res = json.loads(out)["runs"][0]["results"][0]
+    assert res["properties"]["dims"] == dims and res["ruleId"] == first["code"]
+
+
+def test_diagnostic_dims_are_optional_data():
+    from shapeinfer.diagnostics import Diagnostic
+
+    assert "dims" not in Diagnostic("SI001", "no shape rule for f", "m.py", 3).to_json()
+    given = Diagnostic("SI131", "linear: 7 != 8", "m.py", 3, dims=(7, 8))
+    assert given.to_json()["dims"] == ["7", "8"]
+
+
 def test_check_finds_nothing_in_the_correct_examples(capsys):
     examples = sorted(str(p) for p in (ROOT / "examples").glob("*.py") if not p.name.startswith("train_"))
     code, out, err = run(["check", *examples, "--warnings", "-q"], capsys)

@@ -52,7 +52,8 @@ def getitem(ctx, input, index):
         else:
             n_consumed += 1
     if n_consumed > len(t.shape):
-        raise shape_fns.ShapeError("SI120", f"too many indices for a tensor of rank {len(t.shape)}")
+        raise shape_fns.ShapeError("SI120", f"too many indices for a tensor of rank {len(t.shape)} "
+                                   f"{sym.shape_str(t.shape)}", t.shape)
     out: list = []
     advanced: list = []  # shapes of index tensors, broadcast together
     adv_pos = None
@@ -87,7 +88,8 @@ def getitem(ctx, input, index):
         if isinstance(i, Const) and isinstance(i.obj, int) or isinstance(i, SymScalar):
             if isinstance(i, Const) and sym.is_concrete(t.shape[dim]):
                 if not -t.shape[dim] <= i.obj < t.shape[dim]:
-                    raise shape_fns.ShapeError("SI120", f"index {i.obj} is out of bounds for size {t.shape[dim]}")
+                    raise shape_fns.ShapeError("SI120", f"index {i.obj} is out of bounds for size {t.shape[dim]}",
+                                               (i.obj, t.shape[dim]))
             dim += 1
             continue
         if isinstance(i, TensorType) and i.dtype in (torch.bool, torch.uint8):

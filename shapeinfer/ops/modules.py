@@ -45,9 +45,8 @@ def unflatten_module(ctx, module, input):
 def conv_module(ctx, module, input):
     x, w = T(input), from_python(module.weight)
     if module.padding_mode != "zeros":
-        pad = [p for p in reversed(module._reversed_padding_repeated_twice)] if False else \
-            list(module._reversed_padding_repeated_twice)
-        x = like(x, shape_fns.pad_shape(shape_of(x), pad))
+        pad = list(module._reversed_padding_repeated_twice)
+        x = like(x, shape_fns.pad_shape(shape_of(x), pad, module.padding_mode))
         padding = 0
     else:
         padding = module.padding
@@ -108,12 +107,13 @@ def batch_norm_module(ctx, module, input):
     expected_rank = {nn.BatchNorm1d: (2, 3), nn.BatchNorm2d: (4,), nn.BatchNorm3d: (5,)}.get(type(module))
     if expected_rank and len(s) not in expected_rank:
         raise shape_fns.ShapeError("SI150", f"{type(module).__name__} expects a "
-                                   f"{' or '.join(str(r) + '-d' for r in expected_rank)} input, got {len(s)}-d")
+                                   f"{' or '.join(str(r) + '-d' for r in expected_rank)} input, got "
+                                   f"{len(s)}-d {sym.shape_str(s)}", s)
     shape_fns.require_equal(s[1], module.num_features, "SI150",
                             f"{type(module).__name__}({module.num_features}): input channels")
     if sym.equal(s[1], module.num_features) is False:
         raise shape_fns.ShapeError("SI150", f"{type(module).__name__}: input has {sym.dim_pretty(s[1])} "
-                                   f"channels, expected {module.num_features}")
+                                   f"channels, expected {module.num_features}", (s[1], module.num_features))
     return x
 
 
@@ -121,9 +121,15 @@ def batch_norm_module(ctx, module, input):
 def instance_norm_module(ctx, module, input):
     x = T(input)
     s = shape_of(x)
+    n = _n_spatial(module)
+    if len(s) not in (n + 1, n + 2):
+        raise shape_fns.ShapeError("SI150", f"{type(module).__name__} expects a {n + 1}-d or {n + 2}-d input, "
+                                   f"got {sym.shape_str(s)}", s)
+    batched = len(s) == n + 2
     if module.affine:
-        ch = s[1] if len(s) == _n_spatial(module) + 2 else s[0]
-        shape_fns.require_equal(ch, module.num_features, "SI150", "InstanceNorm channels")
+        shape_fns.require_equal(s[1] if batched else s[0], module.num_features, "SI150", "InstanceNorm channels")
+    if module.training or not module.track_running_stats:  # statistics of the input itself
+        shape_fns.instance_norm_spatial(s if batched else (1,) + tuple(s))
     return x
 
 
@@ -208,7 +214,11 @@ def upsample_module(ctx, module, input):
              nn.CircularPad3d)
 def pad_module(ctx, module, input):
     x = T(input)
-    return like(x, shape_fns.pad_shape(shape_of(x), module.padding))
+    return like(x, shape_fns.pad_shape(shape_of(x), module.padding, _PAD_MODES.get(type(module).__name__[:-2],
+                                                                                  "constant")))
+
+
+_PAD_MODES = {"ReflectionPad": "reflect", "ReplicationPad": "replicate", "CircularPad": "circular"}
 
 
 @module_rule(nn.PixelShuffle)

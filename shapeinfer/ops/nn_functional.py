@@ -128,6 +128,8 @@ def instance_norm(ctx, input, running_mean=None, running_var=None, weight=None, 
     s = shape_of(x)
     if not is_none(weight):
         shape_fns.require_equal(s[1], shape_of(weight)[0], "SI150", "instance_norm: channels")
+    if bool_arg(use_input_stats, True):
+        shape_fns.instance_norm_spatial(s)
     return x
 
 
@@ -137,7 +139,8 @@ def layer_norm(ctx, input, normalized_shape, weight=None, bias=None, eps=1e-5, *
     s = shape_of(x)
     ns = dims_arg(normalized_shape)
     if len(ns) > len(s):
-        raise shape_fns.ShapeError("SI150", f"layer_norm over {len(ns)} dims of a {len(s)}-d input")
+        raise shape_fns.ShapeError("SI150", f"layer_norm over {len(ns)} dims of a {len(s)}-d input "
+                                   f"{sym.shape_str(s)}", s)
     for a, b in zip(s[len(s) - len(ns):], ns):
         if sym.equal(a, b) is False:
             raise shape_fns.ShapeError("SI150", f"layer_norm: input ends with {sym.shape_str(s[len(s) - len(ns):])}"
@@ -203,7 +206,7 @@ def interpolate(ctx, input, size=None, scale_factor=None, mode="nearest", align_
 @op("pad", F.pad, torch.constant_pad_nd)
 def pad(ctx, input, pad, mode="constant", value=None):
     x = T(input)
-    return like(x, shape_fns.pad_shape(shape_of(x), dims_arg(pad)))
+    return like(x, shape_fns.pad_shape(shape_of(x), dims_arg(pad), py(mode, "mode")))
 
 
 @op("unfold", F.unfold)

@@ -23,7 +23,8 @@ def rnn_module(ctx, module, input, hx=None):
     s = shape_of(x)
     batched = len(s) == 3
     if len(s) not in (2, 3):
-        raise shape_fns.ShapeError("SI152", f"{type(module).__name__} expects a 2-d or 3-d input, got {len(s)}-d")
+        raise shape_fns.ShapeError("SI152", f"{type(module).__name__} expects a 2-d or 3-d input, got "
+                                   f"{len(s)}-d {sym.shape_str(s)}", s)
     if batched:
         seq, batch = (s[1], s[0]) if module.batch_first else (s[0], s[1])
     else:
@@ -58,7 +59,7 @@ def rnn_cell_module(ctx, module, input, hx=None):
     s = shape_of(x)
     if len(s) not in (1, 2):
         raise shape_fns.ShapeError("SI152", f"{type(module).__name__} expects a 1-d or 2-d input, got "
-                                   f"{len(s)}-d {sym.shape_str(s)}")
+                                   f"{len(s)}-d {sym.shape_str(s)}", s)
     _check(s[-1], module.input_size, f"{type(module).__name__} input_size")
     h_shape = tuple(s[:-1]) + (module.hidden_size,)
     if not is_none(hx):

@@ -7,6 +7,7 @@ import collections
 import torch
 
 from .. import shape_fns
+from .. import symbolic as sym
 from ..values import Const, ObjV, TupleV
 from .common import (T, bool_arg, default_float, int_dtype, is_none, like, py, result_dtype, same_dtype,
                      shape_of, to_dtype)
@@ -155,7 +156,8 @@ def matmul(ctx, input, other, *, out=None):
 def mm(ctx, input, mat2, *, out=None):
     a, b = shape_of(input), shape_of(mat2)
     if len(a) != 2 or len(b) != 2:
-        raise shape_fns.ShapeError("SI161", f"mm expects 2-d tensors, got {len(a)}-d and {len(b)}-d")
+        raise shape_fns.ShapeError("SI161", f"mm expects 2-d tensors, got {sym.shape_str(a)} and "
+                                   f"{sym.shape_str(b)}", tuple(a) + tuple(b))
     return matmul(ctx, input, mat2)
 
 
@@ -163,7 +165,8 @@ def mm(ctx, input, mat2, *, out=None):
 def bmm(ctx, input, mat2, *, out=None):
     a, b = shape_of(input), shape_of(mat2)
     if len(a) != 3 or len(b) != 3:
-        raise shape_fns.ShapeError("SI161", f"bmm expects 3-d tensors, got {len(a)}-d and {len(b)}-d")
+        raise shape_fns.ShapeError("SI161", f"bmm expects 3-d tensors, got {sym.shape_str(a)} and "
+                                   f"{sym.shape_str(b)}", tuple(a) + tuple(b))
     shape_fns.require_equal(a[0], b[0], "SI130", "bmm batch sizes")
     return matmul(ctx, input, mat2)
 
