@@ -245,3 +245,32 @@ def test_compile_replays_only_when_the_plan_says_shape_only(gpt):
     assert lr.compile(gpt.make_model(dropout=0.0).to(DEV), shapes=plan)._lr_replayer is not None
     assert lr.compile(gpt.make_model(dropout=0.0).to(DEV), shapes=plan,
                       replay=False)._lr_replayer is None
+
+
+def test_hugging_face_model_training_replays_bit_for_bit():
+    """Third-party code: keyword arguments, a ModelOutput result, dropout, the loss
+    computed inside forward."""
+    transformers = pytest.importorskip("transformers")
+    cfg = transformers.DistilBertConfig(vocab_size=100, dim=32, n_layers=2, n_heads=4,
+                                        hidden_dim=64, dropout=0.1, attention_dropout=0.1)
+    runs = {}
+    for replay in (False, True):
+        torch.manual_seed(0)
+        model = transformers.DistilBertForSequenceClassification(cfg).to(DEV)
+        if replay:
+            model = lr.compile(model, replay=True)
+        opt = torch.optim.AdamW(model.parameters(), lr=1e-3)
+        lr.reset_metrics()
+        losses = []
+        for i in range(3):
+            g = torch.Generator().manual_seed(i)
+            ids, y = torch.randint(0, 100, (2, 9), generator=g), torch.randint(0, 2, (2,), generator=g)
+            out = model(input_ids=ids.to(DEV), labels=y.to(DEV))
+            out.loss.backward()
+            opt.step()
+            opt.zero_grad()
+            lr.mark_step()
+            losses.append(out.loss.item())
+        runs[replay] = (losses, lr.metrics())
+    assert runs[True][0] == runs[False][0]
+    assert runs[True][1]["replays"] == 2 and runs[True][1]["replay_misses"] == {}
