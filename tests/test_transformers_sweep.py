@@ -3,6 +3,7 @@ transformers modeling files: no exception escapes ``analyze``, and whatever cann
 analyzed says why. Also the analyzer's containment of its own failures, and the Python
 constructs the sweep found missing."""
 
+import contextvars
 import sys
 from pathlib import Path
 
@@ -10,7 +11,7 @@ import pytest
 import torch
 
 import shapeinfer
-from shapeinfer.values import TensorType, Unknown
+from shapeinfer.values import ListV, TensorType, Unknown
 
 pytest.importorskip("transformers")
 sys.path.insert(0, str(Path(__file__).resolve().parent.parent / "benchmarks"))
@@ -129,10 +130,14 @@ class _Registry(dict):
 
 
 _REGISTRY = _Registry({"a": {"n": 3}})
+_COLLECTOR = contextvars.ContextVar("collector")
 
 
 class _UsesRegistryAndFlags(torch.nn.Module):
     def forward(self, x):
+        token = _COLLECTOR.set({"seen": []})
+        collected = _COLLECTOR.get()
+        _COLLECTOR.reset(token)
         found = _REGISTRY.get("a")
         missing = _REGISTRY.get("b")
         flags = [False, True, True]
@@ -141,13 +146,16 @@ class _UsesRegistryAndFlags(torch.nn.Module):
         return x.reshape(found["n"] * first * count, -1), missing
 
 
-def test_super_method_of_a_builtin_base_and_index_of_concrete_lists():
+def test_super_method_of_a_builtin_base_context_variables_and_index_of_concrete_lists():
     model = _UsesRegistryAndFlags()
     x = torch.randn(6, 4)
     result = shapeinfer.analyze(model, (x,), dims={"x": (6, "N")})
     values = {e.name: e.values[0][1] for e in result.entries_in(__file__)}
     assert values["found"].obj == {"n": 3} and values["missing"].items == {}
     assert values["first"].obj == 1 and values["count"].obj == 2
+    assert isinstance(values["collected"].items["seen"], ListV)
+    with pytest.raises(LookupError):  # the real variable is left alone
+        _COLLECTOR.get()
     out, _ = model(x)
     assert isinstance(result.output.items[0], TensorType)
     assert result.output.items[0].shape[0] == out.shape[0]

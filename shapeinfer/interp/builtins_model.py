@@ -726,3 +726,45 @@ def _identity_decorator(function):  # what functools.wraps(f) returns, for the a
 HANDLERS[_ft.update_wrapper] = _keep_wrapper
 HANDLERS[_ft.wraps] = lambda c, args, kwargs, frame: Const(_identity_decorator)
 HANDLERS[_identity_decorator] = lambda c, args, kwargs, frame: args[0]
+
+
+# ---- C methods of concrete objects, by (type, name) ----------------------------------------
+
+import contextvars as _cv  # noqa: E402
+
+BOUND_METHODS: dict = {}  # (type, method name) -> handler(caller, self_obj, args, kwargs, frame)
+
+
+class _ContextToken:
+    """What ContextVar.set returns during the analysis: the variable and what it held."""
+
+
+def _context_var_set(c, var, args, kwargs, frame):
+    # The value lives in the analysis' overlay, never in the real variable (it may be abstract).
+    key = (id(var), "<context value>")
+    token = ObjV(_ContextToken, {"previous": c.ctx.attr_overlay.get(key)})
+    c.ctx.attr_overlay[key] = args[0] if args else kwargs.get("value", NONE)
+    return token
+
+
+def _context_var_get(c, var, args, kwargs, frame):
+    value = c.ctx.attr_overlay.get((id(var), "<context value>"))
+    if value is not None:
+        return value
+    return _real(var.get, args, kwargs) if _all_const(args, kwargs) else Unknown("ContextVar.get")
+
+
+def _context_var_reset(c, var, args, kwargs, frame):
+    token = args[0] if args else kwargs.get("token")
+    if isinstance(token, ObjV) and token.cls is _ContextToken:
+        key = (id(var), "<context value>")
+        previous = token.attrs["previous"]
+        if previous is None:
+            c.ctx.attr_overlay.pop(key, None)
+        else:
+            c.ctx.attr_overlay[key] = previous
+    return NONE
+
+
+BOUND_METHODS.update({(_cv.ContextVar, "set"): _context_var_set, (_cv.ContextVar, "get"): _context_var_get,
+                      (_cv.ContextVar, "reset"): _context_var_reset})

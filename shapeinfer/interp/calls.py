@@ -47,6 +47,7 @@ class Caller:
 
         self.builtins = builtins_model.HANDLERS
         self.container_methods = builtins_model.CONTAINER_METHODS
+        self.bound_methods = builtins_model.BOUND_METHODS
 
     # ------------------------------------------------------------------ values
     def wrap(self, obj: Any) -> Value:
@@ -105,6 +106,10 @@ class Caller:
         handler = _lookup(self.builtins, obj)
         if handler is not None:
             return handler(self, args, kwargs, frame)
+        if isinstance(obj, types.BuiltinMethodType) and obj.__self__ is not None:
+            method = self.bound_methods.get((type(obj.__self__), obj.__name__))
+            if method is not None:
+                return method(self, obj.__self__, args, kwargs, frame)
         if obj in _NO_OP_CALLS or _is_logging_call(obj):
             return NONE
         if getattr(obj, "__name__", None) in _FALSE_IN_ANALYSIS and _is_torch_callable(obj):
