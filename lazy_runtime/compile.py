@@ -17,7 +17,7 @@ import json
 import re
 
 from .dynamic import mark_dynamic
-from .replay import Replayer
+from .replay import Replayer, module_state, optimizer_state
 from .tensor import LazyTensor
 from . import ir
 
@@ -64,7 +64,7 @@ def compile(model, shapes=None, replay=None):  # noqa: A001  (the public name of
     if replay is None:
         replay = shape_only
     forward = model.forward
-    inner = Replayer(model, forward) if replay else forward
+    inner = Replayer(forward, functools.partial(module_state, model)) if replay else forward
     if not marks and not replay:
         return model
     sig = inspect.signature(forward)
@@ -89,3 +89,24 @@ def compile(model, shapes=None, replay=None):  # noqa: A001  (the public name of
     model._lr_input_marks = marks
     model._lr_replayer = inner if replay else None
     return model
+
+
+def compile_optimizer(opt, capturable: bool = True):
+    """Replay ``opt.step()``: a step whose parameters, grads, state layout and
+    hyper-parameters were seen before records one node instead of the optimizer's
+    Python (a few hundred ops for Adam on a small model).
+
+    Replay needs every step-dependent value on the device: with ``capturable=True`` (the
+    default here) optimizers that have the option (Adam, AdamW, ...) keep their step count
+    as a device tensor and compute the bias corrections in the graph. Hyper-parameters are
+    guarded by value: a learning rate that changes every step is traced every step.
+    Returns ``opt`` (its ``step`` is wrapped on the instance).
+    """
+    if capturable:
+        for group in opt.param_groups:
+            if "capturable" in group:
+                group["capturable"] = True
+    step = opt.step
+    opt.step = functools.wraps(step)(Replayer(step, functools.partial(optimizer_state, opt),
+                                              differentiable=False))
+    return opt

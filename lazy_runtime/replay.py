@@ -320,7 +320,7 @@ class _Capture:
         try:
             mark.check_no_sync()
             if self.snapshot_of() != snap0:
-                raise NotReplayable("changes a module attribute")
+                raise NotReplayable("changes a module attribute or optimizer state")
             self._cut_forward(flat, spec)
         except NotReplayable as e:
             self.entry.fail(str(e))
@@ -328,8 +328,6 @@ class _Capture:
 
     def _cut_forward(self, flat, spec):
         e = self.entry
-        if not any(isinstance(v, torch.Tensor) for v in flat):
-            raise NotReplayable("returns no tensor")
         storages = {id(t._st) for t in self.tensors}
         outs, consts = [], []
         for v in flat:
@@ -353,6 +351,8 @@ class _Capture:
                 if t._vw:
                     raise NotReplayable("writes into a view of an argument")
                 mutations.append((j, t._st.node))
+        if not outs and not mutations:
+            raise NotReplayable("neither returns nor writes a tensor")
         e.out_spec, e.out_consts, e.n_out = spec, tuple(consts), len(outs)
         e.out_diff = tuple(o.requires_grad for o in outs)
         e.mutations = tuple((j, len(outs) + i) for i, (j, _) in enumerate(mutations))
@@ -496,17 +496,20 @@ class _CaptureFn(torch.autograd.Function):
         return (None, *out)
 
 
-# ---- the per-module replayer ----------------------------------------------------------
+# ---- replayers: a module's forward, an optimizer's step ------------------------------
 
 
 class Replayer:
-    """Wraps a module's forward: replays known signatures, captures new ones."""
+    """Wraps a call (a module's forward, an optimizer's step): replays known signatures,
+    captures new ones. ``state()`` gives (a hashable snapshot of what the call reads
+    besides its arguments, the tensors it owns: parameters, buffers, optimizer state)."""
 
     MAX_CAPTURES = 3  # captures of one signature whose backward never came: give up
 
-    def __init__(self, module, forward, max_entries: int = 16):
-        self.module = module
+    def __init__(self, forward, state, differentiable: bool = True, max_entries: int = 16):
         self.forward = forward
+        self.state = state
+        self.differentiable = differentiable
         self.entries: collections.OrderedDict = collections.OrderedDict()
         self.max_entries = max_entries
 
@@ -544,7 +547,8 @@ class Replayer:
         except NotReplayable as err:
             e.fail(str(err))
             return self.forward(*args, **kwargs)
-        if not (torch.is_grad_enabled() and any(t.requires_grad for t in tensors)):
+        if not (self.differentiable and torch.is_grad_enabled()
+                and any(t.requires_grad for t in tensors)):
             out, _ = cap.run()
             if e.state == "capture":
                 cap.finish_forward_only()
@@ -580,31 +584,72 @@ class Replayer:
         return tuple(key), tensors + owned
 
     def _snapshot(self):
-        return self._state()[0]
+        return self.state()[0]
 
     def _state(self):
-        """(a hashable snapshot of the module tree, its parameters and buffers)."""
-        if (_nn_module._global_forward_hooks or _nn_module._global_forward_pre_hooks
-                or _nn_module._global_backward_hooks or _nn_module._global_backward_pre_hooks):
-            raise NotReplayable("global module hooks are registered")
-        snap = []
-        owned = []
-        seen = set()
-        for m in self.module.modules():
-            d = m.__dict__
-            if d["_forward_hooks"] or d["_forward_pre_hooks"] or d["_backward_hooks"] \
-                    or d.get("_backward_pre_hooks"):
-                raise NotReplayable("module hooks are registered")
-            for k, v in d.items():
-                if type(v) in _SIMPLE_ATTRS:
-                    snap.append((k, v))
-                elif isinstance(v, torch.Tensor):
+        return self.state()
+
+
+def module_state(module):
+    """(a hashable snapshot of the module tree, its parameters and buffers)."""
+    if (_nn_module._global_forward_hooks or _nn_module._global_forward_pre_hooks
+            or _nn_module._global_backward_hooks or _nn_module._global_backward_pre_hooks):
+        raise NotReplayable("global module hooks are registered")
+    snap = []
+    owned = []
+    seen = set()
+    for m in module.modules():
+        d = m.__dict__
+        if d["_forward_hooks"] or d["_forward_pre_hooks"] or d["_backward_hooks"] \
+                or d.get("_backward_pre_hooks"):
+            raise NotReplayable("module hooks are registered")
+        for k, v in d.items():
+            if type(v) in _SIMPLE_ATTRS:
+                snap.append((k, v))
+            elif isinstance(v, torch.Tensor):
+                snap.append((k, id(v)))
+        for table in (d["_parameters"], d["_buffers"]):
+            for k, t in table.items():
+                if t is None or id(t) in seen:
+                    continue
+                seen.add(id(t))
+                owned.append(t)
+                snap.append((k, id(t), t.requires_grad, tuple(t.shape), t.dtype))
+    return tuple(snap), owned
+
+
+def optimizer_state(opt):
+    """(a hashable snapshot of an optimizer's hyper-parameters and state layout, the
+    tensors its step reads and writes: parameters, their grads, the state tensors)."""
+    if opt._optimizer_step_pre_hooks or opt._optimizer_step_post_hooks:
+        raise NotReplayable("optimizer step hooks are registered")
+    snap = []
+    owned = []
+    for g in opt.param_groups:
+        for k, v in g.items():
+            if k == "params":
+                continue
+            if isinstance(v, torch.Tensor):
+                raise NotReplayable(f"the hyper-parameter {k} is a tensor")
+            if not (type(v) in _SIMPLE_ATTRS or (type(v) is tuple and all(
+                    type(x) in _SIMPLE_ATTRS for x in v))):
+                raise NotReplayable(f"the hyper-parameter {k} is a {type(v).__name__}")
+            snap.append((k, v))
+        for p in g["params"]:
+            owned.append(p)
+            snap.append((id(p), p.requires_grad))
+            if p.grad is not None:
+                owned.append(p.grad)
+                snap.append(("grad", tuple(p.grad.shape), p.grad.dtype))
+            state = opt.state.get(p)
+            for k, v in sorted(state.items()) if state else ():
+                if isinstance(v, torch.Tensor):
+                    if not isinstance(v, LazyTensor):
+                        raise NotReplayable(
+                            f"optimizer state '{k}' is on the CPU (a step count: "
+                            "capturable=True keeps it on the device)")
+                    owned.append(v)
                     snap.append((k, id(v)))
-            for table in (d["_parameters"], d["_buffers"]):
-                for k, t in table.items():
-                    if t is None or id(t) in seen:
-                        continue
-                    seen.add(id(t))
-                    owned.append(t)
-                    snap.append((k, id(t), t.requires_grad, tuple(t.shape), t.dtype))
-        return tuple(snap), owned
+                else:
+                    snap.append((k, v))
+    return tuple(snap), owned

@@ -274,3 +274,41 @@ def test_hugging_face_model_training_replays_bit_for_bit():
         runs[replay] = (losses, lr.metrics())
     assert runs[True][0] == runs[False][0]
     assert runs[True][1]["replays"] == 2 and runs[True][1]["replay_misses"] == {}
+
+
+@pytest.mark.parametrize("make_opt", [
+    lambda ps: torch.optim.SGD(ps, lr=0.05, momentum=0.9, weight_decay=1e-4),
+    lambda ps: torch.optim.Adam(ps, lr=1e-2),
+    lambda ps: torch.optim.AdamW(ps, lr=1e-2, weight_decay=0.01)], ids=["sgd", "adam", "adamw"])
+def test_optimizer_steps_replay_bit_for_bit(make_opt):
+    ex = load_example("mlp")
+    batches = [ex.make_batch(i) for i in range(5)]
+    runs = {}
+    for replay in (False, True):
+        torch.manual_seed(0)
+        model = ex.make_model().to(DEV)
+        opt = make_opt(model.parameters())
+        for group in opt.param_groups:     # the traced run computes the same way
+            if "capturable" in group:
+                group["capturable"] = True
+        if replay:
+            model, opt = lr.compile(model, replay=True), lr.compile_optimizer(opt)
+        lr.reset_metrics()
+        runs[replay] = (train_losses(model, opt, batches, ex.loss_fn), lr.metrics(),
+                        [p.cpu() for p in model.parameters()])
+    assert runs[True][0] == runs[False][0]
+    for a, b in zip(runs[True][2], runs[False][2]):
+        assert torch.equal(a, b)
+    # forward: steps 2-5; optimizer: steps 3-5 (step 1 creates the state, step 2 captures)
+    assert runs[True][1]["replays"] == 4 + 3, runs[True][1]["replay_misses"]
+
+
+def test_an_optimizer_counting_steps_on_the_cpu_is_traced_with_the_reason():
+    ex = load_example("mlp")
+    model = ex.make_model().to(DEV)
+    opt = lr.compile_optimizer(torch.optim.Adam(model.parameters(), lr=1e-2), capturable=False)
+    lr.reset_metrics()
+    train_losses(model, opt, [ex.make_batch(i) for i in range(3)], ex.loss_fn)
+    m = lr.metrics()
+    assert m["replays"] == 0
+    assert any("capturable=True" in r for r in m["replay_misses"]), m["replay_misses"]
