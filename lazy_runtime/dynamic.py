@@ -285,30 +285,66 @@ class Cx:
         self.disabled = disabled
         self.guesses: list = []   # (site, symbol) in order
         self.site = None
+        self.derived: set = set()  # symbols made by ``derive`` in this pass
+        self.shrunk: dict = {}    # derived symbol -> (its base symbol, k): size n(base) - k
+
+    def derive(self, name: str, size: int, padded: int) -> str:
+        """A new symbol for a size that is a function of other symbols' sizes (``name``
+        spells that function, so the key tells traces apart by it): its true size here is
+        ``size``, its padded size ``padded``. A name taken with other sizes gets primes."""
+        if size < 1 or padded < size:
+            raise NoPadRule("derive", f"{name} of size {size} (padded {padded})", retry=False)
+        while name in self.sizes and (self.sizes[name], self.buckets[name]) != (size, padded):
+            name += "'"
+        self.sizes[name] = size
+        self.buckets[name] = padded
+        self.derived.add(name)
+        return name
+
+    def shrink(self, sym: str, k: int) -> str:
+        """The symbol of size ``n(sym) - k`` (``x[:, 1:]``, ``x[:, :-1]``, a valid conv),
+        padded like ``sym``: its elements keep their positions, so it costs no copy."""
+        if k == 0:
+            return sym
+        base, k0 = self.shrunk.get(sym, (sym, 0))
+        name = self.derive(f"{base}-{k0 + k}", self.sizes[base] - k0 - k, self.buckets[base])
+        self.shrunk[name] = (base, k0 + k)
+        return name
 
     def symbolize(self, v: int, site):
-        """The dim for size ``v`` of an op argument: a symbol if exactly one has size v."""
-        if v <= 1 or (self.site, site) in self.disabled:
+        """The dim for size ``v`` of an op argument: a symbol if exactly one has size v.
+        Symbols derived in this graph (the T-1 of ``x[:, 1:]``) are candidates only when
+        no other is; a candidate withdrawn at this site lets the next one be tried."""
+        if v <= 1:
             return (v,)
-        cands = [s for s, n in self.sizes.items() if n == v]
-        if len(cands) != 1:
-            return (v,)
-        self.guesses.append(((self.site, site), cands[0]))
-        return (cands[0],)
+        at = (self.site, site)
+        for tier in (sorted(set(self.sizes) - self.derived), sorted(self.derived)):
+            cands = [s for s in tier if self.sizes[s] == v and (at, s) not in self.disabled]
+            if len(cands) > 1:
+                break
+            if cands:
+                self.guesses.append((at, cands[0]))
+                return (cands[0],)
+        return (v,)
 
-    def runtime_int(self, v: int, syms):
-        """``v`` as c * (product of some of ``syms``' true sizes), the most symbols first;
-        ``v`` itself when no product divides it."""
+    def runtime_int(self, v: int, layouts):
+        """``v`` as c * (product of some symbols' true sizes) when it is the element count
+        of some of ``layouts``' factors (a mean's divisor): the subset with the most
+        symbols wins, c being the product of its concrete factors; ``v`` itself when no
+        subset counts ``v`` elements."""
         import itertools
-        syms = sorted(syms)
-        for r in range(len(syms), 0, -1):
-            for sub in itertools.combinations(syms, r):
-                p = 1
-                for s in sub:
-                    p *= self.sizes[s]
-                if p > 1 and v % p == 0:
-                    return RtInt(v // p, sub)
-        return v
+        factors = [f for lay in dict.fromkeys(layouts) for d in lay for f in d if f != 1][:12]
+        best = None
+        for r in range(1, len(factors) + 1):
+            for sub in itertools.combinations(factors, r):
+                syms = tuple(f for f in sub if type(f) is str)
+                c = 1
+                for f in sub:
+                    c *= f if type(f) is int else 1
+                if syms and c * dsize(syms, self.sizes) == v and (
+                        best is None or len(syms) > len(best.syms)):
+                    best = RtInt(c, syms)
+        return v if best is None else best
 
 
 class SymPlan:
@@ -332,9 +368,9 @@ def build_plan(g: ir.Graph, fresh: frozenset, auto: dict):
             if not e.retry:
                 break
             # withdraw the latest guess that the contradicting values came from
-            blame = sorted((site for site, s in e.cx.guesses
-                            if site in e.prov and site not in disabled
-                            and (not e.syms or s in e.syms)), key=lambda t: t[0])
+            blame = sorted(((site, s) for site, s in e.cx.guesses
+                            if site in e.prov and (site, s) not in disabled
+                            and (not e.syms or s in e.syms)), key=lambda t: t[0][0])
             if not blame:
                 break
             disabled.add(blame[-1])

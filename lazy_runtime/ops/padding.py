@@ -27,9 +27,12 @@ from __future__ import annotations
 
 import jax.numpy as jnp
 import torch
+from jax import lax
 
-from ..dynamic import NoPadRule, Pad, SymSize, dnorm, dsize, has_sym, is_sym, sym_or_int
-from .common import jdt, norm_dim, norm_dims, opmath
+from ..dynamic import (NoPadRule, Pad, SymSize, concrete, dnorm, dsize, has_sym, is_sym,
+                       sym_or_int)
+from .common import jdt, norm_dim, norm_dims, opmath, vjp
+from .nn import _batch_norm, _f32, _tup, lower_convolution, lower_convolution_backward
 from .registry import ELEMENTWISE, pad_rule
 
 aten = torch.ops.aten
@@ -67,7 +70,8 @@ def broadcast_layouts(op, layouts, out_ndim):
 
 
 # Elementwise ops whose int arguments may be sizes (mean's backward divides by numel):
-# those equal to a product of the inputs' symbols become run-time values.
+# those that count elements of the inputs (a product of their dims with a symbol among
+# them) become run-time values.
 # (Only divisors: an int multiplier is more often a true constant that T happens to divide.)
 _SIZE_ARGS = {aten.div.Scalar, aten.div.Tensor}
 
@@ -75,9 +79,8 @@ _SIZE_ARGS = {aten.div.Scalar, aten.div.Tensor}
 def pad_elementwise(node, ins, cx):
     lays = [l for l in ins if l is not None]
     if node.op in _SIZE_ARGS and any(type(a) is int and a > 1 for a in node.args):
-        syms = _syms(*lays)
-        if syms:
-            args = tuple(cx.runtime_int(a, syms) if type(a) is int and a > 1 else a
+        if _syms(*lays):
+            args = tuple(cx.runtime_int(a, lays) if type(a) is int and a > 1 else a
                          for a in node.args)
             p = pad_elementwise_layout(node, lays)
             p.args = args
@@ -179,81 +182,197 @@ def pad_expand(node, ins, cx):
     return Pad(out, args=(node.args[0], tuple(sym_or_int(d) for d in out)) + node.args[2:])
 
 
+# Positions inside a padded dim (single-factor dims only: in a merged dim ``(8, T)`` a true
+# position does not map to one padded position). A position is a *spec*: an int (from the
+# front) or ``(sym, k)``, the true size of ``sym`` minus ``k`` (from the end, read at run
+# time). A position seen in one trace could be either; both are right for that trace, and
+# the key holds the spec, so the guess only decides which traces share an executable:
+# positions nearer the end are read from the end (``x[:, :-1]``, ``x[:, 1:]``, ``x[:, -1]``,
+# ``x[:, :T-1]``: the usual shifted-target and last-element code then shares one).
+
+
+def _lone_sym(op, dim):
+    """The symbol of a single-factor dynamic dim, None for a concrete dim."""
+    if not is_sym(dim):
+        return None
+    if len(dim) != 1:
+        raise NoPadRule(op, f"position inside the merged dynamic dim {dim}", _syms((dim,)))
+    return dim[0]
+
+
+def _pos_spec(v: int, n: int, sym):
+    return (sym, n - v) if sym is not None and n - v <= v else v
+
+
+def _at(env, spec):
+    """A spec's value in the executable (a traced int for a spec from the end)."""
+    return spec if type(spec) is int else env.n[spec[0]] - spec[1]
+
+
+def _axis_iota(n, axis, ndim):
+    shape = [1] * ndim
+    shape[axis] = n
+    return jnp.arange(n).reshape(shape)
+
+
+def _window(x, axis, start, length):
+    """``x[start:start+length]`` along ``axis``; positions outside ``x`` read its edge
+    (they land in padding). ``start`` may be traced."""
+    idx = jnp.clip(start + jnp.arange(length), 0, x.shape[axis] - 1)
+    return jnp.take(x, idx, axis=axis)
+
+
+def _slice_fn(ctx, env, in_lays, x, d, start):
+    return _window(x, d, _at(env, start), ctx.shape[d])
+
+
+def _select_fn(ctx, env, in_lays, x, d, index):
+    return jnp.take(x, jnp.clip(_at(env, index), 0, x.shape[d] - 1), axis=d)
+
+
+def _place(base, src, d, st, n):
+    """``base`` with ``src[:n]`` written at ``[st, st + n)`` along ``d`` (``st``, ``n`` may
+    be traced)."""
+    placed = _window(src, d, -st, base.shape[d])
+    pos = _axis_iota(base.shape[d], d, base.ndim)
+    return jnp.where((pos >= st) & (pos < st + n), placed.astype(base.dtype), base)
+
+
+def _place_fn(ctx, env, in_lays, base, src, d, start, size):
+    """The backward of slicing (or, ``size`` None, selecting from) a padded dim."""
+    if size is None:
+        src, size = jnp.expand_dims(src, d), 1
+    return _place(base, src, d, _at(env, start), _at(env, size))
+
+
+def _bounds(args, n):
+    """Normalized (start, end) of a slice of a dim of true size ``n`` and its step."""
+    start, end, step = (tuple(args) + (None,) * 3)[:3]
+    lo, hi, _ = slice(start, end).indices(n)
+    return lo, max(hi, lo), step or 1
+
+
 @pad_rule(aten.slice.Tensor)
 def pad_slice(node, ins, cx):
     (lay,) = ins
-    args = node.args + (None,) * (5 - len(node.args))
-    x, dim, start, end, step = args
+    x, dim = (node.args + (0,))[:2]
     d = norm_dim(dim if dim is not None else 0, len(lay))
     src = lay[d]
-    m = node.shape[d]
-    start = start or 0
-    step = step or 1
-    if is_sym(src):
-        if start != 0 or step != 1 or m != dsize(src, cx.sizes):
-            raise NoPadRule(node.op, "slice inside a dynamic dim", _syms((src,)))
-        return Pad(lay, args=(x, d, 0, SymSize(src), 1))
+    sym = _lone_sym(node.op, src)
+    lo, hi, step = _bounds(node.args[2:], dsize(src, cx.sizes))
+    m = hi - lo
     out = list(lay)
-    if start == 0 and step == 1:
-        nd = cx.symbolize(m, "end")
-        if is_sym(nd):
-            if dsize(nd, cx.buckets) > dsize(src, {}):
-                raise NoPadRule(node.op, "bucket larger than the sliced dim", _syms((nd,)))
-            out[d] = nd
-            return Pad(tuple(out), args=(x, d, 0, SymSize(nd), 1))
-    out[d] = (m,)
-    return Pad(tuple(out))
+    if sym is None:
+        if lo == 0 and step == 1:
+            nd = cx.symbolize(m, "end")
+            if is_sym(nd):
+                if dsize(nd, cx.buckets) > dsize(src, {}):
+                    raise NoPadRule(node.op, "bucket larger than the sliced dim", _syms((nd,)))
+                out[d] = nd
+                return Pad(tuple(out), args=(x, d, 0, SymSize(nd), 1))
+        out[d] = (m,)
+        return Pad(tuple(out))
+    if step != 1 or m == 0:
+        raise NoPadRule(node.op, f"slice of step {step} or empty inside a dynamic dim",
+                        retry=False)
+    n = cx.sizes[sym]
+    start = _pos_spec(lo, n, sym)
+    if type(start) is int and _pos_spec(hi, n, sym) != hi:
+        out[d] = (cx.shrink(sym, lo + n - hi),)   # from a fixed start to the end - k
+    else:
+        out[d] = (m,)
+    if out[d] == src:
+        return Pad(lay, args=(x, d, 0, SymSize(src), 1))
+    return Pad(tuple(out), args=(x, d, start), fn=_slice_fn, tag="slice")
 
 
 @pad_rule(aten.select.int)
 def pad_select(node, ins, cx):
     (lay,) = ins
-    d = norm_dim(node.args[1], len(lay))
-    if is_sym(lay[d]) and node.args[2] < 0:
-        raise NoPadRule(node.op, "select from the end of a dynamic dim", _syms((lay[d],)))
-    return Pad(lay[:d] + lay[d + 1:])
+    x, dim, index = node.args
+    d = norm_dim(dim, len(lay))
+    sym = _lone_sym(node.op, lay[d])
+    out = lay[:d] + lay[d + 1:]
+    if sym is None:
+        return Pad(out)
+    n = cx.sizes[sym]
+    spec = _pos_spec(index % n, n, sym)
+    return Pad(out, args=(x, d, spec), fn=_select_fn, tag="select")
+
+
+def _scatter_dims(op, base, src, d):
+    if base[:d] + base[d + 1:] != src[:d] + src[d + 1:]:
+        raise NoPadRule(op, "scatter of different layouts", _syms(base, src))
 
 
 @pad_rule(aten.slice_scatter.default)
 def pad_slice_scatter(node, ins, cx):
-    base, src = ins
-    args = node.args + (None,) * (6 - len(node.args))
-    dim, start, end, step = args[2:6]
-    d = norm_dim(dim or 0, len(base))
-    if is_sym(base[d]):
-        if (start or 0) != 0 or (step or 1) != 1 or src[d] != base[d]:
-            raise NoPadRule(node.op, "slice_scatter inside a dynamic dim", _syms((base[d],)))
-        return Pad(base, args=args[:2] + (d, 0, SymSize(base[d]), 1))
-    if any(a != b for k, (a, b) in enumerate(zip(base, src)) if k != d):
-        raise NoPadRule(node.op, "slice_scatter layouts differ", _syms(base, src))
-    return Pad(base)
+    x, y = node.args[:2]
+    base, src = ins[_i(x)], ins[_i(y)]
+    d = norm_dim((node.args + (0,))[2] or 0, len(base))
+    _scatter_dims(node.op, base, src, d)
+    sym, src_sym = _lone_sym(node.op, base[d]), _lone_sym(node.op, src[d])
+    if sym is None and src_sym is None:
+        return Pad(base)
+    lo, hi, step = _bounds(node.args[3:], dsize(base[d], cx.sizes))
+    if step != 1:
+        raise NoPadRule(node.op, "slice_scatter of step > 1 into a dynamic dim", retry=False)
+    if src_sym is not None:   # a dynamic slice starts where the forward slice started
+        start, size = lo, (src_sym, 0)
+    else:
+        start, size = _pos_spec(lo, cx.sizes[sym], sym), hi - lo
+    return Pad(base, args=(x, y, d, start, size), fn=_place_fn, tag="place")
 
 
 @pad_rule(aten.select_scatter.default)
 def pad_select_scatter(node, ins, cx):
-    base, src = ins
-    d = norm_dim(node.args[2], len(base))
-    if is_sym(base[d]) and node.args[3] < 0:
-        raise NoPadRule(node.op, "select_scatter from the end of a dynamic dim",
-                        _syms((base[d],)))
+    x, y, dim, index = node.args
+    base, src = ins[_i(x)], ins[_i(y)]
+    d = norm_dim(dim, len(base))
     if base[:d] + base[d + 1:] != src:
         raise NoPadRule(node.op, "select_scatter layouts differ", _syms(base, src))
-    return Pad(base)
+    sym = _lone_sym(node.op, base[d])
+    if sym is None:
+        return Pad(base)
+    n = cx.sizes[sym]
+    spec = _pos_spec(index % n, n, sym)
+    return Pad(base, args=(x, y, d, spec, None), fn=_place_fn, tag="place")
+
+
+def _cat_fn(ctx, env, in_lays, parts, d, sizes):
+    out = jnp.zeros(ctx.shape, jdt(ctx.dtype))
+    st = 0
+    for part, size in zip(parts, sizes):
+        n = _at(env, size)
+        out = _place(out, part, d, st, n)
+        st = st + n
+    return out
 
 
 @pad_rule(aten.cat.default)
 def pad_cat(node, ins, cx):
-    lays = [l for l in ins if len(l) == len(node.shape)]
+    parts = [(t, l) for t, l in zip(node.args[0], (ins[_i(t)] for t in node.args[0]))
+             if len(l) == len(node.shape)]   # 1-d empty tensors are skipped by cat
     dim = node.args[1] if len(node.args) > 1 else dict(node.kwargs).get("dim", 0)
     d = norm_dim(dim, len(node.shape))
-    for lay in lays:
-        if is_sym(lay[d]):
-            raise NoPadRule(node.op, "cat along a dynamic dim", _syms(lay))
-        if lay[:d] + lay[d + 1:] != lays[0][:d] + lays[0][d + 1:]:
-            raise NoPadRule(node.op, "cat of different layouts", _syms(lay, lays[0]))
-    out = list(lays[0])
-    out[d] = (node.shape[d],)
-    return Pad(tuple(out))
+    first = parts[0][1]
+    for _, lay in parts:
+        if lay[:d] + lay[d + 1:] != first[:d] + first[d + 1:]:
+            raise NoPadRule(node.op, "cat of different layouts", _syms(lay, first))
+    out = list(first)
+    syms = [_lone_sym(node.op, lay[d]) for _, lay in parts]
+    if not any(syms):
+        out[d] = (node.shape[d],)
+        return Pad(tuple(out))
+    # one dynamic piece of a symbol shrunk by k, k or fewer concrete elements around it
+    dyn = [s for s in syms if s is not None]
+    rest = node.shape[d] - cx.sizes[dyn[0]]
+    base, k = cx.shrunk.get(dyn[0], (dyn[0], 0))
+    if len(dyn) > 1 or rest > k:
+        raise NoPadRule(node.op, "cat along a dynamic dim that grows it", _syms(*ins))
+    out[d] = (cx.shrink(base, k - rest) if k > rest else base,)
+    sizes = tuple((s, 0) if s is not None else lay[d][0] for s, (_, lay) in zip(syms, parts))
+    return Pad(tuple(out), args=(tuple(t for t, _ in parts), d, sizes), fn=_cat_fn, tag="cat")
 
 
 @pad_rule(aten.stack.default)
@@ -262,7 +381,18 @@ def pad_stack(node, ins, cx):
         raise NoPadRule(node.op, "stack of different layouts", _syms(*ins))
     dim = node.args[1] if len(node.args) > 1 else dict(node.kwargs).get("dim", 0)
     d = norm_dim(dim, len(node.shape))
-    return Pad(ins[0][:d] + ((node.shape[d],),) + ins[0][d:])
+    new = cx.symbolize(node.shape[d], "stack")   # T pieces (unbind's backward): padded
+    out = ins[0][:d] + (new,) + ins[0][d:]
+    if not is_sym(new):
+        return Pad(out)
+    return Pad(out, args=(node.args[0], d), fn=_stack_fn, tag="stack")
+
+
+def _stack_fn(ctx, env, in_lays, parts, d):
+    x = jnp.stack([p.astype(jdt(ctx.dtype)) for p in parts], axis=d)
+    widths = [(0, 0)] * x.ndim
+    widths[d] = (0, ctx.shape[d] - x.shape[d])
+    return jnp.pad(x, widths)
 
 
 def _flip_fn(ctx, env, in_lays, x, dims):
@@ -509,6 +639,276 @@ def pad_layer_norm_backward(node, ins, cx):
             tuple(wl) if node.dtype[1] is not None else None,
             tuple(bl) if node.dtype[2] is not None else None)
     return Pad(outs, pre=pre)
+
+
+def _batch_axes(lay):
+    """Axes a per-channel statistic reduces over: the batch and the spatial dims."""
+    return (0,) + tuple(range(2, len(lay)))
+
+
+def _masked_batch_norm(x, w, b, m, n, eps):
+    """Training batch norm whose statistics count only the ``m`` elements (``n`` of them
+    per channel): out, mean, biased variance, invstd."""
+    axes = (0,) + tuple(range(2, x.ndim))
+    shape = (1, -1) + (1,) * (x.ndim - 2)
+    xf = jnp.where(m, _f32(x), 0)
+    mean = jnp.sum(xf, axis=axes) / n
+    dev = jnp.where(m, xf - mean.reshape(shape), 0)
+    var = jnp.sum(dev * dev, axis=axes) / n
+    out, _, invstd, _ = _batch_norm(xf, w, b, mean, var, False, eps)  # normalize by them
+    return out, mean, var, invstd
+
+
+def _batch_norm_fn(ctx, env, in_lays, x, w, b, rm, rv, training, momentum, eps):
+    lay = in_lays[0]
+    axes = _batch_axes(lay)
+    n = env.count(lay, axes)
+    out, mean, var, invstd = _masked_batch_norm(x, w, b, env.mask(lay, axes), n, eps)
+    new_rm, new_rv = rm, rv
+    if rm is not None:   # running statistics move by the true ones (unbiased variance)
+        new_rm = (1 - momentum) * rm + momentum * mean.astype(rm.dtype)
+        new_rv = (1 - momentum) * rv + momentum * (var * n / jnp.maximum(n - 1, 1)).astype(
+            rv.dtype)
+    return out, mean, invstd, new_rm, new_rv
+
+
+def _batch_norm_backward_fn(ctx, env, in_lays, g, x, w, rm, rv, save_mean, save_invstd,
+                            train, eps, output_mask):
+    lay = in_lays[1]
+    axes = _batch_axes(lay)
+    m, n = env.mask(lay, axes), env.count(lay, axes)
+    c = x.shape[1]
+    w_ = _f32(w) if w is not None else jnp.ones((c,), jnp.float32)
+    grads = vjp(lambda x_, w__, b__: _masked_batch_norm(x_, w__, b__, m, n, eps)[0],
+                (_f32(x), w_, jnp.zeros((c,), jnp.float32)), _f32(g))
+    return tuple(v if k else None for v, k in zip(grads, output_mask))
+
+
+def _channels_concrete(op, lay):
+    if len(lay) > 1 and is_sym(lay[1]):
+        raise NoPadRule(op, "a dynamic channel dim", _syms((lay[1],)))
+
+
+@pad_rule(aten._native_batch_norm_legit_functional.default)
+def pad_batch_norm(node, ins, cx):
+    x, w, b, rm, rv, training = node.args[:6]
+    lay = ins[_i(x)]
+    _channels_concrete(node.op, lay)
+    stat = concrete(node.shape[1])
+    outs = (lay, stat, stat) + tuple(ins[_i(t)] if t is not None else None for t in (rm, rv))
+    if not training or not _sym_axes(lay, _batch_axes(lay)):
+        return Pad(outs)   # evaluation normalizes each element by the running statistics
+    if _i(x) != 0:
+        raise NoPadRule(node.op, "batch norm input order", retry=False)
+    return Pad(outs, fn=_batch_norm_fn, tag="batch_norm")
+
+
+@pad_rule(aten.native_batch_norm_backward.default)
+def pad_batch_norm_backward(node, ins, cx):
+    g, x, w, rm, rv, save_mean, save_invstd, train = node.args[:8]
+    lay = ins[_i(x)]
+    _channels_concrete(node.op, lay)
+    if ins[_i(g)] != lay:
+        raise NoPadRule(node.op, "layouts differ", _syms(lay, ins[_i(g)]))
+    outs = tuple(o if d is not None else None
+                 for o, d in zip((lay, concrete(node.shape[1] or ()), concrete(node.shape[2] or ())),
+                                 node.dtype))
+    sa = _sym_axes(lay, _batch_axes(lay))
+    if not sa:
+        return Pad(outs)
+    pre = ((_i(g), sa, 0), (_i(x), sa, 0))   # weight/bias gradients sum over them
+    if not train:
+        return Pad(outs, pre=pre)
+    if (_i(g), _i(x)) != (0, 1):
+        raise NoPadRule(node.op, "batch norm backward input order", retry=False)
+    return Pad(outs, pre=pre, fn=_batch_norm_backward_fn, tag="batch_norm_backward")
+
+
+# ---- convolution and pooling --------------------------------------------------------
+
+# Batch dims pass through (samples do not mix). A padded spatial dim (single factor) is
+# zeroed at its tail first -- those zeros are exactly the conv's own zero padding -- and
+# the output dim is: the same symbol for a "same" conv, the symbol shrunk by k for a valid
+# stride-1 conv (the input then gets k more zeros at the end, so the output keeps the
+# symbol's padded size), a derived symbol (n + c) // s for a strided conv; a conv that
+# grows the dim (or a transposed one) compiles exactly.
+
+
+def _spatial_dim(op, cx, dim, k, s, p, dl):
+    """(output dim, extra zeros at the input's end) for a window op over ``dim``."""
+    sym = _lone_sym(op, dim)
+    if sym is None:
+        return None, 0
+    c = 2 * p - dl * (k - 1)
+    if s == 1:
+        if c > 0:
+            raise NoPadRule(op, "a window op that grows a dynamic dim", retry=False)
+        return (cx.shrink(sym, -c),), -c
+    c += s - 1
+    name = f"({sym}{c:+d})//{s}"
+    return (cx.derive(name, (cx.sizes[sym] + c) // s, (cx.buckets[sym] + c) // s),), 0
+
+
+def _conv_layout(node, cx, xl, w, stride, padding, dilation, transposed, out_shape):
+    """The output layout of a convolution and the extra input zeros per spatial axis."""
+    if has_sym(w):
+        raise NoPadRule(node.op, "a dynamic weight", _syms(w))
+    nsp = len(w) - 2
+    lead = len(xl) - nsp - 1
+    if is_sym(xl[lead]):
+        raise NoPadRule(node.op, "a dynamic channel dim", _syms((xl[lead],)))
+    dims, extra = list(xl[:lead]) + [(out_shape[lead],)], []
+    st, pd, dl = (_tup(v, nsp) for v in (stride, padding, dilation))
+    for a in range(nsp):
+        x_dim = xl[lead + 1 + a]
+        if transposed and is_sym(x_dim):
+            raise NoPadRule(node.op, "transposed conv along a dynamic dim", retry=False)
+        out, more = _spatial_dim(node.op, cx, x_dim, w[2 + a][0], st[a], pd[a], dl[a])
+        dims.append(out or (out_shape[lead + 1 + a],))
+        extra.append(more)
+    return tuple(dims), tuple(extra)
+
+
+def _zero_tail(x, extra):
+    nsp = len(extra)
+    widths = [(0, 0)] * (x.ndim - nsp) + [(0, e) for e in extra]
+    return jnp.pad(x, widths) if any(extra) else x
+
+
+def _conv_fn(ctx, env, in_lays, x, w, b, stride, padding, dilation, transposed, output_padding,
+             groups, extra):
+    return lower_convolution(ctx, _zero_tail(x, extra), w, b, stride, padding, dilation,
+                             transposed, output_padding, groups)
+
+
+def _conv_backward_fn(ctx, env, in_lays, g, x, w, bias_sizes, stride, padding, dilation,
+                      transposed, output_padding, groups, output_mask, extra):
+    gx, gw, gb = lower_convolution_backward(g, _zero_tail(x, extra), w, bias_sizes, stride,
+                                            padding, dilation, transposed, output_padding,
+                                            groups, output_mask)
+    if gx is not None:
+        gx = lax.slice(gx, (0,) * x.ndim, x.shape)
+    return gx, gw, gb
+
+
+def _conv_pre(ins, pairs):
+    """Zero the padded elements (batch and spatial) of each (input, layout) pair."""
+    pre = []
+    for t, lay in pairs:
+        axes = _sym_axes(lay, range(len(lay)))
+        if axes:
+            pre.append((_i(t), axes, 0))
+    return tuple(pre)
+
+
+@pad_rule(aten.convolution.default)
+def pad_convolution(node, ins, cx):
+    x, w, b, stride, padding, dilation, transposed, output_padding, groups = node.args
+    xl = ins[_i(x)]
+    if b is not None and has_sym(ins[_i(b)]):
+        raise NoPadRule(node.op, "a dynamic bias", _syms(ins[_i(b)]))
+    out, extra = _conv_layout(node, cx, xl, ins[_i(w)], stride, padding, dilation, transposed,
+                              node.shape)
+    sp = tuple(range(len(xl) - len(extra), len(xl)))
+    pre = ((_i(x), _sym_axes(xl, sp), 0),) if _sym_axes(xl, sp) else ()
+    if not any(extra):
+        return Pad(out, pre=pre)
+    return Pad(out, args=node.args + (extra,), pre=pre, fn=_conv_fn, tag="conv")
+
+
+@pad_rule(aten.convolution_backward.default)
+def pad_convolution_backward(node, ins, cx):
+    g, x, w, bias_sizes, stride, padding, dilation, transposed = node.args[:8]
+    xl, gl, wl = ins[_i(x)], ins[_i(g)], ins[_i(w)]
+    out, extra = _conv_layout(node, cx, xl, wl, stride, padding, dilation, transposed,
+                              node.inputs[_i(g)].shape)
+    if out != gl:
+        raise NoPadRule(node.op, f"gradient layout {gl}, not {out}", _syms(out, gl))
+    outs = (xl if node.dtype[0] else None, wl if node.dtype[1] else None,
+            concrete(node.shape[2]) if node.dtype[2] else None)
+    pre = _conv_pre(ins, ((g, gl), (x, xl)))
+    if not any(extra):
+        return Pad(outs, pre=pre)
+    return Pad(outs, args=node.args + (extra,), pre=pre, fn=_conv_backward_fn,
+               tag="conv_backward")
+
+
+def _batch_only(op, lay, nsp):
+    """Window ops whose spatial dims must be concrete: batch dims pass through."""
+    if has_sym(lay[len(lay) - nsp:]):
+        raise NoPadRule(op, "pooling along a dynamic dim", retry=False)
+
+
+@pad_rule(aten.max_pool2d_with_indices.default)
+def pad_max_pool2d(node, ins, cx):
+    (lay,) = ins
+    _batch_only(node.op, lay, 2)
+    out = lay[:-2] + tuple((s,) for s in node.shape[0][-2:])
+    return Pad((out, out))
+
+
+@pad_rule(aten.max_pool2d_with_indices_backward.default)
+def pad_max_pool2d_backward(node, ins, cx):
+    xl = ins[_i(node.args[1])]
+    _batch_only(node.op, xl, 2)
+    return Pad(xl)
+
+
+# ---- recurrent cells ----------------------------------------------------------------
+
+
+@pad_rule(aten._thnn_fused_lstm_cell.default)
+def pad_lstm_cell(node, ins, cx):
+    """Rows (the batch) are independent; the gate dim is split in four: concrete."""
+    ig, hg, c = (ins[_i(t)] for t in node.args[:3])
+    if has_sym(ig[-1:] + hg[-1:] + c[-1:]) or any(
+            t is not None and has_sym(ins[_i(t)]) for t in node.args[3:]):
+        raise NoPadRule(node.op, "LSTM cell with a dynamic feature dim", _syms(ig, hg, c))
+    if not (ig[:-1] == hg[:-1] == c[:-1]):
+        raise NoPadRule(node.op, "LSTM cell batch layouts differ", _syms(ig, hg, c))
+    return Pad((c, c, ig))
+
+
+@pad_rule(aten._thnn_fused_lstm_cell_backward_impl.default)
+def pad_lstm_cell_backward(node, ins, cx):
+    """The bias gradient sums the gates over the batch: padded rows are zeroed first."""
+    ghy, gcy, c, cy, ws, has_bias = node.args
+    cl, wl = ins[_i(c)], ins[_i(ws)]
+    if has_sym(cl[-1:] + wl[-1:]):
+        raise NoPadRule(node.op, "LSTM cell with a dynamic feature dim", _syms(cl, wl))
+    axes = _sym_axes(cl, range(len(cl) - 1))
+    pre = tuple((_i(t), axes, 0) for t in (ghy, gcy, c, cy, ws) if t is not None) if axes else ()
+    outs = (wl, cl, (wl[-1],) if has_bias else None)
+    return Pad(outs, pre=pre)
+
+
+# ---- roll ---------------------------------------------------------------------------
+
+
+def _roll_fn(ctx, env, in_lays, x, shifts, dims):
+    lay = in_lays[0]
+    for shift, d in zip(shifts, dims):
+        d = norm_dim(d, x.ndim)
+        if not is_sym(lay[d]):
+            x = jnp.roll(x, shift, d)
+            continue
+        n = env.count(lay, (d,))   # true positions rotate among themselves
+        src = jnp.clip(jnp.mod(jnp.arange(x.shape[d]) - shift, n), 0, x.shape[d] - 1)
+        x = jnp.take(x, src, axis=d)
+    return x
+
+
+@pad_rule(aten.roll.default)
+def pad_roll(node, ins, cx):
+    (lay,) = ins
+    shifts, dims = (tuple(node.args) + ((),))[1:3]
+    if not dims:
+        if has_sym(lay):
+            raise NoPadRule(node.op, "roll of the flattened tensor", _syms(lay))
+        return Pad(lay)
+    if not any(_lone_sym(node.op, lay[norm_dim(d, len(lay))]) for d in dims):
+        return Pad(lay)
+    return Pad(lay, fn=_roll_fn, tag="roll")
 
 
 # ---- losses -------------------------------------------------------------------------
