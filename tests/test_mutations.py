@@ -31,6 +31,9 @@ EXTRA = [
     "train_gpt.py:unseen-layout:70:idx.0",
     "train_gpt.py:unseen-layout:70:idx.1",
     "vae.py:unseen-layout:36:x.0",
+    # fixed: InstanceNorm2d of a 1x1 map; ReflectionPad2d of a 2-d input
+    "fast_neural_style.py:kernel:59:78:stride",
+    "fast_neural_style.py:unseen-layout:40:X.0",
 ]
 
 # mutant id -> (torch's class, the analyzer's status), measured 2026-11-21
@@ -51,7 +54,7 @@ EXPECTED = {
     "train_gpt.py:reshape:30:19:arg0": ("breaking", "found"),
     "train_gpt.py:reshape:28:25:arg2": ("breaking", "found"),
     "mnist_hogwild.py:reshape:23:23:arg1": ("breaking", "found"),
-    "dcgan.py:reshape:79:31:arg1": ("breaking", "missed"),
+    "dcgan.py:reshape:79:31:arg1": ("breaking", "warning"),
     "snli.py:cat:114:96:dim0": ("breaking", "found"),
     "time_sequence_prediction.py:cat:37:41:dim2": ("breaking", "found"),
     "snli.py:cat:114:96:dim2": ("breaking", "found"),
@@ -78,13 +81,16 @@ EXPECTED = {
     "train_gpt.py:unseen-layout:70:idx.0": ("breaking", "missed"),
     "train_gpt.py:unseen-layout:70:idx.1": ("breaking", "found"),
     "vae.py:unseen-layout:36:x.0": ("benign-shapes", "ok"),
+    "fast_neural_style.py:kernel:59:78:stride": ("breaking", "found"),
+    "fast_neural_style.py:unseen-layout:40:X.0": ("breaking", "found"),
 }
 
 # why each breaking mutant above is not found today (the analyzer's gap)
 KNOWN_GAPS = {
     "dcgan.py:reshape:79:31:arg1":
-        "view(-1, 2) of B*(H//16 - 3)*(W//16 - 3) elements: no divisibility constraint over floor "
-        "expressions (polynomial counts get an SI300)",
+        "view(-1, 2) of B*(H//16 - 3)*(W//16 - 3) elements: an SI300 warning 'divisible by 2' whose "
+        "`when` holds where torch fails (B=1, H=72), but the sample (B=2, H=W=64) satisfies it: a "
+        "warning, not an error",
     "time_sequence_prediction.py:unseen-layout:21:input.1":
         "LSTMCell fed a 3-d step from split() on a branch-joined value: no rank error",
     "train_gpt.py:unseen-layout:70:idx.0":
@@ -97,7 +103,8 @@ KNOWN_GAPS = {
         "view(-1, 320) of 80*B elements: an SI300 warning 'holds only when B % 4 == 0' (right, and "
         "the sample B=4 satisfies it) but a warning, never an error",
     "fast_neural_style.py:kernel:97:78:stride":
-        "ReflectionPad2d(4) of a 4x4 input (H=16): torch requires padding < input size; not checked",
+        "ReflectionPad2d(4) of a 4x4 input (H=16): padding < input size is checked, but as a minimum "
+        "input size (a note, like conv output sizes) since the sample H=32 satisfies it",
 }
 
 ALL = {m.id: m for path in M.example_files() for m in M.generate(path)}
