@@ -21,6 +21,11 @@ is checked to describe every value of *this* trace (layout sizes equal true size
 key holds every layout, so a key is only shared by traces whose values co-vary the same
 way. A guess that leads to a contradiction is withdrawn and the pass retried.
 
+Rules may also *derive* symbols (``Cx.derive``/``Cx.shrink``): ``T-1`` for ``x[:, 1:]``,
+``(T+1)//2`` for a strided conv. A derived symbol is a plain symbol of the plan (its true
+size enters at run time) whose name spells how it follows from its base, so the key still
+tells apart traces that derive it differently.
+
 Each op's padding rule (``ops/padding.py``, ``PAD_RULES``) gives its output layout, its
 arguments with symbolic sizes, which inputs to sanitize along which padded axes (with the
 identity of the reduction: 0 for sums, -inf for max/softmax, ignore_index for nll), and

@@ -13,6 +13,16 @@ Rules by family:
   padding passes through; broadcasting a dynamic dim against another size is refused.
 * views: view/reshape regroup the factors of the input dims in order (a dynamic factor is
   never split); permute permutes; expand/slice read sizes through ``Cx.symbolize``.
+* slice/select/narrow/split/cat *inside* a padded dim: positions are read from the front
+  or from the end (the true size at run time); ``x[:, 1:]``/``x[:, :-1]`` get the derived
+  symbol ``T-1`` (``Cx.shrink``: padded like T, no copy); their backward (slice/select
+  scatter) writes at the same positions; a strided slice compiles exactly. roll rotates
+  the true positions; flip flips and rolls back.
+* convolution (and its backward): batch dims pass through; a padded spatial dim is zeroed
+  at its tail and maps to T, T-k (valid conv) or a derived ``(T+c)//s`` (strided); a conv
+  that grows the dim, or a transposed one, compiles exactly. max pool: batch dims only.
+* batch norm in training: statistics (and the running ones) from true counts; backward as
+  the vjp of that. LSTM cell: rows pass through; its backward zeroes padded rows.
 * contractions (mm, bmm, addmm, baddbmm) over a padded dim: both operands zeroed there.
 * reductions: sum 0, prod 1, amax/max -inf, amin/min +inf, any False, all True,
   logsumexp -inf; mean, var and std divide by the true count.
