@@ -136,11 +136,21 @@ def _fewer_heads(config, fields: set) -> dict:
 
 
 def build_model(cls, max_params: int = 150_000_000):
+    """``cls`` with random weights from the shrunk config, or from the default one when
+    the shrunk sizes do not fit together and the default is small enough."""
     import torch
 
-    config = small_config(cls.config_class)
-    with torch.device("meta"):
-        n_params = sum(p.numel() for p in cls(config).parameters())
+    try:
+        config = small_config(cls.config_class)
+        with torch.device("meta"):
+            n_params = sum(p.numel() for p in cls(config).parameters())
+    except Exception as shrunk_failed:
+        try:
+            config = cls.config_class()
+            with torch.device("meta"):
+                n_params = sum(p.numel() for p in cls(config).parameters())
+        except Exception:
+            raise shrunk_failed from None
     if n_params > max_params:
         raise Skip(f"{n_params / 1e6:.0f}M parameters after shrinking")
     torch.manual_seed(0)
@@ -259,6 +269,7 @@ def analyze_file(module_name: str) -> tuple[dict, object]:
                     if d.code == "SI005"]
         record.update(status="analyzed", **count_variables(result, record["file"]),
                       diagnostics=dict(sorted(codes.items())), errors=len(result.errors), internal=internal[:10],
+                      internal_count=len(internal),
                       analysis_seconds=round(result.seconds, 2))
     record["seconds"] = round(record["seconds"] + time.perf_counter() - start, 2)
     return record, result
@@ -418,15 +429,20 @@ def summary_line(r: dict) -> str:
 def summarize(records: list[dict]) -> dict:
     by_status = Counter(r["status"] for r in records)
     analyzed = [r for r in records if r["status"] == "analyzed"]
-    known = sum(r["known"] for r in analyzed)
-    unknown = sum(r["unknown"] for r in analyzed)
+    valid = [r for r in analyzed if r.get("sample_runs")]
+    known, unknown = sum(r["known"] for r in analyzed), sum(r["unknown"] for r in analyzed)
+    valid_known, valid_unknown = sum(r["known"] for r in valid), sum(r["unknown"] for r in valid)
+    sites = Counter(m[m.index("(at "):] for r in analyzed for m in r["internal"] if "(at " in m)
     return {"files": len(records), **{s: by_status.get(s, 0) for s in
                                       ("analyzed", "skipped", "exception", "timeout", "crashed")},
-            "sample_runs": sum(1 for r in analyzed if r.get("sample_runs")),
+            "sample_runs": len(valid),
             "with_internal_failures": sum(1 for r in analyzed if r["internal"]),
             "with_errors": sum(1 for r in analyzed if r["errors"]),
+            "with_errors_sample_runs": sum(1 for r in valid if r["errors"]),
             "known_variables": known, "unknown_variables": unknown,
             "known_fraction": round(known / max(1, known + unknown), 3),
+            "known_fraction_sample_runs": round(valid_known / max(1, valid_known + valid_unknown), 3),
+            "internal_failure_sites": dict(sites.most_common(20)),
             "skip_reasons": dict(Counter(_reason_kind(r["reason"]) for r in records
                                          if r["status"] == "skipped").most_common(12))}
 
@@ -442,12 +458,18 @@ def format_summary(s: dict) -> str:
             ("  sample input runs for real", s["sample_runs"]),
             ("  with an internal failure (SI005)", s["with_internal_failures"]),
             ("  with an error diagnostic", s["with_errors"]),
+            ("    of which the sample runs for real", s["with_errors_sample_runs"]),
             ("skipped (cannot build model or input)", s["skipped"]),
             ("EXCEPTION ESCAPED analyze", s["exception"]), ("timeout", s["timeout"]), ("crashed", s["crashed"]),
             ("tensor variables known / unknown",
-             f"{s['known_variables']} / {s['unknown_variables']} ({100 * s['known_fraction']:.1f}% known)")]
+             f"{s['known_variables']} / {s['unknown_variables']} ({100 * s['known_fraction']:.1f}% known)"),
+            ("  % known where the sample runs for real", f"{100 * s['known_fraction_sample_runs']:.1f}%")]
     width = max(len(k) for k, _ in rows)
-    return "\n".join(f"{k:<{width}}  {v}" for k, v in rows)
+    lines = [f"{k:<{width}}  {v}" for k, v in rows]
+    lines += ["", "skip reasons:"] + [f"  {n:4d}  {k}" for k, n in s["skip_reasons"].items()]
+    lines += ["", "internal failures (SI005) by analyzer site:"]
+    lines += [f"  {n:4d}  {k}" for k, n in s["internal_failure_sites"].items()]
+    return "\n".join(lines)
 
 
 def main() -> None:

@@ -4,6 +4,7 @@ analyzed says why. Also the analyzer's containment of its own failures, and the 
 constructs the sweep found missing."""
 
 import contextvars
+import zlib
 import sys
 from pathlib import Path
 
@@ -160,3 +161,78 @@ def test_super_method_of_a_builtin_base_context_variables_and_index_of_concrete_
     assert isinstance(result.output.items[0], TensorType)
     assert result.output.items[0].shape[0] == out.shape[0]
     assert not result.diagnostics, result.diagnostics
+
+
+class _Box:
+    def __init__(self, x):
+        if x.sum() > 0:  # on tensor data: both paths, each setting the attribute
+            self.v = x * 2
+        else:
+            self.v = x[:, :1]
+
+
+class _BuildsBox(torch.nn.Module):
+    def forward(self, x):
+        box = _Box(x)
+        v = box.v
+        return v
+
+
+def test_object_initialized_on_forked_paths_keeps_what_each_path_set():
+    x = torch.randn(3, 4)
+    result = shapeinfer.analyze(_BuildsBox(), (x,), dims={"x": ("B", 4)})
+    assert not result.errors, result.errors
+    v = next(e for e in result.entries_in(__file__) if e.name == "v")
+    assert sorted(str(t.shape) for _, t in v.values) == ["(B, 1)", "(B, 4)"]
+    assert tuple(_BuildsBox()(x).shape) in {(3, 4), (3, 1)}
+
+
+class _BranchesOn(torch.nn.Module):
+    def __init__(self, lost: bool):
+        super().__init__()
+        self.lost = lost
+
+    def forward(self, x):
+        # zlib.crc32 of a tensor has no rule: its value is lost to the analysis
+        flag = zlib.crc32(x) if self.lost else x.sum() > 0
+        if flag:
+            y = x @ torch.ones(5, 2)
+        else:
+            y = x
+        return y
+
+
+def test_error_on_a_path_only_a_lost_value_opens_is_a_warning():
+    x = torch.randn(3, 4)
+    lost = shapeinfer.analyze(_BranchesOn(lost=True), (x,), dims={"x": ("B", 4)})
+    assert not lost.errors, lost.errors
+    [matmul] = [d for d in lost.diagnostics if d.code == "SI130"]
+    assert matmul.severity == "warning" and "unknown value" in matmul.message
+    on_data = shapeinfer.analyze(_BranchesOn(lost=False), (x,), dims={"x": ("B", 4)})
+    assert [d.code for d in on_data.errors] == ["SI130"]  # tensor data can take that path: an error
+
+
+class _FillsStates(torch.nn.Module):
+    """A cache-like list of per-layer states, filled lazily in forward."""
+
+    def __init__(self):
+        super().__init__()
+        self.states = [None, None]
+
+    def forward(self, x):
+        for i in range(2):
+            if self.states[i] is None:
+                self.states[i] = x[:, : i + 1]
+        first, second = self.states
+        return self.states[1] * 2, first
+
+
+def test_items_assigned_into_a_real_list_are_seen_and_the_list_is_left_alone():
+    model = _FillsStates()
+    result = shapeinfer.analyze(model, (torch.randn(3, 4),), dims={"x": ("B", 4)})
+    assert model.states == [None, None]
+    assert not result.diagnostics, result.diagnostics
+    out, first = result.output.items
+    assert str(out.shape) == "(B, 2)" and str(first.shape) == "(B, 1)"
+    real_out, real_first = model(torch.randn(3, 4))
+    assert (tuple(real_out.shape), tuple(real_first.shape)) == ((3, 2), (3, 1))

@@ -202,7 +202,7 @@ class Caller:
         flat = [_widen_nested(v) for v in list(args) + list(kwargs.values())]
         return self.interp.lift(one, *flat)
 
-    def call_function(self, func, args, kwargs, frame) -> Value:
+    def call_function(self, func, args, kwargs, frame, final_env: Optional[dict] = None) -> Value:
         func = _skip_library_wrappers(func)
         code = getattr(func, "__code__", None)
         node = self.ctx.sources.function_node(code) if code is not None else None
@@ -233,7 +233,7 @@ class Caller:
                 except ValueError:  # an empty cell
                     pass
         callee = Frame(code.co_filename, func.__globals__, env, frame.pc, None, cells, func)
-        return self._run(node, callee, _qualname(func))
+        return self._run(node, callee, _qualname(func), final_env)
 
     def call_closure(self, fn: Closure, args, kwargs, frame) -> Value:
         try:
@@ -267,7 +267,7 @@ class Caller:
                 env[name] = default_value(param.default)
         return env
 
-    def _run(self, node, callee: Frame, name: str) -> Value:
+    def _run(self, node, callee: Frame, name: str, final_env: Optional[dict] = None) -> Value:
         if self.ctx.depth >= MAX_DEPTH:
             self.ctx.report("SI004", f"call depth limit reached at {name}")
             return Unknown("call depth limit")
@@ -275,6 +275,8 @@ class Caller:
         self.ctx.depth += 1
         try:
             flow = self.interp.exec_block(node.body, callee)
+            if final_env is not None and flow.normal is not None:
+                final_env.update(flow.normal.env)
         finally:
             self.ctx.depth -= 1
             self.ctx.loc, self.ctx.pc = saved_loc, saved_pc
@@ -321,11 +323,27 @@ class Caller:
                     obj.attrs[f.name] = self.wrap(f.default_factory())
             post = _class_attr(cls, "__post_init__")
             if post is not None:
-                self.call_callable(post, [obj], {}, frame)
+                return self._initialize(post, obj, [], {}, frame)
             return obj
         init = _class_attr(cls, "__init__")
         if init is not None and init is not object.__init__:
-            self.call_callable(init, [obj] + list(args), kwargs, frame)
+            return self._initialize(init, obj, args, kwargs, frame)
+        return obj
+
+    def _initialize(self, method, obj: ObjV, args, kwargs, frame) -> Value:
+        """Run ``__init__``/``__post_init__`` on ``obj`` and return the object as the method
+        left it: paths forked inside the method mutate copies of it, joined at its end."""
+        if not isinstance(method, types.FunctionType):
+            self.call_callable(method, [obj] + list(args), kwargs, frame)
+            return obj
+        final_env: dict = {}
+        self.call_function(method, [obj] + list(args), kwargs, frame, final_env)
+        params = list(_signature(method).parameters)
+        final = final_env.get(params[0]) if params else None
+        if isinstance(final, ObjV) and final.cls is obj.cls:
+            return final
+        if isinstance(final, UnionV) and any(isinstance(o, ObjV) and o.cls is obj.cls for _, o in final.options):
+            return final  # per path (options the join could not keep apart are Unknown)
         return obj
 
     # ------------------------------------------------------------------ attributes
@@ -438,6 +456,9 @@ class Caller:
                 return self.get_item(obj.mapping_view(), index, frame)
         if isinstance(obj, Const):
             if isinstance(index, Const):
+                key = _item_overlay_key(obj.obj, index.obj)
+                if key in self.ctx.attr_overlay:
+                    return self.ctx.attr_overlay[key]
                 try:
                     return self.wrap(obj.obj[index.obj])
                 except Exception as e:
@@ -469,6 +490,12 @@ class Caller:
             if obj.tail is not None:
                 obj.tail = widen_values([obj.tail, value])
             obj.items = [widen_values([x, value]) for x in obj.items]
+        elif isinstance(obj, Const) and isinstance(index, Const):
+            # an item of a real list or dict (a cache's per-layer states): kept in the
+            # overlay, the real object is never changed
+            key = _item_overlay_key(obj.obj, index.obj)
+            if key is not None:
+                self.ctx.attr_overlay[key] = value
 
     # ------------------------------------------------------------------ iteration
     def iterate(self, value: Value, frame):
@@ -503,9 +530,12 @@ class Caller:
             if n is not None and n > _MAX_REAL_ITER:
                 return Unknown("very long iterable"), n
             try:
-                return [self.wrap(x) for x in obj]
+                items = [self.wrap(x) for x in obj]
             except TypeError:
                 return Unknown(f"{type(obj).__name__} is not iterable"), None
+            if isinstance(obj, list):  # items assigned during the analysis
+                items = [self.ctx.attr_overlay.get(_item_overlay_key(obj, i), x) for i, x in enumerate(items)]
+            return items
         if isinstance(value, UnionV):
             opts = [self.iterate(v, frame) for _, v in value.options]
             if all(isinstance(o, list) for o in opts) and len({len(o) for o in opts}) == 1:
@@ -531,6 +561,20 @@ class Caller:
 
 
 # ---- helpers -----------------------------------------------------------------------------
+
+
+def _item_overlay_key(container, index) -> Optional[tuple]:
+    """The overlay key of ``container[index]`` for a real list (an index in range) or dict
+    (a key it has); None for anything else, whose items are not tracked."""
+    if type(container) is list and type(index) is int and -len(container) <= index < len(container):
+        return id(container), ("item", index % len(container))
+    if type(container) is dict:
+        try:
+            if index in container:
+                return id(container), ("item", index)
+        except TypeError:
+            return None
+    return None
 
 
 def _is_numpy_scalar(obj) -> bool:

@@ -199,8 +199,7 @@ class Interpreter:
         if verdict is False:
             return self.exec_block(s.orelse, frame)
         if cond is None:  # depends on tensor data: both paths, under an opaque condition
-            self.ctx.report("SI003", "branch condition depends on tensor values; both branches analyzed")
-            cond = self.ctx.data_condition(s.lineno)
+            cond = self._opaque_condition(test, s.lineno)
         a = self.exec_block(s.body, frame.fork(cond))
         b = self.exec_block(s.orelse, frame.fork(sympy.Not(cond)))
         return _merge_flows(a, b, parent_pc=frame.pc)
@@ -498,9 +497,11 @@ class Interpreter:
         is_and = isinstance(n.op, ast.And)
         conds = []
         last = None
+        lost = False  # an undecided operand is so because the analysis lost a value
         for v_node in n.values:
             v = self.eval(v_node, frame)
             verdict, cond = self.truth(v, frame)
+            lost = lost or (verdict is None and cond is None and _lost_by_analysis(v))
             if verdict is None and cond is not None:
                 frame.pc = sympy.And(frame.pc, cond if is_and else sympy.Not(cond))
             last = v
@@ -511,7 +512,7 @@ class Interpreter:
         if not conds:
             return last
         if any(c is None for c in conds):
-            return SymScalar(bool, None, "depends on tensor values")
+            return SymScalar(bool, None, "depends on an unknown value" if lost else "depends on tensor values")
         combined = sympy.And(*conds) if is_and else sympy.Or(*conds)
         if all(isinstance(x, (SymScalar, Const)) for x in [last]) and isinstance(last, SymScalar) \
                 and last.kind is bool:
@@ -531,13 +532,14 @@ class Interpreter:
         return result
 
     def ex_IfExp(self, n, frame):
-        verdict, cond = self.truth(self.eval(n.test, frame), frame)
+        test = self.eval(n.test, frame)
+        verdict, cond = self.truth(test, frame)
         if verdict is True:
             return self.eval(n.body, frame)
         if verdict is False:
             return self.eval(n.orelse, frame)
         if cond is None:
-            cond = self.ctx.data_condition(n.lineno)
+            cond = self._opaque_condition(test, n.lineno, report=False)
         saved_pc = frame.pc
         try:
             frame.pc = sympy.And(saved_pc, cond)
@@ -733,6 +735,16 @@ class Interpreter:
             return _decide(total, frame.pc)
         return None, None
 
+    def _opaque_condition(self, test: Value, line: int, report: bool = True):
+        """The condition both paths of an undecided branch are analyzed under. When the
+        test is undecided because the analysis lost a value (not because of tensor data),
+        errors found under it are speculative (see AnalysisContext.report)."""
+        speculative = _lost_by_analysis(test)
+        if report:
+            self.ctx.report("SI003", "branch condition is unknown to the analysis; both branches analyzed"
+                            if speculative else "branch condition depends on tensor values; both branches analyzed")
+        return self.ctx.data_condition(line, speculative)
+
     def lift(self, fn, *values):
         """Apply ``fn`` to each combination of union options; join the results."""
         if not any(isinstance(v, UnionV) for v in values):
@@ -759,6 +771,21 @@ class Interpreter:
 
 
 # ---- module helpers ---------------------------------------------------------------------
+
+
+_LOST_REASONS = ("unknown", "undecided", "abstract")
+
+
+def _lost_by_analysis(v: Value) -> bool:
+    """Whether ``v`` is undecided because the analysis lost track of a value (an Unknown,
+    a test over one) rather than because it depends on tensor data."""
+    if isinstance(v, Unknown):
+        return True
+    if isinstance(v, SymScalar) and v.expr is None:
+        return any(word in (v.reason or "") for word in _LOST_REASONS)
+    if isinstance(v, UnionV):
+        return any(_lost_by_analysis(o) for _, o in v.options)
+    return False
 
 
 def _decide(cond, pc):

@@ -12,7 +12,7 @@ import sympy
 import torch
 
 from .. import symbolic as sym
-from ..diagnostics import Diagnostic
+from ..diagnostics import CODES, ERROR, WARNING, Diagnostic
 from ..values import TensorType, TupleV, UnionV, Unknown, Value, fork_copy
 
 MAX_UNION = 8  # options kept in one union before it is widened
@@ -116,12 +116,13 @@ class AnalysisContext:
         self.pc = sympy.true  # the path condition of the statement being analyzed
         self.data_conditions = 0
 
-    def data_condition(self, line: int) -> sympy.Symbol:
+    def data_condition(self, line: int, speculative: bool = False) -> sympy.Symbol:
         """A fresh opaque condition for a branch on tensor values. Paths split on it are
         kept apart (so correlated branches stay consistent) and joined where they agree;
-        a `when` that mentions it names no declared symbol, so it is never evaluated."""
+        a `when` that mentions it names no declared symbol, so it is never evaluated.
+        A speculative one stands for a test on a value the analysis lost."""
         self.data_conditions += 1
-        return sympy.Symbol(f"data_L{line}_{self.data_conditions}")
+        return sympy.Symbol(f"data_L{line}_{self.data_conditions}{_SPECULATIVE if speculative else ''}")
 
     # ---- locations and diagnostics ----
     def at(self, filename: str, node: ast.AST) -> None:
@@ -134,6 +135,10 @@ class AnalysisContext:
             when = self.pc
         if when is not None and infeasible(when):
             return  # on no path at all (a join of states that never occur together)
+        if is_speculative(when) and (severity or CODES.get(code, ("", ERROR))[1]) == ERROR:
+            # only on paths that exist if a value the analysis lost allows them: the real
+            # run may never take them, so this is not claimed as an error
+            severity, message = WARNING, f"{message} (on a path an unknown value may rule out)"
         key = (code, file, line, col, message, str(when))
         if key in self._diag_keys:
             return
@@ -197,6 +202,13 @@ def infeasible(cond) -> bool:
         return sympy.satisfiable(boolean) is False
     except Exception:
         return False
+
+
+_SPECULATIVE = "_unknown"
+
+
+def is_speculative(cond) -> bool:
+    return any(s.name.endswith(_SPECULATIVE) for s in getattr(cond, "free_symbols", ()))
 
 
 def is_data_condition(cond) -> bool:
