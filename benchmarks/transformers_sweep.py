@@ -38,7 +38,7 @@ sys.path.insert(0, str(ROOT))
 import shapeinfer  # noqa: E402
 
 # config fields shrunk to at most these values (never raised)
-HIDDEN_FIELDS = ("hidden_size", "d_model", "n_embd", "embed_dim", "dim", "d_embed")
+HIDDEN_FIELDS = ("hidden_size", "d_model", "n_embd", "embed_dim", "dim", "d_embed", "emb_dim")
 HEAD_FIELDS = ("num_attention_heads", "n_head", "n_heads", "encoder_attention_heads", "num_heads",
                "attention_heads")
 SMALL_HEADS = 2
@@ -270,6 +270,8 @@ def analyze_file(module_name: str) -> tuple[dict, object]:
         record.update(status="analyzed", **count_variables(result, record["file"]),
                       diagnostics=dict(sorted(codes.items())), errors=len(result.errors), internal=internal[:10],
                       internal_count=len(internal),
+                      error_messages=[f"{Path(d.file).name}:{d.line} {d.code} {d.message[:200]}"
+                                      for d in result.errors][:5],
                       analysis_seconds=round(result.seconds, 2))
     record["seconds"] = round(record["seconds"] + time.perf_counter() - start, 2)
     return record, result

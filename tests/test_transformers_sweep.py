@@ -236,3 +236,20 @@ def test_items_assigned_into_a_real_list_are_seen_and_the_list_is_left_alone():
     assert str(out.shape) == "(B, 2)" and str(first.shape) == "(B, 1)"
     real_out, real_first = model(torch.randn(3, 4))
     assert (tuple(real_out.shape), tuple(real_first.shape)) == ((3, 2), (3, 1))
+
+
+class _RebuildsTable(torch.nn.Module):
+    """Sinusoidal position tables rebuilt in forward (XGLM, M2M100) as module state."""
+
+    def forward(self, x):
+        self.table = torch.nn.Buffer(x * 2, persistent=False)
+        weight = torch.nn.Parameter(x[:, :2])
+        width = self.table.shape[-1]
+        return weight, width
+
+
+def test_parameters_and_buffers_built_from_abstract_tensors_are_those_tensors():
+    result = shapeinfer.analyze(_RebuildsTable(), (torch.randn(3, 4),), dims={"x": ("B", 4)})
+    assert not result.diagnostics, result.diagnostics
+    weight, width = result.output.items
+    assert str(weight.shape) == "(B, 2)" and width.obj == 4

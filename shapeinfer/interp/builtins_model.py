@@ -728,6 +728,18 @@ HANDLERS[_ft.wraps] = lambda c, args, kwargs, frame: Const(_identity_decorator)
 HANDLERS[_identity_decorator] = lambda c, args, kwargs, frame: args[0]
 
 
+# ---- tensors wrapped as module state ----------------------------------------------------
+
+
+@builtin(torch.nn.Parameter, *([torch.nn.Buffer] if hasattr(torch.nn, "Buffer") else []))
+def _module_state(c, args, kwargs, frame):
+    """nn.Parameter(t) / nn.Buffer(t): the same tensor, registered as module state."""
+    data = args[0] if args else kwargs.get("data")
+    if isinstance(data, Const) and isinstance(data.obj, torch.Tensor):
+        data = c.wrap(data.obj)
+    return data if isinstance(data, TensorType) else Unknown("module state built from a non-tensor")
+
+
 # ---- C methods of concrete objects, by (type, name) ----------------------------------------
 
 import contextvars as _cv  # noqa: E402

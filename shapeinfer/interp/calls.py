@@ -295,7 +295,7 @@ class Caller:
             return handler(self, args, kwargs, frame)
         if _all_const(args, kwargs):  # every argument concrete: build the real object
             return self.real_call(cls, args, kwargs)
-        if issubclass(cls, torch.nn.Module):
+        if issubclass(cls, (torch.nn.Module, torch.Tensor)):
             return Unknown(f"{cls.__name__} built from abstract arguments")
         if issubclass(cls, tuple) and hasattr(cls, "_fields"):  # namedtuple
             sig = inspect.signature(cls)
