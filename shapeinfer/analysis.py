@@ -89,6 +89,8 @@ def _symbols_from_dims(bound: dict, dims: dict) -> tuple[dict, dict]:
     """Sample sizes of the declared symbols, and abstract types of the declared inputs."""
     symbols: dict[str, int] = {}
     abstract: dict[str, Value] = {}
+    if not isinstance(dims or {}, dict):
+        raise AnalysisError(f"dims must map forward's parameter names to shapes, not {type(dims).__name__}")
     for name, spec in (dims or {}).items():
         if name not in bound:
             raise AnalysisError(f"dims names {name!r}, which is not a parameter of forward "
@@ -97,6 +99,9 @@ def _symbols_from_dims(bound: dict, dims: dict) -> tuple[dict, dict]:
         if not isinstance(value, torch.Tensor):
             raise AnalysisError(f"dims names {name!r}, but its sample value is a {type(value).__name__}, "
                                 f"not a tensor")
+        if not isinstance(spec, (tuple, list)):
+            raise AnalysisError(f"dims for {name!r} must be a tuple or list with one entry per dim, "
+                                f"not {type(spec).__name__}")
         spec = tuple(spec)
         if len(spec) != value.dim():
             raise AnalysisError(f"dims for {name!r} has {len(spec)} entries but the sample tensor has "
@@ -142,7 +147,11 @@ def analyze(model, args=(), kwargs=None, dims=None) -> AnalysisResult:
     kwargs = dict(kwargs or {})
     forward = model.forward if isinstance(model, torch.nn.Module) else model
     try:
-        bound = inspect.signature(forward).bind(*args, **kwargs)
+        sig = inspect.signature(forward)
+    except (TypeError, ValueError) as e:  # a C function or a callable without one
+        raise AnalysisError(f"cannot read the signature of {forward!r}: {e}") from e
+    try:
+        bound = sig.bind(*args, **kwargs)
     except TypeError as e:
         raise AnalysisError(f"the sample input does not match forward's signature: {e}") from e
     symbols, abstract = _symbols_from_dims(bound.arguments, dims or {})
@@ -154,7 +163,6 @@ def analyze(model, args=(), kwargs=None, dims=None) -> AnalysisResult:
 
     a_args = []
     a_kwargs = {}
-    sig = inspect.signature(forward)
     for name, value in bound.arguments.items():
         kind = sig.parameters[name].kind
         if kind is inspect.Parameter.VAR_POSITIONAL:

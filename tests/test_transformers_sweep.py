@@ -253,3 +253,14 @@ def test_parameters_and_buffers_built_from_abstract_tensors_are_those_tensors():
     assert not result.diagnostics, result.diagnostics
     weight, width = result.output.items
     assert str(weight.shape) == "(B, 2)" and width.obj == 4
+
+
+@pytest.mark.parametrize("call", [
+    lambda: shapeinfer.analyze(torch.relu, (torch.randn(2),)),  # no signature to bind
+    lambda: shapeinfer.analyze(torch.nn.Linear(3, 4), (torch.randn(2, 3),), dims={"input": 5}),
+    lambda: shapeinfer.analyze(torch.nn.Linear(3, 4), (torch.randn(2, 3),), dims=[("B", 3)]),
+    lambda: shapeinfer.analyze(torch.nn.Linear(3, 4), (torch.randn(2, 3), 1)),
+], ids=["builtin", "dims-entry", "dims-type", "arity"])
+def test_a_bad_request_is_an_analysis_error(call):
+    with pytest.raises(shapeinfer.AnalysisError):
+        call()
