@@ -489,7 +489,9 @@ def _build(g, fresh, auto, disabled):
             if rule is None:
                 if any(has_sym(l) for l in ins if l is not None):
                     raise NoPadRule(op, "no padding rule", retry=False)
-                p = Pad(concrete(n.shape))
+                # nothing padded flows in (e.g. a replayed optimizer step): run as is
+                p = Pad(tuple(None if s is None else concrete(s) for s in n.shape)
+                        if isinstance(n.dtype, tuple) else concrete(n.shape))
             else:
                 p = rule(n, ins, cx)
             if p.args is None:

@@ -122,12 +122,14 @@ def _plan(nodes: list[ir.Node]) -> list:
         if n.op is ir.GETITEM:
             plan.append((ir.GETITEM, n.args[0], None, None, ins, None))
             continue
-        low = LOWERINGS.get(n.op)
-        if low is None:
-            low = n.op.lowering  # a replay template (``replay.Template``)
         ctx = LowerCtx(n.shape, n.dtype, n.aux, tuple(i.dtype for i in n.inputs))
-        plan.append((low, n.args, dict(n.kwargs), ctx, ins, n))
+        plan.append((_lowering(n.op), n.args, dict(n.kwargs), ctx, ins, n))
     return plan
+
+
+def _lowering(op):
+    low = LOWERINGS.get(op)
+    return low if low is not None else op.lowering  # a replay template (``replay.Template``)
 
 
 def _run_plan(entries, outputs, datas, scalars, rngs, apply_op):
@@ -224,7 +226,7 @@ def _padded_plan(g: ir.Graph, plan) -> list:
             shape = dynamic.lsize(lay, buckets)
         ctx = LowerCtx(shape, n.dtype, n.aux, tuple(x.dtype for x in n.inputs))
         in_lays = tuple(plan.layouts[j] for j in ins)
-        out.append((LOWERINGS[n.op], p.args, dict(p.kwargs), ctx, ins, n, p, in_lays))
+        out.append((_lowering(n.op), p.args, dict(p.kwargs), ctx, ins, n, p, in_lays))
     return out
 
 
@@ -381,15 +383,17 @@ def sync(reason: str = "mark_step") -> None:
     try:
         try:
             g = ir.linearize(outs)
+            plan = dynamic.plan_for(g)
             if replay.CALLS_MADE[0]:
                 replay.CALLS_MADE[0] = False
-                if dynamic.enabled() and any(n.aux is not None for n in g.nodes
-                                             if n.op is ir.DATA):
-                    # a padded graph: padding rules see the replayed ops themselves
+                if isinstance(plan, str):
+                    # replayed calls in a graph that runs padded (a call that nothing
+                    # padded flows into, e.g. an optimizer step, runs as it is): padding
+                    # rules see their ops
                     g = ir.linearize(replay.inline(outs))
+                    plan = dynamic.plan_for(g)
         finally:
             ir.next_epoch()
-        plan = dynamic.plan_for(g)
         if isinstance(plan, dynamic.SymPlan):
             exe, results, t0 = _run_padded(g, plan)
         else:

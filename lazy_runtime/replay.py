@@ -42,7 +42,7 @@ import torch.utils._pytree as pytree
 from . import ir, random
 from .metrics import METRICS
 from .ops.registry import Lowering
-from .tensor import LazyTensor, new_base, node_of, set_node
+from .tensor import LazyTensor, new_base, node_of, pending_order, set_node
 
 _CONSTS = (int, float, bool, str, type(None), torch.dtype, torch.device)
 _SIMPLE_ATTRS = (int, float, bool, str, type(None))
@@ -238,7 +238,12 @@ class _Entry:
         for s in slots:
             kind = s[0]
             if kind == "const":
-                out.append(s[1])
+                c = s[1]
+                if c.op is ir.DATA:
+                    # a host constant, as if copied in this step: padding may guess its
+                    # dims (``arange(T)``), as it would for the traced call
+                    c = ir.leaf(ir.DATA, c.value, c.shape, c.dtype)
+                out.append(c)
             elif kind == "rng":
                 out.append(leaves[r])
                 r += 1
@@ -249,9 +254,9 @@ class _Entry:
     def run_forward(self, tensors):
         nodes = [node_of(t) for t in tensors]
         call = self.fwd.call(self._inputs(self.fwd_slots, self.fwd_rng, lambda s: nodes[s[1]]))
-        outs = [new_base(ir.getitem(call, i)) for i in range(self.n_out)]
-        for j, k in self.mutations:
+        for j, k in self.mutations:   # in-place writes happen before a call returns
             set_node(tensors[j]._st, ir.getitem(call, k))
+        outs = [new_base(ir.getitem(call, i)) for i in range(self.n_out)]
         return call, nodes, outs
 
     def run_backward(self, call, nodes, gouts):
@@ -351,6 +356,10 @@ class _Capture:
                 if t._vw:
                     raise NotReplayable("writes into a view of an argument")
                 mutations.append((j, t._st.node))
+        # replayed writes keep the traced order of the pending registry (graph outputs,
+        # hence keys, follow it)
+        order = pending_order([self.tensors[j]._st for j, _ in mutations])
+        mutations.sort(key=lambda m: order.get(id(self.tensors[m[0]]._st), -1))
         if not outs and not mutations:
             raise NotReplayable("neither returns nor writes a tensor")
         e.out_spec, e.out_consts, e.n_out = spec, tuple(consts), len(outs)

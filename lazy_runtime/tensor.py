@@ -70,6 +70,18 @@ def set_node(st: Storage, node: ir.Node) -> None:
         _register(st)
 
 
+def pending_order(storages) -> dict:
+    """id(storage) -> its place in the pending registry, for those of ``storages`` there
+    (the order that decides a graph's outputs, hence its key)."""
+    want = {id(st) for st in storages}
+    out = {}
+    for k, r in _live.items():
+        st = r()
+        if st is not None and id(st) in want and id(st) not in out:
+            out[id(st)] = k
+    return out
+
+
 def take_pending() -> list[Storage]:
     """The live storages with a pending value, in registration order; clears the registry."""
     out = []
