@@ -32,6 +32,44 @@ def is_library_file(filename: str) -> bool:
                                                and "site-packages" not in filename)
 
 
+_PARSED: dict = {}  # filename -> (stat stamp, tree, defs): files parsed once per process
+
+
+def _parsed(filename: str) -> tuple:
+    """The parsed file and its function definitions by first line. Files on disk are
+    parsed once per process while they are unchanged (the AST is never mutated)."""
+    try:
+        st = os.stat(filename)
+        stamp = (st.st_mtime_ns, st.st_size)
+    except OSError:
+        stamp = None
+    cached = _PARSED.get(filename)
+    if stamp is not None and cached is not None and cached[0] == stamp:
+        return cached[1], cached[2]
+    lines = linecache.getlines(filename)
+    tree = None
+    if lines:
+        try:
+            tree = ast.parse("".join(lines), filename)
+        except SyntaxError:
+            tree = None
+    defs: dict[int, ast.AST] = {}
+    if tree is not None:
+        for node in ast.walk(tree):
+            if isinstance(node, (ast.FunctionDef, ast.AsyncFunctionDef, ast.Lambda)):
+                first = min([node.lineno] + [d.lineno for d in getattr(node, "decorator_list", [])])
+                defs.setdefault(first, node)
+                defs.setdefault(node.lineno, node)
+    if stamp is not None:
+        _PARSED[filename] = (stamp, tree, defs)
+    return tree, defs
+
+
+def clear_parsed_sources() -> None:
+    """Forget the files parsed so far (to time an analysis from cold)."""
+    _PARSED.clear()
+
+
 class SourceCache:
     """Parsed files and the function definitions in them, by first line."""
 
@@ -41,22 +79,7 @@ class SourceCache:
 
     def module(self, filename: str) -> Optional[ast.Module]:
         if filename not in self._files:
-            lines = linecache.getlines(filename)
-            tree = None
-            if lines:
-                try:
-                    tree = ast.parse("".join(lines), filename)
-                except SyntaxError:
-                    tree = None
-            self._files[filename] = tree
-            defs: dict[int, ast.AST] = {}
-            if tree is not None:
-                for node in ast.walk(tree):
-                    if isinstance(node, (ast.FunctionDef, ast.AsyncFunctionDef, ast.Lambda)):
-                        first = min([node.lineno] + [d.lineno for d in getattr(node, "decorator_list", [])])
-                        defs.setdefault(first, node)
-                        defs.setdefault(node.lineno, node)
-            self._defs[filename] = defs
+            self._files[filename], self._defs[filename] = _parsed(filename)
         return self._files[filename]
 
     def function_node(self, code) -> Optional[ast.AST]:
