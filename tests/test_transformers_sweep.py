@@ -37,8 +37,9 @@ def test_modeling_file_is_analyzed_without_escaping_exceptions(name):
         for _, v in entry.values:
             if isinstance(v, Unknown):
                 assert v.reason, (entry.file, entry.line, entry.name)
-    if record["sample_runs"]:
+    if record["sample_runs"]:  # the sample is valid: no analyzer failure, no false error
         assert record["internal"] == [], record["internal"]
+        assert record["error_messages"] == [], record["error_messages"]
 
 
 def test_sweep_records_a_reason_for_what_it_cannot_build():
