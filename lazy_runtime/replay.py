@@ -35,6 +35,7 @@ import collections
 import itertools
 import weakref
 
+import numpy as np
 import torch
 import torch.nn.modules.module as _nn_module
 import torch.utils._pytree as pytree
@@ -52,6 +53,11 @@ _names = itertools.count(1)
 CALLS_MADE = [False]
 
 
+# A leaf kept in a template's body: a Python scalar of the call (a hyper-parameter, a
+# scale) is a constant of its template, which is keyed by name.
+_BAKE = ("bake",)
+
+
 class NotReplayable(Exception):
     """Why a call's graph cannot be reused (a short reason, counted in ``replay_misses``)."""
 
@@ -61,7 +67,8 @@ class NotReplayable(Exception):
 
 class Template:
     """The op of a CALL node: a copied subgraph whose DATA placeholders are the call's
-    inputs, in order; its outputs are the CALL's results (a multi-output node)."""
+    inputs, in order (its SCALAR leaves are its own constants); its outputs are the
+    CALL's results (a multi-output node)."""
 
     def __init__(self, kind: str, nodes: list, outputs: list):
         self.name = f"replay.{kind}#{next(_names)}"
@@ -69,7 +76,13 @@ class Template:
         self.outputs = tuple(outputs)
         pos = {id(n): i for i, n in enumerate(nodes)}
         self.wiring = tuple(tuple(pos[id(x)] for x in n.inputs) for n in nodes)
-        self.n_inputs = sum(1 for n in nodes if n.op in ir.LEAVES)
+        self.n_inputs = sum(1 for n in nodes if n.op is ir.DATA)
+        # its Python scalars enter as one float64 array (a run-time input, as the traced
+        # call's scalars are: constants would be folded by XLA and round differently)
+        values = [n.value for n in nodes if n.op is ir.SCALAR]
+        self.scalar_array = _device_array(np.asarray(values, np.float64)) if values else None
+        if values:
+            self.n_inputs += 1
         self.shapes = tuple(nodes[o].shape for o in outputs)
         self.dtypes = tuple(nodes[o].dtype for o in outputs)
         self.args = tuple(ir.input_marker(i) for i in range(self.n_inputs))
@@ -86,26 +99,40 @@ class Template:
 
     def call(self, inputs: list) -> ir.Node:
         CALLS_MADE[0] = True
+        if self.scalar_array is not None:
+            inputs = list(inputs) + [self.scalar_array]
         return ir.make_node(self, self.args, (), tuple(inputs), self.shapes, self.dtypes)
 
     def _lower(self, *values):
         if self._fn is None:
             from .executor import _make_fn, _plan
             self._fn = _make_fn(_plan(self.nodes), self.outputs)
-        return self._fn(list(values), (), ())
+        if self.scalar_array is None:
+            return self._fn(list(values), (), ())
+        return self._fn(list(values[:-1]), values[-1], ())
 
     def instantiate(self, inputs) -> list:
         """The body as ordinary nodes over ``inputs`` (for graphs that run padded)."""
         vals = []
         k = 0
         for n, wires in zip(self.nodes, self.wiring):
-            if n.op in ir.LEAVES:
+            if n.op is ir.SCALAR:
+                vals.append(n)
+            elif n.op in ir.LEAVES:
                 vals.append(inputs[k])
                 k += 1
             else:
                 vals.append(ir.make_node(n.op, n.args, n.kwargs,
                                          tuple(vals[i] for i in wires), n.shape, n.dtype, n.aux))
         return [vals[o] for o in self.outputs]
+
+
+def _device_array(a) -> ir.Node:
+    import jax
+    from .config import config
+    with jax.enable_x64(True):
+        v = jax.device_put(a, config.jax_device())
+    return ir.leaf(ir.DATA, v, a.shape, torch.float64)
 
 
 def inline(outputs: list) -> list:
@@ -152,6 +179,11 @@ def _cut(outputs: list, slot_of) -> tuple:
             continue
         if not expanded:
             s = slot_of(n)
+            if s is _BAKE:
+                index[id(n)] = len(nodes)
+                nodes.append(n)
+                orig.append(n)
+                continue
             if s is not None:
                 index[id(n)] = len(nodes)
                 nodes.append(ir.leaf(ir.DATA, None, n.shape, n.dtype))
@@ -184,7 +216,7 @@ class _Mark:
         random-stream position relative to the capture's start; else not replayable."""
         op = n.op
         if op is ir.SCALAR:
-            return ("const", n)
+            return _BAKE
         if op is ir.RNG:
             seed, counter = n.value
             if seed != self.rng[0] or counter <= self.rng[1]:
