@@ -315,7 +315,9 @@ def simplify_condition(cond):
     atoms = cond.atoms(sympy.Rel) | {a for a in cond.free_symbols if not a.is_integer}
     if len(atoms) > 4:
         return cond
-    return sympy.simplify_logic(cond)
+    # deep=False: minimise the logic only; simplifying every relation inside (floors,
+    # Min/Max of the sizes) can take seconds per call on recurrent models (xLSTM)
+    return sympy.simplify_logic(cond, deep=False)
 
 
 def _same(a, b) -> bool:
