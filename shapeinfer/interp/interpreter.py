@@ -57,17 +57,12 @@ class Interpreter:
             with collect_requirements(self._requirement), sym.assuming(frame.pc):
                 return method(stmt, frame)
         except RecursionError:
+            self.ctx.at(frame.filename, stmt)
             self.ctx.report("SI004", "recursion too deep while analyzing this statement")
-            return Flow(frame)
+            return _lose_statement(stmt, frame, Unknown("recursion too deep"))
         except Exception as e:  # an analyzer bug: lose this statement, not the analysis
             self.ctx.at(frame.filename, stmt)
-            lost = self.ctx.internal_failure("analyzing this statement", e)
-            for name in _bound_names(stmt):
-                frame.env[name] = lost
-            if isinstance(stmt, ast.Return):  # the function still returns here, with an unknown value
-                frame.returns.append((frame.pc, lost))
-                return Flow(None)
-            return Flow(frame)
+            return _lose_statement(stmt, frame, self.ctx.internal_failure("analyzing this statement", e))
 
     def _requirement(self, op, a, b, what):
         """A shape requirement that holds for some sizes only: a warning with the
@@ -849,6 +844,17 @@ def _same_value(a, b) -> bool:
         return a == b
     except Exception:
         return a is b
+
+
+def _lose_statement(stmt: ast.stmt, frame: Frame, lost: Unknown) -> Flow:
+    """The flow after a statement whose analysis failed: what it binds is ``lost``, and a
+    ``return`` still returns (an unknown value) instead of falling through."""
+    for name in _bound_names(stmt):
+        frame.env[name] = lost
+    if isinstance(stmt, ast.Return):
+        frame.returns.append((frame.pc, lost))
+        return Flow(None)
+    return Flow(frame)
 
 
 def _bound_names(stmt: ast.stmt) -> list:
