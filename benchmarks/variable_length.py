@@ -58,12 +58,9 @@ def make_model():
     return EX.GPT(vocab=64, block=256, d_model=32, heads=4, layers=2, dropout=0.0)
 
 
-def train_run(name, model, steps, device=None, prepare=None, compiled_counter=None,
-              prepare_opt=None):
+def train_run(name, model, steps, device=None, prepare=None, compiled_counter=None):
     """Train ``steps`` steps; per-step wall times, losses and compile counts."""
     opt = EX.make_optimizer(model)
-    if prepare_opt:
-        opt = prepare_opt(opt)
     fwd = prepare(model) if prepare else model
     times, losses, compiles, compile_s = [], [], [], []
     for step, T in enumerate(lengths(steps)):
@@ -225,8 +222,7 @@ def main():
     print("lazy shape-polymorphic", file=sys.stderr)
     results["lazy, shape-polymorphic"] = train_run(
         "lazy/buckets", copy.deepcopy(base).to(dev), args.steps, dev,
-        prepare=lazy_prepare(plan), compiled_counter=lazy_counter,
-        prepare_opt=lr.compile_optimizer)
+        prepare=lazy_prepare(plan), compiled_counter=lazy_counter)
     poly_metrics = lr.metrics()
 
     eager = results["eager torch"]
@@ -291,8 +287,7 @@ def render(args, table, inf_table, pm, im, analysis_s, plotted, at_cap):
              "plan `control_flow.shape_only`: true, so `lr.compile` marks B and T dynamic and "
              f"replays calls whose exact shapes were seen before ({pm['replays']} of "
              f"{args.steps} training steps; inference: {im['replays']} of {args.infer_calls} "
-             "calls; replay across sizes inside a bucket is not built yet); its AdamW goes "
-             "through `lr.compile_optimizer` (capturable, replayed from step 3).",
+             "calls; replay across sizes inside a bucket is not built yet).",
              "",
              "| contender | steps | compiles | compile (s) | total (s) | median step (ms) | "
              "vs eager | break-even step | final loss diff | max loss diff |",

@@ -386,10 +386,9 @@ def sync(reason: str = "mark_step") -> None:
             plan = dynamic.plan_for(g)
             if replay.CALLS_MADE[0]:
                 replay.CALLS_MADE[0] = False
-                if isinstance(plan, str):
-                    # replayed calls in a graph that runs padded (a call that nothing
-                    # padded flows into, e.g. an optimizer step, runs as it is): padding
-                    # rules see their ops
+                if plan is not None:
+                    # replayed calls in a graph that runs padded: inlined, so padding
+                    # rules see their ops and the graph keys the traced step's executable
                     g = ir.linearize(replay.inline(outs))
                     plan = dynamic.plan_for(g)
         finally:

@@ -10,7 +10,8 @@ When grads are needed the call goes through an autograd ``Function`` whose backw
 From then on, a call with the same signature records one ``CALL`` node per direction
 (``ir.make_node(template, ...)``), so a training step's graph holds a handful of nodes
 where tracing recorded hundreds. The executor lowers a CALL by running the template's
-body; a graph that must run padded inlines its CALLs first.
+body; a graph that runs padded inlines its CALLs when padded values flow into them.
+``compile_optimizer`` replays ``opt.step()`` the same way (no autograd: only writes).
 
 The signature (the guard) is exact: argument structure, constants, tensor shapes, dtypes
 and ``requires_grad``; the module tree's parameters and buffers (identity,
