@@ -489,7 +489,7 @@ def _build(g, fresh, auto, disabled):
             if rule is None:
                 if any(has_sym(l) for l in ins if l is not None):
                     raise NoPadRule(op, "no padding rule", retry=False)
-                # nothing padded flows in (e.g. a replayed optimizer step): run as is
+                # nothing padded flows in: runs as it is (one layout per output if several)
                 p = Pad(tuple(None if s is None else concrete(s) for s in n.shape)
                         if isinstance(n.dtype, tuple) else concrete(n.shape))
             else:

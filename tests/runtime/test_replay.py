@@ -179,8 +179,8 @@ def test_replay_with_padded_inputs_inlines_and_shares_the_bucket_executable(gpt)
         lr.mark_step()
         assert ll.item() == pytest.approx(le.item(), rel=1e-4)
     m = lr.metrics()
-    # forward: the repeats of 9; optimizer: steps 3-5 (its call runs as it is beside a
-    # traced padded forward, and is inlined with a replayed one)
+    # forward: the repeats of 9; optimizer: steps 3-5; padded graphs inline both, so
+    # they share the traced steps' executable
     assert m["replays"] == 2 + 3 and m["exact_compiles"] == {}, m["replay_misses"]
     assert m["padded_executions"] == 5 and m["compiles"] <= 3, m["recompile_reasons"]
 
