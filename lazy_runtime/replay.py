@@ -443,6 +443,7 @@ class _Capture:
         outs = [node_of(g) for _, g in have]
         from_gout = _depends(outs, gout_pos, boundary)
         rng0 = self.bwd_rng0
+        serial0 = self.bwd_serial0
         saved: dict = {}
 
         def slot_of(n):
@@ -455,8 +456,10 @@ class _Capture:
                 return ("gout", i)
             if n.op is ir.RNG and n.value[0] == rng0[0] and n.value[1] > rng0[1]:
                 return ("rng", n.value[1] - rng0[1])
-            if n.op is ir.RNG or (n.op not in ir.LEAVES and not from_gout[k]):
-                # computed by the forward (a random draw included): read it from there
+            if n.op is ir.RNG or (n.op not in ir.LEAVES and not from_gout[k]) or (
+                    n.op is ir.DATA and mark.serial <= n.serial < serial0):
+                # computed or made by the forward (a random draw, a host constant such as
+                # arange(T) included): read it from there, as the traced backward does
                 if k not in saved:
                     saved[k] = n
                 return ("saved", k)
@@ -523,6 +526,7 @@ class _CaptureFn(torch.autograd.Function):
         pairs = [(o, g) for o, g in zip(cap.inner, gouts) if o.requires_grad]
         wrt = [(j, t) for j, t in enumerate(cap.tensors) if t.requires_grad]
         cap.bwd_rng0 = random.position()
+        cap.bwd_serial0 = ir.LEAVES_MADE[0]
         grads = torch.autograd.grad([o for o, _ in pairs], [t for _, t in wrt],
                                     [g for _, g in pairs], allow_unused=True)
         if cap.entry.state == "capture":
