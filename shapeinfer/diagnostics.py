@@ -5,10 +5,10 @@ All codes live in ``CODES`` below with a one-line description; rendering (text w
 caret, JSON, SARIF) lives in ``report``.
 
 Where the dims come from: shape functions know them, the interpreter reports. A
-``ShapeError`` carries its dims and is being handled while the interpreter reports it;
-a requirement (SI300) is sent while ``reporting_dims`` holds its two sides. A
-``Diagnostic`` built then, for that code and message, takes those dims unless it is
-given its own.
+``ShapeError``'s dims are passed on explicitly where the interpreter reports it; a
+requirement (SI300) is sent while ``reporting_dims`` holds its two sides. A
+``Diagnostic`` given no dims takes those in flight: the requirement's, or those of the
+``ShapeError`` being handled when it has this code and message.
 """
 
 from __future__ import annotations

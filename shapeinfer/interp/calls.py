@@ -17,6 +17,7 @@ from typing import Any, Optional
 import torch
 
 from .. import symbolic as sym
+from ..diagnostics import render_dims
 from ..ops.registry import METHOD_RULES, MODULE_RULES, Rule, lookup_function
 from ..shape_fns import ShapeError
 from ..values import (NONE, BoundMethod, Closure, Const, DictV, ListV, ObjV, SuperV, SymScalar, TensorType,
@@ -191,7 +192,8 @@ class Caller:
             try:
                 return rule.fn(*bound.args, **bound.kwargs)
             except ShapeError as e:
-                self.ctx.report(e.code, f"{label}: {e.message}", severity="error")
+                self.ctx.report(e.code, f"{label}: {e.message}", severity="error",
+                                dims=render_dims(e.dims) if e.dims else None)
                 return Unknown(f"shape error in {label}: {e.message}")
             except RuleUnknown as e:
                 self.ctx.report("SI001", f"{label}: {e}")

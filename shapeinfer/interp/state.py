@@ -152,7 +152,7 @@ class AnalysisContext:
         self.loc = (filename, getattr(node, "lineno", self.loc[1]), getattr(node, "col_offset", 0) + 1)
 
     def report(self, code: str, message: str, *, severity: str = "", notes=(), when=None,
-               loc: Optional[tuple] = None) -> None:
+               loc: Optional[tuple] = None, dims: Optional[tuple] = None) -> None:
         file, line, col = loc or self.loc
         if when is None and self.pc is not sympy.true:
             when = self.pc
@@ -168,7 +168,7 @@ class AnalysisContext:
         self._diag_keys.add(key)
         self.diagnostics.append(Diagnostic(code, message, file, line, col, severity,
                                            tuple(notes), None if when in (None, True, sympy.true)
-                                           else str(when)))
+                                           else str(when), dims))
 
     def internal_failure(self, what: str, exc: BaseException) -> Unknown:
         """An analyzer failure (not the model's): an SI005 at the current location whose
