@@ -11,7 +11,6 @@ ends with the loss read back to the host, so asynchronous execution is not flatt
 from __future__ import annotations
 
 import argparse
-import copy
 import importlib.util
 import statistics
 import sys
@@ -19,7 +18,6 @@ import time
 from pathlib import Path
 
 import jax
-import numpy as np
 import torch
 
 ROOT = Path(__file__).resolve().parents[1]

@@ -21,7 +21,7 @@ from .config import config
 from .errors import LazyRuntimeError
 from .metrics import METRICS
 from .ops.registry import LOWERINGS, LowerCtx
-from .tensor import new_base, node_of, take_pending, apply_step_numpy
+from .tensor import new_base, take_pending, apply_step_numpy
 
 _x64 = jax.enable_x64
 
@@ -204,7 +204,6 @@ def _compile(g: ir.Graph) -> Executable:
 
 
 def _padded_plan(g: ir.Graph, plan) -> list:
-    from .ops.registry import LOWERINGS
     index = {id(n): i for i, n in enumerate(g.nodes)}
     buckets = dict(zip(plan.syms, plan.buckets))
     out = []

@@ -24,6 +24,7 @@ def test_same_graph_is_compiled_once():
 
 
 def test_new_shape_recompiles_and_says_why():
+    lr.clear_cache()  # no graph family seen before at another size (automatic dynamic)
     _step(torch.randn(4, 3).to(DEV))
     lr.reset_metrics()
     _step(torch.randn(5, 3).to(DEV))
