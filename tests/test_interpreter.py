@@ -307,3 +307,25 @@ def test_control_flow_summary_for_replay():
     ok = shapeinfer.analyze(TwoShapes(), args=(torch.randn(2, 6),), dims={"x": ("B", "T")}).to_json()
     assert ok["control_flow"] == {"shape_only": True, "reasons": []}
     assert ok["inputs"] == {"x": ["B", "T"]}
+
+
+class CatOfEmptyList(nn.Module):
+    def forward(self, x):
+        parts = []
+        a = torch.cat(parts, dim=0)
+        b = torch.stack(parts)
+        return x
+
+
+def test_cat_and_stack_of_an_empty_list_are_unknown_with_a_reason_not_a_crash():
+    # torch raises for both; an empty list in the analysis is more often one whose items
+    # were lost than the model's bug, so the result is unknown (a note), never SI005
+    with pytest.raises((RuntimeError, ValueError)):
+        torch.cat([], dim=0)
+    r = shapeinfer.analyze(CatOfEmptyList(), args=(torch.randn(2, 3),), dims={"x": ("B", None)})
+    codes = [(d.code, d.severity) for d in r.diagnostics]
+    assert codes == [("SI001", "note"), ("SI001", "note")], r.diagnostics
+    assert all("empty list" in d.message for d in r.diagnostics)
+    got = entries(r)
+    assert got["a"]["type"] == "unknown" and "empty list" in got["a"]["reason"]
+    assert got["b"]["type"] == "unknown" and "empty list" in got["b"]["reason"]

@@ -222,10 +222,17 @@ def cat(ctx, tensors, dim=0, *, axis=None, out=None):
             total = sym.add(total, p.shape[k])
         s[k] = total
         return like(elem, s)
+    if not ts:
+        raise RuleUnknown(_EMPTY_LIST.format("cat"))
     known = [t for t in ts if t.shape is not None]
     if len(known) != len(ts):
         raise RuleUnknown("cat of tensors of unknown rank")
     return like(ts[0], shape_fns.cat_shape([t.shape for t in ts], d), result_dtype(*ts))
+
+
+# torch raises for it, but an empty list here is more often one whose items the analysis
+# lost (appended on a path it could not follow) than the model's bug: unknown, not an error
+_EMPTY_LIST = "{} of an empty list (torch raises; the analysis may have lost its items)"
 
 
 @op("stack", torch.stack)
@@ -240,6 +247,8 @@ def stack(ctx, tensors, dim=0, *, out=None):
         s = elem.shape
         k = shape_fns.normalize_dim(d, len(s) + 1)
         return like(elem, s[:k] + (tensors.length,) + s[k:])
+    if not ts:
+        raise RuleUnknown(_EMPTY_LIST.format("stack"))
     return like(ts[0], shape_fns.stack_shape([t.shape for t in ts], d), result_dtype(*ts))
 
 
