@@ -42,6 +42,7 @@ import torch.nn.modules.module as _nn_module
 import torch.utils._pytree as pytree
 
 from . import ir, random
+from .dynamic import _put
 from .metrics import METRICS
 from .ops.registry import Lowering
 from .tensor import LazyTensor, new_base, node_of, pending_order, set_node
@@ -81,7 +82,8 @@ class Template:
         # its Python scalars enter as one float64 array (a run-time input, as the traced
         # call's scalars are: constants would be folded by XLA and round differently)
         values = [n.value for n in nodes if n.op is ir.SCALAR]
-        self.scalar_array = _device_array(np.asarray(values, np.float64)) if values else None
+        self.scalar_array = ir.leaf(ir.DATA, _put(np.asarray(values, np.float64)), (len(values),),
+                                    torch.float64) if values else None
         if values:
             self.n_inputs += 1
         self.shapes = tuple(nodes[o].shape for o in outputs)
@@ -126,14 +128,6 @@ class Template:
                 vals.append(ir.make_node(n.op, n.args, n.kwargs,
                                          tuple(vals[i] for i in wires), n.shape, n.dtype, n.aux))
         return [vals[o] for o in self.outputs]
-
-
-def _device_array(a) -> ir.Node:
-    import jax
-    from .config import config
-    with jax.enable_x64(True):
-        v = jax.device_put(a, config.jax_device())
-    return ir.leaf(ir.DATA, v, a.shape, torch.float64)
 
 
 def inline(outputs: list) -> list:
@@ -219,10 +213,9 @@ class _Mark:
         if op is ir.SCALAR:
             return _BAKE
         if op is ir.RNG:
-            seed, counter = n.value
-            if seed != self.rng[0] or counter <= self.rng[1]:
+            if not _drawn_after(n, self.rng):
                 raise NotReplayable("a random stream position from before the call")
-            return ("rng", counter - self.rng[1])
+            return ("rng", n.value[1] - self.rng[1])
         if op is ir.DATA and n.serial >= self.serial:
             return ("const", n)
         if op is ir.DATA:
@@ -255,11 +248,9 @@ class _Entry:
         self.fwd_rng = ((), 0)      # (offsets in slot order, positions drawn)
         self.bwd_rng = ((), 0)
         self.grad_of = ()           # per bwd output: the tensor position it is the grad of
-        self.reason = None
 
     def fail(self, reason: str) -> None:
         self.state = "never"
-        self.reason = reason
         METRICS.replay_misses[reason] += 1
 
     # -- replaying
@@ -339,13 +330,10 @@ class _Capture:
         self.args, self.kwargs = args, kwargs
         self.tensors = tensors
         self.snapshot_of = snapshot_of
-        self.boundary = {}
-        for j, t in enumerate(tensors):
-            n = node_of(t)
-            if id(n) in self.boundary:
-                raise NotReplayable("the same value enters the call twice")
-            self.boundary[id(n)] = j
         self.keep = [node_of(t) for t in tensors]   # ids in ``boundary`` stay valid
+        self.boundary = {id(n): j for j, n in enumerate(self.keep)}
+        if len(self.boundary) != len(self.keep):
+            raise NotReplayable("the same value enters the call twice")
         self.before = [t._st.node for t in tensors]
 
     def run(self):
@@ -421,8 +409,8 @@ class _Capture:
             raise NotReplayable("the backward draws random numbers the forward reads")
         e = self.entry
         e.fwd = Template("fwd", nodes, positions)
-        e.fwd_slots = tuple(s if s[0] != "rng" else ("rng",) for s in slots)
-        e.fwd_rng = (tuple(s[1] for s in slots if s[0] == "rng"), self.fwd_rng_count)
+        e.fwd_slots, offsets = _split_rng(slots)
+        e.fwd_rng = (offsets, self.fwd_rng_count)
 
     def finish_forward_only(self):
         self._set_forward(self.fwd_outputs)
@@ -454,7 +442,7 @@ class _Capture:
             i = gout_pos.get(k)
             if i is not None:
                 return ("gout", i)
-            if n.op is ir.RNG and n.value[0] == rng0[0] and n.value[1] > rng0[1]:
+            if n.op is ir.RNG and _drawn_after(n, rng0):
                 return ("rng", n.value[1] - rng0[1])
             if n.op is ir.RNG or (n.op not in ir.LEAVES and not from_gout[k]) or (
                     n.op is ir.DATA and mark.serial <= n.serial < serial0):
@@ -471,12 +459,23 @@ class _Capture:
         self._set_forward(self.fwd_outputs + list(saved.values()))
         e = self.entry
         e.bwd = Template("bwd", bnodes, bpos)
-        e.bwd_slots = tuple(("saved", where[s[1]]) if s[0] == "saved" else
-                            (("rng",) if s[0] == "rng" else s) for s in bslots)
-        e.bwd_rng = (tuple(s[1] for s in bslots if s[0] == "rng"),
-                     random.position()[1] - rng0[1])
+        e.bwd_slots, offsets = _split_rng([("saved", where[s[1]]) if s[0] == "saved" else s
+                                           for s in bslots])
+        e.bwd_rng = (offsets, random.position()[1] - rng0[1])
         e.grad_of = tuple(j for j, _ in have)
         e.state = "ready"
+
+
+def _drawn_after(rng_leaf, position) -> bool:
+    """Whether an RNG leaf was drawn after stream ``position`` (seed, counter)."""
+    seed, counter = rng_leaf.value
+    return seed == position[0] and counter > position[1]
+
+
+def _split_rng(slots) -> tuple:
+    """(slots with the random ones made bare, their stream offsets in order)."""
+    return (tuple(("rng",) if s[0] == "rng" else s for s in slots),
+            tuple(s[1] for s in slots if s[0] == "rng"))
 
 
 def _depends(outputs, sources, stop) -> dict:
@@ -589,7 +588,7 @@ class Replayer:
             e.fail("its backward was never traced")
             return self.forward(*args, **kwargs)
         try:
-            cap = _Capture(e, self.forward, args, kwargs, tensors, self._snapshot)
+            cap = _Capture(e, self.forward, args, kwargs, tensors, lambda: self.state()[0])
         except NotReplayable as err:
             e.fail(str(err))
             return self.forward(*args, **kwargs)
@@ -622,18 +621,12 @@ class Replayer:
                 key.append((type(v), v))
             else:
                 raise NotReplayable(f"an argument of type {type(v).__name__}")
-        snap, owned = self._state()
+        snap, owned = self.state()
         for t in owned:
             if not isinstance(t, LazyTensor):
                 raise NotReplayable("a parameter or buffer is not on the lazy device")
         key.append(snap)
         return tuple(key), tensors + owned
-
-    def _snapshot(self):
-        return self.state()[0]
-
-    def _state(self):
-        return self.state()
 
 
 def module_state(module):
