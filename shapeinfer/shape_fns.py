@@ -137,6 +137,23 @@ def reshape_shape(shape: Shape, target: Sequence[Dim]) -> Shape:
     return target
 
 
+def view_dtype_shape(shape: Shape, old_itemsize: int, new_itemsize: int) -> Shape:
+    """Tensor.view(dtype): the same bytes, so the last dim scales by the ratio of element
+    sizes (a larger element needs the last dim divisible by the ratio). Strides are not
+    modelled: torch also needs the last dim contiguous."""
+    if old_itemsize == new_itemsize:
+        return tuple(shape)
+    if len(shape) == 0:
+        raise ShapeError("SI111", "view(dtype) of a 0-d tensor to a dtype of another element size")
+    last = shape[-1]
+    if new_itemsize < old_itemsize:
+        return tuple(shape[:-1]) + (sym.mul(last, old_itemsize // new_itemsize),)
+    ratio = new_itemsize // old_itemsize
+    require_equal(sym.mod(last, ratio), 0, "SI111", f"view(dtype): last dim {sym.dim_pretty(last)} "
+                  f"divisible by {ratio}")
+    return tuple(shape[:-1]) + (sym.floordiv(last, ratio),)
+
+
 def _exact_div(total: Dim, known: Dim) -> Dim:
     """total / known where the quotient must be a whole number."""
     if sym.is_concrete(total) and sym.is_concrete(known):
@@ -334,6 +351,18 @@ def narrow_dim(size: Dim, start: Dim, stop: Dim, step: int = 1) -> Dim:
     if nonneg is None:
         length = sym.normalize(sympy.Max(length, 0))
     return sym.ceildiv(length, step) if step != 1 else length
+
+
+def tensor_split_sizes(size: Dim, sections_or_indices) -> list[Dim]:
+    """tensor_split: n sections (the first ``size % n`` one longer, piece i has
+    ceil((size - i) / n)), or pieces between split points sliced as ``x[a:b]``."""
+    if isinstance(sections_or_indices, int):
+        n = sections_or_indices
+        if n <= 0:
+            raise ShapeError("SI116", f"tensor_split: number of sections must be at least one, got {n}")
+        return [sym.floordiv(sym.add(size, n - 1 - i), n) for i in range(n)]
+    bounds = [0] + list(sections_or_indices) + [None]
+    return [narrow_dim(size, a, b) for a, b in zip(bounds, bounds[1:])]
 
 
 def _clamp_index(i: Dim, size: Dim, default: Dim) -> Dim:

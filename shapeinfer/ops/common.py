@@ -16,7 +16,7 @@ from ..values import (NONE, Const, ListV, SymScalar, TensorType, TupleV, Unknown
 __all__ = ["ShapeError", "RuleUnknown", "NONE", "Const", "ListV", "SymScalar", "TensorType", "TupleV",
            "Unknown", "Value", "as_dim", "int_value", "tensor", "sym", "T", "shape_of", "dims_arg",
            "dim_arg", "py", "result_dtype", "like", "is_none", "default_float", "int_dtype",
-           "sizes_arg", "to_dtype", "bool_arg", "union", "same_dtype"]
+           "sizes_arg", "sizes_or_keyword", "size_sequence", "to_dtype", "bool_arg", "union", "same_dtype"]
 
 
 def T(v: Value, what: str = "input") -> TensorType:
@@ -84,6 +84,24 @@ def sizes_arg(args: tuple, what: str = "size") -> tuple:
             and not isinstance(args[0], SymScalar):
         return dims_arg(args[0], what)
     return tuple(dim_arg(a, what) for a in args)
+
+
+def sizes_or_keyword(args: tuple, keyword, name: str, opname: str) -> tuple:
+    """Sizes torch takes either as varargs (``zeros(2, 3)``, ``zeros((2, 3))``) or by the
+    keyword ``name`` (``zeros(size=(2, 3))``), as ``sizes_arg`` reads them. torch refuses
+    both at once, and an int by keyword (``zeros(size=2)``)."""
+    if is_none(keyword):
+        return sizes_arg(args, name)
+    if args:
+        raise ShapeError("SI007", f"{opname}() got multiple values for argument '{name}'")
+    return size_sequence(keyword, name, opname)
+
+
+def size_sequence(v, name: str, opname: str) -> tuple:
+    """A size argument that torch takes as a sequence only (``full((2,), 1)``, not ``full(2, 1)``)."""
+    if isinstance(v, SymScalar) or isinstance(v, Const) and isinstance(v.obj, int):
+        raise ShapeError("SI007", f"{opname}(): argument '{name}' must be tuple of ints, not int")
+    return dims_arg(v, name)
 
 
 def bool_arg(v, default=False) -> bool:

@@ -7,7 +7,8 @@ import sympy
 import torch
 
 from ..values import Const, SymScalar, TensorType
-from .common import T, RuleUnknown, default_float, dim_arg, is_none, py, sizes_arg, sym, tensor, to_dtype
+from .common import (T, RuleUnknown, default_float, dim_arg, is_none, py, size_sequence, sizes_or_keyword, sym,
+                     tensor, to_dtype)
 from .registry import op
 
 
@@ -19,9 +20,10 @@ def _device(device, default="cpu"):
 
 
 def _factory(default_dtype):
-    def rule(ctx, *size, out=None, dtype=None, layout=None, device=None, requires_grad=False,
+    def rule(ctx, *sizes, size=None, out=None, dtype=None, layout=None, device=None, requires_grad=False,
              pin_memory=False, memory_format=None, generator=None, names=None):
-        return tensor(to_dtype(dtype, default_dtype()), sizes_arg(size), _device(device))
+        shape = sizes_or_keyword(sizes, size, "size", "zeros")
+        return tensor(to_dtype(dtype, default_dtype()), shape, _device(device))
 
     return rule
 
@@ -31,19 +33,22 @@ op("zeros", torch.zeros, torch.ones, torch.empty, torch.rand, torch.randn)(_fact
 
 @op("full", torch.full)
 def full(ctx, size, fill_value, *, out=None, dtype=None, layout=None, device=None, requires_grad=False,
-         pin_memory=False):
+         pin_memory=False, names=None):
     fv = py(fill_value) if isinstance(fill_value, Const) else None
     if isinstance(fill_value, SymScalar):
         fv = {int: 1, float: 1.0, bool: True}[fill_value.kind]
     default = torch.bool if isinstance(fv, bool) else torch.int64 if isinstance(fv, int) else default_float()
-    return tensor(to_dtype(dtype, default), sizes_arg((size,)), _device(device))
+    return tensor(to_dtype(dtype, default), size_sequence(size, "size", "full"), _device(device))
 
 
 @op("randint", torch.randint)
-def randint(ctx, *args, generator=None, out=None, dtype=None, layout=None, device=None, requires_grad=False,
-            pin_memory=False):
-    size = args[-1]
-    return tensor(to_dtype(dtype, torch.int64), sizes_arg((size,)), _device(device))
+def randint(ctx, *args, low=None, high=None, size=None, generator=None, out=None, dtype=None, layout=None,
+            device=None, requires_grad=False, pin_memory=False):
+    # randint([low,] high, size): the size is the last positional unless given by keyword
+    size = args[-1] if is_none(size) and args else size
+    if is_none(size):
+        raise RuleUnknown("randint without a size")
+    return tensor(to_dtype(dtype, torch.int64), size_sequence(size, "size", "randint"), _device(device))
 
 
 @op("randperm", torch.randperm)
@@ -95,27 +100,22 @@ def eye(ctx, n, m=None, *, out=None, dtype=None, layout=None, device=None, requi
                   _device(device))
 
 
-def _like(fill_kind):
-    def rule(ctx, input, *args, dtype=None, layout=None, device=None, requires_grad=False,
-             memory_format=None, pin_memory=False, generator=None):
-        t = T(input)
-        out_dtype = to_dtype(dtype, t.dtype)
-        if fill_kind == "full" and args:
-            pass
-        if fill_kind == "randint":
-            out_dtype = to_dtype(dtype, t.dtype)
-        return TensorType(out_dtype, t.shape, _device(device, t.device))
-
-    return rule
+def like_rule(ctx, input, *args, fill_value=None, low=None, high=None, dtype=None, layout=None, device=None,
+              requires_grad=False, memory_format=None, pin_memory=False, generator=None):
+    # full_like's fill value and randint_like's bounds do not change the dtype: it is the input's
+    t = T(input)
+    return TensorType(to_dtype(dtype, t.dtype), t.shape, _device(device, t.device))
 
 
 op("zeros_like", torch.zeros_like, torch.ones_like, torch.empty_like, torch.rand_like, torch.randn_like,
-   torch.full_like, torch.randint_like, methods=())(_like("plain"))
+   torch.full_like, torch.randint_like, methods=())(like_rule)
 
 
-def _new(ctx, input, *size, dtype=None, device=None, requires_grad=False, layout=None, pin_memory=False):
+def _new(ctx, input, *sizes, size=None, dtype=None, device=None, requires_grad=False, layout=None,
+         pin_memory=False):
     t = T(input)
-    return tensor(to_dtype(dtype, t.dtype), sizes_arg(size), _device(device, t.device))
+    shape = sizes_or_keyword(sizes, size, "size", "new_zeros")
+    return tensor(to_dtype(dtype, t.dtype), shape, _device(device, t.device))
 
 
 op("new_zeros", methods=("new_zeros", "new_ones", "new_empty"))(_new)
@@ -124,7 +124,8 @@ op("new_zeros", methods=("new_zeros", "new_ones", "new_empty"))(_new)
 @op("new_full", methods=("new_full",))
 def new_full(ctx, input, size, fill_value, *, dtype=None, device=None, requires_grad=False, layout=None,
              pin_memory=False):
-    return _new(ctx, input, size, dtype=dtype, device=device)
+    t = T(input)
+    return tensor(to_dtype(dtype, t.dtype), size_sequence(size, "size", "new_full"), _device(device, t.device))
 
 
 @op("new_tensor", methods=("new_tensor",))

@@ -144,7 +144,7 @@ for _name in ["eq", "ne", "lt", "le", "gt", "ge", "greater", "less", "greater_eq
 
 
 @op("where", torch.where, methods=("where",))
-def where(ctx, condition, input=None, other=None):
+def where(ctx, condition, input=None, other=None, *, out=None):
     if is_none(input):  # where(condition) is nonzero(condition, as_tuple=True)
         from . import indexing
 
@@ -168,19 +168,19 @@ def masked_fill(ctx, input, mask, value):
 
 
 @op("lerp", torch.lerp, methods=("lerp",))
-def lerp(ctx, input, end, weight):
+def lerp(ctx, input, end, weight, *, out=None):
     a, b, w = T(input), T(end), T(weight)
     return like(a, shape_fns.broadcast_shapes(*[x.shape for x in (a, b, w)]), a.dtype)
 
 
 @op("addcmul", torch.addcmul, torch.addcdiv, methods=("addcmul", "addcdiv"))
-def addcmul(ctx, input, tensor1, tensor2, *, value=1):
+def addcmul(ctx, input, tensor1, tensor2, *, value=1, out=None):
     a, b, c = T(input), T(tensor1), T(tensor2)
     return like(a, shape_fns.broadcast_shapes(a.shape, b.shape, c.shape), result_dtype(a, b, c))
 
 
 @op("float_power", torch.float_power, methods=("float_power",))
-def float_power(ctx, input, exponent):
+def float_power(ctx, input, exponent, *, out=None):
     out = _binary(_promoted)(ctx, input, exponent)
     return like(out, out.shape, torch.float64)
 

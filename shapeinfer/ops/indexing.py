@@ -137,7 +137,7 @@ def _list_index_shape(i):
 
 
 @op("index_select", torch.index_select, methods=("index_select",))
-def index_select(ctx, input, dim, index):
+def index_select(ctx, input, dim, index, *, out=None):
     s = list(shape_of(input))
     d = shape_fns.normalize_dim(py(dim), len(s))
     idx = shape_of(index, "index")

@@ -7,8 +7,8 @@ import torch
 
 from .. import shape_fns
 from ..values import Const, ListV, SymScalar, TupleV, Unknown, int_value
-from .common import (T, RuleUnknown, dim_arg, dims_arg, is_none, like, py, result_dtype, shape_of,
-                     sizes_arg, sym, union)
+from .common import (T, RuleUnknown, TensorType, dim_arg, dims_arg, is_none, like, py, result_dtype, shape_of,
+                     sizes_arg, sizes_or_keyword, sym, to_dtype, union)
 from .registry import op
 from .tensor_attrs import shape_value
 
@@ -36,15 +36,36 @@ def numel(ctx, input):
     return int_value(shape_fns.numel(shape_of(input)), "numel of an unknown shape")
 
 
-@op("view", torch.reshape, methods=("view", "reshape"))
-def view(ctx, input, *shape):
-    t = T(input)
-    if len(shape) == 1 and isinstance(shape[0], Const) and isinstance(shape[0].obj, torch.dtype):
-        return like(t, t.shape, shape[0].obj)  # view(dtype)
-    target = sizes_arg(shape)
+def _reshaped(t, target):
     if t.shape is None:
         return like(t, target if -1 not in target else None)
     return like(t, shape_fns.reshape_shape(t.shape, target))
+
+
+@op("view", methods=("view",))
+def view(ctx, input, *sizes, size=None, dtype=None):
+    t = T(input)
+    if len(sizes) == 1 and isinstance(sizes[0], Const) and isinstance(sizes[0].obj, torch.dtype):
+        sizes, dtype = (), sizes[0]
+    if not is_none(dtype):
+        if sizes or not is_none(size):
+            raise shape_fns.ShapeError("SI007", "view() takes either a dtype or sizes")
+        return _view_dtype(t, to_dtype(dtype))
+    return _reshaped(t, sizes_or_keyword(sizes, size, "size", "view"))
+
+
+def _view_dtype(t, dtype):
+    """view(dtype): same bytes, so the last dim scales by the ratio of element sizes."""
+    if t.dtype is None or t.shape is None:
+        same_size = t.dtype is not None and t.dtype.itemsize == dtype.itemsize
+        return TensorType(dtype, t.shape if same_size else None, t.device,
+                          t.reason or "view(dtype) of a tensor whose dtype is unknown")
+    return like(t, shape_fns.view_dtype_shape(t.shape, t.dtype.itemsize, dtype.itemsize), dtype)
+
+
+@op("reshape", torch.reshape, methods=("reshape",))
+def reshape(ctx, input, *shapes, shape=None):
+    return _reshaped(T(input), sizes_or_keyword(shapes, shape, "shape", "reshape"))
 
 
 @op("view_as", methods=("view_as", "reshape_as"))
@@ -63,19 +84,21 @@ def broadcast_to(ctx, input, size):
 
 
 @op("expand", methods=("expand",))
-def expand(ctx, input, *sizes, implicit=False):
-    return like(T(input), shape_fns.expand_shape(shape_of(input), sizes_arg(sizes)))
+def expand(ctx, input, *sizes, size=None, implicit=False):
+    target = sizes_or_keyword(sizes, size, "size", "expand")
+    return like(T(input), shape_fns.expand_shape(shape_of(input), target))
 
 
 @op("repeat", methods=("repeat",))
-def repeat(ctx, input, *repeats):
-    return like(T(input), shape_fns.repeat_shape(shape_of(input), sizes_arg(repeats)))
+def repeat(ctx, input, *sizes, repeats=None):
+    target = sizes_or_keyword(sizes, repeats, "repeats", "repeat")
+    return like(T(input), shape_fns.repeat_shape(shape_of(input), target))
 
 
 @op("tile", torch.tile, methods=("tile",))
-def tile(ctx, input, *dims):
+def tile(ctx, input, *sizes, dims=None):
     s = shape_of(input)
-    reps = sizes_arg(dims)
+    reps = sizes_or_keyword(sizes, dims, "dims", "tile")
     reps = (1,) * (len(s) - len(reps)) + tuple(reps)
     return like(T(input), shape_fns.repeat_shape(s, reps))
 
@@ -95,14 +118,19 @@ def repeat_interleave(ctx, input, repeats=None, dim=None, *, output_size=None):
 
 
 @op("permute", torch.permute, methods=("permute",))
-def permute(ctx, input, *dims):
-    return like(T(input), shape_fns.permute_shape(shape_of(input), [int(d) for d in sizes_arg(dims)]))
+def permute(ctx, input, *sizes, dims=None):
+    order = sizes_or_keyword(sizes, dims, "dims", "permute")
+    return like(T(input), shape_fns.permute_shape(shape_of(input), [int(d) for d in order]))
 
 
-@op("transpose", torch.transpose, torch.swapaxes, torch.swapdims,
-    methods=("transpose", "swapaxes", "swapdims"))
+@op("transpose", torch.transpose, torch.swapdims, methods=("transpose", "swapdims"))
 def transpose(ctx, input, dim0, dim1):
     return like(T(input), shape_fns.transpose_shape(shape_of(input), _int(dim0), _int(dim1)))
+
+
+@op("swapaxes", torch.swapaxes, methods=("swapaxes",))
+def swapaxes(ctx, input, axis0, axis1):
+    return transpose(ctx, input, axis0, axis1)
 
 
 @op("t", torch.t, methods=("t",))
@@ -272,7 +300,12 @@ def _pieces(t, shapes):
     return TupleV(tuple(like(t, s) for s in shapes))
 
 
-@op("split", torch.split, methods=("split",))
+@op("Tensor.split", methods=("split",))
+def split_method(ctx, input, split_size, dim=0):
+    return split(ctx, input, split_size, dim)
+
+
+@op("split", torch.split)
 def split(ctx, tensor, split_size_or_sections, dim=0):
     t = T(tensor)
     s = shape_of(tensor)
@@ -328,15 +361,21 @@ def split_with_sizes(ctx, input, split_sizes, dim=0):
 
 
 @op("tensor_split", torch.tensor_split, methods=("tensor_split",))
-def tensor_split(ctx, input, indices_or_sections, dim=0):
+def tensor_split(ctx, input, sections=None, dim=0, *, indices=None, tensor_indices_or_sections=None):
+    # torch's three overloads name the second argument sections, indices or a tensor
+    given = [v for v in (sections, indices, tensor_indices_or_sections) if not is_none(v)]
+    if len(given) != 1:
+        raise shape_fns.ShapeError("SI007", "tensor_split() takes one of sections, indices, "
+                                   "tensor_indices_or_sections")
     s = shape_of(input)
     d = shape_fns.normalize_dim(_int(dim), len(s))
-    n = py(indices_or_sections)
-    if not isinstance(n, int) or not sym.is_concrete(s[d]):
-        raise RuleUnknown("tensor_split with symbolic sizes")
-    base, extra = divmod(s[d], n)
-    sizes = [base + 1] * extra + [base] * (n - extra)
-    return _pieces(T(input), shape_fns.split_shapes(s, sizes, d))
+    if hasattr(given[0], "shape"):
+        raise RuleUnknown("tensor_split at points held in a tensor depends on its data")
+    n = py(given[0])
+    if not isinstance(n, int) and not (isinstance(n, tuple) and all(isinstance(i, int) for i in n)):
+        raise RuleUnknown("tensor_split sections are not concrete ints")
+    sizes = shape_fns.tensor_split_sizes(s[d], n)
+    return _pieces(T(input), [tuple(s[:d]) + (k,) + tuple(s[d + 1:]) for k in sizes])
 
 
 @op("chunk", torch.chunk, methods=("chunk",))
@@ -429,7 +468,7 @@ def tensor_unfold(ctx, input, dimension, size, step):
 
 
 @op("diff", torch.diff, methods=("diff",))
-def diff(ctx, input, n=1, dim=-1, prepend=None, append=None):
+def diff(ctx, input, n=1, dim=-1, prepend=None, append=None, *, out=None):
     s = list(shape_of(input))
     d = shape_fns.normalize_dim(_int(dim), len(s))
     size = s[d]

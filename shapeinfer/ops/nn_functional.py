@@ -110,7 +110,7 @@ for _n in (1, 2, 3):
 
 @op("batch_norm", F.batch_norm, torch.batch_norm)
 def batch_norm(ctx, input, running_mean, running_var, weight=None, bias=None, training=False,
-               momentum=0.1, eps=1e-5, *args):
+               momentum=0.1, eps=1e-5, *args, cudnn_enabled=None):
     x = T(input)
     s = shape_of(x)
     if len(s) < 2:
@@ -123,7 +123,7 @@ def batch_norm(ctx, input, running_mean, running_var, weight=None, bias=None, tr
 
 @op("instance_norm", F.instance_norm, torch.instance_norm)
 def instance_norm(ctx, input, running_mean=None, running_var=None, weight=None, bias=None,
-                  use_input_stats=True, momentum=0.1, eps=1e-5, *args):
+                  use_input_stats=True, momentum=0.1, eps=1e-5, *args, cudnn_enabled=None):
     x = T(input)
     s = shape_of(x)
     if not is_none(weight):
@@ -134,7 +134,7 @@ def instance_norm(ctx, input, running_mean=None, running_var=None, weight=None, 
 
 
 @op("layer_norm", F.layer_norm, torch.layer_norm)
-def layer_norm(ctx, input, normalized_shape, weight=None, bias=None, eps=1e-5, *args):
+def layer_norm(ctx, input, normalized_shape, weight=None, bias=None, eps=1e-5, *args, cudnn_enable=None):
     x = T(input)
     s = shape_of(x)
     ns = dims_arg(normalized_shape)
@@ -155,7 +155,7 @@ def rms_norm(ctx, input, normalized_shape, weight=None, eps=None):
 
 
 @op("group_norm", F.group_norm, torch.group_norm)
-def group_norm(ctx, input, num_groups, weight=None, bias=None, eps=1e-5, *args):
+def group_norm(ctx, input, num_groups, weight=None, bias=None, eps=1e-5, *args, cudnn_enabled=None):
     x = T(input)
     s = shape_of(x)
     g = py(num_groups)
@@ -177,19 +177,19 @@ def embedding(ctx, input, weight, padding_idx=None, max_norm=None, *args, **kwar
 
 
 @op("torch.embedding", torch.embedding)
-def torch_embedding(ctx, weight, indices, *args):
+def torch_embedding(ctx, weight, indices, padding_idx=-1, scale_grad_by_freq=False, sparse=False):
     return embedding(ctx, indices, weight)
 
 
 @op("one_hot", F.one_hot)
-def one_hot(ctx, tensor, num_classes=-1):
+def one_hot(ctx, input, num_classes=-1):
     n = dim_arg(num_classes)
     if n is None:
         raise RuleUnknown("one_hot: num_classes is unknown")
     if sym.is_concrete(n) and n == -1:
         ctx.report("SI003", "one_hot without num_classes: the number of classes depends on the data")
         raise RuleUnknown("one_hot without num_classes depends on the data")
-    return like(T(tensor), shape_of(tensor) + (n,), torch.int64)
+    return like(T(input), shape_of(input) + (n,), torch.int64)
 
 
 @op("interpolate", F.interpolate, F.upsample, F.upsample_nearest, F.upsample_bilinear)

@@ -8,7 +8,7 @@ import torch
 
 from .. import shape_fns
 from .. import symbolic as sym
-from ..values import Const, ObjV, TupleV
+from ..values import Const, ObjV, TensorType, TupleV
 from .common import (T, bool_arg, default_float, int_dtype, is_none, like, py, result_dtype, same_dtype,
                      shape_of, to_dtype)
 from .registry import op
@@ -90,7 +90,9 @@ def _values_indices_rule(name):
 def _max_rule(name):
     values_rule = _values_indices_rule(name)
 
-    def rule(ctx, input, dim=None, keepdim=False, *, out=None):
+    def rule(ctx, input, dim=None, keepdim=False, *, other=None, out=None):
+        if not is_none(other) and is_none(dim):
+            dim = other
         if isinstance(dim, type(input)) or (not is_none(dim) and hasattr(dim, "shape")):
             # max(a, b): elementwise
             a, b = T(input), T(dim)
@@ -106,7 +108,7 @@ op("median", torch.median, torch.nanmedian, methods=("median", "nanmedian"))(_va
 
 
 @op("mode", torch.mode, methods=("mode",))
-def mode(ctx, input, dim=-1, keepdim=False):
+def mode(ctx, input, dim=-1, keepdim=False, *, out=None):
     return _values_indices_rule("mode")(ctx, input, dim, keepdim)
 
 
@@ -116,7 +118,7 @@ def kthvalue(ctx, input, k, dim=-1, keepdim=False, *, out=None):
 
 
 @op("cummax", torch.cummax, torch.cummin, methods=("cummax", "cummin"))
-def cummax(ctx, input, dim):
+def cummax(ctx, input, dim, *, out=None):
     t = T(input)
     if t.shape is not None:
         shape_fns.normalize_dim(py(dim), max(len(t.shape), 1))
@@ -140,7 +142,7 @@ def sort(ctx, input, dim=-1, descending=False, stable=False, *, out=None):
 
 
 @op("argsort", torch.argsort, methods=("argsort",))
-def argsort(ctx, input, dim=-1, descending=False, stable=False):
+def argsort(ctx, input, dim=-1, descending=False, stable=False, *, out=None):
     t = T(input)
     return like(t, t.shape, torch.int64)
 
@@ -152,46 +154,99 @@ def matmul(ctx, input, other, *, out=None):
     return like(a, shape, same_dtype("matmul", a, b))
 
 
+def _with_out_dtype(t, out_dtype):
+    # out_dtype (mm/bmm/addmm/baddbmm) has no CPU kernel in torch 2.13, so its dtype rule
+    # cannot be checked against torch here: the dtype is left unknown rather than guessed
+    if is_none(out_dtype):
+        return t
+    return TensorType(None, t.shape, t.device, "out_dtype is not modelled")
+
+
+def _require_rank(name: str, rank: int, *shapes) -> None:
+    if any(len(s) != rank for s in shapes):
+        raise shape_fns.ShapeError("SI161", f"{name} expects {rank}-d tensors, got "
+                                   + " and ".join(sym.shape_str(s) for s in shapes),
+                                   tuple(d for s in shapes for d in s))
+
+
 @op("mm", torch.mm, methods=("mm",))
-def mm(ctx, input, mat2, *, out=None):
-    a, b = shape_of(input), shape_of(mat2)
-    if len(a) != 2 or len(b) != 2:
-        raise shape_fns.ShapeError("SI161", f"mm expects 2-d tensors, got {sym.shape_str(a)} and "
-                                   f"{sym.shape_str(b)}", tuple(a) + tuple(b))
-    return matmul(ctx, input, mat2)
+def mm(ctx, input, mat2, out_dtype=None, *, out=None):
+    _require_rank("mm", 2, shape_of(input), shape_of(mat2))
+    return _with_out_dtype(matmul(ctx, input, mat2), out_dtype)
 
 
 @op("bmm", torch.bmm, methods=("bmm",))
-def bmm(ctx, input, mat2, *, out=None):
+def bmm(ctx, input, mat2, out_dtype=None, *, out=None):
     a, b = shape_of(input), shape_of(mat2)
-    if len(a) != 3 or len(b) != 3:
-        raise shape_fns.ShapeError("SI161", f"bmm expects 3-d tensors, got {sym.shape_str(a)} and "
-                                   f"{sym.shape_str(b)}", tuple(a) + tuple(b))
+    _require_rank("bmm", 3, a, b)
     shape_fns.require_equal(a[0], b[0], "SI130", "bmm batch sizes")
-    return matmul(ctx, input, mat2)
+    return _with_out_dtype(matmul(ctx, input, mat2), out_dtype)
 
 
 @op("mv", torch.mv, methods=("mv",))
 def mv(ctx, input, vec, *, out=None):
+    _require_rank("mv", 2, shape_of(input))
+    _require_rank("mv", 1, shape_of(vec))
     return matmul(ctx, input, vec)
 
 
-@op("dot", torch.dot, torch.inner, methods=("dot", "inner"))
-def dot(ctx, input, other, *, out=None):
-    return matmul(ctx, input, other)
+@op("dot", torch.dot, methods=("dot",))
+def dot(ctx, input, tensor, *, out=None):
+    _require_rank("dot", 1, shape_of(input), shape_of(tensor))
+    return matmul(ctx, input, tensor)
+
+
+@op("inner", torch.inner, methods=("inner",))
+def inner(ctx, input, other, *, out=None):
+    a, b = T(input), T(other, "other")
+    sa, sb = shape_of(a), shape_of(b)
+    if sa == () or sb == ():  # a scalar operand: an elementwise product
+        return like(a, shape_fns.broadcast_shapes(sa, sb), result_dtype(a, b))
+    shape_fns.require_equal(sa[-1], sb[-1], "SI130", "inner: last dims")
+    return like(a, tuple(sa[:-1]) + tuple(sb[:-1]), same_dtype("inner", a, b))
 
 
 @op("outer", torch.outer, torch.ger, methods=("outer", "ger"))
-def outer(ctx, input, vec2):
+def outer(ctx, input, vec2, *, out=None):
     a, b = shape_of(input), shape_of(vec2)
+    _require_rank("outer", 1, a, b)
     return like(T(input), (a[0], b[0]), result_dtype(T(input), T(vec2)))
 
 
-@op("addmm", torch.addmm, torch.baddbmm, methods=("addmm", "baddbmm"))
-def addmm(ctx, input, mat1, mat2, *, beta=1, alpha=1, out=None):
-    prod = matmul(ctx, mat1, mat2)
-    same_dtype("addmm", T(input), prod)
-    return like(prod, shape_fns.broadcast_shapes(shape_of(input), prod.shape))
+def _plus_input(name: str, input, prod, out_dtype=None):
+    """input + product, where input expands to the product's shape (it cannot grow it)."""
+    same_dtype(name, T(input), prod)
+    out = like(prod, shape_fns.expand_shape(shape_of(input), prod.shape))
+    return _with_out_dtype(out, out_dtype)
+
+
+@op("addmm", torch.addmm, methods=("addmm",))
+def addmm(ctx, input, mat1, mat2, out_dtype=None, *, beta=1, alpha=1, out=None):
+    return _plus_input("addmm", input, mm(ctx, mat1, mat2), out_dtype)
+
+
+@op("baddbmm", torch.baddbmm, methods=("baddbmm",))
+def baddbmm(ctx, input, batch1, batch2, out_dtype=None, *, beta=1, alpha=1, out=None):
+    return _plus_input("baddbmm", input, bmm(ctx, batch1, batch2), out_dtype)
+
+
+@op("addbmm", torch.addbmm, methods=("addbmm",))
+def addbmm(ctx, input, batch1, batch2, *, beta=1, alpha=1, out=None):
+    prod = bmm(ctx, batch1, batch2)  # summed over the batch
+    return _plus_input("addbmm", input, like(prod, prod.shape[1:]))
+
+
+@op("addmv", torch.addmv, methods=("addmv",))
+def addmv(ctx, input, mat, vec, *, beta=1, alpha=1, out=None):
+    return _plus_input("addmv", input, mv(ctx, mat, vec))
+
+
+@op("addr", torch.addr, methods=("addr",))
+def addr(ctx, input, vec1, vec2, *, beta=1, alpha=1, out=None):
+    _require_rank("addr", 1, shape_of(vec1), shape_of(vec2))
+    prod = outer(ctx, vec1, vec2)
+    shape = shape_fns.expand_shape(shape_of(input), prod.shape)
+    return like(prod, shape, result_dtype(T(input), prod))
 
 
 @op("einsum", torch.einsum)
