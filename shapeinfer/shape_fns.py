@@ -118,14 +118,23 @@ def numel(shape: Shape) -> Dim:
 def reshape_shape(shape: Shape, target: Sequence[Dim]) -> Shape:
     """view/reshape: solve a single -1 so that the element count is preserved."""
     target = tuple(target)
+    bad = [d for d in target if sym.is_concrete(d) and d < -1]
+    if bad:
+        raise ShapeError("SI111", f"invalid shape dimension {bad[0]} in {sym.shape_str(target)}")
     holes = [i for i, d in enumerate(target) if sym.is_concrete(d) and d == -1]
     if len(holes) > 1:
         raise ShapeError("SI110", "only one dimension can be inferred (-1)")
     total = numel(shape)
     if holes:
         known = sym.product(d for i, d in enumerate(target) if i != holes[0])
-        if known == 0:
-            raise ShapeError("SI110", "cannot infer -1 with a zero-sized dimension")
+        # torch infers -1 only when the other sizes multiply to a nonzero number: with
+        # zero elements any value would do, and otherwise none does
+        if sym.equal(known, 0) is True:
+            raise ShapeError("SI110", f"cannot infer -1 in {sym.shape_str(target)}: the other sizes multiply "
+                             f"to 0 ({'any size fits 0 elements' if sym.equal(total, 0) is True else 'none fits'})")
+        if sym.compare(">", known, 0) is None and known is not None:
+            require_greater(known, 0, "SI110", f"view/reshape into {sym.shape_str(target)} infers -1 only "
+                            f"when the other sizes are nonzero")
         if total is None or known is None:
             solved = None
         else:

@@ -214,9 +214,19 @@ def _equal_sym(a: sympy.Expr, b: sympy.Expr) -> Optional[bool]:
     if diff.is_Number or diff.is_positive or diff.is_negative:
         return False
     syms = sorted(diff.free_symbols, key=str)
-    if all(a.subs(p) == b.subs(p) for p in _probe_points(syms, 0)):
-        return True
-    return None
+    defined = 0
+    for p in _probe_points(syms, 0):
+        try:
+            va, vb = a.subs(p), b.subs(p)
+        except ZeroDivisionError:  # Mod(x, 0): no dim exists at this point
+            continue
+        if any(v.has(sympy.zoo, sympy.nan, sympy.oo, -sympy.oo) for v in (va, vb)):
+            continue
+        if va != vb:
+            return None
+        defined += 1
+    # equal wherever both sides are defined, at enough points to be a proof as above
+    return True if defined >= _PROBES // 2 else None
 
 
 # ---- facts: what the current path condition says about the symbols -------------------
@@ -302,7 +312,56 @@ def compare(op: str, a: Dim, b: Dim) -> Optional[bool]:
            ">": diff.is_nonpositive, ">=": diff.is_negative}[op]
     if neg is True:
         return False
+    if diff.has(sympy.floor):
+        verdict = _compare_floor_bounds(op, diff)
+        if verdict is not None:
+            return verdict
     return _decide_by_facts(op, diff)
+
+
+def _floor_bounds(diff):
+    """(lower, upper) bounds of ``diff`` with each floor term replaced by what brackets
+    it, y - 1 <= floor(y) <= y (by the sign of its coefficient); None when a floor sits
+    inside something else (a product, a Min)."""
+    lower, upper = sympy.S(0), sympy.S(0)
+    for term in sympy.Add.make_args(diff):
+        coeff, rest = term.as_coeff_Mul()
+        if isinstance(rest, sympy.floor):
+            y = rest.args[0]
+            below = _floor_gap(y)
+            lo, hi = (coeff * (y - below), coeff * y) if coeff > 0 else (coeff * y, coeff * (y - below))
+        elif rest.has(sympy.floor):
+            return None
+        else:
+            lo = hi = term
+        lower, upper = lower + lo, upper + hi
+    return sympy.expand(lower), sympy.expand(upper)
+
+
+def _floor_gap(y):
+    """How far floor(y) may fall below y: (m - 1)/m for y = P/m with P an integer
+    polynomial (floor(T/4) >= (T - 3)/4), else 1."""
+    num, den = sympy.fraction(sympy.together(y))
+    if den.is_Integer and den > 0 and _is_int_poly(num):
+        return sympy.Rational(int(den) - 1, int(den))
+    return sympy.S(1)
+
+
+def _compare_floor_bounds(op: str, diff) -> Optional[bool]:
+    """Decide ``diff <op> 0`` from bounds without floors: ``4*floor(T/4) - T <= 0``
+    because its upper bound ``4*(T/4) - T`` is 0."""
+    bounds = _floor_bounds(diff)
+    if bounds is None:
+        return None
+    lower, upper = bounds  # lower <= diff <= upper
+    verdicts = {">": (lower.is_positive, upper.is_nonpositive), ">=": (lower.is_nonnegative, upper.is_negative),
+                "<": (upper.is_negative, lower.is_nonnegative), "<=": (upper.is_nonpositive, lower.is_positive)}
+    holds, fails = verdicts[op]
+    if holds:
+        return True
+    if fails:
+        return False
+    return None
 
 
 def _compare_minmax(op: str, diff) -> Optional[bool]:

@@ -260,3 +260,24 @@ def _name(model):
 @pytest.mark.parametrize("model,inputs", CASES, ids=[_name(m) for m, _ in CASES])
 def test_definite_error_is_reported_where_torch_raises(model, inputs):
     check_error(model, inputs, SIZES)
+
+
+def view_zero_ambiguous(x):
+    z = x[:, :0].view(0, -1)  # error: SI110
+    return z
+
+
+def view_zero_with_elements(x):
+    z = x.view(0, -1)  # error: SI110
+    return z
+
+
+def view_negative_size(x):
+    z = x.view(-2, x.shape[1])  # error: SI111
+    return z
+
+
+@pytest.mark.parametrize("model", [view_zero_ambiguous, view_zero_with_elements, view_negative_size],
+                         ids=lambda f: f.__name__)
+def test_view_minus_one_with_zero_sizes_is_an_error(model):
+    check_error(model, {"x": ("B", "T")}, SIZES)

@@ -259,3 +259,23 @@ def diffs(x):
 
 def test_diff():
     check(diffs, {"x": ("B", "T")}, {"B": (3, 7), "T": (2, 9)})
+
+
+def views_with_zero_sizes(x):
+    B, T, C = x.shape
+    usable = (T // 4) * 4
+    k = x[:, :usable]
+    if k.shape[1] > 0:  # deepseek_v4's compressor: whole windows of 4 tokens
+        n = k.shape[1] // 4
+        w = k.view(B, n, 4, -1)
+    e = x[:, :0]
+    a = e.view(B, -1)
+    b = e.reshape(B, 0, C)
+    c = e.view(-1)
+    d = e.view(-1, C)
+    f = x.new_zeros(0, C).view(0, C, 1)
+    return a
+
+
+def test_view_with_zero_sizes():
+    check(views_with_zero_sizes, {"x": ("B", "T", "C")}, {"B": (1, 5), "T": (1, 13), "C": (1, 6)}, n=6)

@@ -109,3 +109,49 @@ def test_chunk_sizes_match_torch():
         for k in range(1, 6):
             real = [t.shape[0] for t in torch.empty(n).chunk(k)]
             assert sf.chunk_sizes(n, k) == real, (n, k)
+
+
+def test_reshape_with_zero_sizes_matches_torch():
+    # every target of up to three sizes from {-1, 0, 1, 2, 3, 6}, over shapes with and
+    # without elements: torch either gives a shape (ours must equal it) or raises (so must we)
+    sizes = [-2, -1, 0, 1, 2, 3, 6]
+    targets = [(a,) for a in sizes] + [(a, b) for a in sizes for b in sizes] + \
+        [(a, b, c) for a in sizes for b in sizes for c in (-1, 0, 2)]
+    for shape in [(2, 3), (0, 3), (6,), (0,), (2, 0, 3)]:
+        for target in targets:
+            try:
+                real = tuple(torch.empty(shape).reshape(target).shape)
+            except RuntimeError:
+                with pytest.raises(sf.ShapeError):
+                    sf.reshape_shape(shape, target)
+                continue
+            assert sf.reshape_shape(shape, target) == real, (shape, target)
+
+
+def test_reshape_infers_minus_one_when_the_known_sizes_may_be_zero():
+    # [B, 4*(T//4), C] viewed as [B, T//4, 4, -1]: T//4 is 0 for T < 4, where torch raises;
+    # elsewhere the -1 is C (a requirement is sent, nothing raised, no crash)
+    B, T, C = sym.symbol("B"), sym.symbol("T"), sym.symbol("C")
+    n = sym.floordiv(T, 4)
+    sent = []
+    with sf.collect_requirements(lambda op, a, b, what: sent.append((op, a, b))):
+        out = sf.reshape_shape((B, sym.mul(4, n), C), (B, n, 4, -1))
+    assert sent and sent[0][0] == ">"
+    for t in range(4, 20):
+        sizes = {"B": 2, "T": t, "C": 3}
+        real = tuple(torch.empty(2, 4 * (t // 4), 3).view(2, t // 4, 4, -1).shape)
+        assert _eval(out, sizes) == real
+
+
+def test_floors_compare_through_their_bounds():
+    T = sym.symbol("T")
+    f = sym.mul(4, sym.floordiv(T, 4))
+    cases = [("<=", f, T), (">", f, T), (">=", f, sym.sub(T, 3)), (">", f, sym.sub(T, 3)),
+             ("<", f, sym.sub(T, 4)), (">=", T, sym.mul(2, sym.floordiv(T, 2)))]
+    for op, a, b in cases:
+        verdict = sym.compare(op, a, b)
+        truths = {sym.holds_at(sym.relation(op, a, b), {"T": t}) for t in range(1, 40)}
+        # decided only when every size agrees, and then the same way
+        assert verdict is None or truths == {verdict}, (op, a, b, verdict, truths)
+        if len(truths) == 1:
+            assert verdict is not None, (op, a, b)
