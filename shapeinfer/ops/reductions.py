@@ -9,8 +9,8 @@ import torch
 from .. import shape_fns
 from .. import symbolic as sym
 from ..values import Const, ObjV, TensorType, TupleV
-from .common import (T, bool_arg, default_float, int_dtype, is_none, like, py, result_dtype, same_dtype,
-                     shape_of, to_dtype)
+from .common import (T, RuleUnknown, bool_arg, default_float, dim_arg, int_dtype, is_none, like, py, result_dtype,
+                     same_dtype, shape_of, to_dtype)
 from .registry import op
 
 
@@ -268,3 +268,76 @@ def cdist(ctx, x1, x2, p=2.0, compute_mode="use_mm_for_euclid_dist_if_necessary"
     shape_fns.require_equal(a[-1], b[-1], "SI130", "cdist feature sizes")
     same_dtype("cdist", T(x1), T(x2))
     return like(T(x1), tuple(batch) + (a[-2], b[-2]))
+
+
+# ---- mixture-of-experts kernels ------------------------------------------------------------
+
+_GROUPED_MM_DTYPES = (torch.float32, torch.bfloat16, torch.float16)
+
+
+def _grouped_mm(ctx, a, b, offs, bias, out_dtype):
+    """torch._grouped_mm: per-group matmuls, groups cut along a 2-d operand's jagged dim by
+    ``offs`` (int32 group ends). [M,K]x[G,K,N] -> [M,N]; [G,M,K]x[K,N] -> [M,N];
+    [G,M,K]x[G,K,N] -> [G,M,N]; [M,K]x[K,N] -> [G,M,N] with K cut into len(offs) groups.
+    Strides are not modelled (the CPU kernel also wants 16-byte aligned strides)."""
+    ta, tb = T(a, "mat_a"), T(b, "mat_b")
+    sa, sb = shape_of(ta, "mat_a"), shape_of(tb, "mat_b")
+    for name, s in (("mat_a", sa), ("mat_b", sb)):
+        if len(s) not in (2, 3):
+            raise shape_fns.ShapeError("SI161", f"grouped_mm: {name} has to be 2-d or 3-d, got "
+                                       f"{sym.shape_str(s)}", s)
+    for name, t in (("mat_a", ta), ("mat_b", tb)):
+        if t.dtype is not None and t.dtype not in _GROUPED_MM_DTYPES:
+            raise shape_fns.ShapeError("SI160", f"grouped_mm: {name} has to be float32, bfloat16 or float16, "
+                                       f"got {str(t.dtype).replace('torch.', '')}")
+    dtype = same_dtype("grouped_mm", ta, tb)
+    jagged = len(sa) == 2 or len(sb) == 2
+    if jagged == is_none(offs):
+        raise shape_fns.ShapeError("SI007", "grouped_mm: offs is needed exactly when an operand is 2-d")
+    if not is_none(bias):
+        raise RuleUnknown("grouped_mm with a bias is not modelled")
+    shape_fns.require_equal(sa[-1], sb[-2], "SI130", "grouped_mm: contraction sizes of mat_a and mat_b")
+    groups = None
+    if jagged:
+        to = T(offs, "offs")
+        so = shape_of(to, "offs")
+        if to.dtype is not None and to.dtype != torch.int32:
+            raise shape_fns.ShapeError("SI160", f"grouped_mm: offs has to be int32, got "
+                                       f"{str(to.dtype).replace('torch.', '')}")
+        if len(so) != 1:
+            raise shape_fns.ShapeError("SI161", f"grouped_mm: offs has to be 1-d, got {sym.shape_str(so)}", so)
+        groups = so[0]
+    if len(sa) == 3 and len(sb) == 3:
+        shape_fns.require_equal(sa[0], sb[0], "SI130", "grouped_mm: group counts")
+        shape = (sa[0], sa[1], sb[2])
+    elif len(sa) == 2 and len(sb) == 2:
+        shape = (groups, sa[0], sb[1])
+    else:
+        shape_fns.require_equal(groups, (sb if len(sb) == 3 else sa)[0], "SI130", "grouped_mm: len(offs) vs groups")
+        shape = (sa[-2], sb[-1])
+    out = like(ta, shape, dtype)
+    if is_none(out_dtype) or to_dtype(out_dtype) == dtype:
+        return out
+    return _with_out_dtype(out, out_dtype)  # CUDA accumulates bf16 in float32; CPU refuses
+
+
+@op("_grouped_mm", torch._grouped_mm)
+def grouped_mm(ctx, input, mat2, offs=None, bias=None, out_dtype=None):
+    return _grouped_mm(ctx, input, mat2, offs, bias, out_dtype)
+
+
+@op("grouped_mm", getattr(torch.nn.functional, "grouped_mm", None))
+def grouped_mm_functional(ctx, mat_a, mat_b, *, offs=None, bias=None, out_dtype=None):
+    return _grouped_mm(ctx, mat_a, mat_b, offs, bias, out_dtype)
+
+
+@op("histc", torch.histc, methods=("histc",))
+def histc(ctx, input, bins=100, min=0, max=0, *, out=None):
+    t = T(input)
+    n = dim_arg(bins)
+    if sym.compare(">", n, 0) is False:
+        raise shape_fns.ShapeError("SI143", f"histc: bins must be > 0, got {sym.dim_pretty(n)}", (n,))
+    if t.dtype is not None and not t.dtype.is_floating_point:
+        # torch's CPU kernel takes floats only; integer histograms (CUDA) are not checked here
+        return TensorType(None, (n,), t.device, "histc of a non-float tensor is not modelled")
+    return like(t, (n,))
