@@ -677,3 +677,36 @@ def pixel_shuffle_shape(x: Shape, r: int) -> Shape:
 
 def pixel_unshuffle_shape(x: Shape, r: int) -> Shape:
     return tuple(x[:-3]) + (sym.mul(x[-3], r * r), sym.floordiv(x[-2], r), sym.floordiv(x[-1], r))
+
+
+# ---- fft --------------------------------------------------------------------------
+
+
+def fft_shape(shape: Shape, s, dim, kind: str, default_dims=None) -> Shape:
+    """torch.fft: ``kind`` "c2c" (fft, ifft, fftn), "r2c" (rfft, ihfft: the last
+    transformed dim becomes n//2 + 1) or "c2r" (irfft, hfft: the last transformed dim
+    becomes n, by default 2*(m - 1)). ``s`` are the signal sizes (None for the input's;
+    -1 in an entry means that dim's default), ``dim`` the transformed dims; with neither
+    ``dim`` nor ``default_dims`` given, the last len(s) dims, or all of them."""
+    ndim = len(shape)
+    if dim is None:
+        dim = default_dims if default_dims is not None else \
+            tuple(range(ndim - len(s), ndim)) if s is not None else tuple(range(ndim))
+    if s is not None and len(s) != len(dim):
+        raise ShapeError("SI132", f"fft: {len(s)} signal sizes for {len(dim)} dims")
+    if s is not None and len(s) > ndim:
+        raise ShapeError("SI161", f"fft: {len(s)} signal sizes for a rank-{ndim} tensor", shape)
+    if ndim == 0 and dim:
+        raise ShapeError("SI201", "fft of a 0-d tensor")
+    dims = normalize_dims(dim, ndim)
+    out = list(shape)
+    for i, d in enumerate(dims):
+        n = s[i] if s is not None else -1
+        last = i == len(dims) - 1
+        if sym.is_concrete(n) and n == -1:
+            n = sym.mul(2, sym.sub(shape[d], 1)) if kind == "c2r" and last else shape[d]
+        if sym.compare(">", n, 0) is False:
+            raise ShapeError("SI143", f"fft: invalid number of data points ({sym.dim_pretty(n)})", (n,))
+        _require_positive(n, "fft: number of data points")
+        out[d] = sym.add(sym.floordiv(n, 2), 1) if kind == "r2c" and last else n
+    return tuple(out)

@@ -7,6 +7,7 @@ import torch.nn.functional as F
 
 from .. import shape_fns
 from .common import T, Const, TensorType, default_float, int_dtype, is_none, like, result_dtype, to_dtype
+from .fft import real_of
 from .registry import op
 
 
@@ -48,8 +49,7 @@ def _to_long(dtype):
 
 _unary_group(["relu", "relu6", "elu", "selu", "celu", "leaky_relu", "hardtanh", "gelu", "silu", "mish",
               "hardswish", "hardsigmoid", "softplus", "softsign", "tanhshrink", "softshrink", "hardshrink",
-              "logsigmoid", "rrelu", "threshold", "neg", "negative", "positive", "abs",
-              "absolute", "sign", "sgn", "square", "clamp", "clip", "clamp_min", "clamp_max", "floor",
+              "logsigmoid", "rrelu", "threshold", "neg", "negative", "positive", "sign", "sgn", "square", "clamp", "clip", "clamp_min", "clamp_max", "floor",
               "ceil", "round", "trunc", "frac", "fix", "nan_to_num", "contiguous", "clone", "detach",
               "dropout", "dropout1d", "dropout2d", "dropout3d", "alpha_dropout", "feature_alpha_dropout",
               "bitwise_not", "conj", "resolve_conj", "resolve_neg", "cpu", "cuda",
@@ -58,6 +58,8 @@ _unary_group(["sigmoid", "tanh", "exp", "exp2", "expm1", "log", "log2", "log10",
               "sin", "cos", "tan", "asin", "acos", "atan", "sinh", "cosh", "asinh", "acosh", "atanh",
               "erf", "erfc", "erfinv", "reciprocal", "lgamma", "digamma", "logit", "sinc", "i0",
               "expit"], _float)
+_unary_group(["abs", "absolute"], real_of)  # the magnitude of a complex number is real
+_unary_group(["angle"], lambda d: real_of(_float(d)))
 _unary_group(["isnan", "isinf", "isfinite", "isposinf", "isneginf", "logical_not", "signbit"], _to_bool)
 
 
@@ -230,12 +232,18 @@ def inplace_same(ctx, input, *args, **kwargs):
     return T(input)
 
 
-@op("is_floating_point", methods=("is_floating_point",))
-def is_floating_point(ctx, input):
-    from ..values import Const, SymScalar
+def _dtype_flag(attribute: str):
+    def rule(ctx, input):
+        from ..values import SymScalar
 
-    t = T(input)
-    return Const(t.dtype.is_floating_point) if t.dtype is not None else SymScalar(bool, None)
+        t = T(input)
+        return Const(getattr(t.dtype, attribute)) if t.dtype is not None else SymScalar(bool, None)
+
+    return rule
+
+
+op("is_floating_point", torch.is_floating_point, methods=("is_floating_point",))(_dtype_flag("is_floating_point"))
+op("is_complex", torch.is_complex, methods=("is_complex",))(_dtype_flag("is_complex"))
 
 
 @op("dim", methods=("dim", "ndimension"))

@@ -6,6 +6,7 @@ import torch
 
 from .. import symbolic as sym
 from ..values import BoundMethod, Const, SymScalar, TensorType, TupleV, Unknown, Value, int_value
+from .fft import real_of
 
 
 def shape_value(t: TensorType) -> Value:
@@ -28,8 +29,14 @@ def tensor_attribute(t: TensorType, name: str) -> Value:
         return Const(t.device == "cuda" if name == "is_cuda" else False)
     if name == "requires_grad":
         return SymScalar(bool, None, "requires_grad is a runtime property")
-    if name in ("data", "real"):
+    if name == "data":
         return t
+    if name == "real":  # a complex tensor's real part; a real tensor itself
+        return TensorType(real_of(t.dtype), t.shape, t.device, t.reason)
+    if name == "imag":
+        if t.dtype is not None and not t.dtype.is_complex:
+            return Unknown("imag of a real tensor: torch raises")
+        return TensorType(real_of(t.dtype), t.shape, t.device, t.reason)
     if name == "is_leaf":
         return SymScalar(bool, None)
     if name in ("T", "mT", "H", "mH"):
