@@ -679,6 +679,22 @@ def _dict_copy(c, d, args, kwargs, frame):
     return DictV(d.items)
 
 
+@method((ObjV,), "__setattr__")
+def _object_setattr(c, obj, args, kwargs, frame):
+    name, value = args
+    if not isinstance(name, Const):
+        return Unknown("setattr with an abstract name")
+    obj.attrs[name.obj] = value
+    return NONE
+
+
+@method((ObjV,), "__delattr__")
+def _object_delattr(c, obj, args, kwargs, frame):
+    if isinstance(args[0], Const):
+        obj.attrs.pop(args[0].obj, None)
+    return NONE
+
+
 @method((SymScalar,), "item", "__index__")
 def _scalar_item(c, v, args, kwargs, frame):
     return v

@@ -14,6 +14,7 @@ import inspect
 import types
 from typing import Any, Optional
 
+import sympy
 import torch
 
 from .. import symbolic as sym
@@ -147,6 +148,43 @@ class Caller:
         return self.wrap(result)
 
     def call_module(self, module: torch.nn.Module, args, kwargs, frame) -> Value:
+        """``module(*args, **kwargs)``: its forward pre-hooks, forward and forward hooks,
+        as ``nn.Module.__call__`` runs them (transformers collects hidden states with
+        forward hooks). Backward hooks do not change shapes."""
+        pre_hooks, hooks = _forward_hooks(module)
+        for hook_id, hook in pre_hooks:
+            if hook_id in module._forward_pre_hooks_with_kwargs:
+                new = self.call_hook(hook, [Const(module), TupleV(tuple(args)), DictV(kwargs)], frame)
+                pair = new.items if isinstance(new, TupleV) and len(new.items) == 2 else None
+                if new != NONE and (pair is None or not isinstance(pair[1], DictV)):
+                    return Unknown("a forward pre-hook changed the arguments in a way not followed")
+                if pair is not None:
+                    args = self.iterate(pair[0], frame)
+                    if not isinstance(args, list):
+                        return Unknown("a forward pre-hook returned arguments of unknown number")
+                    kwargs = dict(pair[1].items)
+            else:
+                new = self.call_hook(hook, [Const(module), TupleV(tuple(args))], frame)
+                if new != NONE:
+                    items = self.iterate(new, frame) if isinstance(new, TupleV) else [new]
+                    if not isinstance(items, list) or isinstance(new, UnionV):
+                        return Unknown("a forward pre-hook changed the arguments in a way not followed")
+                    args = items
+        result = self._call_forward(module, args, kwargs, frame)
+        for hook_id, hook in hooks:
+            with_kwargs = hook_id in module._forward_hooks_with_kwargs or \
+                hook_id in torch.nn.modules.module._global_forward_hooks_with_kwargs
+            hook_args = [Const(module), TupleV(tuple(args))] + ([DictV(kwargs)] if with_kwargs else []) + [result]
+            new = self.call_hook(hook, hook_args, frame)
+            before = result
+            result = self.interp.lift(lambda r: before if r == NONE else r, new)
+        return result
+
+    def call_hook(self, hook, args, frame) -> Value:
+        return self.call_callable(hook, args, {}, frame) if isinstance(hook, types.FunctionType) \
+            else self.call_object(hook, args, {}, frame)
+
+    def _call_forward(self, module: torch.nn.Module, args, kwargs, frame) -> Value:
         if type(module).forward is torch.nn.Sequential.forward:
             value = args[0] if args else Unknown("Sequential called without input")
             for child in module:
@@ -234,7 +272,7 @@ class Caller:
                     cells[name] = self.wrap(cell.cell_contents)
                 except ValueError:  # an empty cell
                     pass
-        callee = Frame(code.co_filename, func.__globals__, env, frame.pc, None, cells, func)
+        callee = Frame(code.co_filename, func.__globals__, env, self._callee_pc(frame), None, cells, func)
         return self._run(node, callee, _qualname(func), final_env)
 
     def call_closure(self, fn: Closure, args, kwargs, frame) -> Value:
@@ -245,11 +283,20 @@ class Caller:
             self.ctx.report("SI007", f"call of a local function: {e}", severity="error")
             return Unknown("bad call to a local function")
         env = self._bind_env(sig, bound, lambda default: default)
-        callee = Frame(fn.filename, fn.globals, env, frame.pc, fn.scope, fn.scope.cells if fn.scope else {},
+        callee = Frame(fn.filename, fn.globals, env, self._callee_pc(frame), fn.scope, fn.scope.cells if fn.scope else {},
                        fn.scope.func if fn.scope else None)
         if isinstance(fn.node, ast.Lambda):
             return self.interp.eval(fn.node.body, callee)
         return self._run(fn.node, callee, fn.node.name)
+
+    def _callee_pc(self, frame) -> Any:
+        """The path condition a call runs under: the caller's, and the condition of the
+        union option the call is made for (``lift`` narrows ``ctx.pc`` per option), so
+        that what the callee reports stays under that option's condition."""
+        pc = self.ctx.pc
+        if frame is None or frame.pc is pc or frame.pc == pc:
+            return pc
+        return sympy.And(frame.pc, pc)
 
     def _bind_env(self, sig, bound, default_value) -> dict:
         env = {}
@@ -346,6 +393,10 @@ class Caller:
             return final
         if isinstance(final, UnionV) and any(isinstance(o, ObjV) and o.cls is obj.cls for _, o in final.options):
             return final  # per path (options the join could not keep apart are Unknown)
+        if final is not None:
+            # the paths' objects could not be joined: what the method set is lost, and the
+            # object as it was before the method ran would be a wrong value
+            return final if isinstance(final, Unknown) else Unknown(f"{obj.cls.__name__} differs across paths")
         return obj
 
     # ------------------------------------------------------------------ attributes
@@ -387,6 +438,10 @@ class Caller:
     def _bind_class_attr(self, self_value, attr) -> Value:
         if isinstance(attr, (types.FunctionType, Closure)):
             return BoundMethod(self_value, attr)
+        if isinstance(self_value, ObjV) and attr in _OBJECT_ATTRIBUTE_SLOTS:
+            # object.__setattr__ (super().__setattr__ in a class that defines its own):
+            # acts on the instance's attributes, never on a dict subclass's items
+            return BoundMethod(self_value, attr.__name__)
         if isinstance(self_value, ObjV) and self_value.mapping is not None and \
                 isinstance(attr, (types.WrapperDescriptorType, types.MethodDescriptorType)):
             # dict's own C methods on a dict subclass: act on the object's items
@@ -426,7 +481,13 @@ class Caller:
 
     def set_attr(self, obj: Value, name: str, value: Value) -> None:
         if isinstance(obj, ObjV):
-            obj.attrs[name] = value
+            setattr_ = _class_attr(obj.cls, "__setattr__")
+            if isinstance(setattr_, types.FunctionType):
+                # the class's own __setattr__ runs, as in Python (ModelOutput keeps its
+                # items in step with its fields there)
+                self.call_callable(setattr_, [obj, Const(name), value], {}, None)
+            else:
+                obj.attrs[name] = value
         elif isinstance(obj, Const):
             self.ctx.attr_overlay[(id(obj.obj), name)] = value
 
@@ -563,6 +624,18 @@ class Caller:
 
 
 # ---- helpers -----------------------------------------------------------------------------
+
+
+_OBJECT_ATTRIBUTE_SLOTS = (object.__setattr__, object.__delattr__)
+
+
+def _forward_hooks(module: torch.nn.Module) -> tuple[list, list]:
+    """(forward pre-hooks, forward hooks) as (id, hook) pairs, global ones first, in the
+    order ``nn.Module.__call__`` runs them."""
+    g = torch.nn.modules.module
+    pre = [*g._global_forward_pre_hooks.items(), *module._forward_pre_hooks.items()]
+    post = [*g._global_forward_hooks.items(), *module._forward_hooks.items()]
+    return pre, post
 
 
 def _item_overlay_key(container, index) -> Optional[tuple]:

@@ -296,6 +296,7 @@ def make_union(options: list) -> Value:
             merged.append((cond, v))
     if not merged:
         return Unknown("no path reaches this value")
+    merged = _widen_same_condition(merged)
     if len(merged) == 1:
         return merged[0][1]
     if len(merged) > MAX_UNION:
@@ -305,6 +306,18 @@ def make_union(options: list) -> Value:
         # agree on instead, so the analysis stays fast
         return widen_values([v for _, v in merged])
     return UnionV(tuple((simplify_condition(c), v) for c, v in merged))
+
+
+def _widen_same_condition(options: list) -> list:
+    """Options under one same condition are values from paths whose conditions were
+    dropped (too big): which one holds is unknown, so they are widened into one value
+    rather than each claimed under a condition that does not tell them apart."""
+    groups: dict = {}
+    for cond, v in options:
+        groups.setdefault(cond, []).append(v)
+    if len(groups) == len(options):
+        return options
+    return [(cond, widen_values(values)) for cond, values in groups.items()]
 
 
 def simplify_condition(cond):
