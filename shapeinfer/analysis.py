@@ -16,6 +16,7 @@ from .diagnostics import Diagnostic
 from .interp.interpreter import Interpreter
 from .interp.state import AnalysisContext, Entry, Frame
 from .render import const_tuple_as_values, value_json
+from .size_audit import SizeAudit
 from .values import TensorType, Value, from_python, tensor
 
 JSON_VERSION = 1
@@ -34,6 +35,7 @@ class AnalysisResult:
     seconds: float = 0.0
     files: list = field(default_factory=list)
     inputs: dict = field(default_factory=dict)  # forward parameter -> abstract input type
+    size_audit: Optional[SizeAudit] = None  # forward's size arithmetic, for replay across sizes
 
     @property
     def errors(self) -> list:
@@ -73,6 +75,8 @@ class AnalysisResult:
         control = {"shape_only": self.shape_only,
                    "reasons": [f"{display_path(d.file)}:{d.line}: {d.code} {d.message}"
                                for d in self.shape_only_reasons]}
+        if self.size_audit is not None:
+            control["size_arithmetic"] = self.size_audit.to_json(self.diagnostics)
         return {"version": JSON_VERSION, "symbols": dict(self.symbols), "inputs": inputs,
                 "control_flow": control, "entries": entries, "diagnostics": diags}
 
@@ -156,6 +160,7 @@ def analyze(model, args=(), kwargs=None, dims=None) -> AnalysisResult:
         raise AnalysisError(f"the sample input does not match forward's signature: {e}") from e
     symbols, abstract = _symbols_from_dims(bound.arguments, dims or {})
     ctx = AnalysisContext(symbols)
+    ctx.size_audit = SizeAudit(symbols)
     interp = Interpreter(ctx)
 
     def abstract_of(name, value):
@@ -182,9 +187,10 @@ def analyze(model, args=(), kwargs=None, dims=None) -> AnalysisResult:
     except Exception as e:  # an analyzer bug outside any statement: keep what was found
         ctx.loc = _definition_site(forward)
         output = ctx.internal_failure("analysis of forward", e)
+    ctx.size_audit.note(output, ctx.loc)  # a module called directly evaluates nothing
     files = sorted({e.file for e in ctx.entries.values()})
     return AnalysisResult(symbols, ctx.entries, ctx.diagnostics, output, time.perf_counter() - start, files,
-                          dict(abstract))
+                          dict(abstract), ctx.size_audit)
 
 
 __all__ = ["analyze", "AnalysisResult", "AnalysisError", "Diagnostic", "Entry", "TensorType", "Any"]

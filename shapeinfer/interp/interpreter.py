@@ -382,7 +382,11 @@ class Interpreter:
         if method is None:
             self.ctx.report("SI002", f"expression '{type(node).__name__}' is not modelled")
             return Unknown(f"{type(node).__name__} expressions are not modelled")
-        return method(node, frame)
+        v = method(node, frame)
+        audit = self.ctx.size_audit
+        if audit is not None:
+            audit.note(v, self.ctx.loc)
+        return v
 
     def ex_Constant(self, n, frame):
         return Const(n.value)

@@ -138,6 +138,7 @@ class AnalysisContext:
         self.attr_overlay: dict[tuple[int, str], Value] = {}
         self.pc = sympy.true  # the path condition of the statement being analyzed
         self.data_conditions = 0
+        self.size_audit = None  # a SizeAudit sees every value (see size_audit.py)
 
     def data_condition(self, line: int, speculative: bool = False) -> sympy.Symbol:
         """A fresh opaque condition for a branch on tensor values. Paths split on it are
