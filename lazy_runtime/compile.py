@@ -18,6 +18,7 @@ import re
 
 from .dynamic import mark_dynamic
 from .replay import Replayer, module_state, optimizer_state
+from .replay_sizes import SizePolicy
 from .tensor import LazyTensor
 from . import ir
 
@@ -55,7 +56,9 @@ def compile(model, shapes=None, replay=None):  # noqa: A001  (the public name of
     ``replay``: None (the default) replays when the plan says the forward's control flow
     depends only on shapes and constant attributes (``control_flow.shape_only``); True
     replays without a plan (the caller vouches for that); False never replays. A replayed
-    call with an exact signature seen before records no ops (see ``replay.py``).
+    call with an exact signature seen before records no ops (see ``replay.py``); where the
+    plan also vouches for forward's size arithmetic (``size_arithmetic``), so does a call
+    at dynamic sizes never traced (``replay_sizes.py``).
     """
     data = _plan_json(shapes) if shapes is not None else {}
     marks = input_marks(data)
@@ -64,7 +67,10 @@ def compile(model, shapes=None, replay=None):  # noqa: A001  (the public name of
     if replay is None:
         replay = shape_only
     forward = model.forward
-    inner = Replayer(forward, functools.partial(module_state, model)) if replay else forward
+    # replay across sizes only where the analyzer vouches for forward's size arithmetic
+    sizes = SizePolicy.from_plan(control) if replay else None
+    inner = Replayer(forward, functools.partial(module_state, model), sizes=sizes) \
+        if replay else forward
     if not marks and not replay:
         return model
     sig = inspect.signature(forward)

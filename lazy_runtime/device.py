@@ -12,9 +12,10 @@ import torch
 
 from . import dtypes
 from .backend import NAME
-from .executor import data_tensor, host_constant
+from . import ir
+from .executor import data_node_from_cpu, data_tensor, host_constant
 from .metrics import METRICS
-from .tensor import DEVICE
+from .tensor import DEVICE, new_base
 
 _lib = torch.library.Library("aten", "IMPL")
 
@@ -47,11 +48,17 @@ def _empty_strided(size, stride, dtype=None, layout=None, device=None, pin_memor
 
 
 def _host_factory(op):
-    """A factory with deterministic values: made on the host by torch, copied as data."""
+    """A factory with deterministic values: made on the host by torch, copied as data
+    (with its recipe: a replay at other sizes makes it again)."""
+    def make(*args, **kwargs):
+        METRICS.host_ops += 1
+        n = data_node_from_cpu(op(*args, **kwargs))
+        ir.HOST_RECIPES[n] = (make, args, tuple(sorted(kwargs.items())))
+        return n
+
     def impl(*args, **kwargs):
         kwargs["device"] = torch.device("cpu")
-        METRICS.host_ops += 1
-        return data_tensor(op(*args, **kwargs))
+        return new_base(make(*args, **kwargs))
     return impl
 
 

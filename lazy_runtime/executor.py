@@ -49,11 +49,17 @@ def data_tensor(t: torch.Tensor):
 
 def host_constant(shape, dtype, fill):
     """A lazy tensor filled with ``fill``, made on the host and copied (no compile)."""
+    return new_base(filled_node(tuple(shape), dtype, fill))
+
+
+def filled_node(shape, dtype, fill) -> ir.Node:
     npd = dtypes.to_numpy_dtype(dtype)
     METRICS.transfers_to_device += 1
     with _x64(True):
-        arr = jax.device_put(np.full(tuple(shape), fill, dtype=npd), config.jax_device())
-    return new_base(ir.leaf(ir.DATA, arr, tuple(shape), dtype))
+        arr = jax.device_put(np.full(shape, fill, dtype=npd), config.jax_device())
+    n = ir.leaf(ir.DATA, arr, shape, dtype)
+    ir.HOST_RECIPES[n] = (filled_node, (shape, dtype, fill), ())
+    return n
 
 
 def to_cpu(t) -> torch.Tensor:

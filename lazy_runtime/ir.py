@@ -12,6 +12,8 @@ stream position. The structural key of a graph (``linearize``) is the compile-ca
 
 from __future__ import annotations
 
+import weakref
+
 DATA = "data"
 SCALAR = "scalar"
 RNG = "rng"
@@ -73,6 +75,9 @@ EPOCH = [0]
 # Leaves made so far: a leaf's ``serial`` tells whether it was made after some point
 # (``replay`` uses it to tell constants made inside a forward from tensors read from outside).
 LEAVES_MADE = [0]
+# DATA leaf -> (maker, args, kwargs) for constants made on the host by a factory
+# (``arange(T)``): a replay at other sizes makes them again (``replay_sizes``).
+HOST_RECIPES: "weakref.WeakKeyDictionary" = weakref.WeakKeyDictionary()
 
 
 def clear_interned() -> None:
@@ -117,9 +122,15 @@ def make_node(op, args: tuple, kwargs: tuple, inputs: tuple, shape, dtype, aux=N
 def copy_node(n: Node, inputs: tuple) -> Node:
     """A node like op node ``n`` over other ``inputs``, outside the intern table (a
     replay template's body: it must not be merged into the live trace)."""
+    return loose_node(n.op, n.args, n.kwargs, inputs, n.shape, n.dtype, n.aux, n.sig)
+
+
+def loose_node(op, args, kwargs, inputs, shape, dtype, aux=None, sig=None) -> Node:
+    """An op node outside the intern table (see ``copy_node``)."""
     c = Node()
-    c.op, c.args, c.kwargs, c.inputs = n.op, n.args, n.kwargs, inputs
-    c.shape, c.dtype, c.aux, c.value, c.sig = n.shape, n.dtype, n.aux, None, n.sig
+    c.op, c.args, c.kwargs, c.inputs = op, args, kwargs, inputs
+    c.shape, c.dtype, c.aux, c.value = shape, dtype, aux, None
+    c.sig = sig if sig is not None else (op_key(op), args, kwargs, shape, dtype, aux)
     return c
 
 

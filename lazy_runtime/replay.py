@@ -13,6 +13,10 @@ where tracing recorded hundreds. The executor lowers a CALL by running the templ
 body; a graph that runs padded inlines its CALLs when padded values flow into them.
 ``compile_optimizer`` replays ``opt.step()`` the same way (no autograd: only writes).
 
+A signature never traced whose only difference from traced ones is the size of dynamic
+dims can be *predicted* from them when the plan vouches for forward's size arithmetic
+(``replay_sizes.py``: replay across sizes).
+
 The signature (the guard) is exact: argument structure, constants, tensor shapes, dtypes
 and ``requires_grad``; the module tree's parameters and buffers (identity,
 ``requires_grad``), its plain attributes (ints, floats, bools, strings, None: a flag
@@ -41,8 +45,8 @@ import torch
 import torch.nn.modules.module as _nn_module
 import torch.utils._pytree as pytree
 
-from . import ir, random
-from .dynamic import _put
+from . import ir, random, replay_sizes
+from .dynamic import _put, leaf_marks
 from .metrics import METRICS
 from .ops.registry import Lowering
 from .tensor import LazyTensor, new_base, node_of, pending_order, set_node
@@ -73,6 +77,7 @@ class Template:
     CALL's results (a multi-output node)."""
 
     def __init__(self, kind: str, nodes: list, outputs: list):
+        self.kind = kind
         self.name = f"replay.{kind}#{next(_names)}"
         self.nodes = nodes
         self.outputs = tuple(outputs)
@@ -248,6 +253,8 @@ class _Entry:
         self.fwd_rng = ((), 0)      # (offsets in slot order, positions drawn)
         self.bwd_rng = ((), 0)
         self.grad_of = ()           # per bwd output: the tensor position it is the grad of
+        self.size_parts = None      # (skeleton, ints), for replay across sizes
+        self.synthesized = False    # made by replay_sizes, not traced
 
     def fail(self, reason: str) -> None:
         self.state = "never"
@@ -551,28 +558,39 @@ class Replayer:
 
     MAX_CAPTURES = 3  # captures of one signature whose backward never came: give up
 
-    def __init__(self, forward, state, differentiable: bool = True, max_entries: int = 16):
+    def __init__(self, forward, state, differentiable: bool = True, max_entries: int = 16,
+                 sizes: "replay_sizes.SizePolicy | None" = None):
         self.forward = forward
         self.state = state
         self.differentiable = differentiable
         self.entries: collections.OrderedDict = collections.OrderedDict()
         self.max_entries = max_entries
+        self.sizes = sizes
+        # family key -> traced entries of it [(sizes, entry)] (replay across sizes)
+        self.families: collections.OrderedDict = collections.OrderedDict()
 
     def __call__(self, *args, **kwargs):
         try:
-            key, tensors = self._signature(args, kwargs)
+            key, tensors, family = self._signature(args, kwargs)
         except NotReplayable as e:
             METRICS.replay_misses[str(e)] += 1
             return self.forward(*args, **kwargs)
         e = self.entries.get(key)
         if e is None:
-            e = self.entries[key] = _Entry()
+            e = self._from_family(family, tensors) if family is not None else None
+            if e is None:
+                e = _Entry()
+                if family is not None:
+                    self._observe(family, e)
+            self.entries[key] = e
             while len(self.entries) > self.max_entries:
                 self.entries.popitem(last=False)
         else:
             self.entries.move_to_end(key)
         if e.state == "ready":
             METRICS.replays += 1
+            if e.synthesized:
+                METRICS.replays_across_sizes += 1
             if e.bwd is None:
                 _, _, outs = e.run_forward(tensors)
             else:
@@ -605,15 +623,51 @@ class Replayer:
         flat = [next(it) if isinstance(v, torch.Tensor) else v for v in cap.flat]
         return pytree.tree_unflatten(flat, e.out_spec)
 
+    # -- replay across sizes (``replay_sizes``)
+
+    def _observe(self, family, entry):
+        fkey, sizes = family
+        seen = self.families.get(fkey)
+        if seen is None:
+            seen = self.families[fkey] = []
+            while len(self.families) > self.max_entries:
+                self.families.popitem(last=False)
+        seen.append((sizes, entry))
+        # keep the newest traces that can still serve
+        seen[:] = [o for o in seen if o[1].state != "never"][-replay_sizes.MAX_OBSERVATIONS:]
+
+    def _from_family(self, family, tensors):
+        """A ready entry for a new size of a family traced at other sizes, or None."""
+        fkey, sizes = family
+        seen = [(s, e) for s, e in self.families.get(fkey, ()) if e.state == "ready"]
+        if len(seen) < 2:
+            return None
+        groups: dict = {}
+        for s, e in seen:
+            skel, ints = replay_sizes.parts(e)
+            groups.setdefault(skel, []).append((s, ints, e))
+        for skel, obs in sorted(groups.items(), key=lambda kv: -len(kv[1])):
+            ints = replay_sizes.predict([(s, i) for s, i, _ in obs], sizes, self.sizes)
+            if ints is None:
+                continue
+            e = replay_sizes.rebuild(obs[-1][2], skel, ints, _Entry, Template)
+            if _fits(e, tensors):
+                return e
+            METRICS.replay_misses["a replay across sizes predicted shapes the call does "
+                                  "not have"] += 1
+        return None
+
     # -- the guard
 
     def _signature(self, args, kwargs):
         flat, spec = pytree.tree_flatten((args, kwargs))
         key = [spec, torch.is_grad_enabled()]
         tensors = []
+        where = []   # the position of each tensor's entry in the key
         for v in flat:
             if isinstance(v, LazyTensor):
                 tensors.append(v)
+                where.append(len(key))
                 key.append((tuple(v.shape), v.dtype, v.requires_grad))
             elif isinstance(v, torch.Tensor):
                 raise NotReplayable("an argument is not on the lazy device")
@@ -626,7 +680,43 @@ class Replayer:
             if not isinstance(t, LazyTensor):
                 raise NotReplayable("a parameter or buffer is not on the lazy device")
         key.append(snap)
-        return tuple(key), tensors + owned
+        family = self._family(key, tensors, where) if self.sizes is not None else None
+        return tuple(key), tensors + owned, family
+
+    def _family(self, key, tensors, where):
+        """(the key with dynamic sizes replaced by their symbols and the truth value of
+        each of the plan's conditions, the sizes), or None when no dim is dynamic."""
+        sizes: dict = {}
+        fkey = list(key)
+        for i, t in enumerate(tensors):
+            n = t._st.node
+            marks = dict(leaf_marks(n)) if n.op is ir.DATA and not t._vw else None
+            if not marks:
+                continue
+            shape = list(t.shape)
+            for d, name in marks.items():
+                if sizes.setdefault(name, shape[d]) != shape[d]:
+                    return None
+                shape[d] = name
+            fkey[where[i]] = (tuple(shape), t.dtype, t.requires_grad)
+        if not sizes:
+            return None
+        truths = self.sizes.truths(sizes)
+        if truths is None:
+            return None
+        fkey.append(truths)
+        return tuple(fkey), sizes
+
+
+def _fits(entry, tensors) -> bool:
+    """Whether a predicted entry's placeholders have the call's argument shapes."""
+    holders = [n for n in entry.fwd.nodes if n.op is ir.DATA]
+    for s, n in zip(entry.fwd_slots, holders):
+        if s[0] == "arg" and tuple(tensors[s[1]].shape) != tuple(n.shape):
+            return False
+        if s[0] == "const" and tuple(s[1].shape) != tuple(n.shape):
+            return False
+    return True
 
 
 def module_state(module):
