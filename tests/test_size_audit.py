@@ -69,3 +69,15 @@ def test_conv_output_sizes_are_floors():
     sa = audit(nn.Conv1d(4, 4, 3, stride=2), shape=(2, 4, 11), dims=("B", None, "L"),
                name="input")
     assert not sa["polynomial"]
+
+
+def test_a_lambda_made_by_python_is_interpreted():
+    # (a lambda kept as a module attribute used to fail: its body is an expression)
+    plan = shapeinfer.analyze(Fn(lambda x: x[:, 1:] * 2), args=(torch.randn(2, 9, 4),),
+                              dims={"x": ("B", "T", None)})
+    assert plan.shape_only
+    assert plan.to_json()["control_flow"]["size_arithmetic"]["polynomial"]
+    assert [d.code for d in plan.diagnostics] == []
+    two = shapeinfer.analyze(Fn((lambda x: x, lambda x: x[:, :2])[1]), args=(torch.randn(2, 9, 4),),
+                             dims={"x": ("B", "T", None)})
+    assert [d.code for d in two.diagnostics] == ["SI006"]

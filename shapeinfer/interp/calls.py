@@ -273,7 +273,24 @@ class Caller:
                 except ValueError:  # an empty cell
                     pass
         callee = Frame(code.co_filename, func.__globals__, env, self._callee_pc(frame), None, cells, func)
+        if isinstance(node, ast.Lambda):
+            return self._run_lambda(node, code, callee)
         return self._run(node, callee, _qualname(func), final_env)
+
+    def _run_lambda(self, node, code, callee: Frame) -> Value:
+        """A lambda made by real Python (a module attribute, a default argument): its
+        body is an expression. Only a lambda alone on its line can be told apart."""
+        tree = self.ctx.sources.module(code.co_filename)
+        line = code.co_firstlineno
+        if sum(isinstance(n, ast.Lambda) and n.lineno == line for n in ast.walk(tree)) != 1:
+            self.ctx.report("SI006", f"several lambdas on line {line}: which one was called is "
+                            "not known; result unknown")
+            return Unknown(f"a lambda on line {line} among several")
+        saved_loc, saved_pc = self.ctx.loc, self.ctx.pc
+        try:
+            return self.interp.eval(node.body, callee)
+        finally:
+            self.ctx.loc, self.ctx.pc = saved_loc, saved_pc
 
     def call_closure(self, fn: Closure, args, kwargs, frame) -> Value:
         try:
