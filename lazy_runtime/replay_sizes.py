@@ -230,15 +230,18 @@ def predict(observed: list, sizes: dict, policy: SizePolicy):
         return None
     values = [v for _, v in observed]
     out = list(values[-1])
+    done: dict = {}   # the same column (T, T-1, B*T ... recur hundreds of times) once
     for k, column in enumerate(zip(*values)):
         first = column[0]
         if all(v == first for v in column):
             continue   # the weights sum to 1 (the constant monomial): the same value
-        if any(sum(mu_i * v for mu_i, v in zip(mu, column)) != 0 for mu in null):
-            return None
-        p = sum(l_i * v for l_i, v in zip(lam, column))
-        if p.denominator != 1:
-            return None
+        p = done.get(column)
+        if p is None:
+            if any(sum(mu_i * v for mu_i, v in zip(mu, column)) != 0 for mu in null):
+                return None
+            p = done[column] = sum(l_i * v for l_i, v in zip(lam, column))
+            if p.denominator != 1:
+                return None
         out[k] = int(p)
     return out
 
