@@ -709,13 +709,17 @@ class Replayer:
 
 
 def _fits(entry, tensors) -> bool:
-    """Whether a predicted entry's placeholders have the call's argument shapes."""
-    holders = [n for n in entry.fwd.nodes if n.op is ir.DATA]
-    for s, n in zip(entry.fwd_slots, holders):
-        if s[0] == "arg" and tuple(tensors[s[1]].shape) != tuple(n.shape):
-            return False
-        if s[0] == "const" and tuple(s[1].shape) != tuple(n.shape):
-            return False
+    """Whether a predicted entry's placeholders (forward and backward) have the shapes of
+    the call's arguments and of the constants made again for it."""
+    for tmpl, slots in ((entry.fwd, entry.fwd_slots), (entry.bwd, entry.bwd_slots)):
+        if tmpl is None:
+            continue
+        holders = [n for n in tmpl.nodes if n.op is ir.DATA]
+        for s, n in zip(slots, holders):
+            if s[0] == "arg" and tuple(tensors[s[1]].shape) != tuple(n.shape):
+                return False
+            if s[0] == "const" and tuple(s[1].shape) != tuple(n.shape):
+                return False
     return True
 
 

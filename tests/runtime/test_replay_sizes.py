@@ -5,7 +5,6 @@ both sides of a size condition, and refused where the analyzer cannot vouch for 
 forward's size arithmetic (``T // 2``)."""
 
 import copy
-from fractions import Fraction
 
 import pytest
 import torch
@@ -57,7 +56,6 @@ def test_policy_conditions_split_families():
     assert pol.truths({"B": 3}) is None      # a condition on a symbol the call does not size
     assert SizePolicy.from_plan({"shape_only": True,
                                  "size_arithmetic": {"polynomial": False}}) is None
-    assert Fraction(1) == 1
 
 
 # ---- whole runs against eager ---------------------------------------------------------
