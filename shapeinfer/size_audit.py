@@ -15,7 +15,15 @@ which records
   presence turns replay across sizes off (``polynomial`` is False, with the reasons);
 - **degree**: per symbol, the highest power it reaches in any int or tensor element
   count (``[B, H, T, T]`` has T squared). With the conditions fixed, every size is a
-  polynomial of at most these degrees, so that many traces plus one determine it.
+  polynomial of at most these degrees, so that many traces plus one determine it;
+- **total_degree**: the highest total degree of any monomial of any such int or element
+  count (``[B, H, T, T]``: B*T**2, 3). It bounds the monomials jointly: [B, T]
+  activations with a [T, T] mask give B degree 1 and T degree 2 but total degree 2 (no
+  B*T**2), so sizes varying together need fewer traces than the box of per-symbol
+  degrees suggests.
+
+A ``min``/``max`` counts as the product of its arguments (with the choice fixed it is one
+of them): that bounds both degrees from above.
 """
 
 from __future__ import annotations
@@ -38,6 +46,7 @@ class SizeAudit:
         self.conditions: dict = {}    # str -> sympy relation
         self.reasons: list = []       # why the arithmetic is not polynomial
         self.degree: dict = {}        # symbol name -> highest degree seen
+        self.total_degree = 0         # highest total degree of a monomial seen
         self._seen: set = set()
 
     @property
@@ -113,6 +122,7 @@ class SizeAudit:
             name = str(s)
             if d > self.degree.get(name, 0):
                 self.degree[name] = d
+        self.total_degree = max(self.total_degree, poly.total_degree())
 
     def to_json(self, diagnostics=()) -> dict:
         """The plan's ``control_flow.size_arithmetic``. A diagnostic's ``when`` (where
@@ -123,7 +133,8 @@ class SizeAudit:
             if when and _only_symbols(when, self.symbols):
                 conditions.add(when)
         return {"polynomial": self.polynomial, "reasons": list(self.reasons),
-                "conditions": sorted(conditions), "degree": dict(sorted(self.degree.items()))}
+                "conditions": sorted(conditions), "degree": dict(sorted(self.degree.items())),
+                "total_degree": self.total_degree}
 
 
 def _only_symbols(text: str, symbols) -> bool:

@@ -39,10 +39,28 @@ def narrow_mod(x):
     return x.narrow(1, x.shape[1] % 4, 2)
 
 
+def causal_sum(x):
+    T = x.shape[1]
+    return x @ torch.tril(torch.ones(T, T))       # [B, T] and [T, T]: no B*T*T anywhere
+
+
 def test_polynomial_sizes_with_their_degrees():
     sa = audit(Fn(scores))
     assert sa["polynomial"] and sa["reasons"] == []
     assert sa["degree"] == {"B": 1, "T": 2}       # the T x T scores
+    assert sa["total_degree"] == 3                # B*T*T elements
+    # the keys are a contract (total_degree was added; old plans lack it)
+    assert set(sa) == {"polynomial", "reasons", "conditions", "degree", "total_degree"}
+
+
+def test_total_degree_bounds_monomials_jointly():
+    sa = audit(Fn(causal_sum), shape=(3, 6), dims=("B", "T"))
+    assert sa["polynomial"]
+    assert sa["degree"] == {"B": 1, "T": 2}
+    assert sa["total_degree"] == 2                # below the box's 1 + 2
+    # with one symbol only, the total is that symbol's degree
+    one = audit(Fn(scores), shape=(2, 9, 4), dims=(None, "T", None))
+    assert one["degree"] == {"T": 2} and one["total_degree"] == 2
 
 
 def test_floors_and_remainders_are_caught_even_inline():
