@@ -658,6 +658,24 @@ def _auto_marks(g: ir.Graph) -> dict:
     return auto
 
 
+def _dynamic_inputs(g: ir.Graph) -> tuple:
+    """(whether a data leaf is marked or padded, the automatic marks of ``g``'s family)."""
+    has_dyn = any(n.aux is not None for n in g.nodes if n.op is ir.DATA)
+    auto = _auto_marks(g) if config.automatic_dynamic and not has_dyn else {}
+    return has_dyn, auto
+
+
+def may_run_padded(g: ir.Graph) -> bool:
+    """Whether ``plan_for(g)`` would be more than None (nothing dynamic), without
+    building the plan. Learns automatic marks as ``plan_for`` does."""
+    if not enabled():
+        return False
+    if g.key in _PLANS:
+        return _PLANS[g.key] is not None
+    has_dyn, auto = _dynamic_inputs(g)
+    return bool(has_dyn or auto)
+
+
 def plan_for(g: ir.Graph):
     """The SymPlan for ``g``, a string naming the op that forces an exact compile, or None
     (nothing dynamic). Cached by the concrete key."""
@@ -671,8 +689,7 @@ def plan_for(g: ir.Graph):
     if hit is not None or key in _PLANS:
         _PLANS.move_to_end(key)
         return hit
-    has_dyn = any(n.aux is not None for n in g.nodes if n.op is ir.DATA)
-    auto = _auto_marks(g) if config.automatic_dynamic and not has_dyn else {}
+    has_dyn, auto = _dynamic_inputs(g)
     res = build_plan(g, fresh, auto) if (has_dyn or auto) else None
     _PLANS[key] = res
     while len(_PLANS) > 512:

@@ -388,14 +388,13 @@ def sync(reason: str = "mark_step") -> None:
     try:
         try:
             g = ir.linearize(outs)
-            plan = dynamic.plan_for(g)
             if replay.CALLS_MADE[0]:
                 replay.CALLS_MADE[0] = False
-                if plan is not None:
+                if dynamic.may_run_padded(g):
                     # replayed calls in a graph that runs padded: inlined, so padding
                     # rules see their ops and the graph keys the traced step's executable
                     g = ir.linearize(replay.inline(outs))
-                    plan = dynamic.plan_for(g)
+            plan = dynamic.plan_for(g)
         finally:
             ir.next_epoch()
         if isinstance(plan, dynamic.SymPlan):
