@@ -18,6 +18,7 @@ class Config:
         # Bucket policy for dynamic dims: "pow2" (next power of two), a list of sizes
         # (the smallest that fits), or "off" (every shape compiles on its own: classic
         # LazyTensor). Sizes above ``max_bucket`` are not padded (one compile per size).
+        # A dict gives each symbol its own policy: {"B": [16], "T": "pow2"} ("*": the rest).
         self.buckets = os.environ.get("LAZY_RUNTIME_BUCKETS", "pow2")
         self.max_bucket: int = int(os.environ.get("LAZY_RUNTIME_MAX_BUCKET", "8192"))
         # Make dims dynamic when a graph comes back with only some input sizes changed.

@@ -160,10 +160,22 @@ def enabled() -> bool:
     return config.buckets not in (None, "off", False)
 
 
-def bucket(n: int) -> int:
-    """The padded size of a dynamic dim of true size ``n`` under ``config.buckets``."""
+def policy_of(sym: str | None):
+    """The bucket policy of symbol ``sym``: ``config.buckets`` itself, or its entry when
+    it is a dict by symbol (primes, which tell apart symbols of one name with different
+    sizes, are ignored; ``"*"`` is the fallback, "pow2" without one)."""
     policy = config.buckets
-    if n > config.max_bucket or n <= 0:
+    if isinstance(policy, dict):
+        name = (sym or "").rstrip("'")
+        policy = policy.get(name, policy.get("*", "pow2"))
+    return policy
+
+
+def bucket(n: int, sym: str | None = None) -> int:
+    """The padded size of a dynamic dim of true size ``n`` (of symbol ``sym``) under
+    ``config.buckets``."""
+    policy = policy_of(sym)
+    if n > config.max_bucket or n <= 0 or policy in (None, "off", False):
         return n
     if policy == "pow2":
         p = 1
@@ -432,7 +444,7 @@ def _build(g, fresh, auto, disabled):
     sizes, marked = _leaf_layouts(g, fresh, auto)
     if not sizes:
         return None
-    buckets = {s: bucket(v) for s, v in sizes.items()}
+    buckets = {s: bucket(v, s) for s, v in sizes.items()}
     cx = Cx(sizes, buckets, disabled)
     index = {id(n): i for i, n in enumerate(g.nodes)}
     layouts: list = []
