@@ -181,6 +181,17 @@ def plot(results, path, steps):
     fig.savefig(path, dpi=90)
 
 
+BATCH_BUCKET = 16   # inference: every batch padded to one size (config.buckets per symbol)
+
+
+def fresh_lazy(policy) -> None:
+    """An empty compile cache and metrics, and bucket policy ``policy``, for the next
+    lazy contender."""
+    lr.config.buckets = policy
+    lr.clear_cache()
+    lr.reset_metrics()
+
+
 def main():
     p = argparse.ArgumentParser(description=__doc__.splitlines()[0])
     p.add_argument("--steps", type=int, default=200)
@@ -213,15 +224,11 @@ def main():
                                          compiled_counter=dynamo_counter)
 
     print("lazy per shape", file=sys.stderr)
-    lr.clear_cache()
-    lr.reset_metrics()
-    lr.config.buckets = "off"
+    fresh_lazy("off")
     results["lazy, per shape"] = train_run("lazy/per-shape", copy.deepcopy(base).to(dev),
                                            args.cap_per_shape, dev,
                                            compiled_counter=lazy_counter)
-    lr.config.buckets = "pow2"
-    lr.clear_cache()
-    lr.reset_metrics()
+    fresh_lazy("pow2")
     print("lazy shape-polymorphic", file=sys.stderr)
     results["lazy, shape-polymorphic"] = train_run(
         "lazy/buckets", copy.deepcopy(base).to(dev), args.steps, dev,
@@ -234,20 +241,19 @@ def main():
     # inference: varying batch sizes and lengths
     inf = {}
     inf["eager torch"] = infer_run("eager", copy.deepcopy(base), args.infer_calls)
-    lr.clear_cache()
-    lr.reset_metrics()
-    lr.config.buckets = "off"
+    fresh_lazy("off")
     inf["lazy, per shape"] = infer_run("lazy/per-shape", copy.deepcopy(base).to(dev),
                                        args.cap_infer_per_shape, dev,
                                        compiled_counter=lazy_counter)
-    lr.config.buckets = "pow2"
-    lr.clear_cache()
-    lr.reset_metrics()
-    inf["lazy, shape-polymorphic"] = infer_run("lazy/buckets", copy.deepcopy(base).to(dev),
-                                               args.infer_calls, dev,
-                                               prepare=lazy_prepare(plan),
-                                               compiled_counter=lazy_counter)
-    inf_metrics = lr.metrics()
+    inf_metrics = {}
+    for label, policy in (("lazy, shape-polymorphic", "pow2"),
+                          (f"lazy, shape-polymorphic, batch bucket {BATCH_BUCKET}",
+                           {"B": [BATCH_BUCKET], "T": "pow2"})):
+        fresh_lazy(policy)
+        inf[label] = infer_run("lazy/buckets", copy.deepcopy(base).to(dev), args.infer_calls,
+                               dev, prepare=lazy_prepare(plan), compiled_counter=lazy_counter)
+        inf_metrics[label] = lr.metrics()
+    fresh_lazy("pow2")
     inf_table = {k: summary(v, inf["eager torch"] if k != "eager torch" else None, "infer")
                  for k, v in inf.items()}
 
@@ -274,6 +280,7 @@ def _f(v, fmt):
 
 def render(args, table, inf_table, pm, im, analysis_s, plotted, at_cap):
     today = datetime.date.today().isoformat()
+    im0 = im["lazy, shape-polymorphic"]
     lines = [f"## Shape-polymorphic compilation ({today})", "",
              f"`python benchmarks/variable_length.py --steps {args.steps} --cap-per-shape "
              f"{args.cap_per_shape} --cap-compile {args.cap_compile} --write`. GPT of "
@@ -291,8 +298,8 @@ def render(args, table, inf_table, pm, im, analysis_s, plotted, at_cap):
              "`lr.compile` marks B and T dynamic and replays forward and backward: "
              f"{pm['replays']} of {args.steps} training steps replayed, "
              f"{pm['replays_across_sizes']} of them at a length never traced (predicted from "
-             f"traced lengths); inference: {im['replays']} of {args.infer_calls} calls, "
-             f"{im['replays_across_sizes']} across sizes. The shape-polymorphic contender also "
+             f"traced lengths); inference: {im0['replays']} of {args.infer_calls} calls, "
+             f"{im0['replays_across_sizes']} across sizes. The shape-polymorphic contender also "
              "replays the optimizer step (`lr.compile_optimizer`).",
              "",
              "| contender | steps | compiles | compile (s) | total (s) | median step (ms) | "
@@ -314,14 +321,17 @@ def render(args, table, inf_table, pm, im, analysis_s, plotted, at_cap):
                  f"{at_cap['compile']:.1f} s, eager {at_cap['eager']:.1f} s.")
     lines += ["", "Inference (no grad, logits read back): batch sizes uniform in [1, 16], lengths "
               f"in [16, 256], {args.infer_calls} calls (per-shape capped at "
-              f"{args.cap_infer_per_shape}).", "",
+              f"{args.cap_infer_per_shape}). The last row pads every batch to "
+              f"{BATCH_BUCKET} (`lr.config.buckets = {{\"B\": [{BATCH_BUCKET}], \"T\": "
+              "\"pow2\"}`): one compile per length bucket.", "",
               "| contender | calls | compiles | total (s) | median call (ms) | vs eager | "
               "max |logit diff| |", "|---|---:|---:|---:|---:|---:|---:|"]
     for k, s in inf_table.items():
         lines.append(f"| {k} | {s['steps']} | {s['compiles']} | {s['total_s']:.1f} | "
                      f"{s['median_ms']:.1f} | {_f(s.get('ratio_vs_eager'), '.2f')}x | "
                      f"{_f(s.get('max_out_diff'), '.1e')} |")
-    lines += ["", f"Inference buckets: {im['buckets']}.", ""]
+    lines += [""] + [f"Inference buckets ({k}): {m['buckets']}." for k, m in im.items()]
+    lines += [""]
     if plotted:
         lines += ["![compiles and cumulative time per step](variable_length.png)", ""]
     return "\n".join(lines)
