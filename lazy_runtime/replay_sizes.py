@@ -7,21 +7,42 @@ of their own, so a workload whose lengths rarely repeat would trace almost every
 The analyzer can vouch for more (``control_flow.size_arithmetic`` in the plan, see
 ``shapeinfer/size_audit.py``): the forward's control flow depends on shapes only, every
 relation between sizes it evaluates is listed (``conditions``), and with those decided
-every size it computes is a polynomial in the symbols of known degree per symbol. The
+every size it computes is a polynomial in the symbols of known degree per symbol
+(``degree``) and known highest total degree of a monomial (``total_degree``). The
 templates of one *family* (the same signature but for the dynamic sizes, and the same
 truth value of every condition) then differ only in their int attributes, and each int
 is such a polynomial of the call's sizes. Given traces at sizes x_1..x_n, a new size x
 is *determined* when the monomial vector phi(x) is a combination sum(l_i phi(x_i)) of the
-traced ones: every polynomial of those degrees then has p(x) = sum(l_i p(x_i)), so each
+traced ones: every polynomial of those monomials then has p(x) = sum(l_i p(x_i)), so each
 int of the new templates is the same combination of the traced ints (exact rational
-arithmetic; a non-integer result or traces no polynomial of those degrees fits refuse).
+arithmetic; a non-integer result or traces no polynomial of those monomials fits refuse).
 
 The analyzer's degrees cover every value it sees, not the inside of one op (a fused
-attention's T x T scores, flattened by its backward): the fit allows one degree more per
-symbol than the plan says, and needs one trace more than the fit needs, whose agreement
-verifies it. An int of the allowed degree is then recovered exactly, and one of a degree
-up to the number of traces minus one that no allowed polynomial fits is caught. With T of
-degree 2 (attention scores are T x T), five traced lengths determine any other length.
+attention's T x T scores, flattened by its backward): the allowed monomials are those
+with each symbol's exponent at most its degree plus one *and* (when the plan gives
+``total_degree``; older plans do not) the sum of exponents at most the total degree plus
+one. The fit needs one trace more than the monomials do, whose agreement checks it.
+
+What is proved and what is assumed: *if* every int of the family is a polynomial in the
+allowed monomials, a prediction is exact (the combination is unique on them whatever l
+is chosen). That premise is the analyzer's certificate plus the one-degree margin for
+ops' internals; it is not proved by the traces. The spare trace checks it: an int whose
+traced values no allowed polynomial fits refuses the prediction. In one symbol that
+catches every int of degree up to the number of traces minus one; in several symbols an
+int outside the allowed monomials is caught unless its traced values happen to fit one.
+A prediction is also refused when placeholders' predicted shapes differ from the call's
+(``replay._fits``).
+
+How many traces: with T of degree 2 (attention scores are T x T), monomials 1..T**3:
+five traced lengths determine any other length. GPT with B and T varying together (B
+degree 1, T degree 2, total degree 3: B**a * T**b with a <= 2, b <= 3, a + b <= 4) has
+eleven monomials: twelve (B, T) pairs in general position (the box of per-symbol degrees
+alone: twelve monomials, thirteen pairs). ``MAX_OBSERVATIONS`` traces are kept per family.
+
+Cost: a set of traces is reduced once (``_Fit``, kept on the policy): its relations, the
+check of every distinct traced column, and each column's coefficients; a new size then
+costs a few integer dot products. Rebuilding keeps the traced entry's nodes whose ints and
+inputs did not change and fills the others with builders compiled once per structure.
 
 Host constants made inside the call (``arange(T)``) carry their recipe and are made
 again at the new size; any other constant must be equal in every trace.
@@ -29,9 +50,12 @@ again at the new size; any other constant must be equal in every trace.
 
 from __future__ import annotations
 
+import collections
 import hashlib
 import itertools
+import weakref
 from fractions import Fraction
+from math import gcd
 
 import numpy as np
 import sympy
@@ -41,15 +65,19 @@ from . import ir
 
 _HOLE = object()   # where an int was taken out of a skeleton
 _LIST = "__list__"
-MAX_OBSERVATIONS = 8
+MAX_OBSERVATIONS = 16   # traces kept per family: B x T of GPT needs 12
 
 
 class SizePolicy:
     """The plan's guarantees about forward's size arithmetic: its conditions (compiled
-    to Python) and each symbol's degree."""
+    to Python), each symbol's degree and the highest total degree of a monomial (None
+    for plans made before ``total_degree``: the box of per-symbol degrees alone)."""
 
-    def __init__(self, conditions, degree: dict):
+    MAX_FITS = 16
+
+    def __init__(self, conditions, degree: dict, total_degree=None):
         self.degree = dict(degree)
+        self.total_degree = total_degree if type(total_degree) is int else None
         self._conds = []
         for text in conditions:
             e = sympy.sympify(text, locals=_symbols_in(text))
@@ -57,6 +85,8 @@ class SizePolicy:
                 names = sorted(str(s) for s in e.free_symbols)
                 self._conds.append((names, sympy.lambdify(names, e, "math")))
         self._memo: dict = {}
+        self._monos: dict = {}
+        self._fits: collections.OrderedDict = collections.OrderedDict()
 
     @classmethod
     def from_plan(cls, control: dict):
@@ -65,7 +95,8 @@ class SizePolicy:
         if not control.get("shape_only") or not sa.get("polynomial"):
             return None
         try:
-            return cls(sa.get("conditions") or (), sa.get("degree") or {})
+            return cls(sa.get("conditions") or (), sa.get("degree") or {},
+                       sa.get("total_degree"))
         except (sympy.SympifyError, TypeError, SyntaxError, ValueError):
             return None
 
@@ -85,10 +116,35 @@ class SizePolicy:
         return hit
 
     def monomials(self, names) -> list:
-        """Exponent tuples of every monomial of the allowed degrees over ``names``: one
-        more than the analyzer saw (an op's internals may flatten a T x T it never
-        shows; the verifying trace in ``predict`` catches more than that)."""
-        return list(itertools.product(*[range(self.degree.get(n, 1) + 2) for n in names]))
+        """Exponent tuples of every allowed monomial over ``names``: each symbol's degree
+        one more than the analyzer saw, and (when the plan gives it) the total degree one
+        more than the analyzer saw (an op's internals may flatten a T x T it never shows;
+        the verifying trace in ``predict`` catches more than that). A symbol the analyzer
+        gave no degree is bounded by the box alone (its total degree is not vouched for)."""
+        names = tuple(names)
+        hit = self._monos.get(names)
+        if hit is None:
+            box = itertools.product(*[range(self.degree.get(n, 1) + 2) for n in names])
+            if self.total_degree is None or any(n not in self.degree for n in names):
+                hit = list(box)
+            else:
+                hit = [e for e in box if sum(e) <= self.total_degree + 1]
+            self._monos[names] = hit
+        return hit
+
+    def fit(self, names: tuple, observed: list) -> "_Fit":
+        """The fit of ``observed`` [(sizes, ints tuple)] (one per size), made once."""
+        key = (names, tuple((tuple(s[n] for n in names), id(v)) for s, v in observed))
+        hit = self._fits.get(key)
+        if hit is not None and all(a is v for a, (_, v) in zip(hit[0], observed)):
+            self._fits.move_to_end(key)
+            return hit[1]
+        f = _Fit(observed, names, self.monomials(names))
+        # the ints are kept with the fit, so their ids cannot be reused while it lives
+        self._fits[key] = ([v for _, v in observed], f)
+        while len(self._fits) > self.MAX_FITS:
+            self._fits.popitem(last=False)
+        return f
 
 
 def _symbols_in(text: str) -> dict:
@@ -153,14 +209,31 @@ _STRUCTURAL = ("out_spec", "out_consts", "n_out", "out_diff", "mutations", "fwd_
                "bwd_rng", "grad_of")
 
 
+class Skeleton:
+    """An entry's skeleton (``key``), interned: entries with equal skeletons share one
+    object, so comparing and hashing them (a family's traces are grouped by skeleton at
+    every prediction) costs nothing instead of a walk of the whole nested key."""
+
+    __slots__ = ("key", "__weakref__")
+
+    def __init__(self, key):
+        self.key = key
+
+
+_SKELETONS: "weakref.WeakValueDictionary" = weakref.WeakValueDictionary()
+
+
 def parts(entry):
     """(skeleton, ints) of a ready entry, cached on it."""
     p = entry.size_parts
     if p is None:
         ints: list = []
-        skel = (_template_key(entry.fwd, ints), _template_key(entry.bwd, ints),
-                _slots_key(entry.fwd_slots, ints), _slots_key(entry.bwd_slots, ints),
-                tuple(getattr(entry, f) for f in _STRUCTURAL))
+        key = (_template_key(entry.fwd, ints), _template_key(entry.bwd, ints),
+               _slots_key(entry.fwd_slots, ints), _slots_key(entry.bwd_slots, ints),
+               tuple(getattr(entry, f) for f in _STRUCTURAL))
+        skel = _SKELETONS.get(key)
+        if skel is None:
+            skel = _SKELETONS[key] = Skeleton(key)
         p = entry.size_parts = (skel, tuple(ints))
     return p
 
@@ -174,120 +247,275 @@ def _phi(sizes: dict, names, monos) -> list:
     for e in monos:
         m = 1
         for x, k in zip(v, e):
-            m *= x ** k
-        out.append(Fraction(m))
+            if k:
+                m *= x ** k
+        out.append(m)
     return out
 
 
-def _solve(columns: list, target: list):
-    """A vector l with sum_i l_i * columns[i] == target (exact), or None; and a basis of
-    {mu : sum_i mu_i * columns[i] == 0} (the relations the traced values must obey)."""
-    n = len(columns)
-    m = len(target)
-    rows = [[columns[i][r] for i in range(n)] + [target[r]] for r in range(m)]
-    pivots = []
-    r = 0
-    for c in range(n):
-        p = next((i for i in range(r, m) if rows[i][c] != 0), None)
-        if p is None:
-            continue
-        rows[r], rows[p] = rows[p], rows[r]
-        inv = 1 / rows[r][c]
-        rows[r] = [x * inv for x in rows[r]]
-        for i in range(m):
-            if i != r and rows[i][c] != 0:
-                f = rows[i][c]
-                rows[i] = [a - f * b for a, b in zip(rows[i], rows[r])]
-        pivots.append(c)
-        r += 1
-    if any(rows[i][n] != 0 for i in range(r, m)):
-        return None, ()
-    sol = [Fraction(0)] * n
-    for i, c in enumerate(pivots):
-        sol[c] = rows[i][n]
-    free = [c for c in range(n) if c not in pivots]
-    null = []
-    for f in free:
-        mu = [Fraction(0)] * n
-        mu[f] = Fraction(1)
-        for i, c in enumerate(pivots):
-            mu[c] = -rows[i][f]
-        null.append(mu)
-    return sol, null
+def _dot(row, t) -> int:
+    return sum(a * b for a, b in zip(row, t) if a)
+
+
+def _integers(vec):
+    """(integer numerators, common denominator) of a vector of Fractions."""
+    den = 1
+    for x in vec:
+        den = den * x.denominator // gcd(den, x.denominator)
+    return [int(x * den) for x in vec], den
+
+
+class _Fit:
+    """What one set of traces determines, computed once for every size asked about.
+
+    With A the matrix whose columns are phi(x_i), row-reducing [A | I] gives E with E A
+    in reduced echelon form (rank r, pivots p_1..p_r). A size x is determined exactly when
+    phi(x) is in the column space of A, i.e. rows r.. of E vanish on phi(x); then
+    l[p_k] = (E phi(x))_k (other l_i zero) solves A l = phi(x). The relations mu of the
+    traces (A mu = 0) do not depend on x: a traced column c of ints that obeys every one
+    lies in the row space of A (some polynomial of the allowed monomials fits it), and then
+    sum(l_i c_i) = w . phi(x) with w = sum_k c[p_k] E_k, the same for every solution l. So
+    each distinct column is checked against the relations and turned into w once, and a
+    size costs a few dot products (integers over a common denominator)."""
+
+    def __init__(self, observed: list, names, monos):
+        self.names, self.monos = names, monos
+        cols = [_phi(s, names, monos) for s, _ in observed]
+        n, m = len(cols), len(monos)
+        rows = [[Fraction(cols[i][r]) for i in range(n)] + [Fraction(int(r == j)) for j in range(m)]
+                for r in range(m)]
+        pivots = []
+        r = 0
+        for c in range(n):
+            p = next((i for i in range(r, m) if rows[i][c] != 0), None)
+            if p is None:
+                continue
+            rows[r], rows[p] = rows[p], rows[r]
+            inv = 1 / rows[r][c]
+            rows[r] = [x * inv for x in rows[r]]
+            for i in range(m):
+                if i != r and rows[i][c] != 0:
+                    f = rows[i][c]
+                    rows[i] = [a - f * b for a, b in zip(rows[i], rows[r])]
+            pivots.append(c)
+            r += 1
+        # phi(x) must satisfy these to be a combination of the traced ones
+        self.consistency = [_integers(row[n:])[0] for row in rows[r:]]
+        self.consistency = [c for c in self.consistency if any(c)]
+        free = [c for c in range(n) if c not in pivots]
+        null = []
+        for f in free:
+            mu = [Fraction(0)] * n
+            mu[f] = Fraction(1)
+            for i, c in enumerate(pivots):
+                mu[c] = -rows[i][f]
+            null.append(_integers(mu)[0])
+        values = [v for _, v in observed]
+        self.base = list(values[-1])
+        self.usable = bool(null)   # a spare trace verifies the fit
+        # each distinct varying column (T, T-1, B*T recur hundreds of times) once
+        where: dict = {}
+        for k, column in enumerate(zip(*values)):
+            first = column[0]
+            if any(v != first for v in column):
+                where.setdefault(column, []).append(k)
+        self.columns = []   # (numerators of w, denominator, positions)
+        for column, positions in where.items():
+            if any(_dot(mu, column) != 0 for mu in null):
+                self.usable = False   # no polynomial of the allowed monomials fits it
+                break
+            w = [Fraction(0)] * m
+            for k, c in enumerate(pivots):
+                if column[c]:
+                    w = [a + column[c] * e for a, e in zip(w, rows[k][n:])]
+            num, den = _integers(w)
+            self.columns.append((num, den, positions))
+
+    def at(self, sizes: dict):
+        """The ints at ``sizes``, or None (not determined, or not an integer)."""
+        if not self.usable:
+            return None
+        t = _phi(sizes, self.names, self.monos)
+        if any(_dot(row, t) != 0 for row in self.consistency):
+            return None
+        out = list(self.base)
+        for num, den, positions in self.columns:
+            q, rem = divmod(_dot(num, t), den)
+            if rem:
+                return None
+            for k in positions:
+                out[k] = q
+        return out
 
 
 def predict(observed: list, sizes: dict, policy: SizePolicy):
     """The ints at ``sizes`` from ``observed`` [(sizes_i, ints_i)], or None when the
     traces do not determine them, or leave no trace over to verify the fit with, or no
-    polynomial of the allowed degrees fits them."""
-    names = sorted(sizes)
-    monos = policy.monomials(names)
-    latest = {tuple(s[n] for n in names): (s, v) for s, v in observed}  # one per size
+    polynomial of the allowed monomials fits them. The fit of one set of traces is kept
+    on ``policy`` (keyed by the identity of the ints tuples, which never change)."""
+    names = tuple(sorted(sizes))
+    latest = {tuple(s[n] for n in names): (s, v if type(v) is tuple else tuple(v))
+              for s, v in observed}   # one per size
     observed = list(latest.values())
-    cols = [_phi(s, names, monos) for s, _ in observed]
-    lam, null = _solve(cols, _phi(sizes, names, monos))
-    if lam is None or not null:
-        return None
-    values = [v for _, v in observed]
-    out = list(values[-1])
-    done: dict = {}   # the same column (T, T-1, B*T ... recur hundreds of times) once
-    for k, column in enumerate(zip(*values)):
-        first = column[0]
-        if all(v == first for v in column):
-            continue   # the weights sum to 1 (the constant monomial): the same value
-        p = done.get(column)
-        if p is None:
-            if any(sum(mu_i * v for mu_i, v in zip(mu, column)) != 0 for mu in null):
-                return None
-            p = done[column] = sum(l_i * v for l_i, v in zip(lam, column))
-            if p.denominator != 1:
-                return None
-        out[k] = int(p)
-    return out
+    return policy.fit(names, observed).at(sizes)
 
 
 # ---- rebuilding an entry at new sizes -------------------------------------------------
 
 
-def _rebuild_template(old, key, it, template_cls):
+def _count(skel) -> int:
+    if skel is _HOLE:
+        return 1
+    if type(skel) is tuple:
+        if len(skel) == 2 and skel[0] is _LIST:
+            return _count(skel[1])
+        return sum(_count(x) for x in skel)
+    return 0
+
+
+def _source(skel, consts: list, holes: list) -> str:
+    """Python source that builds ``skel`` from ``v`` (its ints) and ``c`` (constants)."""
+    if skel is _HOLE:
+        holes.append(None)
+        return f"v[{len(holes) - 1}]"
+    if type(skel) is tuple:
+        if len(skel) == 2 and skel[0] is _LIST:
+            return "[" + ", ".join(_source(x, consts, holes) for x in skel[1]) + "]"
+        items = [_source(x, consts, holes) for x in skel]
+        return "(" + ", ".join(items) + ("," if len(items) == 1 else "") + ")"
+    consts.append(skel)
+    return f"c[{len(consts) - 1}]"
+
+
+_BUILDERS: dict = {}   # source -> function(v, c): one per structure
+
+
+def _filler(skel):
+    """A function from the ints of ``skel`` (a list) to the value with them put back
+    (what ``fill`` gives, compiled once per structure)."""
+    consts: list = []
+    src = _source(skel, consts, [])
+    fn = _BUILDERS.get(src)
+    if fn is None:
+        if len(_BUILDERS) > 4096:
+            _BUILDERS.clear()
+        fn = _BUILDERS[src] = eval(f"lambda v, c: {src}")  # noqa: S307 (our own source)
+    consts = tuple(consts)
+    return lambda vals: fn(vals, consts)
+
+
+class _Plan:
+    """Where each node's and each made-again constant's ints lie in an entry's ints,
+    with a filler per part that has any: rebuilding then touches only the parts whose
+    ints changed, and keeps a node whose ints and inputs are all unchanged."""
+
+    def __init__(self, entry):
+        skel, ints = parts(entry)
+        skel = skel.key
+        self.ints = list(ints)
+        pos = 0
+        self.templates = []
+        for key in skel[:2]:
+            nodes = []
+            for op, fields, dtype in (key[0] if key is not None else ()):
+                if op in ir.LEAVES:
+                    k = _count(fields)
+                    nodes.append((pos, k, ((pos, k, _filler(fields)),) if k else ()))
+                    pos += k
+                    continue
+                start = pos
+                fillers = []
+                for f in fields:   # args, kwargs, shape, aux
+                    k = _count(f)
+                    fillers.append((pos, k, _filler(f) if k else None))
+                    pos += k
+                nodes.append((start, pos - start, tuple(fillers)))
+            self.templates.append(nodes)
+        self.slots = []
+        for key in skel[2:4]:
+            out = []
+            for k in key:
+                if k[0] == "const" and k[1][0] == "recipe":
+                    _, maker, args_skel, kwargs_skel = k[1]
+                    n = _count((args_skel, kwargs_skel))
+                    out.append((pos, n, maker, _filler((args_skel, kwargs_skel))))
+                    pos += n
+                else:
+                    out.append(None)
+            self.slots.append(out)
+        assert pos == len(self.ints)
+
+
+_PLANS: "weakref.WeakKeyDictionary" = weakref.WeakKeyDictionary()
+
+
+def _rebuild_template(old, plan, ints, base, template_cls):
     if old is None:
         return None
     nodes = []
-    for (op, fields, dtype), n, wires in zip(key[0], old.nodes, old.wiring):
-        if op is ir.SCALAR:
-            c = ir.leaf(ir.SCALAR, fill(fields, it), n.shape, dtype)
-        elif op in ir.LEAVES:
-            c = ir.leaf(op, None, fill(fields, it), dtype)
+    kept = []   # per node: the old node itself
+    for n, wires, (start, k, fillers) in zip(old.nodes, old.wiring, plan):
+        same = k == 0 or ints[start:start + k] == base[start:start + k]
+        if n.op in ir.LEAVES:
+            if same:
+                c = n
+            elif n.op is ir.SCALAR:
+                c = ir.leaf(ir.SCALAR, fillers[0][2](ints[start:start + k]), n.shape, n.dtype)
+            else:
+                c = ir.leaf(n.op, None, fillers[0][2](ints[start:start + k]), n.dtype)
+            kept.append(c is n)
+            nodes.append(c)
+            continue
+        if all(kept[i] for i in wires):
+            if same:
+                nodes.append(n)
+                kept.append(True)
+                continue
+            ins = n.inputs
         else:
-            args, kwargs, shape, aux = fill(fields, it)
-            c = ir.loose_node(op, args, kwargs, tuple(nodes[i] for i in wires), shape, dtype, aux)
+            ins = tuple(nodes[i] for i in wires)
+        if same:
+            c = ir.loose_node(n.op, n.args, n.kwargs, ins, n.shape, n.dtype, n.aux, n.sig)
+        else:
+            fields = [n.args, n.kwargs, n.shape, n.aux]
+            for j, (p, kk, f) in enumerate(fillers):
+                if kk and ints[p:p + kk] != base[p:p + kk]:
+                    fields[j] = f(ints[p:p + kk])
+            args, kwargs, shape, aux = fields
+            c = ir.loose_node(n.op, args, kwargs, ins, shape, n.dtype, aux)
         nodes.append(c)
+        kept.append(False)
     return template_cls(old.kind, nodes, list(old.outputs))
 
 
-def _rebuild_slots(slots, key, it):
+def _rebuild_slots(slots, plan, ints, base):
     out = []
-    for s, k in zip(slots, key):
-        if s[0] != "const":
+    for s, p in zip(slots, plan):
+        if p is None:
             out.append(s)
             continue
-        kind = k[1][0]
-        if kind == "recipe":
-            _, maker, args_skel, kwargs_skel = k[1]
-            out.append(("const", maker(*fill(args_skel, it), **dict(fill(kwargs_skel, it)))))
-        else:
-            out.append(s)
+        start, k, maker, filler = p
+        if ints[start:start + k] == base[start:start + k]:
+            out.append(s)     # the same recipe: the same (read-only) constant
+            continue
+        args, kwargs = filler(ints[start:start + k])
+        out.append(("const", maker(*args, **dict(kwargs))))
     return tuple(out)
 
 
 def rebuild(like, skel, ints, entry_cls, template_cls):
-    """A ready entry like ``like`` (a traced one of the family) with ``ints`` put back."""
-    it = iter(ints)
+    """A ready entry like ``like`` (a traced one of the family, whose skeleton is
+    ``skel``) with ``ints`` put back: parts whose ints did not change are ``like``'s own."""
+    plan = _PLANS.get(like)
+    if plan is None:
+        plan = _PLANS[like] = _Plan(like)
+    ints = list(ints)
+    base = plan.ints
     e = entry_cls()
-    e.fwd = _rebuild_template(like.fwd, skel[0], it, template_cls)
-    e.bwd = _rebuild_template(like.bwd, skel[1], it, template_cls)
-    e.fwd_slots = _rebuild_slots(like.fwd_slots, skel[2], it)
-    e.bwd_slots = _rebuild_slots(like.bwd_slots, skel[3], it)
+    e.fwd = _rebuild_template(like.fwd, plan.templates[0], ints, base, template_cls)
+    e.bwd = _rebuild_template(like.bwd, plan.templates[1], ints, base, template_cls)
+    e.fwd_slots = _rebuild_slots(like.fwd_slots, plan.slots[0], ints, base)
+    e.bwd_slots = _rebuild_slots(like.bwd_slots, plan.slots[1], ints, base)
     for f in _STRUCTURAL:
         setattr(e, f, getattr(like, f))
     e.state = "ready"

@@ -13,6 +13,7 @@ import torch.nn as nn
 import lazy_runtime as lr
 import shapeinfer
 from conftest import DEV, load_example
+from lazy_runtime import replay_sizes
 from lazy_runtime.replay_sizes import SizePolicy, predict
 
 
@@ -49,6 +50,54 @@ def test_predict_refuses_what_the_traces_do_not_determine_or_fit():
     assert predict([({"T": t}, [t // 2]) for t in (4, 6, 8)], {"T": 7}, pol_t) is None
 
 
+# (B, T) pairs in general position for B of degree 1, T of degree 2, total degree 3
+# (allowed: B**a * T**b, a <= 2, b <= 3, a + b <= 4: eleven monomials)
+BT = [(8, 20), (5, 27), (7, 23), (6, 30), (8, 18), (5, 25), (7, 32), (6, 21), (8, 29), (5, 19),
+      (7, 26), (6, 24), (8, 31), (5, 22), (7, 17), (6, 28)]
+
+
+def test_total_degree_needs_fewer_traces_than_the_box():
+    tot = SizePolicy([], {"B": 1, "T": 2}, total_degree=3)
+    box = SizePolicy([], {"B": 1, "T": 2})
+    assert len(tot.monomials(["B", "T"])) == 11 and len(box.monomials(["B", "T"])) == 12
+    f = [lambda b, t: b * t, lambda b, t: t * t - 1, lambda b, t: 4 * b * t * t,
+         lambda b, t: 3 * b * b * t * t - t ** 3 + 2, lambda b, t: b * t ** 3, lambda b, t: 7,
+         lambda b, t: b * b + b]
+    obs = [({"B": b, "T": t}, [g(b, t) for g in f]) for b, t in BT[:12]]
+    for b, t in BT[12:] + [(1, 1), (16, 256), (3, 100)]:
+        assert predict(obs, {"B": b, "T": t}, tot) == [g(b, t) for g in f]
+        assert predict(obs, {"B": b, "T": t}, box) is None   # the box needs 13
+    # eleven traces determine every size but leave none to verify the fit with
+    assert predict(obs[:11], {"B": 8, "T": 31}, tot) is None
+    # beyond the total degree (B**2 * T**3: 5) or a symbol's degree (B**3): caught
+    for g in (lambda b, t: b * b * t ** 3, lambda b, t: b ** 3):
+        bad = [({"B": b, "T": t}, [g(b, t)]) for b, t in BT[:12]]
+        assert predict(bad, {"B": 8, "T": 31}, tot) is None
+
+
+def test_plans_without_total_degree_use_the_box():
+    old = SizePolicy.from_plan({"shape_only": True, "size_arithmetic": {
+        "polynomial": True, "conditions": [], "degree": {"B": 1, "T": 2}}})
+    assert old.total_degree is None and len(old.monomials(["B", "T"])) == 12
+    new = SizePolicy.from_plan({"shape_only": True, "size_arithmetic": {
+        "polynomial": True, "conditions": [], "degree": {"B": 1, "T": 2}, "total_degree": 3}})
+    assert new.total_degree == 3 and len(new.monomials(["B", "T"])) == 11
+    # a symbol the analyzer gave no degree: its total degree is not vouched for either
+    assert len(SizePolicy([], {"T": 2}, 2).monomials(["B", "T"])) == 3 * 4
+
+
+def test_fillers_put_ints_back_as_fill_does():
+    H = replay_sizes._HOLE
+    for obj in [(4, (5, 6), [7, "a", (8,)], 1.5, None), (3,), 9, (), [(), [1]], ("x", 2.0)]:
+        ints: list = []
+        skel = replay_sizes.split(obj, ints)
+        vals = [v + 100 for v in ints]
+        want = replay_sizes.fill(skel, iter(vals))
+        got = replay_sizes._filler(skel)(vals)
+        assert got == want and type(got) is type(want)
+    assert replay_sizes.split((2, [3]), []) == (H, (replay_sizes._LIST, (H,)))
+
+
 def test_policy_conditions_split_families():
     pol = SizePolicy(["T <= 256", "Ne(T, Min(256, T))"], {"T": 2})
     assert pol.truths({"T": 10}) == (True, False)
@@ -76,16 +125,18 @@ def _train(model, opt, batches, loss_fn, lazy):
     return losses
 
 
-def test_gpt_training_at_new_lengths_replays_and_equals_tracing():
+def _gpt_both_ways(sizes):
+    """GPT trained at ``sizes`` [(B, T)] eagerly, traced every step and replayed as the
+    plan allows: the replayed run must equal the traced one bit for bit. Returns the
+    replayed run's metrics and model."""
     gpt = load_example("gpt")
     torch.manual_seed(0)
     base = gpt.GPT(vocab=32, block=64, d_model=16, heads=2, layers=1, dropout=0.0)
     plan = shapeinfer.analyze(base, args=(torch.randint(0, 32, (2, 7)),),
                               dims={"idx": ("B", "T")})
     sa = plan.to_json()["control_flow"]["size_arithmetic"]
-    assert sa["polynomial"] and sa["degree"] == {"B": 1, "T": 2}
-    lengths = [20, 27, 23, 30, 18, 25, 32, 21, 20]   # one bucket (32): one compile
-    batches = [gpt.make_batch(i, batch=4, length=t, vocab=32) for i, t in enumerate(lengths)]
+    assert sa["polynomial"] and sa["degree"] == {"B": 1, "T": 2} and sa["total_degree"] == 3
+    batches = [gpt.make_batch(i, batch=b, length=t, vocab=32) for i, (b, t) in enumerate(sizes)]
     eager = copy.deepcopy(base)
     want = _train(eager, gpt.make_optimizer(eager), batches, gpt.loss_fn, lazy=False)
     runs = {}
@@ -93,18 +144,43 @@ def test_gpt_training_at_new_lengths_replays_and_equals_tracing():
         model = lr.compile(copy.deepcopy(base).to(DEV), shapes=plan, replay=replay)
         lr.reset_metrics()
         runs[replay] = (_train(model, gpt.make_optimizer(model), batches, gpt.loss_fn, True),
-                        [p.cpu() for p in model.parameters()], lr.metrics())
-    (traced, pt, _), (replayed, pr, m) = runs[False], runs[None]
-    # five lengths are traced (T has degree 2: a cubic fit, verified), the other three
-    # new ones are predicted, and the repeated 20 is an exact replay
-    assert m["replays_across_sizes"] == 3, m["replay_misses"]
-    assert m["replays"] == 4
+                        [p.cpu() for p in model.parameters()], lr.metrics(), model)
+    (traced, pt, _, _), (replayed, pr, m, model) = runs[False], runs[None]
     assert replayed == traced
     for a, b in zip(pr, pt):
         assert torch.equal(a, b)
     assert replayed == pytest.approx(want, rel=1e-5)
     # (parameters against eager: Adam moves the key bias, whose gradient is zero up to
     # rounding, by up to a step; test_replay.py checks that tolerance)
+    return m, model
+
+
+def test_gpt_training_at_new_lengths_replays_and_equals_tracing():
+    lengths = [20, 27, 23, 30, 18, 25, 32, 21, 20]   # one bucket (32): one compile
+    m, _ = _gpt_both_ways([(4, t) for t in lengths])
+    # five lengths are traced (T has degree 2: a cubic fit, verified), the other three
+    # new ones are predicted, and the repeated 20 is an exact replay
+    assert m["replays_across_sizes"] == 3, m["replay_misses"]
+    assert m["replays"] == 4
+
+
+def test_gpt_training_at_new_batch_sizes_and_lengths_equals_tracing():
+    # B and T vary together: twelve traced (B, T) pairs (the eleven allowed monomials
+    # plus one to verify), then every new pair is predicted; the last is an exact replay
+    m, model = _gpt_both_ways(BT + [(8, 20)])    # buckets (8, 32): one graph
+    assert m["replays_across_sizes"] == 4, m["replay_misses"]
+    assert m["replays"] == 5
+    # a rebuilt entry is exactly the family's skeleton with the predicted ints put back
+    rep = model._lr_replayer
+    (seen,) = rep.families.values()
+    obs = [(s, replay_sizes.parts(e)[1]) for s, e in seen]
+    like = seen[-1][1]
+    skel = replay_sizes.parts(like)[0]
+    for b, t in [(5, 29), (8, 17), (6, 26)]:
+        ints = predict(obs, {"B": b, "T": t}, rep.sizes)
+        e = replay_sizes.rebuild(like, skel, ints, type(like), type(like.fwd))
+        assert replay_sizes.parts(e) == (skel, tuple(ints))
+        assert b * t in ints                    # a view's flattened batch
 
 
 class Branchy(nn.Module):
