@@ -47,10 +47,10 @@ def collect_requirements(sink: Callable[[str, Dim, Dim, str], None]):
         _requirement_sink.reset(token)
 
 
-def _send_requirement(op: str, a: Dim, b: Dim, what: str) -> None:
+def _send_requirement(op: str, a: Dim, b: Dim, what: str, dims: Optional[tuple] = None) -> None:
     sink = _requirement_sink.get()
     if sink is not None:
-        with reporting_dims((a, b)):
+        with reporting_dims(dims or (a, b)):
             sink(op, a, b, what)
 
 
@@ -60,7 +60,20 @@ def require_equal(a: Dim, b: Dim, code: str, what: str) -> None:
     if verdict is False:
         raise ShapeError(code, f"{what}: {sym.dim_pretty(a)} != {sym.dim_pretty(b)}", (a, b))
     if verdict is None and a is not None and b is not None:
-        _send_requirement("==", a, b, what)
+        limit = _size_limit(a, b)
+        if limit is not None:
+            _send_requirement("<=", *limit, what)
+        else:
+            _send_requirement("==", a, b, what)
+
+
+def _size_limit(a: Dim, b: Dim) -> Optional[tuple]:
+    """(x, c) when ``a == b`` reads ``x == Min(x, c)``, which holds exactly when x <= c:
+    a table of c rows sliced to x (positional encodings) fits x up to c."""
+    for x, y in ((a, b), (b, a)):
+        if isinstance(y, sympy.Min) and len(y.args) == 2 and x in y.args:
+            return x, y.args[1] if y.args[0] == x else y.args[0]
+    return None
 
 
 def normalize_dim(dim: int, ndim: int, what: str = "dim") -> int:
@@ -83,9 +96,10 @@ def normalize_dims(dims, ndim: int) -> tuple[int, ...]:
 
 
 def broadcast_dims(a: Dim, b: Dim) -> Dim:
-    if a == 1:
+    a_one, b_one = sym.equal(a, 1), sym.equal(b, 1)  # the path condition may pin a symbol to 1
+    if a == 1 or a_one is True:
         return b
-    if b == 1:
+    if b == 1 or b_one is True:
         return a
     if a is None or b is None:
         return None  # one of them could be 1: the result is not known
@@ -93,10 +107,27 @@ def broadcast_dims(a: Dim, b: Dim) -> Dim:
     if verdict is True:
         return a
     if verdict is False:
-        raise ShapeError("SI101", f"cannot broadcast {sym.dim_pretty(a)} with {sym.dim_pretty(b)}",
-                         (a, b))
+        return _broadcast_unequal(a, b, a_one, b_one)
     require_equal(a, b, "SI101", "broadcast")
     return a if not sym.is_concrete(a) or sym.is_concrete(b) else b
+
+
+def _broadcast_unequal(a: Dim, b: Dim, a_one, b_one) -> Dim:
+    """Broadcast two sizes that are never equal: an error unless one may be 1 (then it
+    must be, and the result is the other)."""
+    if a_one is False and b_one is False:
+        raise ShapeError("SI101", f"cannot broadcast {sym.dim_pretty(a)} with {sym.dim_pretty(b)}",
+                         (a, b))
+    if b_one is False:
+        require_equal(a, 1, "SI101", f"broadcast with {sym.dim_pretty(b)}")
+        return b
+    if a_one is False:
+        require_equal(b, 1, "SI101", f"broadcast with {sym.dim_pretty(a)}")
+        return a
+    # both may be 1 and one must be: (a - 1)*(b - 1) == 0; which one gives the size is not known
+    _send_requirement("==", sym.mul(sym.sub(a, 1), sym.sub(b, 1)), 0,
+                      f"broadcast of {sym.dim_pretty(a)} with {sym.dim_pretty(b)} (one must be 1)", (a, b))
+    return None
 
 
 def broadcast_shapes(*shapes: Shape) -> Shape:

@@ -178,13 +178,25 @@ def evaluate(d: Dim, sizes: dict) -> Optional[int]:
 _PROBES = 12
 
 
-def _probe_points(syms: list, seed: int) -> list[dict]:
+def _probe_points(syms: list, seed: int, thresholds: tuple = ()) -> list[dict]:
+    """Random points, with sizes reaching past the largest constant of the expressions
+    and points at each constant itself: ``Max(0, Min(49152, T) - Min(32768, T))`` is 0
+    for every T up to 32768, so probes below 1000 alone would call it 0."""
     rng = random.Random(seed)
-    points = []
-    for i in range(_PROBES):
-        hi = [7, 64, 1000][i % 3]
-        points.append({s: rng.randint(1, hi) for s in syms})
+    reach = max(thresholds, default=0)
+    ranges = [7, 64, 1000] + ([4 * reach] if reach > 250 else [])
+    points = [{s: rng.randint(1, ranges[i % len(ranges)]) for s in syms} for i in range(_PROBES)]
+    points += [{s: c + k for s in syms} for c in thresholds[-4:] if c > 0 for k in (0, 1)]
     return points
+
+
+def _thresholds(*exprs) -> tuple:
+    """The integer constants inside Min/Max/floor/Mod terms, where an expression may change form."""
+    found = set()
+    for e in exprs:
+        for term in e.atoms(sympy.Min, sympy.Max, sympy.floor, sympy.Mod):
+            found.update(abs(int(n)) for n in term.atoms(sympy.Integer))
+    return tuple(sorted(found))
 
 
 def equal(a: Dim, b: Dim) -> Optional[bool]:
@@ -201,7 +213,20 @@ def equal(a: Dim, b: Dim) -> Optional[bool]:
         return None
     if is_concrete(a) and is_concrete(b):
         return a == b
-    return _equal_sym(sympy.sympify(a), sympy.sympify(b))
+    a, b = sympy.sympify(a), sympy.sympify(b)
+    verdict = _equal_sym(a, b)
+    if verdict is None and _facts.get():
+        # the path condition may decide it: after `if T > 16: ... if n > 1: ... else:`,
+        # Min(32, T) - 16 is 1 on that path though not for all sizes
+        pinned = _pinned_symbols(_facts.get())
+        if pinned:
+            verdict = _equal_sym(a.xreplace(pinned), b.xreplace(pinned))
+    if verdict is None and (_facts.get() or a.has(*_PIECEWISE) or b.has(*_PIECEWISE)):
+        verdict = _equal_by_ordering(a, b)  # Min(4, T) < 256: never equal
+    return verdict
+
+
+_PIECEWISE = (sympy.Min, sympy.Max, sympy.floor)
 
 
 @functools.lru_cache(maxsize=4096)
@@ -215,7 +240,7 @@ def _equal_sym(a: sympy.Expr, b: sympy.Expr) -> Optional[bool]:
         return False
     syms = sorted(diff.free_symbols, key=str)
     defined = 0
-    for p in _probe_points(syms, 0):
+    for p in _probe_points(syms, 0, _thresholds(a, b)):
         try:
             va, vb = a.subs(p), b.subs(p)
         except ZeroDivisionError:  # Mod(x, 0): no dim exists at this point
@@ -265,6 +290,30 @@ def assuming(cond):
         _facts.reset(token)
 
 
+@functools.lru_cache(maxsize=256)
+def _pinned_symbols(facts: tuple) -> dict:
+    """Symbols the facts fix to one value: ``T <= 1`` pins a positive T to 1, and then
+    ``1024/T`` is 1024."""
+    lower: dict = {}
+    upper: dict = {}
+    for f in facts:
+        syms = f.free_symbols
+        if len(syms) != 1:
+            continue
+        (s,) = syms
+        poly = sympy.Poly(f, s) if f.is_polynomial(s) else None
+        if poly is None or poly.degree() != 1:
+            continue
+        c, k = poly.all_coeffs()  # c*s + k >= 0
+        if c > 0:
+            lower[s] = max(lower.get(s, 1 if s.is_positive else -sympy.oo), sympy.ceiling(-k / c))
+        else:
+            upper[s] = min(upper.get(s, sympy.oo), sympy.floor(k / -c))
+    for s, hi in upper.items():
+        lower.setdefault(s, 1 if s.is_positive else -sympy.oo)
+    return {s: sympy.Integer(lo) for s, lo in lower.items() if s in upper and lo == upper[s]}
+
+
 def _implied_nonneg(d) -> bool:
     """Whether the facts imply ``d >= 0`` (d differs from a fact by a constant >= 0)."""
     for f in _facts.get():
@@ -285,17 +334,22 @@ def _decide_by_facts(op: str, d) -> Optional[bool]:
     return None
 
 
+def _equal_by_ordering(a: Dim, b: Dim) -> Optional[bool]:
+    """``a == b`` decided by ordering (under the facts in force): both ``>=`` and ``<=``
+    hold, or one fails."""
+    ge, le = compare(">=", a, b), compare("<=", a, b)
+    return True if ge and le else (False if ge is False or le is False else None)
+
+
 def compare(op: str, a: Dim, b: Dim) -> Optional[bool]:
-    """Decide ``a <op> b`` (op in == != < <= > >=) for all symbol values, or None."""
+    """Decide ``a <op> b`` (op in == != < <= > >=) for all symbol values allowed by the
+    facts in force (see ``assuming``), or None."""
     if a is None or b is None:
         return None
     if is_concrete(a) and is_concrete(b):
         return _PY_OPS[op](a, b)
     if op in ("==", "!="):
         e = equal(a, b)
-        if e is None and _facts.get():
-            ge, le = compare(">=", a, b), compare("<=", a, b)
-            e = True if ge and le else (False if ge is False or le is False else None)
         return e if op == "==" or e is None else not e
     diff = sympy.expand(sympy.sympify(a) - sympy.sympify(b))
     if diff.is_Number:
@@ -314,9 +368,32 @@ def compare(op: str, a: Dim, b: Dim) -> Optional[bool]:
         return False
     if diff.has(sympy.floor):
         verdict = _compare_floor_bounds(op, diff)
+        if verdict is None:
+            verdict = _compare_one_floor(op, diff)
         if verdict is not None:
             return verdict
     return _decide_by_facts(op, diff)
+
+
+def _compare_one_floor(op: str, diff) -> Optional[bool]:
+    """Decide ``k*floor(y) + c <op> 0`` through y, as integers allow: floor(y) >= m
+    exactly when y >= m, so ``floor(Min(16, T)/64) > 0`` fails since Min(16, T) < 64."""
+    floors = [t for t in sympy.Add.make_args(diff) if t.has(sympy.floor)]
+    if len(floors) != 1:
+        return None
+    k, f = floors[0].as_coeff_Mul()
+    c = diff - floors[0]
+    if not (isinstance(f, sympy.floor) and c.is_Rational and k.is_Rational and k != 0):
+        return None
+    if op in ("<", "<="):  # a < 0 is not (a >= 0)
+        verdict = _compare_one_floor({"<": ">=", "<=": ">"}[op], diff)
+        return None if verdict is None else not verdict
+    bound = -c / k
+    if k > 0:  # floor(y) >= m
+        m = sympy.ceiling(bound) if op == ">=" else sympy.floor(bound) + 1
+        return compare(">=", f.args[0], m)
+    m = sympy.floor(bound) if op == ">=" else sympy.ceiling(bound) - 1  # floor(y) <= m
+    return compare("<", f.args[0], m + 1)
 
 
 def _floor_bounds(diff):
@@ -368,13 +445,15 @@ def _compare_minmax(op: str, diff) -> Optional[bool]:
     """Decide ``diff <op> 0`` where one additive term is a Min or Max: e.g.
     ``Min(2, T) - 6 < 0`` holds because every argument of the Min makes it hold."""
     terms = sympy.Add.make_args(diff)
-    mm = [t for t in terms if isinstance(t, (sympy.Min, sympy.Max))]
+    mm = [t for t in terms if isinstance(t.as_coeff_Mul()[1], (sympy.Min, sympy.Max))]
     if len(mm) != 1:
         return None
     rest = diff - mm[0]
-    verdicts = [compare(op, sympy.expand(arg + rest), 0) for arg in mm[0].args]
-    # op is monotone in diff: for ">"/">=" Min needs all arguments, Max needs one
-    needs_all = isinstance(mm[0], sympy.Min) == (op in (">", ">="))
+    coeff, minmax = mm[0].as_coeff_Mul()
+    verdicts = [compare(op, sympy.expand(coeff * arg + rest), 0) for arg in minmax.args]
+    # op is monotone in diff: for ">"/">=" Min needs all arguments, Max needs one (the
+    # other way round under a negative coefficient)
+    needs_all = (isinstance(minmax, sympy.Min) == (op in (">", ">="))) == (coeff > 0)
     if needs_all:
         if all(v is True for v in verdicts):
             return True

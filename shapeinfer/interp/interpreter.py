@@ -75,9 +75,10 @@ class Interpreter:
             self.ctx.report("SI300", f"{what}: needs {text}, which fails at the sample sizes",
                             severity="error", when=fails)
         else:
-            # a minimum input size (op ">") is a fact about the model, not a suspicion
+            # a minimum or maximum input size (op ">", "<=") is a fact about the model,
+            # not a suspicion
             self.ctx.report("SI300", f"{what}: holds only when {text}", when=fails,
-                            severity="note" if op == ">" else "")
+                            severity="note" if op in (">", "<=") else "")
 
     # ---- simple statements
     def stmt_Expr(self, s, frame):
@@ -245,6 +246,12 @@ class Interpreter:
         self.ctx.report("SI004", f"while loop unrolled {MAX_UNROLL} times without ending")
         return Flow(frame)
 
+    def _loop_test_condition(self, test: ast.expr, frame: Frame):
+        """What one more iteration of a while loop adds to the path condition: the test's
+        condition on these values (nothing for a test on data or on lost values)."""
+        verdict, cond = self.truth(self.eval(test, frame), frame)
+        return cond if verdict is None and cond is not None else sympy.true
+
     def _unrolled_loop(self, s, frame, items) -> Flow:
         if len(items) > MAX_UNROLL:
             self.ctx.report("SI004", f"loop over {len(items)} items summarized")
@@ -280,6 +287,8 @@ class Interpreter:
             trial = state.fork()
             if elem is not None:
                 self.assign(s.target, elem, trial, s.lineno)
+            if isinstance(s, ast.While):  # the body runs only where the test holds
+                trial = trial.fork(self._loop_test_condition(s.test, trial))
             body = self.exec_block(s.body, trial)
             after = join_frames([body.normal] + body.continues + body.breaks) or trial
             changed = [n for n in state.env if n in after.env and n not in list_names
