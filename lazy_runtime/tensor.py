@@ -12,7 +12,9 @@ the storage, so it replaces the chain) and ``unfold``.
 
 from __future__ import annotations
 
+import functools
 import itertools
+import traceback
 import weakref
 
 import numpy as np
@@ -135,9 +137,66 @@ class LazyTensor(torch.Tensor):
     def __tensor_unflatten__(inner, ctx, outer_size, outer_stride):
         raise UnsupportedOperation("lazy tensors cannot be rebuilt from a flattened form")
 
+    # User code that autograd's engine calls must not raise through it (an exception
+    # crossing the engine on this device aborts the process: see ``dispatch``): a hook's
+    # error is kept and raised at the next barrier, like an op's error inside backward.
+    def register_hook(self, hook):
+        return super().register_hook(_deferring(hook, "a backward hook"))
+
+    def register_post_accumulate_grad_hook(self, hook):
+        return super().register_post_accumulate_grad_hook(
+            _deferring(hook, "a post-accumulate-grad hook"))
+
     def __reduce_ex__(self, proto):
         raise UnsupportedOperation("lazy tensors cannot be pickled: move them to the CPU first "
                                    "(tensor.cpu(), model.cpu())")
+
+
+def _has_lazy(args) -> bool:
+    return any(isinstance(a, LazyTensor) or (isinstance(a, (tuple, list)) and _has_lazy(a))
+               for a in args)
+
+
+def _deferring(hook, what: str):
+    """``hook``, with any exception it raises on lazy tensors kept for the next barrier
+    instead (on other tensors it raises as usual)."""
+    @functools.wraps(hook)
+    def run(*args):
+        try:
+            return hook(*args)
+        except Exception as e:
+            if not _has_lazy(args):
+                raise
+            from .dispatch import DEFERRED_ERRORS
+            from .errors import LazyRuntimeError
+            err = LazyRuntimeError(f"{what} ({getattr(hook, '__qualname__', hook)}) failed "
+                                   f"during backward: {type(e).__name__}: {e}")
+            # the frames' locals hold tensors of the engine's thread: freed only at exit
+            # (after torch's own teardown, which then aborts) if the error is never caught
+            traceback.clear_frames(e.__traceback__)
+            err.__cause__ = e
+            DEFERRED_ERRORS.append(err)
+            return None
+    return run
+
+
+def _defer_module_hook_errors() -> None:
+    """Module backward hooks (``register_full_backward_hook`` and its pre-hook) run from
+    torch's ``BackwardHook``: wrap the user's hooks it is given like a tensor's."""
+    cls = torch.utils.hooks.BackwardHook
+    init = cls.__init__
+    if getattr(init, "_lazy_deferring", False):
+        return
+
+    @functools.wraps(init)
+    def __init__(self, module, user_hooks, user_pre_hooks):
+        init(self, module, [_deferring(h, "a module backward hook") for h in user_hooks],
+             [_deferring(h, "a module backward pre-hook") for h in user_pre_hooks])
+    __init__._lazy_deferring = True
+    cls.__init__ = __init__
+
+
+_defer_module_hook_errors()
 
 
 def new_base(node: ir.Node) -> LazyTensor:
