@@ -333,3 +333,38 @@ def test_cat_and_stack_of_an_empty_list_are_unknown_with_a_reason_not_a_crash():
     got = entries(r)
     assert got["a"]["type"] == "unknown" and "empty list" in got["a"]["reason"]
     assert got["b"]["type"] == "unknown" and "empty list" in got["b"]["reason"]
+
+
+class LoopOverPathDependentSplits(nn.Module):
+    """After a branch, `x` is [B, 5, 2] on one path and [B, T] on the other: the loop
+    over its steps runs 5 times on one, T times on the other."""
+
+    def __init__(self):
+        super().__init__()
+        self.cell = nn.LSTMCell(1, 4)
+
+    def forward(self, x):
+        if x.size(1) > 10:
+            x = x[:, :10].reshape(x.size(0), 5, -1)
+        h = torch.zeros(x.size(0), 4)
+        c = torch.zeros(x.size(0), 4)
+        for step in x.split(1, dim=1):
+            h, c = self.cell(step, (h, c))
+        return h
+
+
+def test_loop_over_a_union_runs_once_per_path():
+    model = LoopOverPathDependentSplits()
+    r = shapeinfer.analyze(model, args=(torch.randn(3, 8),), dims={"x": ("B", "T")})
+    # the 3-d step reaches the LSTMCell only when T > 10: an error under that condition
+    assert [(d.code, d.when) for d in r.errors] == [("SI152", "T > 10")]
+    with pytest.raises(ValueError, match="1D or 2D"):
+        model(torch.randn(3, 11))
+    step = entries(r)["step"]
+    for t in (4, 8, 10):
+        assert evaluate(step, {"B": 3, "T": t}) == [tuple(torch.randn(3, t).split(1, dim=1)[0].shape)]
+    for t in (11, 16):  # torch's steps before the LSTMCell raises
+        x = torch.randn(3, t)[:, :10].reshape(3, 5, -1)
+        assert evaluate(step, {"B": 3, "T": t}) == [tuple(x.split(1, dim=1)[0].shape)]
+    h = next(o for o in entries(r)["h"]["options"] if o["when"] == "T <= 10")
+    assert evaluate(h, {"B": 3, "T": 8}) == [tuple(model(torch.randn(3, 8)).shape)]

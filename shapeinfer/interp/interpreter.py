@@ -25,6 +25,7 @@ from .state import (AnalysisContext, Flow, Frame, flatten_union, infeasible, joi
 
 MAX_UNROLL = 512
 MAX_FIXPOINT = 3
+MAX_LOOP_SPLITS = 4  # a loop over a union of at most this many iterables runs once per option
 
 
 class Interpreter:
@@ -223,11 +224,26 @@ class Interpreter:
 
     def stmt_For(self, s, frame):
         iterable = self.eval(s.iter, frame)
+        return self._loop_over(s, frame, iterable)
+
+    def _loop_over(self, s, frame, iterable: Value) -> Flow:
         items = self.caller.iterate(iterable, frame)
         if isinstance(items, list):
             return self._unrolled_loop(s, frame, items)
         elem, count = items
+        if isinstance(iterable, UnionV) and len(iterable.options) <= MAX_LOOP_SPLITS:
+            return self._loop_per_option(s, frame, iterable)
         return self._summarized_loop(s, frame, elem, count)
+
+    def _loop_per_option(self, s, frame, iterable: UnionV) -> Flow:
+        """A loop over values that differ by path (5 steps on one, T on another): the
+        loop runs once per path, under its condition, and the paths are joined after."""
+        flows = []
+        for cond, option in iterable.options:
+            if infeasible(sympy.And(frame.pc, cond)):
+                continue
+            flows.append(self._loop_over(s, frame.fork(cond), option))
+        return Flow(join_frames([f.normal for f in flows], parent_pc=frame.pc))
 
     def stmt_While(self, s, frame):
         for _ in range(MAX_UNROLL):
