@@ -413,6 +413,7 @@ class _Plan:
         skel, ints = parts(entry)
         skel = skel.key
         self.ints = list(ints)
+        self.programs: dict = {}   # changed positions -> what to do per node
         pos = 0
         self.templates = []
         for key in skel[:2]:
@@ -449,42 +450,50 @@ class _Plan:
 _PLANS: "weakref.WeakKeyDictionary" = weakref.WeakKeyDictionary()
 
 
-def _rebuild_template(old, plan, ints, base, template_cls):
+def _program(old, plan, changed: frozenset) -> list:
+    """Per node of template ``old``, what rebuilding it takes when the ints at positions
+    ``changed`` differ from the traced entry's: None (keep the node itself: its ints and
+    inputs are unchanged), () (its own fields, new inputs), or the parts to fill
+    [(field index, start, count, filler)] (index -1: a leaf's shape or value)."""
+    if old is None:
+        return None
+    acts = []
+    kept = []
+    for n, wires, (start, k, fillers) in zip(old.nodes, old.wiring, plan):
+        parts_ = tuple((j, p, kk, f) for j, (p, kk, f) in enumerate(fillers)
+                       if kk and not changed.isdisjoint(range(p, p + kk)))
+        if n.op in ir.LEAVES:
+            parts_ = tuple((-1, p, kk, f) for _, p, kk, f in parts_)
+            acts.append(parts_ or None)
+        else:
+            acts.append(parts_ if parts_ or not all(kept[i] for i in wires) else None)
+        kept.append(acts[-1] is None)
+    return acts
+
+
+def _rebuild_template(old, acts, ints, template_cls):
     if old is None:
         return None
     nodes = []
-    kept = []   # per node: the old node itself
-    for n, wires, (start, k, fillers) in zip(old.nodes, old.wiring, plan):
-        same = k == 0 or ints[start:start + k] == base[start:start + k]
-        if n.op in ir.LEAVES:
-            if same:
-                c = n
-            elif n.op is ir.SCALAR:
-                c = ir.leaf(ir.SCALAR, fillers[0][2](ints[start:start + k]), n.shape, n.dtype)
+    for n, wires, act in zip(old.nodes, old.wiring, acts):
+        if act is None:
+            nodes.append(n)
+        elif act and act[0][0] == -1:
+            _, p, k, f = act[0]
+            if n.op is ir.SCALAR:
+                nodes.append(ir.leaf(ir.SCALAR, f(ints[p:p + k]), n.shape, n.dtype))
             else:
-                c = ir.leaf(n.op, None, fillers[0][2](ints[start:start + k]), n.dtype)
-            kept.append(c is n)
-            nodes.append(c)
-            continue
-        if all(kept[i] for i in wires):
-            if same:
-                nodes.append(n)
-                kept.append(True)
-                continue
-            ins = n.inputs
-        else:
-            ins = tuple(nodes[i] for i in wires)
-        if same:
-            c = ir.loose_node(n.op, n.args, n.kwargs, ins, n.shape, n.dtype, n.aux, n.sig)
+                nodes.append(ir.leaf(n.op, None, f(ints[p:p + k]), n.dtype))
+        elif not act:
+            nodes.append(ir.loose_node(n.op, n.args, n.kwargs, tuple([nodes[i] for i in wires]),
+                                       n.shape, n.dtype, n.aux, n.sig))
         else:
             fields = [n.args, n.kwargs, n.shape, n.aux]
-            for j, (p, kk, f) in enumerate(fillers):
-                if kk and ints[p:p + kk] != base[p:p + kk]:
-                    fields[j] = f(ints[p:p + kk])
+            for j, p, k, f in act:
+                fields[j] = f(ints[p:p + k])
             args, kwargs, shape, aux = fields
-            c = ir.loose_node(n.op, args, kwargs, ins, shape, n.dtype, aux)
-        nodes.append(c)
-        kept.append(False)
+            nodes.append(ir.loose_node(n.op, args, kwargs, tuple([nodes[i] for i in wires]),
+                                       shape, n.dtype, aux))
     return template_cls(old.kind, nodes, list(old.outputs))
 
 
@@ -511,9 +520,16 @@ def rebuild(like, skel, ints, entry_cls, template_cls):
         plan = _PLANS[like] = _Plan(like)
     ints = list(ints)
     base = plan.ints
+    changed = frozenset(i for i, (a, b) in enumerate(zip(ints, base)) if a != b)
+    acts = plan.programs.get(changed)
+    if acts is None:
+        if len(plan.programs) > 8:
+            plan.programs.clear()
+        acts = plan.programs[changed] = (_program(like.fwd, plan.templates[0], changed),
+                                         _program(like.bwd, plan.templates[1], changed))
     e = entry_cls()
-    e.fwd = _rebuild_template(like.fwd, plan.templates[0], ints, base, template_cls)
-    e.bwd = _rebuild_template(like.bwd, plan.templates[1], ints, base, template_cls)
+    e.fwd = _rebuild_template(like.fwd, acts[0], ints, template_cls)
+    e.bwd = _rebuild_template(like.bwd, acts[1], ints, template_cls)
     e.fwd_slots = _rebuild_slots(like.fwd_slots, plan.slots[0], ints, base)
     e.bwd_slots = _rebuild_slots(like.bwd_slots, plan.slots[1], ints, base)
     for f in _STRUCTURAL:
