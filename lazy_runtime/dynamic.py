@@ -426,8 +426,13 @@ def _leaf_layouts(g, fresh, auto):
                 lay = []
                 for d, v in enumerate(n.shape):
                     s = marks.get(d)
-                    if s is None or v <= 0:
-                        lay.append((v,) if v != 1 else (1,))
+                    # a dynamic dim of size 1 stays concrete (one compile of its own per
+                    # bucket of the others): a view cannot tell whether a factor of 1
+                    # merges with its neighbour or goes away, and broadcasting treats
+                    # it apart from every other size (torch.compile specializes 0 and 1
+                    # for the same reasons)
+                    if s is None or v <= 1:
+                        lay.append((v,))
                         continue
                     t = s
                     while t in sizes and sizes[t] != v:

@@ -213,6 +213,27 @@ def test_a_bucket_policy_per_symbol():
     assert m["buckets"] == {"B": [2, 3], "T": [8]} and m["compiles"] == 2
 
 
+def test_a_dynamic_dim_of_size_one_stays_concrete():
+    # B = 1: attention-style views merge B into the head dim, and the causal mask
+    # broadcasts against it; B is compiled as 1 (once per bucket of T), never exactly
+    w = torch.randn(8, 8)
+    mask = torch.tril(torch.ones(16, 16, dtype=torch.bool))
+
+    def f(x):   # x (B, T, 8), 2 heads of 4
+        B, T, C = x.shape
+        q = (x @ w.to(x.device)).view(B, T, 2, 4).transpose(1, 2).reshape(B * 2, T, 4)
+        s = (q @ q.transpose(1, 2)).masked_fill(~mask.to(x.device)[:T, :T], -1e9)
+        return s.softmax(-1).view(B, 2, T, T).sum(1)
+
+    lr.reset_metrics()
+    for B, T in ((1, 5), (1, 7), (3, 6), (1, 8)):
+        x = torch.randn(B, T, 8)
+        got = f(lr.mark_dynamic(lr.mark_dynamic(x.to(DEV), 0, "B"), 1, "T"))
+        assert_same(got, f(x), rtol=1e-5, atol=1e-5)
+    m = lr.metrics()
+    assert not m["exact_compiles"] and m["compiles"] == 2, m["recompile_reasons"]
+
+
 def test_mark_dynamic_on_a_cpu_tensor_and_automatic_dynamic():
     w = torch.randn(4, 3)
     wl = w.to(DEV)
