@@ -24,13 +24,15 @@ from .symbolic import Dim, Shape
 
 
 class ShapeError(Exception):
-    """A shape that is wrong for every value of the symbols. ``code`` is stable."""
+    """A shape that is wrong for every value of the symbols, or for every value but those
+    where ``unless`` (a sympy condition) holds. ``code`` is stable."""
 
-    def __init__(self, code: str, message: str, dims: Sequence = ()):
+    def __init__(self, code: str, message: str, dims: Sequence = (), unless=None):
         super().__init__(message)
         self.code = code
         self.message = message
         self.dims = tuple(dims)
+        self.unless = unless
 
 
 # Requirements that hold only for some symbol values are sent to the active sink.
@@ -47,10 +49,10 @@ def collect_requirements(sink: Callable[[str, Dim, Dim, str], None]):
         _requirement_sink.reset(token)
 
 
-def _send_requirement(op: str, a: Dim, b: Dim, what: str, dims: Optional[tuple] = None) -> None:
+def _send_requirement(op: str, a: Dim, b: Dim, what: str) -> None:
     sink = _requirement_sink.get()
     if sink is not None:
-        with reporting_dims(dims or (a, b)):
+        with reporting_dims((a, b)):
             sink(op, a, b, what)
 
 
@@ -113,21 +115,13 @@ def broadcast_dims(a: Dim, b: Dim) -> Dim:
 
 
 def _broadcast_unequal(a: Dim, b: Dim, a_one, b_one) -> Dim:
-    """Broadcast two sizes that are never equal: an error unless one may be 1 (then it
-    must be, and the result is the other)."""
-    if a_one is False and b_one is False:
-        raise ShapeError("SI101", f"cannot broadcast {sym.dim_pretty(a)} with {sym.dim_pretty(b)}",
-                         (a, b))
-    if b_one is False:
-        require_equal(a, 1, "SI101", f"broadcast with {sym.dim_pretty(b)}")
-        return b
-    if a_one is False:
-        require_equal(b, 1, "SI101", f"broadcast with {sym.dim_pretty(a)}")
-        return a
-    # both may be 1 and one must be: (a - 1)*(b - 1) == 0; which one gives the size is not known
-    _send_requirement("==", sym.mul(sym.sub(a, 1), sym.sub(b, 1)), 0,
-                      f"broadcast of {sym.dim_pretty(a)} with {sym.dim_pretty(b)} (one must be 1)", (a, b))
-    return None
+    """Broadcast two sizes that are never equal: an error, except where one that may be 1
+    is 1 (``B`` with ``2*B`` broadcasts at B = 1 only)."""
+    may_be_one = [d for d, one in ((a, a_one), (b, b_one)) if one is not False]
+    unless = sympy.Or(*[sympy.Eq(sympy.sympify(d), 1) for d in may_be_one]) if may_be_one else None
+    text = " or ".join(f"{sym.dim_pretty(d)} == 1" for d in may_be_one)
+    raise ShapeError("SI101", f"cannot broadcast {sym.dim_pretty(a)} with {sym.dim_pretty(b)}"
+                     + (f" (only where {text})" if text else ""), (a, b), unless)
 
 
 def broadcast_shapes(*shapes: Shape) -> Shape:

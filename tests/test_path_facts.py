@@ -185,13 +185,37 @@ def test_broadcast_with_a_size_the_path_pins_to_one():
     with sym.assuming(T <= 1):
         assert shape_fns.broadcast_shapes((B, T, 4), (B, 256, 4)) == (B, 256, 4)
     assert (torch.ones(2, 1, 4) * torch.ones(2, 256, 4)).shape == (2, 256, 4)
-    # never equal and never 1: an error; never equal but maybe 1: it must be 1
-    with pytest.raises(shape_fns.ShapeError):
-        shape_fns.broadcast_shapes((T + 2,), (T + 3,))
-    with sym.assuming(T > 16):
-        with pytest.raises(shape_fns.ShapeError):
-            shape_fns.broadcast_shapes((T,), (256 + T,))
-    assert shape_fns.broadcast_shapes((sympy.Min(T, 4),), (256,)) == (256,)  # holds when T is 1
-    assert (torch.ones(1) * torch.ones(256)).shape == (256,)
-    # never equal, both may be 1 (T = 1 or 2): which one sets the size is not known
-    assert shape_fns.broadcast_shapes((T,), (sympy.Min(5000, T - 1),)) == (None,)
+
+
+@pytest.mark.parametrize("a, b", [(T + 2, T + 3), (B, 2 * B), (sympy.Min(T, 4), 256), (T, sympy.Min(5000, T - 1))],
+                         ids=str)
+def test_never_equal_sizes_fail_to_broadcast_except_where_one_is_1(a, b):
+    with pytest.raises(shape_fns.ShapeError) as e:
+        shape_fns.broadcast_shapes((a,), (b,))
+    unless = e.value.unless if e.value.unless is not None else sympy.false
+    for t in range(1, 40):
+        for bb in (1, 2, 3):
+            sizes = {"T": t, "B": bb}
+            na, nb = sym.evaluate(a, sizes), sym.evaluate(b, sizes)
+            if min(na, nb) < 0:
+                continue
+            try:
+                torch.ones(na) * torch.ones(nb)
+                runs = True
+            except RuntimeError:
+                runs = False
+            assert runs == bool(sym.holds_at(unless, sizes)), (sizes, na, nb)
+
+
+def test_broadcast_error_on_an_untaken_path_names_its_condition():
+    class Doubled(nn.Module):
+        def forward(self, x, y):  # x: [B, 4], y: [T, 4]
+            if y.size(0) > 6:
+                y = torch.cat([x, x])
+            return x - y
+
+    r = shapeinfer.analyze(Doubled(), args=(torch.randn(3, 4), torch.randn(3, 4)), dims={"x": ("B", 4), "y": ("T", 4)})
+    assert [(d.code, d.when) for d in r.errors] == [("SI101", "(T > 6) & Ne(B, 1)")]
+    with pytest.raises(RuntimeError):
+        Doubled()(torch.randn(2, 4), torch.randn(7, 4))
+    Doubled()(torch.randn(1, 4), torch.randn(7, 4))  # B = 1 broadcasts

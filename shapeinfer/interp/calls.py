@@ -230,7 +230,8 @@ class Caller:
             try:
                 return rule.fn(*bound.args, **bound.kwargs)
             except ShapeError as e:
-                self.ctx.report(e.code, f"{label}: {e.message}", severity="error",
+                when = sympy.And(self.ctx.pc, sympy.Not(e.unless)) if e.unless is not None else None
+                self.ctx.report(e.code, f"{label}: {e.message}", severity="error", when=when,
                                 dims=render_dims(e.dims) if e.dims else None)
                 return Unknown(f"shape error in {label}: {e.message}")
             except RuleUnknown as e:
