@@ -27,7 +27,7 @@ sys.path.insert(0, str(ROOT / "benchmarks"))
 import lazy_runtime as lr  # noqa: E402
 import runtime_jax_models as jm  # noqa: E402
 
-DATE = "2026-11-21"
+DATE = "2026-11-22"
 
 
 def load_example(name):
@@ -74,14 +74,14 @@ def bench_eager(cfg, steps):
     model = cfg.make_model()
     opt = cfg.ex.make_optimizer(model)
     times = []
-    for i, (x, y) in enumerate(cfg.batches[:steps + 3]):
+    for i, (x, y) in enumerate(cfg.batches[:steps + WARMUP]):
         t0 = time.perf_counter()
         loss = cfg.ex.loss_fn(model(x), y)
         loss.backward()
         opt.step()
         opt.zero_grad()
         loss.item()
-        if i >= 3:
+        if i >= WARMUP:
             times.append(time.perf_counter() - t0)
     return _median_ms(times)
 
@@ -97,46 +97,64 @@ def shape_only(cfg) -> bool:
     return plan.shape_only
 
 
-def bench_lazy(cfg, steps, replay=False):
+WARMUP = 5   # whole-step replay starts at step 5 (state made, optimizer capture, 2 traces)
+
+
+def bench_lazy(cfg, steps, mode="plain"):
+    """mode: "plain" (traced every step), "replay" (forward/backward and optimizer
+    replayed, loss traced) or "whole" (``lr.compile_step``: the whole step replayed)."""
     dev = lr.device()
     model = cfg.make_model().to(dev)
-    if replay:
+    if mode == "replay":
         model = lr.compile(model, replay=True)
     opt = cfg.ex.make_optimizer(model)
-    if replay:
+    if mode != "plain":
         opt = lr.compile_optimizer(opt)
-    lr.clear_cache()
-    lr.reset_metrics()
-    times, trace_us = [], []
-    ttfr = None
-    for i, (x, y) in enumerate(cfg.batches[:steps + 3]):
-        ops0 = lr.metrics()["traced_ops"]
-        t0 = time.perf_counter()
+
+    def train_step(x, y):
         x, y = x.to(dev), y.to(dev)
         loss = cfg.ex.loss_fn(model(x), y)
         loss.backward()
         opt.step()
         opt.zero_grad()
-        t1 = time.perf_counter()
-        lr.mark_step()
+        return loss
+
+    whole = lr.compile_step(train_step, model, opt) if mode == "whole" else None
+    lr.clear_cache()
+    lr.reset_metrics()
+    times, trace_us = [], []
+    ttfr = None
+    for i, (x, y) in enumerate(cfg.batches[:steps + WARMUP]):
+        ops0 = lr.metrics()["traced_ops"]
+        t0 = time.perf_counter()
+        if whole is not None:
+            loss = whole(x, y)
+            t1 = time.perf_counter()
+        else:
+            loss = train_step(x, y)
+            t1 = time.perf_counter()
+            lr.mark_step()
         loss.item()
         t2 = time.perf_counter()
         if i == 0:
             ttfr = t2 - t0
-        if i >= 3:
+        ops = lr.metrics()["traced_ops"] - ops0
+        if i >= WARMUP:
             times.append(t2 - t0)
-            trace_us.append((t1 - t0) / (lr.metrics()["traced_ops"] - ops0) * 1e6)
+            if ops:
+                trace_us.append((t1 - t0) / ops * 1e6)
     m = lr.metrics()
-    return dict(step_ms=_median_ms(times), ttfr_s=ttfr, us_per_op=statistics.median(trace_us),
-                ops_per_step=(m["traced_ops"]) // (steps + 3), compiles=m["compiles"],
-                replays=m["replays"])
+    return dict(step_ms=_median_ms(times), ttfr_s=ttfr,
+                us_per_op=statistics.median(trace_us) if trace_us else float("nan"),
+                ops_per_step=(m["traced_ops"]) // (steps + WARMUP), compiles=m["compiles"],
+                replays=m["replays"], step_replays=m["step_replays"])
 
 
 def bench_jax(cfg, steps):
     params, opt_state, model_state, step = jm.MODELS[cfg.name.split("-")[0]](**cfg.jax_kwargs)
     times = []
     ttfr = None
-    for i, (x, y) in enumerate(cfg.batches[:steps + 3]):
+    for i, (x, y) in enumerate(cfg.batches[:steps + WARMUP]):
         xn, yn = x.numpy(), y.numpy()
         t0 = time.perf_counter()
         params, opt_state, model_state, loss = step(params, opt_state, model_state, xn, yn)
@@ -144,7 +162,7 @@ def bench_jax(cfg, steps):
         dt = time.perf_counter() - t0
         if i == 0:
             ttfr = dt
-        if i >= 3:
+        if i >= WARMUP:
             times.append(dt)
     return dict(step_ms=_median_ms(times), ttfr_s=ttfr)
 
@@ -155,9 +173,13 @@ def run(steps):
         eager = bench_eager(cfg, steps)
         lazy = bench_lazy(cfg, steps)
         verdict = shape_only(cfg)
-        rep = bench_lazy(cfg, steps, replay=True) if verdict else None
+        rep = bench_lazy(cfg, steps, "replay") if verdict else None
+        whole = bench_lazy(cfg, steps, "whole")
         jx = bench_jax(cfg, steps)
-        rows.append((cfg, eager, lazy, rep, jx))
+        rows.append((cfg, eager, lazy, rep, whole, jx))
+        print(f"{cfg.name:9s} whole step {whole['step_ms']:8.2f} ms ({whole['step_replays']} "
+              f"of {steps + WARMUP} steps replayed whole, {whole['compiles']} compiles)",
+              flush=True)
         if rep is not None:
             print(f"{cfg.name:9s} replay {rep['step_ms']:8.2f} ms ({rep['ops_per_step']} ops/step "
                   f"traced, {rep['replays']} replays, {rep['compiles']} compiles)", flush=True)
@@ -194,28 +216,33 @@ def table(rows, micro, steps):
     lines = [f"## lazy_runtime ({DATE})", "",
              f"`python benchmarks/runtime_step.py --steps {steps} --write`. One training step "
              "(forward, backward, optimizer) per row, median of "
-             f"{steps} steps after 3 warm-up steps; each timed step ends with `loss.item()`. "
-             "eager: torch on the CPU; lazy: lazy_runtime on XLA:CPU (trace + `mark_step` + "
-             "read); jax.jit: the same model hand-written in JAX (`benchmarks/runtime_jax_models"
-             ".py`). First result: trace + compile + run of step 1 from an empty cache. "
-             "µs per recorded op: the step's Python time before `mark_step` (autograd, "
-             "optimizer code and input copies included) over the ATen ops it recorded. The "
-             "small examples are tracing-bound (hundreds of ops of microseconds each); the "
-             "wide MLP shows the runtime once each op does real work. replay: the same, with "
-             "`lr.compile(model, replay=True)` where the analyzer finds the example's forward "
-             "shape-only (all five) and `lr.compile_optimizer(opt)` (Adam/AdamW made "
+             f"{steps} steps after {WARMUP} warm-up steps; each timed step ends with "
+             "`loss.item()`. eager: torch on the CPU; lazy: lazy_runtime on XLA:CPU (trace + "
+             "`mark_step` + read); jax.jit: the same model hand-written in JAX "
+             "(`benchmarks/runtime_jax_models.py`). First result: trace + compile + run of "
+             "step 1 from an empty cache. µs per recorded op: the step's Python time before "
+             "`mark_step` (autograd, optimizer code and input copies included) over the ATen "
+             "ops it recorded. The small examples are tracing-bound (hundreds of ops of "
+             "microseconds each); the wide MLP shows the runtime once each op does real work. "
+             "replay: `lr.compile(model, replay=True)` where the analyzer finds the example's "
+             "forward shape-only (all five) and `lr.compile_optimizer(opt)` (Adam/AdamW made "
              "capturable): forward and backward are replayed from step 2 on, the optimizer "
-             "from step 3, the loss is still traced (ops/step counts what is traced, "
-             "warm-up included).", "",
-             "| model | eager (ms) | lazy (ms) | lazy replay (ms) | jax.jit (ms) | lazy / jax.jit"
-             " | replay / jax.jit | replay / eager | ops/step traced (replay) | µs per recorded "
-             "op | first result lazy (s) | first result jax (s) |",
-             "|---|---:|---:|---:|---:|---:|---:|---:|---:|---:|---:|---:|"]
-    for cfg, eager, lazy, rep, jx in rows:
+             "from step 3, the loss is still traced (ops/step counts what is traced, warm-up "
+             "included). whole step: `lr.compile_step(train_step, model, opt)` with "
+             "`compile_optimizer`: the whole step (input copies, forward, loss, backward, "
+             "optimizer, zero_grad) replayed without its Python from step 5 on.", "",
+             "| model | eager (ms) | lazy (ms) | lazy replay (ms) | whole step (ms) | jax.jit (ms) "
+             "| lazy / jax.jit | replay / jax.jit | whole step / jax.jit | whole step / eager "
+             "| ops/step traced (replay) | µs per recorded op | first result lazy (s) "
+             "| first result jax (s) |",
+             "|---|---:|---:|---:|---:|---:|---:|---:|---:|---:|---:|---:|---:|---:|"]
+    for cfg, eager, lazy, rep, whole, jx in rows:
         r = rep["step_ms"] if rep else float("nan")
+        w = whole["step_ms"]
+        j = jx["step_ms"]
         lines.append(f"| {cfg.name} ({cfg.note}) | {eager:.2f} | {lazy['step_ms']:.2f} | "
-                     f"{r:.2f} | {jx['step_ms']:.2f} | {lazy['step_ms'] / jx['step_ms']:.2f}x | "
-                     f"{r / jx['step_ms']:.2f}x | {r / eager:.2f}x | {lazy['ops_per_step']} "
+                     f"{r:.2f} | {w:.2f} | {j:.2f} | {lazy['step_ms'] / j:.2f}x | "
+                     f"{r / j:.2f}x | {w / j:.2f}x | {w / eager:.2f}x | {lazy['ops_per_step']} "
                      f"({rep['ops_per_step'] if rep else '-'}) | "
                      f"{lazy['us_per_op']:.1f} | {lazy['ttfr_s']:.2f} | {jx['ttfr_s']:.2f} |")
     lines += ["", "Tracing overhead of one recorded op outside autograd (median of 5 x 5000): " +

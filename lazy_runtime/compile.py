@@ -15,6 +15,7 @@ import functools
 import inspect
 import json
 import re
+import types
 
 from .dynamic import mark_dynamic
 from .replay import Replayer, module_state, optimizer_state
@@ -113,6 +114,11 @@ def compile_optimizer(opt, capturable: bool = True):
             if "capturable" in group:
                 group["capturable"] = True
     step = opt.step
-    opt.step = functools.wraps(step)(Replayer(step, functools.partial(optimizer_state, opt),
-                                              differentiable=False))
+    replayer = Replayer(step, functools.partial(optimizer_state, opt), differentiable=False)
+
+    def replayed_step(self, *args, **kwargs):
+        return replayer(*args, **kwargs)
+
+    # a bound method, as torch's LR schedulers expect of ``opt.step`` (they rewrap it)
+    opt.step = types.MethodType(functools.wraps(step)(replayed_step), opt)
     return opt

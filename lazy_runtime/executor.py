@@ -363,6 +363,11 @@ def _lookup(g: ir.Graph, exact_op=None) -> Executable:
 # ---- barriers -----------------------------------------------------------------------
 
 
+# Called after each barrier's graph ran, before its results are stored: (graph,
+# executable, padded plan or None, [(storage, output index)]).
+BARRIER_OBSERVERS: list = []
+
+
 def sync(reason: str = "mark_step") -> None:
     """Compute every pending live tensor (one graph), store the results as device data."""
     from .dispatch import DEFERRED_ERRORS
@@ -423,6 +428,8 @@ def sync(reason: str = "mark_step") -> None:
     METRICS.graphs_executed += 1
     METRICS.graph_sizes.append(exe.n_ops)
     del METRICS.graph_sizes[:-100]
+    for observe in BARRIER_OBSERVERS:   # a whole-step capture (``step``) watching
+        observe(g, exe, plan, [(st, where[id(st.node)]) for st in storages])
     if plan is None:
         for st in storages:
             n = st.node

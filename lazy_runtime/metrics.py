@@ -6,7 +6,7 @@ import collections
 
 _COUNTS = ("compiles", "cache_hits", "graphs_executed", "traced_ops", "syncs",
            "cache_evictions", "transfers_to_device", "transfers_to_host", "host_ops",
-           "padded_executions", "replays", "replays_across_sizes")
+           "padded_executions", "replays", "replays_across_sizes", "step_replays")
 _TIMES = ("compile_seconds", "execute_seconds")
 
 
@@ -71,7 +71,8 @@ def metrics_report() -> str:
              f"  padded runs     : {m['padded_executions']}  buckets: "
              + (", ".join(f"{k}={v}" for k, v in sorted(m["buckets"].items())) or "none"),
              "  exact compiles  : " + (_fmt_counter(m["exact_compiles"]) or "none"),
-             f"  replays         : {m['replays']}  (across sizes: {m['replays_across_sizes']})"]
+             f"  replays         : {m['replays']}  (across sizes: {m['replays_across_sizes']}; "
+             f"whole steps: {m['step_replays']})"]
     reasons = m["recompile_reasons"]
     lines.append(f"  compile reasons : {len(reasons)} recorded")
     for r in reasons[-10:]:

@@ -1,0 +1,339 @@
+"""Whole-step replay: ``lr.compile_step(fn, model, optimizer)``.
+
+A training step on the lazy device runs the same Python every time: forward, loss,
+``backward()``, ``opt.step()``, ``opt.zero_grad()``. Each call records a few hundred ops
+(20-30 µs each) only to rebuild a graph that is already compiled. ``compile_step``
+replays the whole step instead, as a CUDA graph does: the executable of the step's one
+barrier runs on the current values of the arguments, the parameters, buffers and
+optimizer state, and the results are written back. No Python of the step runs.
+
+What makes that sound is checked, not assumed:
+
+* **Two traces first.** A signature (argument shapes and dtypes, grad mode, the model's
+  and optimizer's state snapshot from ``replay.module_state``/``optimizer_state``) is
+  traced twice; both must give the same graph, the same Python numbers, the same random
+  draws relative to the stream, and leave the model and optimizer as they found them
+  (Adam's first step creates its state: traced again).
+* **One barrier.** The step must not read a value or fall back to eager torch in the
+  middle (either would be a second barrier); its only barrier is at its end (``fn`` may
+  call ``mark_step`` last, or ``compile_step`` does).
+* **Every input accounted for.** Each tensor the graph reads is an argument, a tensor
+  the model or optimizer owns, or a constant: one made by a device factory with the same
+  arguments in both traces (``arange(T)``, ``zeros``), or a constant of a replayed
+  forward. Reading any other lazy tensor, or copying a CPU tensor to the device inside
+  the step, refuses (its value could change behind the replay's back).
+* **Every result accounted for.** Each value the barrier stores goes back into a tensor
+  the model or optimizer owns (a parameter, buffer, grad or state tensor) or is
+  returned; a value the step keeps anywhere else (a module attribute, a global list)
+  refuses.
+* Padded (shape-polymorphic) graphs are not replayed whole: their steps trace as usual.
+
+A refused step runs as ordinary traced code, and why is counted in
+``metrics()["replay_misses"]``. Replayed steps count in ``step_replays``. A returned
+tensor is a plain result (no ``grad_fn``): the step must do its own ``backward``.
+"""
+
+from __future__ import annotations
+
+import time
+import weakref
+
+import numpy as np
+import torch
+import torch.utils._pytree as pytree
+
+from . import executor, ir, random, tensor
+from .metrics import METRICS
+from .replay import NotReplayable, module_state, optimizer_state
+from .tensor import LazyTensor
+
+
+class NotWholeStep(Exception):
+    """Why a step cannot be replayed whole (counted; the step is traced). ``permanent``:
+    no later call of the signature can do better (a second barrier, a foreign tensor)."""
+
+    def __init__(self, reason: str, permanent: bool = True):
+        super().__init__(reason)
+        self.permanent = permanent
+
+
+class _Trace:
+    """What one traced call did, in the terms a replay needs."""
+
+    __slots__ = ("key", "exe", "slots", "scalars", "rng_offsets", "rng_count", "writes",
+                 "out_spec", "out_leaves")
+
+
+class _Entry:
+    __slots__ = ("last", "ready", "failed", "traces")
+
+    def __init__(self):
+        self.last = None      # the previous trace, to be confirmed by the next
+        self.ready = None     # a confirmed trace
+        self.failed = None    # why this signature is never replayed
+        self.traces = 0
+
+
+class StepReplayer:
+    """The callable ``compile_step`` returns."""
+
+    MAX_TRACES = 4   # traces of one signature that never agree: stop trying
+    MAX_ENTRIES = 16
+
+    def __init__(self, fn, model=None, optimizer=None):
+        self.fn = fn
+        self.model = model
+        self.optimizer = optimizer
+        self.entries: dict = {}
+
+    def _state(self):
+        """(a snapshot of the model's and optimizer's Python state, the tensors they own)."""
+        snap, owned = [], []
+        seen = set()
+        parts = []
+        if self.model is not None:
+            parts.append(module_state(self.model))
+        if self.optimizer is not None:
+            parts.append(optimizer_state(self.optimizer))
+        for part_snap, part_owned in parts:
+            snap.append(part_snap)
+            for t in part_owned:
+                if id(t) not in seen:
+                    seen.add(id(t))
+                    owned.append(t)
+        for t in owned:
+            if not isinstance(t, LazyTensor) or t._vw:
+                raise NotWholeStep("a parameter or state tensor is not a lazy base tensor")
+        return tuple(snap), owned
+
+    def _signature(self, args, kwargs):
+        flat, spec = pytree.tree_flatten((args, kwargs))
+        key = [spec, torch.is_grad_enabled()]
+        for v in flat:
+            if isinstance(v, torch.Tensor):
+                key.append((tuple(v.shape), v.dtype, v.requires_grad,
+                            isinstance(v, LazyTensor)))
+            elif type(v) in (int, float, bool, str, type(None)):
+                key.append((type(v), v))
+            else:
+                raise NotWholeStep(f"an argument of type {type(v).__name__}")
+        return tuple(key), flat, spec
+
+    def __call__(self, *args, **kwargs):
+        try:
+            key, flat, spec = self._signature(args, kwargs)
+            snap, owned = self._state()
+        except NotReplayable as e:
+            METRICS.replay_misses[f"whole step: {e}"] += 1
+            return self._plain(args, kwargs)
+        except NotWholeStep as e:
+            METRICS.replay_misses[f"whole step: {e}"] += 1
+            return self._plain(args, kwargs)
+        key = key + (snap,)
+        e = self.entries.get(key)
+        if e is None:
+            e = self.entries[key] = _Entry()
+            while len(self.entries) > self.MAX_ENTRIES:
+                self.entries.pop(next(iter(self.entries)))
+        if e.failed is not None:
+            return self._plain(args, kwargs)
+        if e.ready is not None:
+            out = self._replay(e.ready, flat, owned)
+            if out is not None:
+                return out
+        return self._trace(e, key, flat, spec, snap, owned)
+
+    def _plain(self, args, kwargs):
+        out = self.fn(*args, **kwargs)
+        if tensor.pending_count():
+            executor.sync("step")
+        return out
+
+    # -- tracing (and checking) a step
+
+    def _trace(self, e, key, flat, spec, snap, owned):
+        if tensor.pending_count():
+            executor.sync("step")   # work recorded before the step is not part of it
+        lazy = [_on_device(v) if isinstance(v, torch.Tensor) else v for v in flat]
+        slot_of = {}
+        for j, t in enumerate(owned):
+            if t._st.node.op is ir.DATA:
+                slot_of[id(t._st.node)] = ("state", j)
+        for i, v in enumerate(lazy):
+            if isinstance(v, LazyTensor) and not v._vw and v._st.node.op is ir.DATA:
+                slot_of.setdefault(id(v._st.node), ("arg", i))
+        rng0 = random.position()
+        syncs0 = METRICS.syncs
+        seen = []
+        executor.BARRIER_OBSERVERS.append(lambda *a: seen.append(a))
+        try:
+            args, kwargs = pytree.tree_unflatten(lazy, spec)
+            out = self.fn(*args, **kwargs)
+            if tensor.pending_count():
+                executor.sync("step")
+        finally:
+            executor.BARRIER_OBSERVERS.pop()
+        e.traces += 1
+        try:
+            if METRICS.syncs - syncs0 != 1 or len(seen) != 1:
+                raise NotWholeStep("the step has more than one barrier (a value read, an "
+                                   "eager fallback, or mark_step before its end)")
+            if self._state()[0] != snap:
+                raise NotWholeStep("the step changes the layout of the model's or "
+                                   "optimizer's state (e.g. the optimizer's first step)",
+                                   permanent=False)
+            tr, temps = _record(seen.pop(), slot_of, owned, out, rng0)
+            if any(r() is not None for r in temps):
+                # transient: a replayed forward keeps its outputs while it captures
+                raise NotWholeStep("the step keeps a value it computed somewhere other than "
+                                   "its result, the model and the optimizer", permanent=False)
+            tr.key = key
+        except (NotWholeStep, NotReplayable) as err:
+            e.last = None
+            if getattr(err, "permanent", True) or e.traces >= self.MAX_TRACES:
+                e.failed = str(err)
+            METRICS.replay_misses[f"whole step: {err}"] += 1
+            return out
+        if e.last is not None and _agree(e.last, tr):
+            e.ready = tr
+        elif e.traces >= self.MAX_TRACES:
+            e.failed = "traces of the step never agreed"
+            METRICS.replay_misses[f"whole step: {e.failed}"] += 1
+        else:
+            e.last = tr
+        return out
+
+    # -- replaying it
+
+    def _replay(self, tr, flat, owned):
+        if tensor.pending_count():
+            executor.sync("step")
+        datas = []
+        for slot in tr.slots:
+            kind, x = slot[0], slot[1]
+            if kind == "const":
+                datas.append(x)
+                continue
+            if kind == "arg" and not isinstance(flat[x], LazyTensor):
+                datas.append(executor.device_put(flat[x]))
+                continue
+            t = flat[x] if kind == "arg" else owned[x]
+            n = t._st.node
+            if t._vw or n.op is not ir.DATA or n.aux is not None:
+                return None   # a view, a pending or padded value: trace instead
+            datas.append(n.value)
+        rngs = [leaf.value for leaf in random.leaves_at(tr.rng_offsets, tr.rng_count)]
+        t0 = time.perf_counter()
+        with executor._x64(True):
+            results = tr.exe.compiled(datas, np.asarray(tr.scalars, dtype=np.float64),
+                                      np.asarray(rngs, dtype=np.int64).reshape(-1, 2))
+        METRICS.execute_seconds += time.perf_counter() - t0
+        METRICS.graphs_executed += 1
+        METRICS.cache_hits += 1
+        METRICS.step_replays += 1
+        leaves = list(tr.out_leaves)
+        for kind, x, j in tr.writes:
+            r = results[j]
+            if kind == "state":
+                st = owned[x]._st
+                st.node = ir.leaf(ir.DATA, r, st.node.shape, st.node.dtype)
+                st.version += 1
+            else:
+                shape, dtype = tr.out_leaves[x]
+                leaves[x] = tensor.new_base(ir.leaf(ir.DATA, r, shape, dtype))
+        return pytree.tree_unflatten(leaves, tr.out_spec)
+
+
+def _on_device(t):
+    return t if isinstance(t, LazyTensor) else executor.data_tensor(t)
+
+
+def _record(seen, slot_of, owned, out, rng0):
+    """The trace of one barrier, and weak references to the values it stored that are
+    neither returned nor owned (they must be gone once the step is over)."""
+    g, exe, plan, stored = seen
+    if plan is not None:
+        raise NotWholeStep("the step runs padded (dynamic dims)")
+    template_consts = {id(n.op.scalar_array) for n in g.nodes
+                       if getattr(n.op, "scalar_array", None) is not None}
+    slots = []
+    k = -1
+    for n in g.nodes:
+        if n.op is not ir.DATA:
+            continue
+        k += 1
+        s = slot_of.get(id(n))
+        if s is None:
+            recipe = ir.HOST_RECIPES.get(n)
+            if recipe is None and k not in g.fresh and id(n) not in template_consts:
+                raise NotWholeStep("the step reads a lazy tensor that is not an argument, a "
+                                   "parameter, a buffer or optimizer state")
+            s = ("const", n.value, recipe)
+        slots.append(s)
+    tr = _Trace()
+    tr.exe = exe
+    tr.slots = tuple(slots)
+    tr.scalars = tuple(g.scalars)
+    seed0, counter0 = rng0
+    seed, counter = random.position()
+    if seed != seed0 or any(r[0] != seed0 for r in g.rngs):
+        raise NotWholeStep("the random seed is set inside the step")
+    tr.rng_offsets = tuple(r[1] - counter0 for r in g.rngs)
+    tr.rng_count = counter - counter0
+    flat, tr.out_spec = pytree.tree_flatten(out)
+    returned = {}
+    leaves = []
+    for i, v in enumerate(flat):
+        if isinstance(v, LazyTensor):
+            if v._vw:
+                raise NotWholeStep("the step returns a view")
+            returned.setdefault(id(v._st), i)
+            leaves.append((tuple(v.shape), v.dtype))
+        elif isinstance(v, torch.Tensor):
+            raise NotWholeStep("the step returns a tensor that is not on the lazy device")
+        else:
+            leaves.append(v)
+    owner = {id(t._st): j for j, t in enumerate(owned)}
+    writes, temps = [], []
+    filled = set()
+    for st, j in stored:
+        if id(st) in owner:
+            writes.append(("state", owner[id(st)], j))
+        elif id(st) in returned:
+            writes.append(("out", returned[id(st)], j))
+            filled.add(returned[id(st)])
+        else:
+            temps.append(weakref.ref(st))
+    if len(filled) != len(returned):
+        raise NotWholeStep("the step returns a tensor it did not compute (an argument or a "
+                           "parameter)")
+    tr.writes = tuple(writes)
+    tr.out_leaves = tuple(leaves)
+    return tr, temps
+
+
+def _agree(a: _Trace, b: _Trace) -> bool:
+    """Whether two traces of a signature did the same thing (then the next is replayed)."""
+    if not (a.key == b.key and a.exe is b.exe and a.writes == b.writes
+            and a.out_spec == b.out_spec and a.out_leaves == b.out_leaves
+            and a.rng_offsets == b.rng_offsets and a.rng_count == b.rng_count
+            and len(a.slots) == len(b.slots) and _same_numbers(a.scalars, b.scalars)):
+        return False
+    for x, y in zip(a.slots, b.slots):
+        if x[0] != "const":
+            if x != y:
+                return False
+        elif y[0] != "const" or not (x[1] is y[1] or (x[2] is not None and x[2] == y[2])):
+            return False
+    return True
+
+
+def _same_numbers(a, b) -> bool:
+    return len(a) == len(b) and all(x == y or (x != x and y != y) for x, y in zip(a, b))
+
+
+def compile_step(fn, model=None, optimizer=None):
+    """Replay ``fn`` (one whole training step on the lazy device) without running its
+    Python, once two traced calls with the same signature agree (see the module doc).
+    ``model`` and ``optimizer`` name the state the step reads and writes."""
+    return StepReplayer(fn, model, optimizer)

@@ -1,0 +1,201 @@
+"""Whole-step replay (``lazy_runtime/step.py``): a training step whose two traces agree
+runs from the third call on without its Python. Checked bit for bit against the same
+steps traced op by op (random streams included) and against eager torch; and every
+refusal: a value read inside the step, a value kept outside its owners, a learning rate
+changed every step, a foreign lazy tensor; each is traced, right, and counted."""
+
+import copy
+
+import torch
+import torch.nn as nn
+import torch.nn.functional as F
+
+import lazy_runtime as lr
+from lazy_runtime.training import train_steps
+from conftest import DEV, load_example
+
+
+class Net(nn.Module):
+    def __init__(self, dropout=0.0):
+        super().__init__()
+        self.a = nn.Linear(6, 16)
+        self.b = nn.Linear(16, 3)
+        self.drop = nn.Dropout(dropout)
+
+    def forward(self, x):
+        pos = torch.arange(x.shape[1], device=x.device, dtype=x.dtype)   # a host constant
+        return self.b(self.drop(torch.tanh(self.a(x + pos * 0.01))))
+
+
+def batches(n, seed=0):
+    g = torch.Generator().manual_seed(seed)
+    return [(torch.randn(5, 6, generator=g), torch.randint(0, 3, (5,), generator=g))
+            for _ in range(n)]
+
+
+def make(dropout=0.0, seed=0):
+    torch.manual_seed(seed)
+    model = Net(dropout).to(DEV)
+    opt = lr.compile_optimizer(torch.optim.AdamW(model.parameters(), lr=1e-2))
+    return model, opt
+
+
+def run(step_fn, data):
+    """Losses of the steps, and the logits each returned."""
+    losses, logits = [], []
+    for x, y in data:
+        out = step_fn(x, y)
+        loss, z = out if isinstance(out, tuple) else (out, None)
+        losses.append(loss.item())
+        logits.append(None if z is None else z.cpu())
+    return losses, logits
+
+
+def traced_step(model, opt):
+    def step(x, y):
+        z = model(x.to(DEV))
+        loss = F.cross_entropy(z, y.to(DEV))
+        loss.backward()
+        opt.step()
+        opt.zero_grad()
+        lr.mark_step()
+        return loss, z.detach()
+    return step
+
+
+def test_whole_step_replay_equals_tracing_bit_for_bit_with_dropout():
+    data = batches(7)
+    runs = {}
+    for whole in (False, True):
+        model, opt = make(dropout=0.3)
+        step = traced_step(model, opt)
+        if whole:
+            step = lr.compile_step(step, model, opt)
+        lr.reset_metrics()
+        torch.manual_seed(1)   # the lazy random stream restarts
+        runs[whole] = run(step, data), [p.detach().cpu() for p in model.parameters()]
+        if whole:
+            m = lr.metrics()
+            # step 1 creates AdamW's state, step 2 captures the optimizer's own replay
+            # (so step 3's graph differs), steps 3 and 4 agree: steps 5 to 7 replayed
+            assert m["step_replays"] == 3, m["replay_misses"]
+    (losses0, logits0), params0 = runs[False]
+    (losses1, logits1), params1 = runs[True]
+    assert losses0 == losses1
+    assert all(torch.equal(a, b) for a, b in zip(logits0, logits1))
+    assert all(torch.equal(a, b) for a, b in zip(params0, params1))
+    assert len(set(losses1)) == len(losses1)   # dropout masks and batches did change
+
+
+def test_whole_step_training_of_an_example_matches_eager():
+    ex = load_example("mlp")
+    data = [ex.make_batch(i) for i in range(6)]
+    torch.manual_seed(0)
+    base = ex.make_model()
+    eager = copy.deepcopy(base)
+    want = train_steps(eager, ex.make_optimizer(eager), ex.make_batch, ex.loss_fn, len(data))
+    model = copy.deepcopy(base).to(DEV)
+    opt = lr.compile_optimizer(ex.make_optimizer(model))
+
+    def step(x, y):
+        loss = ex.loss_fn(model(x), y)
+        loss.backward()
+        opt.step()
+        opt.zero_grad()
+        return loss
+
+    lr.reset_metrics()
+    whole = lr.compile_step(step, model, opt)
+    got = [whole(x, y).item() for x, y in data]
+    assert lr.metrics()["step_replays"] == 2   # steps 5 and 6 (as above)
+    torch.testing.assert_close(torch.tensor(got), torch.tensor(want), rtol=1e-4, atol=1e-5)
+    for p, q in zip(model.parameters(), eager.parameters()):
+        torch.testing.assert_close(p.detach().cpu(), q.detach(), rtol=1e-4, atol=1e-5)
+
+
+def refused(step, model, opt, n=5):
+    """Run ``n`` calls of ``step`` whole; the misses counted and the losses."""
+    lr.reset_metrics()
+    whole = lr.compile_step(step, model, opt)
+    losses = [whole(x, y).item() for x, y in batches(n)]
+    m = lr.metrics()
+    return m["step_replays"], m["replay_misses"], losses
+
+
+def plain_losses(step, n=5):
+    return [step(x, y).item() for x, y in batches(n)]
+
+
+def test_steps_that_cannot_be_replayed_whole_are_traced_and_right():
+    def loss_step(model, opt, extra=None):
+        def step(x, y):
+            z = model(x.to(DEV))
+            if extra is not None:
+                z = extra(model, z)
+            loss = F.cross_entropy(z, y.to(DEV))
+            loss.backward()
+            opt.step()
+            opt.zero_grad()
+            return loss
+        return step
+
+    def reads_a_value(model, z):
+        return z * (1.0 + 0.0 * float(z.detach().sum()))  # .item() inside: 2 barriers
+
+    kept = []
+
+    def keeps_a_value(model, z):
+        kept[:] = [z.detach() * 2]                       # kept outside the owners
+        return z
+
+    outside = torch.ones(3).to(DEV)
+
+    def reads_a_foreign_tensor(model, z):
+        return z + outside                               # not an argument nor state
+
+    cases = {reads_a_value: "more than one barrier", keeps_a_value: "keeps a value",
+             reads_a_foreign_tensor: "not an argument"}
+    for extra, reason in cases.items():
+        model, opt = make()
+        want = plain_losses(lambda x, y: _synced(loss_step(model, opt, extra)(x, y)))
+        model, opt = make()
+        replays, misses, got = refused(loss_step(model, opt, extra), model, opt)
+        assert replays == 0 and any(reason in k for k in misses), (extra.__name__, misses)
+        assert got == want, extra.__name__
+
+
+def test_a_learning_rate_changed_every_step_is_traced_every_step():
+    model, opt = make()
+    sched = torch.optim.lr_scheduler.StepLR(opt, step_size=1, gamma=0.5)
+
+    def step(x, y):
+        loss = F.cross_entropy(model(x.to(DEV)), y.to(DEV))
+        loss.backward()
+        opt.step()
+        opt.zero_grad()
+        sched.step()
+        return loss
+
+    replays, _, got = refused(step, model, opt, n=6)
+    assert replays == 0
+    model, opt = make()
+    sched = torch.optim.lr_scheduler.StepLR(opt, step_size=1, gamma=0.5)
+    assert got == plain_losses(lambda x, y: _synced(step(x, y)), n=6)
+    torch.manual_seed(0)   # and eager torch (the optimizer's replay under a scheduler too)
+    eager = Net()
+    eopt = torch.optim.AdamW(eager.parameters(), lr=1e-2)
+    esched = torch.optim.lr_scheduler.StepLR(eopt, step_size=1, gamma=0.5)
+    want = []
+    for x, y in batches(6):
+        loss = F.cross_entropy(eager(x), y)
+        loss.backward()
+        eopt.step()
+        eopt.zero_grad()
+        esched.step()
+        want.append(loss.item())
+    torch.testing.assert_close(torch.tensor(got), torch.tensor(want), rtol=1e-4, atol=1e-5)
+
+
+def _synced(loss):
+    lr.mark_step()
+    return loss
