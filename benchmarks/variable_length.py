@@ -323,7 +323,8 @@ def render(args, table, inf_table, pm, im, analysis_s, plotted, at_cap):
               f"in [16, 256], {args.infer_calls} calls (per-shape capped at "
               f"{args.cap_infer_per_shape}). The last row pads every batch to "
               f"{BATCH_BUCKET} (`lr.config.buckets = {{\"B\": [{BATCH_BUCKET}], \"T\": "
-              "\"pow2\"}`): one compile per length bucket.", "",
+              "\"pow2\"}`): one compile per length bucket, and one more per length bucket met "
+              "at batch 1 (a dynamic dim of size 1 is compiled as 1).", "",
               "| contender | calls | compiles | total (s) | median call (ms) | vs eager | "
               "max |logit diff| |", "|---|---:|---:|---:|---:|---:|---:|"]
     for k, s in inf_table.items():
