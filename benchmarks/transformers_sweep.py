@@ -480,7 +480,10 @@ def main() -> None:
     parser.add_argument("--limit", type=float, default=60.0, help="seconds per model")
     parser.add_argument("--jobs", type=int, default=1)
     parser.add_argument("--only", default="", help="comma-separated model directory names")
-    parser.add_argument("--json", default=str(ROOT / "benchmarks" / "transformers_sweep.json"))
+    parser.add_argument("--json", default=None,
+                        help="where to write the records (default: "
+                             "benchmarks/transformers_sweep.json for a full sweep; a partial "
+                             "one (--only) writes nothing unless given)")
     args = parser.parse_args()
     if args.worker:
         worker_main()
@@ -495,7 +498,9 @@ def main() -> None:
     summary["wall_seconds"] = round(time.time() - start)
     print()
     print(format_summary(summary))
-    Path(args.json).write_text(json.dumps({"summary": summary, "records": records}, indent=1))
+    out = args.json or (None if args.only else ROOT / "benchmarks" / "transformers_sweep.json")
+    if out is not None:   # a partial sweep must not replace the full sweep's records
+        Path(out).write_text(json.dumps({"summary": summary, "records": records}, indent=1))
 
 
 if __name__ == "__main__":
