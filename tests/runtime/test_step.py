@@ -87,6 +87,24 @@ def test_whole_step_replay_equals_tracing_bit_for_bit_with_dropout():
     assert len(set(losses1)) == len(losses1)   # dropout masks and batches did change
 
 
+def test_whole_step_replay_over_a_replayed_forward():
+    data = batches(8, seed=3)
+    runs = {}
+    for whole in (False, True):
+        model, opt = make(dropout=0.2)
+        model = lr.compile(model, replay=True)    # the forward's own replay inside the step
+        step = traced_step(model, opt)
+        if whole:
+            step = lr.compile_step(step, model, opt)
+        lr.reset_metrics()
+        torch.manual_seed(2)
+        runs[whole] = run(step, data)[0], [p.detach().cpu() for p in model.parameters()]
+        if whole:
+            assert lr.metrics()["step_replays"] == 4, lr.metrics()["replay_misses"]
+    assert runs[False][0] == runs[True][0]
+    assert all(torch.equal(a, b) for a, b in zip(runs[False][1], runs[True][1]))
+
+
 def test_whole_step_training_of_an_example_matches_eager():
     ex = load_example("mlp")
     data = [ex.make_batch(i) for i in range(6)]
