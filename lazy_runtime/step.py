@@ -123,10 +123,7 @@ class StepReplayer:
         try:
             key, flat, spec = self._signature(args, kwargs)
             snap, owned = self._state()
-        except NotReplayable as e:
-            METRICS.replay_misses[f"whole step: {e}"] += 1
-            return self._plain(args, kwargs)
-        except NotWholeStep as e:
+        except (NotReplayable, NotWholeStep) as e:   # hooks, foreign arguments
             METRICS.replay_misses[f"whole step: {e}"] += 1
             return self._plain(args, kwargs)
         key = key + (snap,)
