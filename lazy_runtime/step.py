@@ -35,11 +35,15 @@ tensor is a plain result (no ``grad_fn``): the step must do its own ``backward``
 
 from __future__ import annotations
 
+import collections
+import itertools
+import operator
 import time
 import weakref
 
 import numpy as np
 import torch
+import torch.nn.modules.module as _nn_module
 import torch.utils._pytree as pytree
 
 from . import executor, ir, random, tensor
@@ -74,6 +78,59 @@ class _Entry:
         self.traces = 0
 
 
+class _StateStamp:
+    """The identity of everything ``module_state`` and ``optimizer_state`` read (every
+    module's attribute, parameter, buffer, submodule and hook table, the optimizer's
+    groups, hyper-parameters and state, each tensor's grad, shape, dtype and
+    ``requires_grad``), kept with their result: while every one is the same object, the
+    snapshot is the same, and checking that costs a fraction of recomputing it."""
+
+    def __init__(self, snap, owned, model, optimizer):
+        self.snap, self.owned = snap, owned
+        tables = [_nn_module._global_forward_hooks, _nn_module._global_forward_pre_hooks,
+                  _nn_module._global_backward_hooks, _nn_module._global_backward_pre_hooks]
+        lists = []
+        tensors = list(owned)
+        if model is not None:
+            for m in model.modules():
+                d = m.__dict__
+                tables.append(d)
+                tables.extend(v for k, v in d.items() if k.startswith("_") and type(v) in (
+                    dict, collections.OrderedDict))
+        if optimizer is not None:
+            tables.append(optimizer.__dict__)
+            tables.extend((optimizer._optimizer_step_pre_hooks,
+                           optimizer._optimizer_step_post_hooks, optimizer.state))
+            tables.extend(optimizer.param_groups)
+            tables.extend(optimizer.state.values())
+            lists.append(optimizer.param_groups)
+            for g in optimizer.param_groups:
+                lists.append(g["params"])
+                tensors.extend(g["params"])
+        self.tables, self.lists, self.tensors = tables, lists, tensors
+        self.flat = self._flat()
+        self.grads = list(map(_GRAD, tensors))
+        self.meta = list(map(_META, tensors))
+
+    def _flat(self) -> tuple:
+        """Every key and value of the tables and every item of the lists, in one tuple
+        (built without a Python loop: this runs before every replayed step)."""
+        return tuple(itertools.chain(itertools.chain.from_iterable(self.tables),
+                                     itertools.chain.from_iterable(map(_VALUES, self.tables)),
+                                     itertools.chain.from_iterable(self.lists)))
+
+    def holds(self) -> bool:
+        flat = self._flat()
+        return (len(flat) == len(self.flat) and all(map(operator.is_, flat, self.flat))
+                and all(map(operator.is_, map(_GRAD, self.tensors), self.grads))
+                and list(map(_META, self.tensors)) == self.meta)
+
+
+_GRAD = operator.attrgetter("grad")
+_META = operator.attrgetter("shape", "dtype", "requires_grad")
+_VALUES = operator.methodcaller("values")
+
+
 class StepReplayer:
     """The callable ``compile_step`` returns."""
 
@@ -85,8 +142,19 @@ class StepReplayer:
         self.model = model
         self.optimizer = optimizer
         self.entries: dict = {}
+        self._stamp = None
 
     def _state(self):
+        """(the snapshot, the owned tensors), recomputed only when something it reads is
+        no longer the same object (``_StateStamp``)."""
+        stamp = self._stamp
+        if stamp is not None and stamp.holds():
+            return stamp.snap, stamp.owned
+        snap, owned = self._full_state()
+        self._stamp = _StateStamp(snap, owned, self.model, self.optimizer)
+        return snap, owned
+
+    def _full_state(self):
         """(a snapshot of the model's and optimizer's Python state, the tensors they own)."""
         snap, owned = [], []
         seen = set()

@@ -105,6 +105,27 @@ def test_whole_step_replay_over_a_replayed_forward():
     assert all(torch.equal(a, b) for a, b in zip(runs[False][1], runs[True][1]))
 
 
+def test_a_changed_mode_or_hyper_parameter_is_traced_not_replayed():
+    model, opt = make(dropout=0.3)
+    whole = lr.compile_step(traced_step(model, opt), model, opt)
+    data = batches(9, seed=4)
+    for x, y in data[:6]:
+        whole(x, y)
+    lr.reset_metrics()
+    for change in (lambda: model.eval(), lambda: opt.param_groups[0].update(lr=0.5),
+                   lambda: setattr(model.b, "scale", 2.0)):
+        change()   # each makes a new signature: traced (the first call of it)
+        x, y = data[6]
+        whole(x, y)
+        assert lr.metrics()["step_replays"] == 0
+    lr.reset_metrics()
+    model.train()
+    opt.param_groups[0]["lr"] = 1e-2
+    del model.b.scale
+    whole(*data[7])   # back to the replayed signature: replayed again
+    assert lr.metrics()["step_replays"] == 1
+
+
 def test_whole_step_training_of_an_example_matches_eager():
     ex = load_example("mlp")
     data = [ex.make_batch(i) for i in range(6)]
