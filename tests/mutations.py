@@ -42,7 +42,10 @@ there too: a failure there makes the mutant breaking (the analyzer saw further).
 A breaking mutant is
 
 - ``found``: an error diagnostic in the mutated file at the edited line(s) or at the
-  innermost line of the mutated file in torch's traceback, whose ``when`` (if any)
+  innermost line of the mutated file in torch's traceback, or at the line where torch's
+  exception surfaces (the innermost frame outside torch and the standard library: the
+  same as the last for the examples; a library's line, such as transformers'
+  ``sdpa_attention.py``, when the mutated file calls into one), whose ``when`` (if any)
   holds at a size where torch failed (for ``unseen`` mutants a ``when`` is required);
 - ``warning``: no such error, but an SI300 warning at those lines whose ``when``
   holds at a failing size;
@@ -269,6 +272,11 @@ class _Gen:
         old = self.src.segment(target)
         self.add(kind, target, self.src.replace(target, new), f"{where}: {old} -> {new}", variant)
 
+    def user_width_args(self, name: str) -> list:
+        """(position, keyword) of the width arguments of the file's own class or helper."""
+        params = self.user[name]
+        return [(i, params[i] if i < len(params) else "") for i in range(min(2, len(params)))]
+
     # -- kinds ---------------------------------------------------------------
     def width_and_kernel(self, fn):
         for call in _walk_calls(fn):
@@ -278,8 +286,7 @@ class _Gen:
             where = self.src.segment(call.func) if not isinstance(call.func, ast.Call) else name
             specs = _WIDTH_ARGS.get(name)
             if specs is None and name in self.user:
-                params = self.user[name]
-                specs = [(i, params[i] if i < len(params) else "") for i in range(min(2, len(params)))]
+                specs = self.user_width_args(name)
             for pos, kw in specs or ():
                 arg = _arg(call, pos, kw)
                 if arg is not None and not (isinstance(arg, ast.Constant) and not isinstance(arg.value, int)):
@@ -500,6 +507,9 @@ class Failure:
     error: str          # "RuntimeError: ..." (first line)
     line: Optional[int]  # innermost line of the mutated file in the traceback
     witness: bool = False  # found by searching sizes that satisfy a diagnostic's `when`
+    # innermost (file, line) of the traceback outside torch and the standard library: where
+    # the error surfaces when the mutated file calls into a library (transformers' attention)
+    surface: Optional[tuple] = None
 
 
 @dataclass
@@ -544,6 +554,10 @@ def _shape_tree(v):
     return None
 
 
+_TORCH_DIR = os.path.dirname(os.path.realpath(torch.__file__)) + os.sep
+_STDLIB_DIR = os.path.dirname(os.path.realpath(os.__file__)) + os.sep
+
+
 def _run(target, sizes: dict, path: str, seed: int = 0):
     """Run one target at ``sizes``: (fingerprint, None) or (None, Failure fields)."""
     args, kwargs = target.make_args(sizes, seed=seed)
@@ -556,13 +570,16 @@ def _run(target, sizes: dict, path: str, seed: int = 0):
         with torch.no_grad(), contextlib.redirect_stdout(io.StringIO()):
             out = target.model(*args, **kwargs)
     except Exception as e:  # the mutant's shape error (or any error it causes)
-        line = None
+        line = surface = None
         real = os.path.realpath(path)
         for fr in traceback.extract_tb(e.__traceback__):
-            if os.path.realpath(fr.filename) == real:
+            f = os.path.realpath(fr.filename)
+            if f == real:
                 line = fr.lineno
+            if not f.startswith(_TORCH_DIR) and not (f.startswith(_STDLIB_DIR) and "site-packages" not in f):
+                surface = (f, fr.lineno)
         msg = str(e).strip().splitlines()[0] if str(e).strip() else ""
-        return None, (f"{type(e).__name__}: {msg}"[:300], line)
+        return None, (f"{type(e).__name__}: {msg}"[:300], line, surface)
     finally:
         for h in hooks:
             h.remove()
@@ -675,18 +692,27 @@ def _evaluate(mutant: Mutant, path: str, witness: bool) -> Outcome:
             targets = load_targets(path)
     except SpecError as e:
         return Outcome(mutant, "build-error", "build-error", note=str(e).replace(path, mutant.file.name)[:300])
+    return judge(mutant, path, targets, lambda i, s: _baseline_at(mutant.file, i, s), witness)
+
+
+def judge(mutant: Mutant, path: str, targets: list, baseline_at, witness: bool = True) -> Outcome:
+    """Classify a mutant whose models are built (from the mutated file at ``path``) and
+    check the analyzer on it. ``targets`` have ``model``, ``make_args(sizes, seed)``,
+    ``sizes``, ``oracle_sizes``, ``symbols`` and ``dims`` (like ``shapeinfer.spec.Target``);
+    ``baseline_at(i, sizes)`` is the unedited target i's fingerprint at ``sizes``, None
+    where the unedited model itself fails there."""
     failures: list[Failure] = []
     changed = False
     symbols_all = set()
     for i, t in enumerate(targets):
         symbols_all |= set(t.symbols)
         for s in _sizes_of(t):
-            orig = _baseline_at(mutant.file, i, s)
+            orig = baseline_at(i, s)
             if orig is None:
                 continue  # the unedited model fails here too: not a size to judge by
             fp, fail = _run(t, s, path)
             if fail is not None:
-                failures.append(Failure(i, s, fail[0], fail[1]))
+                failures.append(Failure(i, s, fail[0], fail[1], surface=fail[2]))
             elif fp != orig:
                 changed = True
     real = os.path.realpath(path)
@@ -705,6 +731,7 @@ def _evaluate(mutant: Mutant, path: str, witness: bool) -> Outcome:
             in_file = os.path.realpath(d.file) == real
             j["file"] = mutant.file.name if in_file else os.path.basename(d.file)
             j["in_file"] = in_file
+            j["path"] = os.path.realpath(d.file)
             diags.append((i, j))
     # a benign mutant with conditional errors: look for sizes where the condition holds
     if witness and not failures:
@@ -714,11 +741,11 @@ def _evaluate(mutant: Mutant, path: str, witness: bool) -> Outcome:
             t = targets[i]
             tried = _sizes_of(t)
             for s in _witness_sizes(d["when"], t, tried):
-                if _baseline_at(mutant.file, i, s) is None:
+                if baseline_at(i, s) is None:
                     continue
                 _, fail = _run(t, s, path)
                 if fail is not None:
-                    failures.append(Failure(i, s, fail[0], fail[1], witness=True))
+                    failures.append(Failure(i, s, fail[0], fail[1], witness=True, surface=fail[2]))
                     break
             if failures:
                 break
@@ -735,8 +762,10 @@ def _evaluate(mutant: Mutant, path: str, witness: bool) -> Outcome:
             return mutant.kind != "unseen"
         return any(when_holds(d["when"], f.sizes) for f in failures if f.target == i)
 
+    surfaces = {f.surface for f in failures if f.surface is not None}
+
     def at_line(d):
-        return d.get("in_file") and d["line"] in lines_ok
+        return (d.get("in_file") and d["line"] in lines_ok) or (d.get("path"), d["line"]) in surfaces
 
     found = [d for i, d in diags if d["severity"] == "error" and at_line(d) and condition_ok(i, d)]
     warned = [d for i, d in diags if d["severity"] == "warning" and d["code"] == "SI300"
@@ -827,6 +856,8 @@ def describe(o: Outcome) -> str:
         lines.append(f"  (line numbers below are the mutated file's: one line inserted at {m.lines[0]})")
     for f in o.failures[:3]:
         at = f" (line {f.line})" if f.line else ""
+        if f.surface and f.surface[1] != f.line:
+            at += f" (surfaces at {os.path.basename(f.surface[0])}:{f.surface[1]})"
         lines.append(f"  torch{' (witness)' if f.witness else ''} at {f.sizes}{at}: {f.error}")
     if len(o.failures) > 3:
         lines.append(f"  ... torch failed at {len(o.failures)} size sets in all")

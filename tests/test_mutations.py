@@ -137,10 +137,10 @@ def test_unedited_model_has_no_error(path):
         assert not res.errors, [f"{d.line}: {d.code} {d.message}" for d in res.errors]
 
 
-def _params():
+def _params(ids=SUBSET, gaps=KNOWN_GAPS):
     out = []
-    for mid in SUBSET:
-        marks = [pytest.mark.xfail(strict=True, reason=KNOWN_GAPS[mid])] if mid in KNOWN_GAPS else []
+    for mid in ids:
+        marks = [pytest.mark.xfail(strict=True, reason=gaps[mid])] if mid in gaps else []
         out.append(pytest.param(mid, marks=marks, id=mid))
     return out
 
@@ -148,7 +148,12 @@ def _params():
 @pytest.mark.parametrize("mid", _params())
 def test_mutant(mid):
     klass, status = EXPECTED[mid]
-    o = M.evaluate(ALL[mid])
+    _check(M.evaluate(ALL[mid]), klass)
+
+
+def _check(o, klass):
+    """Torch's class as expected; a breaking mutant found with a message that names dims,
+    a benign one with no error."""
     detail = M.describe(o)
     assert o.klass == klass, detail  # torch's verdict on the mutant itself
     if klass == "build-error":
@@ -158,3 +163,85 @@ def test_mutant(mid):
         return
     assert o.status == "found", detail
     assert o.names_dims, "the error's message names no dims:\n" + detail
+
+
+# ---------------------------------------------------------------------------
+# third-party targets (tests/mutations_third_party.py): a handful of mutants of copies
+# of the transformers / x-transformers modeling files, pinned like the examples' subset
+
+# mutant id -> (target, torch's class, the analyzer's status), measured 2026-11-22
+TP_EXPECTED = {
+    "modeling_distilbert.py:width:164:43:in_features": ("DistilBERT", "breaking", "found"),
+    # the error surfaces in transformers' sdpa_attention.py, where the analyzer reports it
+    "modeling_opt.py:permute:152:23": ("OPT", "breaking", "found"),
+    "modeling_mistral.py:cat:54:36:dim0": ("Mistral", "breaking", "found"),
+    "modeling_vit.py:unseen-count:369:pixel_values.0": ("ViT", "breaking", "found"),
+    "modeling_mistral.py:unseen-layout:339:input_ids.0": ("Mistral", "benign-shapes", "ok"),
+    # key 66 long, value 64: only the reference attention kernel raises
+    "modeling_whisper.py:width:280:43:out_features": ("Whisper encoder", "breaking", "found"),
+    "x_transformers.py:width:1815:26:in_features": ("x-transformers Decoder", "breaking", "found"),
+    "modeling_gpt_neox.py:cat:93:44:dim0": ("GPT-NeoX", "breaking", "warning"),
+    "modeling_whisper.py:kernel:570:75:stride": ("Whisper encoder", "breaking", "missed"),
+}
+
+TP_KNOWN_GAPS = {
+    "modeling_gpt_neox.py:cat:93:44:dim0":
+        "rotary cos/sin concatenated on dim 0 instead of -1: an SI300 warning 'broadcast: holds only "
+        "when B == 2' at line 134 (torch fails there at B=3, 4); the sample B=2 passes it: a warning",
+    "modeling_whisper.py:kernel:570:75:stride":
+        "conv2 stride 3: Whisper's own check raises ValueError (expects 192 mel frames, gets 128) on "
+        "every path; a raise reached unconditionally is not reported (only SI010 under a condition)",
+}
+
+
+def _tp():
+    pytest.importorskip("transformers")
+    pytest.importorskip("x_transformers")
+    import mutations_third_party as T
+
+    return T
+
+
+@pytest.mark.parametrize("mid", _params(TP_EXPECTED, TP_KNOWN_GAPS))
+def test_third_party_mutant(mid):
+    T = _tp()
+    name, klass, status = TP_EXPECTED[mid]
+    target = T.target_named(name)
+    mutant = {m.id: m for m in T.generate(target, per_kind=None)}[mid]
+    _check(T.evaluate(target, mutant), klass)
+
+
+def test_third_party_generator_edits_only_code_that_runs():
+    import ast
+
+    T = _tp()
+    target = T.target_named("DistilBERT")
+    path = T.source_file(target)
+    before = path.read_bytes()
+    ran = T._statement_lines(ast.parse(before.decode()), T.covered_lines(target, path))
+    mutants = T.generate(target, per_kind=None)
+    assert {m.kind for m in mutants} >= {"width", "permute", "transpose", "slice", "unseen"}
+    for m in mutants:
+        if m.kind != "unseen":  # unseen inserts its line at the top of the forward that runs
+            assert all(n in ran for n in range(m.lines[0], m.lines[1] + 1)), m.id
+        assert "config + 1" not in m.description, m.id  # a config object is no width
+    T.evaluate(target, mutants[0])
+    assert path.read_bytes() == before  # the installed file is never edited
+
+
+@pytest.mark.parametrize("name", ["DistilBERT", "Whisper encoder", "x-transformers Decoder"])
+def test_third_party_copy_builds_the_target_and_has_no_error(name):
+    import torch
+
+    T = _tp()
+    target = T.target_named(name)
+    unedited = T._unedited(target)
+    module = T.load_copy(type(unedited).__module__, str(T.source_file(target)))
+    copy = T.build_from(target, module)
+    assert type(copy) is not type(unedited) and type(copy).__name__ == type(unedited).__name__
+    assert [(n, p.shape) for n, p in copy.named_parameters()] == \
+        [(n, p.shape) for n, p in unedited.named_parameters()]
+    with torch.no_grad():
+        kwargs = target.make_inputs(target.sizes[0])
+        assert copy(**kwargs)[0].shape == unedited(**kwargs)[0].shape
+    assert T.unedited_errors(target) == []
