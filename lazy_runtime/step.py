@@ -28,7 +28,9 @@ What makes that sound is checked, not assumed:
   refuses.
 * Padded (shape-polymorphic) graphs are not replayed whole: their steps trace as usual.
 
-A refused step runs as ordinary traced code, and why is counted in
+CPU tensor arguments are copied to the lazy device before every call, so ``fn`` sees
+lazy tensors whether it is traced, replayed or refused. A refused step runs as ordinary
+traced code, and why is counted in
 ``metrics()["replay_misses"]``. Replayed steps count in ``step_replays``. A returned
 tensor is a plain result (no ``grad_fn``): the step must do its own ``backward``.
 """
@@ -209,6 +211,9 @@ class StepReplayer:
         return self._trace(e, key, flat, spec, snap, owned)
 
     def _plain(self, args, kwargs):
+        """The step traced as usual (its CPU tensor arguments copied to the device, as a
+        traced or replayed call has them)."""
+        args, kwargs = pytree.tree_map_only(torch.Tensor, _on_device, (args, kwargs))
         out = self.fn(*args, **kwargs)
         if tensor.pending_count():
             executor.sync("step")
