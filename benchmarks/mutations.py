@@ -1,13 +1,17 @@
 """Mutation benchmark for shape-bug finding: generate shape-breaking edits of every
-example model, classify each by running it with torch (sample size + oracle sizes),
-and check that the analyzer reports the breaking ones and stays silent on the benign
-ones. The generator and the rules are in tests/mutations.py.
+example model and of the third-party targets' own modeling files, classify each by
+running it with torch (sample size + oracle sizes), and check that the analyzer reports
+the breaking ones and stays silent on the benign ones. The generator and the rules are
+in tests/mutations.py (third-party files: tests/mutations_third_party.py).
 
-Usage: python benchmarks/mutations.py [--files mnist.py,vae.py] [--kinds width,slice]
+Usage: python benchmarks/mutations.py [--suite examples|third-party|all]
+                                      [--files mnist.py,vae.py] [--targets DistilBERT,OPT]
+                                      [--kinds width,slice] [--per-kind N]
                                       [--markdown] [--json out.json] [--all-problems]
 Prints the unedited models' error counts, a table per mutation kind (precision and
-recall), then every missed bug and every false alarm with the edit, torch's error and
-the analyzer's diagnostics. About 3 minutes for everything on 2 cores.
+recall) for each suite, a table per third-party model, then every missed bug and every
+false alarm with the edit, torch's error and the analyzer's diagnostics. About 2 minutes
+for the examples and 1.5 for the third-party targets on 2 cores.
 """
 
 from __future__ import annotations
@@ -44,21 +48,11 @@ def unedited_errors(files) -> list[str]:
     return out
 
 
-def main() -> None:
-    ap = argparse.ArgumentParser()
-    ap.add_argument("--files", help="comma-separated example file names (default: all examples/*.py)")
-    ap.add_argument("--kinds", help=f"comma-separated kinds (default: {','.join(M.KINDS)})")
-    ap.add_argument("--markdown", action="store_true", help="print the table as markdown")
-    ap.add_argument("--json", help="write every outcome to this file")
-    ap.add_argument("--all-problems", action="store_true",
-                    help="also list SI300-only finds (listed by default) and build errors")
-    args = ap.parse_args()
+def run_examples(args, kinds) -> tuple[list, list]:
     files = M.example_files()
     if args.files:
         wanted = set(args.files.split(","))
         files = [p for p in files if p.name in wanted]
-    kinds = tuple(args.kinds.split(",")) if args.kinds else M.KINDS
-
     start = time.perf_counter()
     errs = unedited_errors(files)
     print(f"unedited models: {len(files)} files, {len(errs)} error diagnostic(s)")
@@ -74,9 +68,8 @@ def main() -> None:
         print(f"  {path.name}: {per_file[path.name]} mutants in {time.perf_counter() - t0:.1f} s",
               file=sys.stderr)
     elapsed = time.perf_counter() - start
-    rows = M.summarize(outcomes)
     print()
-    print(M.format_table(rows, markdown=args.markdown))
+    print(M.format_table(M.summarize(outcomes), markdown=args.markdown))
     print(f"\n{len(outcomes)} mutants of {len(files)} files in {elapsed:.0f} s")
 
     print("\nPer file (breaking: found / total; benign: false alarms / total):")
@@ -86,6 +79,67 @@ def main() -> None:
         ben = [o for o in sel if o.benign]
         print(f"  {path.name:<30} breaking {sum(o.status == 'found' for o in brk):3d} / {len(brk):3d}   "
               f"benign {sum(o.status == 'false-alarm' for o in ben):2d} / {len(ben):3d}")
+    return outcomes, errs
+
+
+def run_third_party(args, kinds) -> tuple[list, list]:
+    import mutations_third_party as T
+
+    targets = T.TARGETS
+    if args.targets:
+        wanted = set(args.targets.split(","))
+        targets = [t for t in targets if t.name in wanted]
+    start = time.perf_counter()
+    errs = []
+    for t in targets:
+        errs += [f"{t.name}: {e}" for e in T.unedited_errors(t)]
+    print(f"unedited third-party models: {len(targets)}, {len(errs)} error diagnostic(s)")
+    for e in errs:
+        print("  " + e)
+    outcomes, by_target = [], {}
+    for t in targets:
+        t0 = time.perf_counter()
+        mutants = T.generate(t, kinds, per_kind=args.per_kind)
+        by_target[t.name] = [T.evaluate(t, m) for m in mutants]
+        outcomes += by_target[t.name]
+        print(f"  {t.name}: {len(mutants)} mutants of {T.source_file(t).name} in "
+              f"{time.perf_counter() - t0:.1f} s", file=sys.stderr)
+    elapsed = time.perf_counter() - start
+    print()
+    print(M.format_table(M.summarize(outcomes), markdown=args.markdown))
+    print(f"\n{len(outcomes)} mutants of {len(targets)} third-party models in {elapsed:.0f} s\n")
+    # one row per model: its "all" row, named after the model
+    rows = {f"{name} ({T.source_file(T.target_named(name)).name})": M.summarize(outs)["all"]
+            for name, outs in by_target.items() if outs}
+    print(M.format_table(rows, markdown=args.markdown).replace("kind", "model", 1))
+    return outcomes, errs
+
+
+def main() -> None:
+    ap = argparse.ArgumentParser()
+    ap.add_argument("--suite", choices=("examples", "third-party", "all"), default="all",
+                    help="the examples/*.py, the third-party targets of tests/third_party_models.py, or both")
+    ap.add_argument("--files", help="comma-separated example file names (default: all examples/*.py)")
+    ap.add_argument("--targets", help="comma-separated third-party target names (default: all)")
+    ap.add_argument("--kinds", help=f"comma-separated kinds (default: {','.join(M.KINDS)})")
+    ap.add_argument("--per-kind", type=int, default=None,
+                    help="third-party: at most N mutants of each kind per model (a seeded sample; default all)")
+    ap.add_argument("--markdown", action="store_true", help="print the table as markdown")
+    ap.add_argument("--json", help="write every outcome to this file")
+    ap.add_argument("--all-problems", action="store_true",
+                    help="also list SI300-only finds (listed by default) and build errors")
+    args = ap.parse_args()
+    kinds = tuple(args.kinds.split(",")) if args.kinds else M.KINDS
+
+    outcomes, errs = [], []
+    if args.suite in ("examples", "all"):
+        print("# Examples\n")
+        o, e = run_examples(args, kinds)
+        outcomes, errs = outcomes + o, errs + e
+    if args.suite in ("third-party", "all"):
+        print("\n# Third-party targets\n")
+        o, e = run_third_party(args, kinds)
+        outcomes, errs = outcomes + o, errs + e
 
     for status in PROBLEMS:
         sel = [o for o in outcomes if o.status == status]
@@ -107,7 +161,9 @@ def main() -> None:
             print(f"{o.mutant.id}: {o.mutant.description}: {o.note}")
 
     if args.json:
-        data = {"table": rows, "unedited_errors": errs, "outcomes": [
+        tables = {suite: M.summarize([o for o in outcomes if o.mutant.file.is_relative_to(ROOT) == (suite == "examples")])
+                  for suite in ("examples", "third-party")}
+        data = {"tables": tables, "unedited_errors": errs, "outcomes": [
             {"id": o.mutant.id, "kind": o.mutant.kind, "lines": list(o.mutant.lines),
              "description": o.mutant.description, "class": o.klass, "status": o.status,
              "failures": [vars(f) for f in o.failures], "diagnostics": o.diagnostics,
