@@ -67,9 +67,7 @@ class AnalysisResult:
             entries.append(item)
         diags = []
         for d in self.diagnostics:
-            j = d.to_json()
-            j["file"] = display_path(d.file)
-            diags.append(j)
+            diags.append(d.to_json(display_path))
         inputs = {name: [sym.dim_str(d) for d in t.shape] for name, t in self.inputs.items()
                   if isinstance(t, TensorType) and t.shape is not None}
         control = {"shape_only": self.shape_only,

@@ -111,6 +111,9 @@ class Diagnostic:
     notes: tuple = field(default=())
     when: str | None = None  # the condition on the symbols under which it happens
     dims: Optional[tuple] = None  # the dims the message names, as strings; None: those in flight
+    # the calls the analysis was inside, outermost first: (file, line, col) of each call
+    # site (an error in a library's attention function says which model line called it)
+    stack: tuple = field(default=())
 
     def __post_init__(self):
         if not self.severity:
@@ -118,13 +121,16 @@ class Diagnostic:
         object.__setattr__(self, "dims", dims_in_flight(self.code, self.message) if self.dims is None
                            else tuple(str(d) for d in self.dims))
 
-    def to_json(self) -> dict:
-        out = {"file": self.file, "line": self.line, "col": self.col, "severity": self.severity,
-               "code": self.code, "message": self.message}
+    def to_json(self, path=str) -> dict:
+        """The JSON object (``path`` maps file names, e.g. to display paths)."""
+        out = {"file": path(self.file), "line": self.line, "col": self.col,
+               "severity": self.severity, "code": self.code, "message": self.message}
         if self.notes:
             out["notes"] = list(self.notes)
         if self.when:
             out["when"] = self.when
         if self.dims:
             out["dims"] = list(self.dims)
+        if self.stack:
+            out["stack"] = [{"file": path(f), "line": ln, "col": c} for f, ln, c in self.stack]
         return out

@@ -92,6 +92,8 @@ def diagnostic_text(d: Diagnostic) -> str:
     if src:
         lines.append(f"    {src}")
         lines.append("    " + " " * max(d.col - 1, 0) + "^")
+    for f, ln, c in _call_sites(d):
+        lines.append(f"  called from {display_path(f)}:{ln}:{c}")
     if d.when:
         lines.append(f"  when: {d.when}")
     for n in d.notes:
@@ -100,6 +102,18 @@ def diagnostic_text(d: Diagnostic) -> str:
     if what and d.severity == "error":
         lines.append(f"  help: {d.code} ({name}): {what}")
     return "\n".join(lines)
+
+
+MAX_CALL_SITES = 8
+
+
+def _call_sites(d: Diagnostic) -> list:
+    """The call sites to show, innermost first (as a reader walks out from the error);
+    a deep stack keeps its innermost and outermost ones."""
+    sites = list(reversed(d.stack))
+    if len(sites) > MAX_CALL_SITES:
+        sites = sites[:MAX_CALL_SITES - 2] + sites[-2:]
+    return sites
 
 
 def diagnostics_text(diags: Iterable[Diagnostic], min_severity: str = "warning") -> str:
@@ -111,9 +125,7 @@ def diagnostics_text(diags: Iterable[Diagnostic], min_severity: str = "warning")
 def diagnostics_json(diags: Iterable[Diagnostic]) -> str:
     items = []
     for d in sort_diagnostics(diags):
-        j = d.to_json()
-        j["file"] = display_path(d.file)
-        items.append(j)
+        items.append(d.to_json(display_path))
     return json.dumps({"version": 1, "diagnostics": items}, indent=2)
 
 
@@ -121,6 +133,12 @@ def _sarif_properties(d: Diagnostic) -> dict:
     """SARIF's property bag carries what the message names as data: dims, condition."""
     props = {k: v for k, v in (("dims", list(d.dims)), ("when", d.when)) if v}
     return {"properties": props} if props else {}
+
+
+def _sarif_location(file: str, line: int, col: int) -> dict:
+    return {"physicalLocation": {
+        "artifactLocation": {"uri": display_path(file).replace(os.sep, "/")},
+        "region": {"startLine": max(line, 1), "startColumn": max(col, 1)}}}
 
 
 def diagnostics_sarif(diags: Iterable[Diagnostic]) -> str:
@@ -134,9 +152,11 @@ def diagnostics_sarif(diags: Iterable[Diagnostic]) -> str:
         "ruleId": d.code,
         "level": level.get(d.severity, "warning"),
         "message": {"text": d.message + (f" (when {d.when})" if d.when else "")},
-        "locations": [{"physicalLocation": {
-            "artifactLocation": {"uri": display_path(d.file).replace(os.sep, "/")},
-            "region": {"startLine": max(d.line, 1), "startColumn": max(d.col, 1)}}}],
+        "locations": [_sarif_location(d.file, d.line, d.col)],
+        **({"relatedLocations": [{"id": i, **_sarif_location(f, ln, c),
+                                  "message": {"text": "called from here"}}
+                                 for i, (f, ln, c) in enumerate(_call_sites(d))]}
+           if _call_sites(d) else {}),
         **_sarif_properties(d),
     } for d in diags]
     doc = {"version": "2.1.0", "$schema": "https://json.schemastore.org/sarif-2.1.0.json",

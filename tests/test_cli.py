@@ -143,6 +143,26 @@ def test_check_json_and_sarif(capsys):
     assert res["locations"][0]["physicalLocation"]["region"]["startLine"] == 14
 
 
+def test_an_error_in_a_called_function_names_its_call_sites(capsys):
+    path = str(DATA / "bug_in_helper.py")
+    code, out, _ = run(["check", path, "-q"], capsys)
+    assert code == 1
+    lines = out.splitlines()
+    at = next(i for i, ln in enumerate(lines) if ln.endswith("bug_in_helper.py:7:5: SI300 "
+                                                           "matmul inner sizes: needs 8 == T, "
+                                                           "which fails at the sample sizes"))
+    # innermost first: Block.forward's call of attend, then Net.forward's call of block
+    assert lines[at + 3].endswith("bug_in_helper.py:16:16") and "called from" in lines[at + 3]
+    assert lines[at + 4].endswith("bug_in_helper.py:25:16") and "called from" in lines[at + 4]
+    code, out, _ = run(["check", path, "--format", "json", "-q"], capsys)
+    (err,) = [d for d in json.loads(out)["diagnostics"] if d["severity"] == "error"]
+    assert [(s["line"], s["col"]) for s in err["stack"]] == [(25, 16), (16, 16)]
+    code, out, _ = run(["check", path, "--format", "sarif", "-q"], capsys)
+    res = json.loads(out)["runs"][0]["results"][0]
+    related = [r["physicalLocation"]["region"]["startLine"] for r in res["relatedLocations"]]
+    assert related == [16, 25]
+
+
 @pytest.mark.parametrize("name,dims", [
     ("bug_linear.py", ["5408", "5000"]),  # an error from a shape rule
     ("bug_permute.py", ["T", "16"]),  # a requirement (SI300) that fails at the sample

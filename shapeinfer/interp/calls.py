@@ -340,11 +340,13 @@ class Caller:
             return Unknown("call depth limit")
         saved_loc, saved_pc = self.ctx.loc, self.ctx.pc
         self.ctx.depth += 1
+        self.ctx.call_stack.append(saved_loc)
         try:
             flow = self.interp.exec_block(node.body, callee)
             if final_env is not None and flow.normal is not None:
                 final_env.update(flow.normal.env)
         finally:
+            self.ctx.call_stack.pop()
             self.ctx.depth -= 1
             self.ctx.loc, self.ctx.pc = saved_loc, saved_pc
         if _is_generator(node):

@@ -139,6 +139,7 @@ class AnalysisContext:
         self.pc = sympy.true  # the path condition of the statement being analyzed
         self.data_conditions = 0
         self.size_audit = None  # a SizeAudit sees every value (see size_audit.py)
+        self.call_stack: list = []  # (file, line, col) of the calls being interpreted
 
     def data_condition(self, line: int, speculative: bool = False) -> sympy.Symbol:
         """A fresh opaque condition for a branch on tensor values. Paths split on it are
@@ -169,7 +170,8 @@ class AnalysisContext:
         self._diag_keys.add(key)
         self.diagnostics.append(Diagnostic(code, message, file, line, col, severity,
                                            tuple(notes), None if when in (None, True, sympy.true)
-                                           else str(when), dims))
+                                           else str(when), dims,
+                                           tuple(c for c in self.call_stack if c[1] > 0)))
 
     def internal_failure(self, what: str, exc: BaseException) -> Unknown:
         """An analyzer failure (not the model's): an SI005 at the current location whose
