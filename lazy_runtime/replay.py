@@ -253,6 +253,7 @@ class _Entry:
         self.fwd_rng = ((), 0)      # (offsets in slot order, positions drawn)
         self.bwd_rng = ((), 0)
         self.grad_of = ()           # per bwd output: the tensor position it is the grad of
+        self.aliases = ()           # (position, earlier position) holding the same value
         self.size_parts = None      # (skeleton, ints), for replay across sizes
         self.synthesized = False    # made by replay_sizes, not traced
 
@@ -338,9 +339,15 @@ class _Capture:
         self.tensors = tensors
         self.snapshot_of = snapshot_of
         self.keep = [node_of(t) for t in tensors]   # ids in ``boundary`` stay valid
-        self.boundary = {id(n): j for j, n in enumerate(self.keep)}
-        if len(self.boundary) != len(self.keep):
-            raise NotReplayable("the same value enters the call twice")
+        # a value that enters twice (the equal grads of an LSTM's two biases) is read
+        # from its first place; a replay requires the same places to alias again
+        self.boundary = {}
+        aliases = []
+        for j, n in enumerate(self.keep):
+            first = self.boundary.setdefault(id(n), j)
+            if first != j:
+                aliases.append((j, first))
+        entry.aliases = tuple(aliases)
         self.before = [t._st.node for t in tensors]
 
     def run(self):
@@ -587,6 +594,9 @@ class Replayer:
                 self.entries.popitem(last=False)
         else:
             self.entries.move_to_end(key)
+        if e.state == "ready" and not _aliases_hold(e, tensors):
+            METRICS.replay_misses["arguments no longer share values as when captured"] += 1
+            return self.forward(*args, **kwargs)
         if e.state == "ready":
             METRICS.replays += 1
             if e.synthesized:
@@ -706,6 +716,11 @@ class Replayer:
             return None
         fkey.append(truths)
         return tuple(fkey), sizes
+
+
+def _aliases_hold(entry, tensors) -> bool:
+    """Whether the tensors that held one value when ``entry`` was captured still do."""
+    return all(node_of(tensors[j]) is node_of(tensors[k]) for j, k in entry.aliases)
 
 
 def _fits(entry, tensors) -> bool:

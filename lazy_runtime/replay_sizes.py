@@ -206,7 +206,7 @@ def _slots_key(slots, out):
 
 
 _STRUCTURAL = ("out_spec", "out_consts", "n_out", "out_diff", "mutations", "fwd_rng",
-               "bwd_rng", "grad_of")
+               "bwd_rng", "grad_of", "aliases")
 
 
 class Skeleton:

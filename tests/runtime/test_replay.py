@@ -12,6 +12,7 @@ import torch.nn as nn
 import torch.nn.functional as F
 
 import lazy_runtime as lr
+from lazy_runtime.training import train_steps
 from conftest import DEV, assert_same, load_example
 
 
@@ -81,13 +82,7 @@ def test_gpt_training_replayed_matches_eager(gpt):
     opt_e, opt_l = gpt.make_optimizer(eager), gpt.make_optimizer(lazy)
     batches = [gpt.make_batch(i) for i in range(4)]
     lr.reset_metrics()
-    want = []
-    for x, y in batches:
-        loss = gpt.loss_fn(eager(x), y)
-        loss.backward()
-        opt_e.step()
-        opt_e.zero_grad()
-        want.append(loss.item())
+    want = train_steps(eager, opt_e, batches.__getitem__, gpt.loss_fn, len(batches))
     got = train_losses(lazy, opt_l, batches, gpt.loss_fn)
     assert got == pytest.approx(want, rel=1e-4)
     assert lr.metrics()["replays"] == 3
@@ -314,3 +309,45 @@ def test_an_optimizer_counting_steps_on_the_cpu_is_traced_with_the_reason():
     m = lr.metrics()
     assert m["replays"] == 0
     assert any("capturable=True" in r for r in m["replay_misses"]), m["replay_misses"]
+
+
+class TwoBiases(nn.Module):
+    """Two biases added the same way: their grads are one value (as an LSTM's are)."""
+
+    def __init__(self):
+        super().__init__()
+        self.fc = nn.Linear(4, 3, bias=False)
+        self.b1 = nn.Parameter(torch.randn(3))
+        self.b2 = nn.Parameter(torch.randn(3))
+
+    def forward(self, x, y=None):
+        h = self.fc(x) + self.b1 + self.b2
+        return h if y is None else h * self.fc(y)
+
+
+def test_a_value_that_enters_twice_replays_while_the_places_still_share_it():
+    torch.manual_seed(4)
+    eager = TwoBiases()
+    lazy = lr.compile(copy.deepcopy(eager).to(DEV), replay=True)
+    opt_e = torch.optim.Adam(eager.parameters(), lr=1e-2)
+    opt_l = lr.compile_optimizer(torch.optim.Adam(lazy.parameters(), lr=1e-2))
+    batches = [(torch.randn(5, 4), torch.randn(5, 3)) for _ in range(5)]
+    lr.reset_metrics()
+    want = train_steps(eager, opt_e, batches.__getitem__, F.mse_loss, len(batches))
+    got = train_losses(lazy, opt_l, batches, F.mse_loss)
+    assert got == pytest.approx(want, rel=1e-5)
+    # the optimizer's step reads b1.grad and b2.grad, one value: replayed from step 3 on
+    assert lr.metrics()["replays"] == 4 + 3, lr.metrics()["replay_misses"]
+    # captured with one tensor in both places, called with two: traced, not replayed
+    lr.reset_metrics()
+    x, other = torch.randn(2, 4), torch.randn(2, 4)
+    w, b1, b2 = (t.detach().cpu() for t in (lazy.fc.weight, lazy.b1, lazy.b2))
+    with torch.no_grad():
+        xl = x.to(DEV)
+        lazy(xl, xl)   # captured: one value in both places
+        assert_same(lazy(xl, xl), (x @ w.T + b1 + b2) * (x @ w.T), rtol=1e-5, atol=1e-6)
+        assert_same(lazy(xl, other.to(DEV)), (x @ w.T + b1 + b2) * (other @ w.T), rtol=1e-5,
+                    atol=1e-6)
+    m = lr.metrics()
+    assert m["replays"] == 1, m["replay_misses"]
+    assert m["replay_misses"].get("arguments no longer share values as when captured") == 1
