@@ -66,7 +66,7 @@ class NotWholeStep(Exception):
 class _Trace:
     """What one traced call did, in the terms a replay needs."""
 
-    __slots__ = ("key", "exe", "slots", "scalars", "rng_offsets", "rng_count", "writes",
+    __slots__ = ("exe", "slots", "scalars", "rng_offsets", "rng_count", "writes",
                  "out_spec", "out_leaves")
 
 
@@ -208,7 +208,7 @@ class StepReplayer:
             out = self._replay(e.ready, flat, owned)
             if out is not None:
                 return out
-        return self._trace(e, key, flat, spec, snap, owned)
+        return self._trace(e, flat, spec, snap, owned)
 
     def _plain(self, args, kwargs):
         """The step traced as usual (its CPU tensor arguments copied to the device, as a
@@ -221,7 +221,7 @@ class StepReplayer:
 
     # -- tracing (and checking) a step
 
-    def _trace(self, e, key, flat, spec, snap, owned):
+    def _trace(self, e, flat, spec, snap, owned):
         if tensor.pending_count():
             executor.sync("step")   # work recorded before the step is not part of it
         lazy = [_on_device(v) if isinstance(v, torch.Tensor) else v for v in flat]
@@ -257,7 +257,6 @@ class StepReplayer:
                 # transient: a replayed forward keeps its outputs while it captures
                 raise NotWholeStep("the step keeps a value it computed somewhere other than "
                                    "its result, the model and the optimizer", permanent=False)
-            tr.key = key
         except (NotWholeStep, NotReplayable) as err:
             e.last = None
             if getattr(err, "permanent", True) or e.traces >= self.MAX_TRACES:
@@ -387,7 +386,7 @@ def _record(seen, slot_of, owned, out, rng0):
 
 def _agree(a: _Trace, b: _Trace) -> bool:
     """Whether two traces of a signature did the same thing (then the next is replayed)."""
-    if not (a.key == b.key and a.exe is b.exe and a.writes == b.writes
+    if not (a.exe is b.exe and a.writes == b.writes
             and a.out_spec == b.out_spec and a.out_leaves == b.out_leaves
             and a.rng_offsets == b.rng_offsets and a.rng_count == b.rng_count
             and len(a.slots) == len(b.slots) and _same_numbers(a.scalars, b.scalars)):

@@ -141,6 +141,13 @@ def _sarif_location(file: str, line: int, col: int) -> dict:
         "region": {"startLine": max(line, 1), "startColumn": max(col, 1)}}}
 
 
+def _sarif_related(d: Diagnostic) -> dict:
+    """The call sites that led to ``d``, innermost first, as SARIF related locations."""
+    related = [{"id": i, **_sarif_location(f, ln, c), "message": {"text": "called from here"}}
+               for i, (f, ln, c) in enumerate(_call_sites(d))]
+    return {"relatedLocations": related} if related else {}
+
+
 def diagnostics_sarif(diags: Iterable[Diagnostic]) -> str:
     """SARIF 2.1.0, for code-scanning tools."""
     diags = sort_diagnostics(diags)
@@ -153,10 +160,7 @@ def diagnostics_sarif(diags: Iterable[Diagnostic]) -> str:
         "level": level.get(d.severity, "warning"),
         "message": {"text": d.message + (f" (when {d.when})" if d.when else "")},
         "locations": [_sarif_location(d.file, d.line, d.col)],
-        **({"relatedLocations": [{"id": i, **_sarif_location(f, ln, c),
-                                  "message": {"text": "called from here"}}
-                                 for i, (f, ln, c) in enumerate(_call_sites(d))]}
-           if _call_sites(d) else {}),
+        **_sarif_related(d),
         **_sarif_properties(d),
     } for d in diags]
     doc = {"version": "2.1.0", "$schema": "https://json.schemastore.org/sarif-2.1.0.json",

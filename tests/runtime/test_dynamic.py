@@ -194,23 +194,20 @@ def test_bucket_policies_off_list_and_maximum():
 
 
 def test_a_bucket_policy_per_symbol():
-    f = lambda t: (t * 3).sum(1)  # noqa: E731
-    lr.config.buckets = {"B": [4], "T": "pow2"}
-    lr.reset_metrics()
-    for B, T in ((2, 3), (3, 4), (4, 3)):
-        x = torch.randn(B, T)
-        x = lr.mark_dynamic(lr.mark_dynamic(x.to(DEV), 0, "B"), 1, "T")
-        assert_same(f(x), f(x.cpu()), rtol=1e-5, atol=1e-5)
-    m = lr.metrics()
-    assert m["buckets"] == {"B": [4], "T": [4]} and m["compiles"] == 1
-    lr.config.buckets = {"B": "off", "*": [8]}   # B compiles per size; T by the list
-    lr.reset_metrics()
-    for B, T in ((2, 3), (2, 5), (3, 5)):
-        x = torch.randn(B, T)
-        x = lr.mark_dynamic(lr.mark_dynamic(x.to(DEV), 0, "B"), 1, "T")
-        assert_same(f(x), f(x.cpu()), rtol=1e-5, atol=1e-5)
-    m = lr.metrics()
-    assert m["buckets"] == {"B": [2, 3], "T": [8]} and m["compiles"] == 2
+    def run(policy, sizes):
+        """(buckets, compiles) of ``(x * 3).sum(1)`` at each (B, T), both dims dynamic."""
+        lr.config.buckets = policy
+        lr.reset_metrics()
+        for B, T in sizes:
+            x = torch.randn(B, T)
+            xl = lr.mark_dynamic(lr.mark_dynamic(x.to(DEV), 0, "B"), 1, "T")
+            assert_same((xl * 3).sum(1), (x * 3).sum(1), rtol=1e-5, atol=1e-5)
+        m = lr.metrics()
+        return m["buckets"], m["compiles"]
+
+    assert run({"B": [4], "T": "pow2"}, ((2, 3), (3, 4), (4, 3))) == ({"B": [4], "T": [4]}, 1)
+    # B compiles per size; T by the list
+    assert run({"B": "off", "*": [8]}, ((2, 3), (2, 5), (3, 5))) == ({"B": [2, 3], "T": [8]}, 2)
 
 
 def test_a_dynamic_dim_of_size_one_stays_concrete():

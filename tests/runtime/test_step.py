@@ -52,16 +52,29 @@ def run(step_fn, data):
     return losses, logits
 
 
-def traced_step(model, opt):
+def train_step(model, opt, loss_fn=F.cross_entropy, extra=None, after=(), logits=False,
+               device=DEV):
+    """One training step: forward (``extra(model, logits)`` applied to its result), loss,
+    backward, optimizer step, zero_grad, then each of ``after``; returns the loss (and the
+    logits)."""
     def step(x, y):
-        z = model(x.to(DEV))
-        loss = F.cross_entropy(z, y.to(DEV))
+        if device is not None:
+            x, y = x.to(device), y.to(device)
+        z = model(x)
+        if extra is not None:
+            z = extra(model, z)
+        loss = loss_fn(z, y)
         loss.backward()
         opt.step()
         opt.zero_grad()
-        lr.mark_step()
-        return loss, z.detach()
+        for then in after:
+            then()
+        return (loss, z.detach()) if logits else loss
     return step
+
+
+def traced_step(model, opt):
+    return train_step(model, opt, after=(lr.mark_step,), logits=True)
 
 
 def test_whole_step_replay_equals_tracing_bit_for_bit_with_dropout():
@@ -136,16 +149,8 @@ def test_whole_step_training_of_an_example_matches_eager():
     want = train_steps(eager, ex.make_optimizer(eager), ex.make_batch, ex.loss_fn, len(data))
     model = copy.deepcopy(base).to(DEV)
     opt = lr.compile_optimizer(ex.make_optimizer(model))
-
-    def step(x, y):
-        loss = ex.loss_fn(model(x), y)
-        loss.backward()
-        opt.step()
-        opt.zero_grad()
-        return loss
-
     lr.reset_metrics()
-    whole = lr.compile_step(step, model, opt)
+    whole = lr.compile_step(train_step(model, opt, ex.loss_fn), model, opt)  # no mark_step
     got = [whole(x, y).item() for x, y in data]
     assert lr.metrics()["step_replays"] == 2   # steps 5 and 6 (as above)
     torch.testing.assert_close(torch.tensor(got), torch.tensor(want), rtol=1e-4, atol=1e-5)
@@ -162,15 +167,7 @@ def test_whole_step_of_an_example_equals_tracing(name):
     for whole in (False, True):
         model = ex.make_model().to(DEV)
         opt = lr.compile_optimizer(ex.make_optimizer(model))
-
-        def step(x, y):
-            loss = ex.loss_fn(model(x.to(DEV)), y.to(DEV))
-            loss.backward()
-            opt.step()
-            opt.zero_grad()
-            lr.mark_step()
-            return loss
-
+        step = train_step(model, opt, ex.loss_fn, after=(lr.mark_step,))
         if whole:
             step = lr.compile_step(step, model, opt)
         lr.reset_metrics()
@@ -196,18 +193,6 @@ def plain_losses(step, n=5):
 
 
 def test_steps_that_cannot_be_replayed_whole_are_traced_and_right():
-    def loss_step(model, opt, extra=None):
-        def step(x, y):
-            z = model(x.to(DEV))
-            if extra is not None:
-                z = extra(model, z)
-            loss = F.cross_entropy(z, y.to(DEV))
-            loss.backward()
-            opt.step()
-            opt.zero_grad()
-            return loss
-        return step
-
     def reads_a_value(model, z):
         return z * (1.0 + 0.0 * float(z.detach().sum()))  # .item() inside: 2 barriers
 
@@ -226,45 +211,26 @@ def test_steps_that_cannot_be_replayed_whole_are_traced_and_right():
              reads_a_foreign_tensor: "not an argument"}
     for extra, reason in cases.items():
         model, opt = make()
-        want = plain_losses(lambda x, y: _synced(loss_step(model, opt, extra)(x, y)))
+        want = plain_losses(train_step(model, opt, extra=extra, after=(lr.mark_step,)))
         model, opt = make()
-        replays, misses, got = refused(loss_step(model, opt, extra), model, opt)
+        replays, misses, got = refused(train_step(model, opt, extra=extra), model, opt)
         assert replays == 0 and any(reason in k for k in misses), (extra.__name__, misses)
         assert got == want, extra.__name__
 
 
 def test_a_learning_rate_changed_every_step_is_traced_every_step():
+    def halving(opt):
+        return torch.optim.lr_scheduler.StepLR(opt, step_size=1, gamma=0.5)
+
     model, opt = make()
-    sched = torch.optim.lr_scheduler.StepLR(opt, step_size=1, gamma=0.5)
-
-    def step(x, y):
-        loss = F.cross_entropy(model(x.to(DEV)), y.to(DEV))
-        loss.backward()
-        opt.step()
-        opt.zero_grad()
-        sched.step()
-        return loss
-
-    replays, _, got = refused(step, model, opt, n=6)
+    replays, _, got = refused(train_step(model, opt, after=(halving(opt).step,)), model, opt,
+                              n=6)
     assert replays == 0
     model, opt = make()
-    sched = torch.optim.lr_scheduler.StepLR(opt, step_size=1, gamma=0.5)
-    assert got == plain_losses(lambda x, y: _synced(step(x, y)), n=6)
+    assert got == plain_losses(train_step(model, opt, after=(halving(opt).step, lr.mark_step)),
+                               n=6)
     torch.manual_seed(0)   # and eager torch (the optimizer's replay under a scheduler too)
     eager = Net()
     eopt = torch.optim.AdamW(eager.parameters(), lr=1e-2)
-    esched = torch.optim.lr_scheduler.StepLR(eopt, step_size=1, gamma=0.5)
-    want = []
-    for x, y in batches(6):
-        loss = F.cross_entropy(eager(x), y)
-        loss.backward()
-        eopt.step()
-        eopt.zero_grad()
-        esched.step()
-        want.append(loss.item())
+    want = plain_losses(train_step(eager, eopt, after=(halving(eopt).step,), device=None), n=6)
     torch.testing.assert_close(torch.tensor(got), torch.tensor(want), rtol=1e-4, atol=1e-5)
-
-
-def _synced(loss):
-    lr.mark_step()
-    return loss
