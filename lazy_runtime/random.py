@@ -50,6 +50,12 @@ def leaves_at(offsets, count: int) -> list:
     return [ir.leaf(ir.RNG, (seed, base + o), (2,), torch.int64) for o in offsets]
 
 
+def skip(count: int) -> None:
+    """Advance the stream by ``count`` positions (what a replayed step drew)."""
+    _sync_seed()
+    _state["counter"] += count
+
+
 def key_from(r):
     """A JAX PRNG key from the traced (seed, counter) pair of an RNG leaf."""
     import jax

@@ -140,6 +140,33 @@ def test_a_changed_mode_or_hyper_parameter_is_traced_not_replayed():
     assert lr.metrics()["step_replays"] == 1
 
 
+def test_a_state_change_discards_the_launch_made_before_the_guard():
+    """A replay of the previous call's signature launches before its state guard runs;
+    when the guard then fails (the learning rate changed), the launch's results are
+    dropped and no random number is drawn: the step is traced, bit for bit as tracing."""
+    data = batches(9, seed=5)
+    lrs = {6: 0.5, 7: 1e-2}
+    runs = {}
+    for whole in (False, True):
+        model, opt = make(dropout=0.3)
+        step = traced_step(model, opt)
+        if whole:
+            step = lr.compile_step(step, model, opt)
+        lr.reset_metrics()
+        torch.manual_seed(3)
+        losses = []
+        for i, (x, y) in enumerate(data):
+            if i in lrs:
+                opt.param_groups[0]["lr"] = lrs[i]
+            losses.append(step(x, y)[0].item())
+        runs[whole] = losses, [p.detach().cpu() for p in model.parameters()]
+        if whole:
+            # steps 5 and 6 replayed, 7 traced (new learning rate), 8 and 9 replayed
+            assert lr.metrics()["step_replays"] == 4, lr.metrics()["replay_misses"]
+    assert runs[False][0] == runs[True][0]
+    assert all(torch.equal(a, b) for a, b in zip(runs[False][1], runs[True][1]))
+
+
 def test_whole_step_training_of_an_example_matches_eager():
     ex = load_example("mlp")
     data = [ex.make_batch(i) for i in range(6)]
