@@ -77,16 +77,23 @@ def traced_step(model, opt):
     return train_step(model, opt, after=(lr.mark_step,), logits=True)
 
 
+def fresh_step(whole, seed, dropout=0.3):
+    """A new model and optimizer with their step (replayed whole or traced), metrics
+    reset and the lazy random stream restarted from ``seed``."""
+    model, opt = make(dropout=dropout)
+    step = traced_step(model, opt)
+    if whole:
+        step = lr.compile_step(step, model, opt)
+    lr.reset_metrics()
+    torch.manual_seed(seed)
+    return model, opt, step
+
+
 def test_whole_step_replay_equals_tracing_bit_for_bit_with_dropout():
     data = batches(7)
     runs = {}
     for whole in (False, True):
-        model, opt = make(dropout=0.3)
-        step = traced_step(model, opt)
-        if whole:
-            step = lr.compile_step(step, model, opt)
-        lr.reset_metrics()
-        torch.manual_seed(1)   # the lazy random stream restarts
+        model, _, step = fresh_step(whole, seed=1)
         runs[whole] = run(step, data), [p.detach().cpu() for p in model.parameters()]
         if whole:
             m = lr.metrics()
@@ -148,12 +155,7 @@ def test_a_state_change_discards_the_launch_made_before_the_guard():
     lrs = {6: 0.5, 7: 1e-2}
     runs = {}
     for whole in (False, True):
-        model, opt = make(dropout=0.3)
-        step = traced_step(model, opt)
-        if whole:
-            step = lr.compile_step(step, model, opt)
-        lr.reset_metrics()
-        torch.manual_seed(3)
+        model, opt, step = fresh_step(whole, seed=3)
         losses = []
         for i, (x, y) in enumerate(data):
             if i in lrs:
