@@ -107,12 +107,17 @@ def compile_optimizer(opt, capturable: bool = True):
     default here) optimizers that have the option (Adam, AdamW, ...) keep their step count
     as a device tensor and compute the bias corrections in the graph. Hyper-parameters are
     guarded by value: a learning rate that changes every step is traced every step.
+    Where ``foreach`` is left to torch (None), it is set: torch picks the per-tensor loop
+    for a tensor subclass, which applies each hyper-parameter to each parameter as a
+    separate number; the ``_foreach_*`` ops apply one to all, so the step counters and
+    bias corrections every parameter shares are computed once in the graph.
     Returns ``opt`` (its ``step`` is wrapped on the instance).
     """
-    if capturable:
-        for group in opt.param_groups:
-            if "capturable" in group:
-                group["capturable"] = True
+    for group in opt.param_groups:
+        if capturable and "capturable" in group:
+            group["capturable"] = True
+        if group.get("foreach", False) is None:
+            group["foreach"] = True
     step = opt.step
     replayer = Replayer(step, functools.partial(optimizer_state, opt), differentiable=False)
 

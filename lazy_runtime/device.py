@@ -51,15 +51,24 @@ def _host_factory(op):
     """A factory with deterministic values: made on the host by torch, copied as data
     (with its recipe: a replay at other sizes makes it again)."""
     def make(*args, **kwargs):
-        METRICS.host_ops += 1
-        n = data_node_from_cpu(op(*args, **kwargs))
-        ir.HOST_RECIPES[n] = (make, args, tuple(sorted(kwargs.items())))
-        return n
+        items = tuple(sorted(kwargs.items()))
+        t = op(*args, **kwargs)
+
+        def fresh():
+            METRICS.host_ops += 1
+            n = data_node_from_cpu(t)
+            ir.HOST_RECIPES[n] = (make, args, items)
+            return n
+        return ir.host_leaf((make, _frozen(args), items), tuple(t.shape), fresh)
 
     def impl(*args, **kwargs):
         kwargs["device"] = torch.device("cpu")
         return new_base(make(*args, **kwargs))
     return impl
+
+
+def _frozen(args):
+    return tuple(tuple(a) if type(a) is list else a for a in args)
 
 
 _HOST_FACTORIES = ["arange", "arange.start", "arange.start_step", "full", "zeros", "ones",

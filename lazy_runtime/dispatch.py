@@ -20,6 +20,7 @@ corrections do not recompile. Ints and bools stay compile-time constants.
 from __future__ import annotations
 
 import functools
+import math
 
 import numpy as np
 import torch
@@ -49,7 +50,9 @@ def _template(a, inputs: list, dyn):
         return _marker(len(inputs) - 1)
     t = type(a)
     if t is float and dyn:
-        inputs.append(ir.leaf(ir.SCALAR, a, (), torch.float64))
+        shared = ir.SHARED_SCALARS.get((a, math.copysign(1.0, a))) if ir.SHARED_SCALARS \
+            else None
+        inputs.append(shared or ir.leaf(ir.SCALAR, a, (), torch.float64))
         return _marker(len(inputs) - 1)
     if t is list or t is tuple:
         return tuple(_template(x, inputs, dyn) for x in a)

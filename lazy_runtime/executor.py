@@ -53,13 +53,15 @@ def host_constant(shape, dtype, fill):
 
 
 def filled_node(shape, dtype, fill) -> ir.Node:
-    npd = dtypes.to_numpy_dtype(dtype)
-    METRICS.transfers_to_device += 1
-    with _x64(True):
-        arr = jax.device_put(np.full(shape, fill, dtype=npd), config.jax_device())
-    n = ir.leaf(ir.DATA, arr, shape, dtype)
-    ir.HOST_RECIPES[n] = (filled_node, (shape, dtype, fill), ())
-    return n
+    def make():
+        npd = dtypes.to_numpy_dtype(dtype)
+        METRICS.transfers_to_device += 1
+        with _x64(True):
+            arr = jax.device_put(np.full(shape, fill, dtype=npd), config.jax_device())
+        n = ir.leaf(ir.DATA, arr, shape, dtype)
+        ir.HOST_RECIPES[n] = (filled_node, (shape, dtype, fill), ())
+        return n
+    return ir.host_leaf(("filled", shape, dtype, fill), shape, make)
 
 
 def to_cpu(t) -> torch.Tensor:
@@ -430,18 +432,19 @@ def sync(reason: str = "mark_step") -> None:
     del METRICS.graph_sizes[:-100]
     for observe in BARRIER_OBSERVERS:   # a whole-step capture (``step``) watching
         observe(g, exe, plan, [(st, where[id(st.node)]) for st in storages])
-    if plan is None:
-        for st in storages:
-            n = st.node
-            st.node = ir.leaf(ir.DATA, results[where[id(n)]], n.shape, n.dtype)
-            st.version += 1
-    else:
-        outs_lay = [plan.layouts[o] for o in g.outputs]
-        for st in storages:
-            n = st.node
-            j = where[id(n)]
-            st.node = dynamic.result_leaf(n, results[j], outs_lay[j], plan)
-            st.version += 1
+    # One leaf per result: buffers that held one pending value keep sharing it (an
+    # optimizer's step counters), so the next trace reads it once and computes on it once.
+    made: dict = {}
+    outs_lay = None if plan is None else [plan.layouts[o] for o in g.outputs]
+    for st in storages:
+        n = st.node
+        j = where[id(n)]
+        leaf = made.get(j)
+        if leaf is None:
+            leaf = made[j] = (ir.leaf(ir.DATA, results[j], n.shape, n.dtype) if plan is None
+                              else dynamic.result_leaf(n, results[j], outs_lay[j], plan))
+        st.node = leaf
+        st.version += 1
 
 
 def mark_step() -> None:

@@ -80,8 +80,43 @@ LEAVES_MADE = [0]
 HOST_RECIPES: "weakref.WeakKeyDictionary" = weakref.WeakKeyDictionary()
 
 
+# Host-made scalars of this trace by recipe: two ``zeros(())`` (an optimizer's step
+# counters, batch norms' batch counts) are one value, so what is computed from them is
+# one node too. Only 0-d ones: sharing equal arrays (Adam's zero moments) would make a
+# first step's graph differ from the next ones', whose moments differ (one compile more).
+# Cleared at each barrier and when a replay capture begins (a constant made before it
+# must not be taken for one made inside it).
+_host_made: dict = {}
+
+
+def host_leaf(key, shape, make) -> Node:
+    """The leaf ``make()`` gives; for a 0-d one, shared by every call with the same
+    hashable ``key`` since the last barrier or capture start."""
+    if len(shape) != 0:
+        return make()
+    try:
+        n = _host_made.get(key)
+    except TypeError:   # an unhashable argument
+        return make()
+    if n is None:
+        n = _host_made[key] = make()
+    return n
+
+
+# The float arguments a ``_foreach_*`` op applies to every tensor of its list (Adam's
+# ``beta1``, ``lr``), by (value, sign): one SCALAR leaf each while the op runs, so its
+# per-tensor ops on a shared value (the step counters) are one node. A per-tensor
+# constant that happens to equal one shares its leaf, harmlessly (same value, this trace).
+SHARED_SCALARS: dict = {}
+
+
+def forget_host_leaves() -> None:
+    _host_made.clear()
+
+
 def clear_interned() -> None:
     _interned.clear()
+    _host_made.clear()
 
 
 def next_epoch() -> None:

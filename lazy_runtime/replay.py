@@ -207,6 +207,7 @@ class _Mark:
     """Where the trace stood when a capture began."""
 
     def __init__(self):
+        ir.forget_host_leaves()
         self.serial = ir.LEAVES_MADE[0]
         self.syncs = METRICS.syncs
         self.rng = random.position()
@@ -399,8 +400,13 @@ class _Capture:
             raise NotReplayable("neither returns nor writes a tensor")
         e.out_spec, e.out_consts, e.n_out = spec, tuple(consts), len(outs)
         e.out_diff = tuple(o.requires_grad for o in outs)
-        e.mutations = tuple((j, len(outs) + i) for i, (j, _) in enumerate(mutations))
-        self.fwd_outputs = [node_of(o) for o in outs] + [n for _, n in mutations]
+        # tensors written with one value (an optimizer's step counters) share one output:
+        # a replay leaves them sharing it, as the traced call did
+        first: dict = {}
+        for _, n in mutations:
+            first.setdefault(id(n), (len(outs) + len(first), n))
+        e.mutations = tuple((j, first[id(n)][0]) for j, n in mutations)
+        self.fwd_outputs = [node_of(o) for o in outs] + [n for _, n in first.values()]
         self.fwd_rng_count = random.position()[1] - self.mark.rng[1]
         self.out_tensors = outs
         self._cut_fwd(self.fwd_outputs)  # fail now rather than at the backward
@@ -539,6 +545,7 @@ class _CaptureFn(torch.autograd.Function):
         pairs = [(o, g) for o, g in zip(cap.inner, gouts) if o.requires_grad]
         wrt = [(j, t) for j, t in enumerate(cap.tensors) if t.requires_grad]
         cap.bwd_rng0 = random.position()
+        ir.forget_host_leaves()
         cap.bwd_serial0 = ir.LEAVES_MADE[0]
         grads = torch.autograd.grad([o for o, _ in pairs], [t for _, t in wrt],
                                     [g for _, g in pairs], allow_unused=True)

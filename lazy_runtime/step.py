@@ -72,7 +72,7 @@ class _Trace:
 
     __slots__ = ("exe", "slots", "scalars", "rng_offsets", "rng_count", "writes",
                  "out_spec", "out_leaves", "consts", "state_pos", "state_sigs", "arg_pos",
-                 "perm")
+                 "perm", "aliases")
 
 
 class _Entry:
@@ -236,6 +236,9 @@ class StepReplayer:
             if out is not None:
                 self._last = (key, self._stamp, e)
                 return out
+            # the values no longer fit the confirmed trace (shared values written apart):
+            # the signature starts over, with a fresh budget of traces
+            e.ready, e.last, e.traces = None, None, 0
         self._last = None
         return self._trace(e, flat, spec, snap, owned)
 
@@ -254,13 +257,18 @@ class StepReplayer:
         if tensor.pending_count():
             executor.sync("step")   # work recorded before the step is not part of it
         lazy = [_on_device(v) if isinstance(v, torch.Tensor) else v for v in flat]
-        slot_of = {}
-        for j, t in enumerate(owned):
-            if t._st.node.op is ir.DATA:
-                slot_of[id(t._st.node)] = ("state", j)
-        for i, v in enumerate(lazy):
-            if isinstance(v, LazyTensor) and not v._vw and v._st.node.op is ir.DATA:
-                slot_of.setdefault(id(v._st.node), ("arg", i))
+        # the first place each data value is read from, and the other places holding it
+        slot_of, also = {}, collections.defaultdict(list)
+        places = [(("state", j), t) for j, t in enumerate(owned)]
+        places += [(("arg", i), v) for i, v in enumerate(lazy)
+                   if isinstance(v, LazyTensor) and not v._vw]
+        for place, t in places:
+            n = t._st.node
+            if n.op is ir.DATA:
+                if id(n) in slot_of:
+                    also[id(n)].append(place)
+                else:
+                    slot_of[id(n)] = place
         rng0 = random.position()
         syncs0 = METRICS.syncs
         seen = []
@@ -281,7 +289,7 @@ class StepReplayer:
                 raise NotWholeStep("the step changes the layout of the model's or "
                                    "optimizer's state (e.g. the optimizer's first step)",
                                    permanent=False)
-            tr, temps = _record(seen.pop(), slot_of, owned, out, rng0)
+            tr, temps = _record(seen.pop(), slot_of, also, owned, out, rng0)
             if any(r() is not None for r in temps):
                 # transient: a replayed forward keeps its outputs while it captures
                 raise NotWholeStep("the step keeps a value it computed somewhere other than "
@@ -331,6 +339,9 @@ class StepReplayer:
             if v._vw or n.op is not ir.DATA or n.aux is not None:
                 return None
             pool.append(n.value)
+        if tr.aliases and not all(_place_node(p, flat, owned) is _place_node(q, flat, owned)
+                                  for p, q in tr.aliases):
+            return None   # values shared when traced no longer are
         datas = list(map(pool.__getitem__, tr.perm))
         seed, base = random.position()
         rngs = np.array([(seed, base + o) for o in tr.rng_offsets], dtype=np.int64)
@@ -348,23 +359,34 @@ class StepReplayer:
         METRICS.step_replays += 1
         METRICS.transfers_to_device += host
         leaves = list(tr.out_leaves)
+        made = {}   # one leaf per result: places given one value keep sharing it
         for kind, x, j in tr.writes:
-            r = results[j]
+            n = made.get(j)
             if kind == "state":
                 st = owned[x]._st
-                st.node = ir.leaf(ir.DATA, r, st.node.shape, st.node.dtype)
+                if n is None:
+                    n = made[j] = ir.leaf(ir.DATA, results[j], st.node.shape, st.node.dtype)
+                st.node = n
                 st.version += 1
             else:
-                shape, dtype = tr.out_leaves[x]
-                leaves[x] = tensor.new_base(ir.leaf(ir.DATA, r, shape, dtype))
+                if n is None:
+                    shape, dtype = tr.out_leaves[x]
+                    n = made[j] = ir.leaf(ir.DATA, results[j], shape, dtype)
+                leaves[x] = tensor.new_base(n)
         return pytree.tree_unflatten(leaves, tr.out_spec)
+
+
+def _place_node(place, flat, owned):
+    kind, x = place
+    t = owned[x] if kind == "state" else flat[x]
+    return t._st.node if isinstance(t, LazyTensor) else None
 
 
 def _on_device(t):
     return t if isinstance(t, LazyTensor) else executor.data_tensor(t)
 
 
-def _record(seen, slot_of, owned, out, rng0):
+def _record(seen, slot_of, also, owned, out, rng0):
     """The trace of one barrier, and weak references to the values it stored that are
     neither returned nor owned (they must be gone once the step is over)."""
     g, exe, plan, stored = seen
@@ -373,10 +395,12 @@ def _record(seen, slot_of, owned, out, rng0):
     template_consts = {id(n.op.scalar_array) for n in g.nodes
                        if getattr(n.op, "scalar_array", None) is not None}
     slots = []
+    used = set()
     k = -1
     for n in g.nodes:
         if n.op is not ir.DATA:
             continue
+        used.add(id(n))
         k += 1
         s = slot_of.get(id(n))
         if s is None:
@@ -389,6 +413,10 @@ def _record(seen, slot_of, owned, out, rng0):
     tr = _Trace()
     tr.exe = exe
     tr.slots = tuple(slots)
+    # places that held one value when traced (an optimizer's step counters) must hold
+    # one again: the executable reads it once
+    tr.aliases = tuple((slot_of[k], other) for k in sorted(also, key=lambda k: slot_of[k])
+                       for other in also[k] if k in used)
     _group_slots(tr, [n for n in g.nodes if n.op is ir.DATA])
     tr.scalars = tuple(g.scalars)
     seed0, counter0 = rng0
@@ -448,7 +476,7 @@ def _group_slots(tr: _Trace, leaves) -> None:
 
 def _agree(a: _Trace, b: _Trace) -> bool:
     """Whether two traces of a signature did the same thing (then the next is replayed)."""
-    if not (a.exe is b.exe and a.writes == b.writes
+    if not (a.exe is b.exe and a.writes == b.writes and a.aliases == b.aliases
             and a.out_spec == b.out_spec and a.out_leaves == b.out_leaves
             and a.rng_offsets == b.rng_offsets and a.rng_count == b.rng_count
             and len(a.slots) == len(b.slots) and _same_numbers(a.scalars, b.scalars)):

@@ -4,8 +4,11 @@ the ordinary single-tensor ops, so they need no rules or lowerings of their own.
 from __future__ import annotations
 
 import functools
+import math
 
 import torch
+
+from .. import ir
 
 aten = torch.ops.aten
 
@@ -27,6 +30,20 @@ def _plan(func):
 
 
 def foreach_handler(func, args, kwargs):
+    floats = [a for a, is_list in zip(args, _plan(func)[2]) if type(a) is float]
+    floats += [v for v in kwargs.values() if type(v) is float]
+    if not floats or ir.SHARED_SCALARS:
+        return _apply(func, args, kwargs)
+    for v in floats:
+        ir.SHARED_SCALARS.setdefault((v, math.copysign(1.0, v)),
+                                     ir.leaf(ir.SCALAR, v, (), torch.float64))
+    try:
+        return _apply(func, args, kwargs)
+    finally:
+        ir.SHARED_SCALARS.clear()
+
+
+def _apply(func, args, kwargs):
     base, inplace, listy = _plan(func)
     n = next(len(a) for a, is_list in zip(args, listy) if is_list)
     kw = dict(kwargs)

@@ -140,3 +140,27 @@ def test_inplace_on_view_inside_autograd():
         outs.append(t.grad)
     lr.mark_step()
     assert_same(outs[1], outs[0])
+
+
+def test_buffers_given_one_value_share_it_until_one_is_written():
+    """Two ``zeros(())`` are one value, a ``_foreach_*`` op applies its number to each
+    tensor as one value, and a barrier leaves buffers that held one pending value sharing
+    its result: an optimizer's step counters are read and advanced once per graph. A
+    write to one of them is its own."""
+    a = torch.zeros((), device=DEV)
+    b = torch.zeros((), device=DEV)
+    c = torch.zeros(2, device=DEV)
+    d = torch.zeros(2, device=DEV)
+    assert a._st.node is b._st.node
+    assert c._st.node is not d._st.node   # only scalars: moments must not merge
+    torch._foreach_mul_([a, b], 0.5)
+    torch._foreach_add_([a, b], 1.5)
+    assert a._st.node is b._st.node
+    lr.mark_step()
+    assert a._st.node is b._st.node
+    a.add_(1.0)
+    lr.mark_step()
+    assert (a.item(), b.item()) == (2.5, 1.5)
+    x, y = torch.full((), 3.0, device=DEV), torch.full((), -3.0, device=DEV)
+    torch._foreach_mul_([x, y], -0.0)   # -0.0 is not 0.0: signs kept
+    assert torch.signbit(x.cpu()) and not torch.signbit(y.cpu())

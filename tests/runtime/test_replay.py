@@ -288,6 +288,8 @@ def test_optimizer_steps_replay_bit_for_bit(make_opt):
         for group in opt.param_groups:     # the traced run computes the same way
             if "capturable" in group:
                 group["capturable"] = True
+            if group.get("foreach", False) is None:
+                group["foreach"] = True
         if replay:
             model, opt = lr.compile(model, replay=True), lr.compile_optimizer(opt)
         lr.reset_metrics()
