@@ -47,12 +47,14 @@ import operator
 import time
 import weakref
 
+import jax
 import numpy as np
 import torch
 import torch.nn.modules.module as _nn_module
 import torch.utils._pytree as pytree
 
 from . import dtypes, executor, ir, random, tensor
+from .config import config
 from .metrics import METRICS
 from .replay import NotReplayable, module_state, optimizer_state
 from .tensor import LazyTensor
@@ -72,7 +74,7 @@ class _Trace:
 
     __slots__ = ("exe", "slots", "scalars", "rng_offsets", "rng_count", "writes",
                  "out_spec", "out_leaves", "consts", "state_pos", "state_sigs", "arg_pos",
-                 "perm", "aliases")
+                 "perm", "aliases", "scalars_on_device", "no_rngs")
 
 
 class _Entry:
@@ -343,12 +345,14 @@ class StepReplayer:
                                   for p, q in tr.aliases):
             return None   # values shared when traced no longer are
         datas = list(map(pool.__getitem__, tr.perm))
-        seed, base = random.position()
-        rngs = np.array([(seed, base + o) for o in tr.rng_offsets], dtype=np.int64)
+        if tr.rng_offsets:
+            seed, base = random.position()
+            rngs = np.array([(seed, base + o) for o in tr.rng_offsets], dtype=np.int64)
+        else:
+            rngs = tr.no_rngs
         t0 = time.perf_counter()
         with executor._x64(True):
-            results = tr.exe.compiled(datas, np.asarray(tr.scalars, dtype=np.float64),
-                                      rngs.reshape(-1, 2))
+            results = tr.exe.compiled(datas, tr.scalars_on_device, rngs)
         if stamp is not None and not stamp.holds():
             self._stamp = None   # recomputed by the caller's full path
             return None
@@ -419,6 +423,10 @@ def _record(seen, slot_of, also, owned, out, rng0):
                        for other in also[k] if k in used)
     _group_slots(tr, [n for n in g.nodes if n.op is ir.DATA])
     tr.scalars = tuple(g.scalars)
+    with executor._x64(True):   # the same numbers every replay: on the device once
+        dev = config.jax_device()
+        tr.scalars_on_device = jax.device_put(np.asarray(tr.scalars, np.float64), dev)
+        tr.no_rngs = jax.device_put(np.zeros((0, 2), np.int64), dev)
     seed0, counter0 = rng0
     seed, counter = random.position()
     if seed != seed0 or any(r[0] != seed0 for r in g.rngs):
