@@ -119,10 +119,12 @@ class _StateStamp:
         # Most tables (hook dicts) are empty: checked by their lengths alone.
         self.tables = [t for t in tables if t]
         self.empty = [t for t in tables if not t]
-        self.lists, self.tensors = lists, tensors
+        known = set(map(id, owned))   # a parameter is owned and in its group: once
+        self.lists = lists
+        self.tensors = list(owned) + [t for t in tensors[len(owned):] if id(t) not in known]
         self.flat = self._flat()
-        self.grads = list(map(_GRAD, tensors))
-        self.meta = list(map(_META, tensors))
+        self.grads = list(map(_GRAD, self.tensors))
+        self.meta = list(map(_META, self.tensors))
 
     def _flat(self) -> tuple:
         """Every key and value of the tables and every item of the lists, in one tuple
