@@ -14,6 +14,7 @@ from __future__ import annotations
 
 import contextlib
 import contextvars
+import math
 from typing import Callable, Optional, Sequence
 
 import sympy
@@ -143,6 +144,9 @@ def numel(shape: Shape) -> Dim:
 def reshape_shape(shape: Shape, target: Sequence[Dim]) -> Shape:
     """view/reshape: solve a single -1 so that the element count is preserved."""
     target = tuple(target)
+    fast = _reshape_concrete(shape, target)
+    if fast is not None:
+        return fast
     bad = [d for d in target if sym.is_concrete(d) and d < -1]
     if bad:
         raise ShapeError("SI111", f"invalid shape dimension {bad[0]} in {sym.shape_str(target)}")
@@ -169,6 +173,24 @@ def reshape_shape(shape: Shape, target: Sequence[Dim]) -> Shape:
         require_equal(total, numel(target), "SI111", f"view/reshape of {sym.shape_str(shape)} "
                       f"into {sym.shape_str(target)}: element counts differ")
     return target
+
+
+def _reshape_concrete(shape, target):
+    """The result of a valid reshape between all-int shapes (the runtime's hot path, one
+    per recorded view), or None: symbolic sizes and every error take the general path."""
+    if not all(type(d) is int for d in shape) or not all(type(d) is int for d in target):
+        return None
+    total = math.prod(shape)
+    holes = target.count(-1)
+    if min(target, default=0) < -1 or holes > 1:
+        return None
+    if holes == 0:
+        return target if math.prod(target) == total else None
+    known = -math.prod(target)
+    if known <= 0 or total % known:
+        return None
+    i = target.index(-1)
+    return target[:i] + (total // known,) + target[i + 1:]
 
 
 def view_dtype_shape(shape: Shape, old_itemsize: int, new_itemsize: int) -> Shape:

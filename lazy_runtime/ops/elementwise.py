@@ -28,6 +28,12 @@ def elementwise(*ops, fn, kind=D.DEFAULT, operands=None, keep=(), static=()):
             if a.dtype == b.dtype and a.shape == b.shape and a.ndim and kind == D.DEFAULT \
                     and a.dtype not in _LOW:
                 return tuple(a.shape), a.dtype, a.dtype
+        elif not kwargs and kind in _KEEPS_FLOAT and isinstance(args[0], torch.Tensor) and (
+                len(args) == 1 or (len(args) == 2 and type(args[1]) is float)):
+            # fast path: a float tensor alone or with a Python float keeps its dtype
+            a = args[0]
+            if a.dtype.is_floating_point and a.dtype not in _LOW:
+                return tuple(a.shape), a.dtype, a.dtype
         shape = bshape(*args)
         ins = args if operands is None else [args[i] for i in operands if i < len(args)]
         compute, result = D.elementwise_dtypes(kind, *ins)
@@ -48,6 +54,7 @@ def elementwise(*ops, fn, kind=D.DEFAULT, operands=None, keep=(), static=()):
 
 
 _LOW = (torch.float16, torch.bfloat16)
+_KEEPS_FLOAT = (D.DEFAULT, D.INT_TO_FLOAT)
 
 
 def _int(x) -> bool:
