@@ -740,26 +740,28 @@ def padded_inputs(g: ir.Graph, plan: SymPlan):
             out.append(n.value)
             continue
         if not has_sym(lay):
-            out.append(n.value if p is None else _put(true_value(n)))
+            out.append(n.value if p is None else put_host(true_value(n)))
             continue
         a = true_value(n)
         with _x64(True):
-            out.append(_put(pad_host(a, lay, sizes, buckets)))
+            out.append(put_host(pad_host(a, lay, sizes, buckets)))
     return out
 
 
-def _put(a):
+def put_host(a):
+    """A host array on the device (counted as a transfer)."""
     from .executor import _x64
     METRICS.transfers_to_device += 1
     with _x64(True):
         return jax.device_put(a, config.jax_device())
 
 
+
 def exact_inputs(g: ir.Graph):
     """The data arrays at their true shapes (padded results are unpadded)."""
     out = []
     for n, v in zip((n for n in g.nodes if n.op is ir.DATA), g.data):
-        out.append(v if leaf_pad(n) is None else _put(true_value(n)))
+        out.append(v if leaf_pad(n) is None else put_host(true_value(n)))
     return out
 
 

@@ -78,6 +78,8 @@ LEAVES_MADE = [0]
 # DATA leaf -> (maker, args, kwargs) for constants made on the host by a factory
 # (``arange(T)``): a replay at other sizes makes them again (``replay_sizes``).
 HOST_RECIPES: "weakref.WeakKeyDictionary" = weakref.WeakKeyDictionary()
+# Other constants a replayed call reads (equal in every call of its entry).
+REPLAYED_CONSTS: "weakref.WeakSet" = weakref.WeakSet()
 
 
 # Host-made scalars of this trace by recipe: two ``zeros(())`` (an optimizer's step

@@ -46,7 +46,7 @@ import torch.nn.modules.module as _nn_module
 import torch.utils._pytree as pytree
 
 from . import ir, random, replay_sizes
-from .dynamic import _put, leaf_marks
+from .dynamic import leaf_marks, put_host
 from .metrics import METRICS
 from .ops.registry import Lowering
 from .tensor import LazyTensor, new_base, node_of, pending_order, set_node
@@ -87,8 +87,8 @@ class Template:
         # its Python scalars enter as one float64 array (a run-time input, as the traced
         # call's scalars are: constants would be folded by XLA and round differently)
         values = [n.value for n in nodes if n.op is ir.SCALAR]
-        self.scalar_array = ir.leaf(ir.DATA, _put(np.asarray(values, np.float64)), (len(values),),
-                                    torch.float64) if values else None
+        self.scalar_array = ir.leaf(ir.DATA, put_host(np.asarray(values, np.float64)),
+                                    (len(values),), torch.float64) if values else None
         if values:
             self.n_inputs += 1
         self.shapes = tuple(nodes[o].shape for o in outputs)
@@ -274,8 +274,14 @@ class _Entry:
                 c = s[1]
                 if c.op is ir.DATA:
                     # a host constant, as if copied in this step: padding may guess its
-                    # dims (``arange(T)``), as it would for the traced call
+                    # dims (``arange(T)``), as it would for the traced call; it keeps its
+                    # recipe, or is known as a replay's constant (whole-step replay asks)
+                    recipe = ir.HOST_RECIPES.get(c)
                     c = ir.leaf(ir.DATA, c.value, c.shape, c.dtype)
+                    if recipe is not None:
+                        ir.HOST_RECIPES[c] = recipe
+                    else:
+                        ir.REPLAYED_CONSTS.add(c)
                 out.append(c)
             elif kind == "rng":
                 out.append(leaves[r])

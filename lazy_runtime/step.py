@@ -26,7 +26,14 @@ What makes that sound is checked, not assumed:
   the model or optimizer owns (a parameter, buffer, grad or state tensor) or is
   returned; a value the step keeps anywhere else (a module attribute, a global list)
   refuses.
-* Padded (shape-polymorphic) graphs are not replayed whole: their steps trace as usual.
+* **Dynamic dims.** A step whose graph runs padded (``mark_dynamic``, an analyzer plan) is
+  replayed per exact signature, with its arguments padded on the host and its true sizes
+  passed as it was traced. A signature's first trace is confirmed without a second one
+  when it does what a trace of another size does on the same padded executable (the same
+  numbers, inputs, writes and random draws; its constants made for its own size by a host
+  factory or a replayed forward): a length seen once is replayed from its second call. No
+  size is replayed without having been traced: a branch on a size stays right. Values the
+  step keeps or returns must not have a dynamic dim.
 
 The state guard costs a few hundred µs on a model of a hundred tensors, so a call with the
 previous replay's signature launches the executable first and checks the guard while it
@@ -53,7 +60,7 @@ import torch
 import torch.nn.modules.module as _nn_module
 import torch.utils._pytree as pytree
 
-from . import dtypes, executor, ir, random, tensor
+from . import dtypes, dynamic, executor, ir, random, tensor
 from .config import config
 from .metrics import METRICS
 from .replay import NotReplayable, module_state, optimizer_state
@@ -74,7 +81,8 @@ class _Trace:
 
     __slots__ = ("exe", "slots", "scalars", "rng_offsets", "rng_count", "writes",
                  "out_spec", "out_leaves", "consts", "state_pos", "state_sigs", "arg_pos",
-                 "perm", "aliases", "scalars_on_device", "no_rngs")
+                 "perm", "aliases", "scalars_on_device", "no_rngs", "layouts", "sizes",
+                 "sizes_on_device")
 
 
 class _Entry:
@@ -155,7 +163,7 @@ class StepReplayer:
     """The callable ``compile_step`` returns."""
 
     MAX_TRACES = 4   # traces of one signature that never agree: stop trying
-    MAX_ENTRIES = 16
+    MAX_ENTRIES = 256   # signatures kept (least recently used dropped): one per length
 
     def __init__(self, fn, model=None, optimizer=None):
         self.fn = fn
@@ -228,11 +236,12 @@ class StepReplayer:
             METRICS.replay_misses[f"whole step: {e}"] += 1
             return self._plain(args, kwargs)
         full = key + (snap,)
-        e = self.entries.get(full)
+        e = self.entries.pop(full, None)
         if e is None:
-            e = self.entries[full] = _Entry()
-            while len(self.entries) > self.MAX_ENTRIES:
+            e = _Entry()
+            while len(self.entries) >= self.MAX_ENTRIES:
                 self.entries.pop(next(iter(self.entries)))
+        self.entries[full] = e   # most recently used last
         if e.failed is not None:
             return self._plain(args, kwargs)
         if e.ready is not None:
@@ -266,6 +275,8 @@ class StepReplayer:
         places = [(("state", j), t) for j, t in enumerate(owned)]
         places += [(("arg", i), v) for i, v in enumerate(lazy)
                    if isinstance(v, LazyTensor) and not v._vw]
+        # an argument marked dynamic inside the step is a new leaf over the same array
+        arg_values = {}
         for place, t in places:
             n = t._st.node
             if n.op is ir.DATA:
@@ -273,6 +284,8 @@ class StepReplayer:
                     also[id(n)].append(place)
                 else:
                     slot_of[id(n)] = place
+                if place[0] == "arg":
+                    arg_values.setdefault(id(n.value), place)
         rng0 = random.position()
         syncs0 = METRICS.syncs
         seen = []
@@ -293,7 +306,7 @@ class StepReplayer:
                 raise NotWholeStep("the step changes the layout of the model's or "
                                    "optimizer's state (e.g. the optimizer's first step)",
                                    permanent=False)
-            tr, temps = _record(seen.pop(), slot_of, also, owned, out, rng0)
+            tr, temps = _record(seen.pop(), slot_of, also, owned, out, rng0, arg_values)
             if any(r() is not None for r in temps):
                 # transient: a replayed forward keeps its outputs while it captures
                 raise NotWholeStep("the step keeps a value it computed somewhere other than "
@@ -306,12 +319,32 @@ class StepReplayer:
             return out
         if e.last is not None and _agree(e.last, tr):
             e.ready = tr
+        elif tr.sizes is not None and self._confirm_across_sizes(e, tr):
+            # a new size of a padded step: its trace does what a trace of another size
+            # does (one executable, the same numbers, inputs and writes)
+            e.ready = tr
         elif e.traces >= self.MAX_TRACES:
             e.failed = "traces of the step never agreed"
             METRICS.replay_misses[f"whole step: {e.failed}"] += 1
         else:
             e.last = tr
         return out
+
+    def _confirm_across_sizes(self, e, tr) -> bool:
+        """Whether padded trace ``tr`` agrees with a trace of another signature: a
+        confirmed one, or one traced once (then both are confirmed)."""
+        for o in self.entries.values():
+            if o is e:
+                continue
+            if o.ready is not None:
+                if o.ready.sizes is not None and _agree(o.ready, tr, across_sizes=True):
+                    return True
+            elif o.last is not None and o.last.sizes is not None and \
+                    _agree(o.last, tr, across_sizes=True) and \
+                    _agree(tr, o.last, across_sizes=True):
+                o.ready = o.last
+                return True
+        return False
 
     # -- replaying it
 
@@ -331,18 +364,19 @@ class StepReplayer:
         pool = list(tr.consts)
         pool += map(_VALUE, nodes)
         host = 0
-        for i in tr.arg_pos:
+        for i, lay in tr.arg_pos:
             v = flat[i]
             if not isinstance(v, LazyTensor):
                 # a host array: the executable's call copies it (a separate device_put
                 # costs about 60 µs more per input)
                 host += 1
-                pool.append(dtypes.tensor_to_numpy(v))
-                continue
-            n = v._st.node
-            if v._vw or n.op is not ir.DATA or n.aux is not None:
-                return None
-            pool.append(n.value)
+                a = dtypes.tensor_to_numpy(v)
+            else:
+                n = v._st.node
+                if v._vw or n.op is not ir.DATA or dynamic.leaf_pad(n) is not None:
+                    return None
+                a = n.value if lay is None else dynamic.true_value(n)
+            pool.append(a if lay is None else dynamic.pad_host(a, lay, *tr.sizes))
         if tr.aliases and not all(_place_node(p, flat, owned) is _place_node(q, flat, owned)
                                   for p, q in tr.aliases):
             return None   # values shared when traced no longer are
@@ -354,7 +388,11 @@ class StepReplayer:
             rngs = tr.no_rngs
         t0 = time.perf_counter()
         with executor._x64(True):
-            results = tr.exe.compiled(datas, tr.scalars_on_device, rngs)
+            if tr.sizes_on_device is None:
+                results = tr.exe.compiled(datas, tr.scalars_on_device, rngs)
+            else:
+                results = tr.exe.compiled(datas, tr.scalars_on_device, rngs,
+                                          tr.sizes_on_device)
         if stamp is not None and not stamp.holds():
             self._stamp = None   # recomputed by the caller's full path
             return None
@@ -392,43 +430,51 @@ def _on_device(t):
     return t if isinstance(t, LazyTensor) else executor.data_tensor(t)
 
 
-def _record(seen, slot_of, also, owned, out, rng0):
+def _record(seen, slot_of, also, owned, out, rng0, arg_values):
     """The trace of one barrier, and weak references to the values it stored that are
     neither returned nor owned (they must be gone once the step is over)."""
     g, exe, plan, stored = seen
-    if plan is not None:
-        raise NotWholeStep("the step runs padded (dynamic dims)")
     template_consts = {id(n.op.scalar_array) for n in g.nodes
                        if getattr(n.op, "scalar_array", None) is not None}
+    leaves = [n for n in g.nodes if n.op is ir.DATA]
+    layouts = plan.data_layouts if plan is not None else (None,) * len(leaves)
     slots = []
     used = set()
-    k = -1
-    for n in g.nodes:
-        if n.op is not ir.DATA:
-            continue
+    for k, (n, lay) in enumerate(zip(leaves, layouts)):
         used.add(id(n))
-        k += 1
-        s = slot_of.get(id(n))
+        s = slot_of.get(id(n)) or arg_values.get(id(n.value))
         if s is None:
             recipe = ir.HOST_RECIPES.get(n)
-            if recipe is None and k not in g.fresh and id(n) not in template_consts:
+            made = recipe is not None or id(n) in template_consts or n in ir.REPLAYED_CONSTS
+            if not made and k not in g.fresh:
                 raise NotWholeStep("the step reads a lazy tensor that is not an argument, a "
                                    "parameter, a buffer or optimizer state")
-            s = ("const", n.value, recipe)
+            # (made: by a host factory or a replayed forward, so the same for these sizes)
+            s = ("const", n.value, recipe, made)
+        elif s[0] == "state" and lay is not None and dynamic.has_sym(lay):
+            raise NotWholeStep("a parameter or state tensor has a dynamic dim")
         slots.append(s)
     tr = _Trace()
     tr.exe = exe
     tr.slots = tuple(slots)
+    # padded (dynamic dims): each slot's layout, the sizes of this trace, and the constants
+    # at their padded shapes (made once: a signature has one set of sizes)
+    tr.layouts = tuple(lay if lay is not None and dynamic.has_sym(lay) else None
+                       for lay in layouts)
+    tr.sizes = None if plan is None else (dict(zip(plan.syms, plan.sizes)),
+                                          dict(zip(plan.syms, plan.buckets)))
     # places that held one value when traced (an optimizer's step counters) must hold
     # one again: the executable reads it once
     tr.aliases = tuple((slot_of[k], other) for k in sorted(also, key=lambda k: slot_of[k])
                        for other in also[k] if k in used)
-    _group_slots(tr, [n for n in g.nodes if n.op is ir.DATA])
+    _group_slots(tr, leaves)
     tr.scalars = tuple(g.scalars)
     with executor._x64(True):   # the same numbers every replay: on the device once
         dev = config.jax_device()
         tr.scalars_on_device = jax.device_put(np.asarray(tr.scalars, np.float64), dev)
         tr.no_rngs = jax.device_put(np.zeros((0, 2), np.int64), dev)
+        tr.sizes_on_device = None if plan is None else jax.device_put(
+            np.asarray(plan.sizes, np.int64), dev)
     seed0, counter0 = rng0
     seed, counter = random.position()
     if seed != seed0 or any(r[0] != seed0 for r in g.rngs):
@@ -451,7 +497,11 @@ def _record(seen, slot_of, also, owned, out, rng0):
     owner = {id(t._st): j for j, t in enumerate(owned)}
     writes, temps = [], []
     filled = set()
+    out_layouts = None if plan is None else [plan.layouts[o] for o in g.outputs]
     for st, j in stored:
+        if out_layouts is not None and (id(st) in owner or id(st) in returned) and \
+                out_layouts[j] is not None and dynamic.has_sym(out_layouts[j]):
+            raise NotWholeStep("the step keeps or returns a value with a dynamic dim")
         if id(st) in owner:
             writes.append(("state", owner[id(st)], j))
         elif id(st) in returned:
@@ -468,14 +518,22 @@ def _record(seen, slot_of, also, owned, out, rng0):
 
 
 def _group_slots(tr: _Trace, leaves) -> None:
-    """The slots by kind, as a replay gathers them: constants, state (with the signature
-    its leaf must have), arguments, and where each goes among the executable's inputs."""
+    """The slots by kind, as a replay gathers them: constants (padded where the graph
+    runs padded), state (with the signature its leaf must have), arguments (with their
+    layout), and where each goes among the executable's inputs."""
     groups = {"const": [], "state": [], "arg": []}
     where = []
-    for slot, leaf in zip(tr.slots, leaves):
+    for k, (slot, leaf) in enumerate(zip(tr.slots, leaves)):
         kind = slot[0]
         where.append((kind, len(groups[kind])))
-        groups[kind].append(slot[1] if kind != "state" else (slot[1], leaf.sig))
+        if kind == "const":
+            lay = tr.layouts[k]
+            groups[kind].append(slot[1] if lay is None else dynamic.put_host(
+                dynamic.pad_host(dynamic.true_value(leaf), lay, *tr.sizes)))
+        elif kind == "state":
+            groups[kind].append((slot[1], leaf.sig))
+        else:
+            groups[kind].append((slot[1], tr.layouts[k]))
     tr.consts = tuple(groups["const"])
     tr.state_pos = tuple(j for j, _ in groups["state"])
     tr.state_sigs = [sig for _, sig in groups["state"]]
@@ -484,18 +542,24 @@ def _group_slots(tr: _Trace, leaves) -> None:
     tr.perm = tuple(base[kind] + i for kind, i in where)
 
 
-def _agree(a: _Trace, b: _Trace) -> bool:
-    """Whether two traces of a signature did the same thing (then the next is replayed)."""
+def _agree(a: _Trace, b: _Trace, across_sizes: bool = False) -> bool:
+    """Whether two traces did the same thing: two of one signature (then the next call is
+    replayed), or (``across_sizes``) a padded trace and a confirmed one of another size
+    that run one executable (then the new size is replayed from its next call)."""
     if not (a.exe is b.exe and a.writes == b.writes and a.aliases == b.aliases
             and a.out_spec == b.out_spec and a.out_leaves == b.out_leaves
             and a.rng_offsets == b.rng_offsets and a.rng_count == b.rng_count
-            and len(a.slots) == len(b.slots) and _same_numbers(a.scalars, b.scalars)):
+            and a.layouts == b.layouts and len(a.slots) == len(b.slots)
+            and _same_numbers(a.scalars, b.scalars)):
         return False
     for x, y in zip(a.slots, b.slots):
         if x[0] != "const":
             if x != y:
                 return False
-        elif y[0] != "const" or not (x[1] is y[1] or (x[2] is not None and x[2] == y[2])):
+        elif y[0] != "const" or not (x[1] is y[1] or (x[2] is not None and x[2] == y[2])
+                                     or (across_sizes and y[3])):
+            # across sizes, the new trace's constant need only be made for its size
+            # (``arange(T)`` by its factory): each trace replays with its own
             return False
     return True
 
