@@ -123,7 +123,9 @@ def cnn(channels=(8, 16), classes=4, seed=0):
 
 # ---- LSTM -------------------------------------------------------------------------------
 
-def lstm(vocab=32, emb=16, hidden=32, layers=2, seed=0):
+def lstm(vocab=32, emb=16, hidden=32, layers=2, seed=0, unroll=False):
+    """``unroll``: the time loop in Python (as torch's LSTM records it) instead of
+    ``lax.scan``."""
     keys = jax.random.split(jax.random.PRNGKey(seed), 2 + 4 * layers)
     params = {"emb": jax.random.normal(keys[0], (vocab, emb)), "head": _linear(keys[1], hidden,
                                                                                vocab), "layers": []}
@@ -146,8 +148,13 @@ def lstm(vocab=32, emb=16, hidden=32, layers=2, seed=0):
             h = jax.nn.sigmoid(o) * jnp.tanh(c)
             return (h, c), h
         zeros = jnp.zeros((B, hidden))
-        _, hs = jax.lax.scan(cell, (zeros, zeros), xs)
-        return hs
+        if not unroll:
+            return jax.lax.scan(cell, (zeros, zeros), xs)[1]
+        carry, hs = (zeros, zeros), []
+        for x in xs:
+            carry, h = cell(carry, x)
+            hs.append(h)
+        return jnp.stack(hs)
 
     def loss_fn(p, x, y):
         h = jnp.swapaxes(p["emb"][x], 0, 1)

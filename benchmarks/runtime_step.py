@@ -192,6 +192,51 @@ def run(steps):
     return rows
 
 
+def bench_executables(cfg, reps=200):
+    """The whole step's XLA executable alone (its inputs captured from one replay) against
+    the jax.jit step, both waited for, alternated: what is left once Python is gone."""
+    dev = lr.device()
+    model = cfg.make_model().to(dev)
+    opt = lr.compile_optimizer(cfg.ex.make_optimizer(model))
+
+    def train_step(x, y):
+        loss = cfg.ex.loss_fn(model(x.to(dev)), y.to(dev))
+        loss.backward()
+        opt.step()
+        opt.zero_grad()
+        return loss
+    whole = lr.compile_step(train_step, model, opt)
+    lr.clear_cache()   # no graph family learnt from another row runs padded here
+    replays = lr.metrics()["step_replays"]
+    for x, y in cfg.batches:
+        whole(x, y).item()
+        if lr.metrics()["step_replays"] > replays:
+            break
+    exe = whole._last[2].ready.exe   # the trace just replayed
+    real, seen = exe.compiled, []
+    exe.compiled = lambda *a: seen.append(a) or real(*a)
+    whole(x, y).item()
+    exe.compiled = real
+    contenders = {"whole step": lambda: real(*seen[0])}
+    variants = {"jax.jit": {}}
+    if cfg.name == "lstm":
+        variants["jax.jit, loop unrolled"] = {"unroll": True}
+    for label, extra in variants.items():
+        params, opt_state, model_state, step = jm.MODELS[cfg.name.split("-")[0]](
+            **cfg.jax_kwargs, **extra)
+        xn, yn = (a.numpy() for a in cfg.batches[0])
+        contenders[label] = (lambda step=step, a=(params, opt_state, model_state, xn, yn):
+                             step(*a))
+    times = {k: [] for k in contenders}
+    for _ in range(reps):
+        for k, f in contenders.items():
+            t0 = time.perf_counter()
+            with jax.enable_x64(k == "whole step"):
+                jax.block_until_ready(f())
+            times[k].append(time.perf_counter() - t0)
+    return {k: statistics.median(v) * 1e6 for k, v in times.items()}
+
+
 def micro_overhead(n=5000):
     """Tracing cost of one recorded elementwise op (no autograd), in microseconds."""
     dev = lr.device()
@@ -250,6 +295,20 @@ def table(rows, micro, steps):
     return "\n".join(lines)
 
 
+def executables_table(exes) -> str:
+    lines = ["Executables alone (`bench_executables`: the whole step's XLA executable on inputs "
+             "captured from one replay, against the jax.jit step; each call waited for; "
+             "medians of 200 alternated calls, µs): what the step costs once no Python runs.",
+             "", "| model | whole step executable | jax.jit | ratio | jax.jit, LSTM loop "
+             "unrolled |", "|---|---:|---:|---:|---:|"]
+    for name, t in exes:
+        unrolled = t.get("jax.jit, loop unrolled")
+        lines.append(f"| {name} | {t['whole step']:.0f} | {t['jax.jit']:.0f} | "
+                     f"{t['whole step'] / t['jax.jit']:.2f}x | "
+                     f"{'-' if unrolled is None else format(unrolled, '.0f')} |")
+    return "\n".join(lines) + "\n"
+
+
 def write_results(text):
     path = ROOT / "benchmarks" / "RESULTS.md"
     old = path.read_text() if path.exists() else "# Benchmark results\n"
@@ -271,6 +330,8 @@ def main():
     rows = run(args.steps)
     micro = micro_overhead()
     text = table(rows, micro, args.steps)
+    exes = [(cfg.name, bench_executables(cfg)) for cfg in configs(args.steps)]
+    text += "\n" + executables_table(exes)
     print(text)
     if args.write:
         write_results(text)
