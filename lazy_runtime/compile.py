@@ -116,7 +116,8 @@ def compile_optimizer(opt, capturable: bool = True):
     for group in opt.param_groups:
         if capturable and "capturable" in group:
             group["capturable"] = True
-        if group.get("foreach", False) is None:
+        if group.get("foreach", False) is None and not group.get("fused") and \
+                not group.get("differentiable", False):   # (torch refuses those with foreach)
             group["foreach"] = True
     step = opt.step
     replayer = Replayer(step, functools.partial(optimizer_state, opt), differentiable=False)

@@ -12,6 +12,9 @@ from .. import ir
 
 aten = torch.ops.aten
 
+# Binary ops whose single-tensor form takes no number: the clamp that does the same.
+_SCALAR_BOUND = {"maximum": "clamp_min", "minimum": "clamp_max"}
+
 # Ternary ops whose per-element scalar is keyword-only in the single-tensor op.
 _VALUE_KW = {"addcdiv", "addcmul"}
 
@@ -62,6 +65,10 @@ def _apply(func, args, kwargs):
             continue
         if base == "copy":
             results.append(aten.copy_(*a_i, **kw) if inplace else aten.clone(a_i[1]))
+            continue
+        if base in _SCALAR_BOUND and not isinstance(a_i[1], torch.Tensor):
+            # maximum/minimum with a number (ASGD's _foreach_maximum_(mus, 1.0)): a clamp
+            results.append(_op(_SCALAR_BOUND[base], inplace)(a_i[0], a_i[1]))
             continue
         op = _op(base, inplace)
         if op is None:  # no in-place spelling (maximum_): compute, then copy into place

@@ -353,3 +353,38 @@ def test_a_value_that_enters_twice_replays_while_the_places_still_share_it():
     m = lr.metrics()
     assert m["replays"] == 1, m["replay_misses"]
     assert m["replay_misses"].get("arguments no longer share values as when captured") == 1
+
+
+@pytest.mark.parametrize("make_opt", [
+    lambda ps: torch.optim.SGD(ps, lr=0.05, momentum=0.9, nesterov=True),
+    lambda ps: torch.optim.Adam(ps, lr=1e-2, amsgrad=True),
+    lambda ps: torch.optim.Adamax(ps, lr=1e-2),
+    lambda ps: torch.optim.NAdam(ps, lr=1e-2),
+    lambda ps: torch.optim.RAdam(ps, lr=1e-2),
+    lambda ps: torch.optim.RMSprop(ps, lr=1e-2, momentum=0.5, centered=True),
+    lambda ps: torch.optim.Adagrad(ps, lr=0.1),
+    lambda ps: torch.optim.Adadelta(ps, lr=1.0),
+    lambda ps: torch.optim.ASGD(ps, lr=0.05, t0=1),
+    lambda ps: torch.optim.Rprop(ps, lr=0.01)],
+    ids=["sgd-nesterov", "adam-amsgrad", "adamax", "nadam", "radam", "rmsprop", "adagrad",
+         "adadelta", "asgd", "rprop"])
+def test_compiled_optimizers_run_their_foreach_path_and_match_eager(make_opt):
+    """compile_optimizer makes torch take each optimizer's ``_foreach_*`` path (and the
+    capturable one where there is one); the parameters follow eager torch's per-tensor
+    loop on the CPU."""
+    torch.manual_seed(0)
+    eager = nn.Sequential(nn.Linear(5, 4), nn.Tanh(), nn.Linear(4, 2))
+    lazy = copy.deepcopy(eager).to(DEV)
+    opt_e = make_opt(eager.parameters())
+    opt_l = lr.compile_optimizer(make_opt(lazy.parameters()))
+    assert all(g["foreach"] for g in opt_l.param_groups)
+    g = torch.Generator().manual_seed(1)
+    for _ in range(4):
+        x = torch.randn(6, 5, generator=g)
+        for model, opt, dev in ((eager, opt_e, None), (lazy, opt_l, DEV)):
+            model(x if dev is None else x.to(dev)).square().mean().backward()
+            opt.step()
+            opt.zero_grad()
+        lr.mark_step()
+    for pe, pl in zip(eager.parameters(), lazy.parameters()):
+        assert_same(pl, pe.detach(), rtol=1e-5, atol=1e-6, what="parameter")
