@@ -150,6 +150,14 @@ class _StateStamp:
                 and list(map(_META, self.tensors)) == self.meta)
 
 
+_TENSORS_SPEC: dict = {}
+
+
+def _cpu_arg(t):
+    """A CPU tensor argument's part of the signature (as the general path spells it)."""
+    return tuple(t.shape), t.dtype, t.requires_grad, False
+
+
 _GRAD = operator.attrgetter("grad")
 _NODE = operator.attrgetter("_st.node")
 _VIEW = operator.attrgetter("_vw")
@@ -204,6 +212,12 @@ class StepReplayer:
         return tuple(snap), owned
 
     def _signature(self, args, kwargs):
+        if not kwargs and all(type(a) is torch.Tensor for a in args):
+            # the common call, CPU tensors only: its structure is known by their number
+            spec = _TENSORS_SPEC.get(len(args))
+            if spec is None:
+                spec = _TENSORS_SPEC[len(args)] = pytree.tree_flatten((args, {}))[1]
+            return (spec, torch.is_grad_enabled(), *map(_cpu_arg, args)), list(args), spec
         flat, spec = pytree.tree_flatten((args, kwargs))
         key = [spec, torch.is_grad_enabled()]
         for v in flat:
