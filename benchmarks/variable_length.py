@@ -59,16 +59,15 @@ def make_model():
 
 
 def train_run(name, model, steps, device=None, prepare=None, compiled_counter=None,
-              replay_optimizer=False):
-    """Train ``steps`` steps; per-step wall times, losses and compile counts."""
+              replay_optimizer=False, whole_step=False):
+    """Train ``steps`` steps; per-step wall times, losses and compile counts.
+    ``whole_step``: the step through ``lr.compile_step``."""
     opt = EX.make_optimizer(model)
     if replay_optimizer:
         lr.compile_optimizer(opt)
     fwd = prepare(model) if prepare else model
-    times, losses, compiles, compile_s = [], [], [], []
-    for step, T in enumerate(lengths(steps)):
-        x, y = EX.make_batch(step, batch=8, length=T)
-        t0 = time.perf_counter()
+
+    def one_step(x, y):
         if device is not None:
             x, y = x.to(device), y.to(device)
         loss = EX.loss_fn(fwd(x), y)
@@ -77,6 +76,13 @@ def train_run(name, model, steps, device=None, prepare=None, compiled_counter=No
         opt.zero_grad()
         if device is not None:
             lr.mark_step()
+        return loss
+    run_step = lr.compile_step(one_step, model, opt) if whole_step else one_step
+    times, losses, compiles, compile_s = [], [], [], []
+    for step, T in enumerate(lengths(steps)):
+        x, y = EX.make_batch(step, batch=8, length=T)
+        t0 = time.perf_counter()
+        loss = run_step(x, y)
         losses.append(loss.item())
         times.append(time.perf_counter() - t0)
         compiles.append(compiled_counter() if compiled_counter else 0)
@@ -234,6 +240,13 @@ def main():
         "lazy/buckets", copy.deepcopy(base).to(dev), args.steps, dev,
         prepare=lazy_prepare(plan), compiled_counter=lazy_counter, replay_optimizer=True)
     poly_metrics = lr.metrics()
+    fresh_lazy("pow2")
+    print("lazy shape-polymorphic, whole step", file=sys.stderr)
+    results["lazy, shape-polymorphic, whole step"] = train_run(
+        "lazy/whole-step", copy.deepcopy(base).to(dev), args.steps, dev,
+        prepare=lazy_prepare(plan), compiled_counter=lazy_counter, replay_optimizer=True,
+        whole_step=True)
+    whole_metrics = lr.metrics()
 
     eager = results["eager torch"]
     table = {k: summary(v, eager if k != "eager torch" else None) for k, v in results.items()}
@@ -267,7 +280,8 @@ def main():
     at_cap = {"poly": sum(results["lazy, shape-polymorphic"]["times"][:n]),
               "compile": sum(results["torch.compile"]["times"][:n]),
               "eager": sum(results["eager torch"]["times"][:n])}
-    md = render(args, table, inf_table, poly_metrics, inf_metrics, analysis_s, plotted, at_cap)
+    md = render(args, table, inf_table, poly_metrics, inf_metrics, analysis_s, plotted, at_cap,
+                whole_metrics)
     print(md)
     if args.write:
         with open(ROOT / "benchmarks" / "RESULTS.md", "a") as f:
@@ -278,7 +292,7 @@ def _f(v, fmt):
     return "-" if v is None else format(v, fmt)
 
 
-def render(args, table, inf_table, pm, im, analysis_s, plotted, at_cap):
+def render(args, table, inf_table, pm, im, analysis_s, plotted, at_cap, wm):
     today = datetime.date.today().isoformat()
     im0 = im["lazy, shape-polymorphic"]
     lines = [f"## Shape-polymorphic compilation ({today})", "",
@@ -296,11 +310,15 @@ def render(args, table, inf_table, pm, im, analysis_s, plotted, at_cap):
              f"Analysis of the model (shapeinfer.analyze, B and T symbolic): {analysis_s:.2f} s; "
              "plan `control_flow.shape_only`: true and `size_arithmetic.polynomial`: true, so "
              "`lr.compile` marks B and T dynamic and replays forward and backward: "
-             f"{pm['replays']} of {args.steps} training steps replayed, "
-             f"{pm['replays_across_sizes']} of them at a length never traced (predicted from "
-             f"traced lengths); inference: {im0['replays']} of {args.infer_calls} calls, "
+             f"{pm['replays']} replayed calls (forward and optimizer) in {args.steps} "
+             f"training steps, {pm['replays_across_sizes']} of them at a length never traced "
+             f"(predicted from traced lengths); inference: {im0['replays']} of "
+             f"{args.infer_calls} calls, "
              f"{im0['replays_across_sizes']} across sizes. The shape-polymorphic contender also "
-             "replays the optimizer step (`lr.compile_optimizer`).",
+             "replays the optimizer step (`lr.compile_optimizer`). The whole-step row runs "
+             "the same step through `lr.compile_step`: a length is replayed whole once traced "
+             f"and confirmed ({wm['step_replays']} of {args.steps} steps here: lengths rarely "
+             "repeat), the other steps are traced as in the row above.",
              "",
              "| contender | steps | compiles | compile (s) | total (s) | median step (ms) | "
              "vs eager | break-even step | final loss diff | max loss diff |",
