@@ -756,7 +756,6 @@ def put_host(a):
         return jax.device_put(a, config.jax_device())
 
 
-
 def exact_inputs(g: ir.Graph):
     """The data arrays at their true shapes (padded results are unpadded)."""
     out = []

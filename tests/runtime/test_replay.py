@@ -388,3 +388,26 @@ def test_compiled_optimizers_run_their_foreach_path_and_match_eager(make_opt):
         lr.mark_step()
     for pe, pl in zip(eager.parameters(), lazy.parameters()):
         assert_same(pl, pe.detach(), rtol=1e-5, atol=1e-6, what="parameter")
+
+
+def test_a_scalar_made_before_a_replayed_call_is_not_taken_for_its_own():
+    """Two ``zeros(())`` made in one trace are one value, but not across the start of a
+    capture: the forward's own constant must be made inside it, or the capture would
+    read a tensor from outside (and never replay)."""
+    class M(nn.Module):
+        def __init__(self):
+            super().__init__()
+            self.lin = nn.Linear(3, 3)
+
+        def forward(self, x):
+            return self.lin(x) + torch.zeros((), device=x.device)
+
+    torch.manual_seed(0)
+    model = lr.compile(M().to(DEV), replay=True)
+    lr.reset_metrics()
+    for _ in range(4):
+        z = torch.zeros((), device=DEV)   # the same recipe, just before the call
+        (model(torch.randn(2, 3).to(DEV)) + z).sum().backward()
+        lr.mark_step()
+    m = lr.metrics()
+    assert m["replays"] == 3 and m["replay_misses"] == {}, m["replay_misses"]
