@@ -137,6 +137,21 @@ class LazyTensor(torch.Tensor):
     def __tensor_unflatten__(inner, ctx, outer_size, outer_stride):
         raise UnsupportedOperation("lazy tensors cannot be rebuilt from a flattened form")
 
+    # ``t.data = new`` makes ``t`` hold ``new``'s contents: torch sets the sizes, strides
+    # and dtype in C++; the lazy buffer and view chain must follow them.
+    @property
+    def data(self):
+        return torch._C.TensorBase.data.__get__(self)
+
+    @data.setter
+    def data(self, new):
+        if not isinstance(new, LazyTensor):
+            raise UnsupportedOperation(
+                f"`t.data = x` with x on {new.device}: move x to the lazy device first "
+                "(x.to(lazy_runtime.device()))")
+        torch._C.TensorBase.data.__set__(self, new)
+        self._st, self._vw, self._vc = new._st, new._vw, new._vc
+
     # User code that autograd's engine calls must not raise through it (an exception
     # crossing the engine on this device aborts the process: see ``dispatch``): a hook's
     # error is kept and raised at the next barrier, like an op's error inside backward.

@@ -164,3 +164,21 @@ def test_buffers_given_one_value_share_it_until_one_is_written():
     x, y = torch.full((), 3.0, device=DEV), torch.full((), -3.0, device=DEV)
     torch._foreach_mul_([x, y], -0.0)   # -0.0 is not 0.0: signs kept
     assert torch.signbit(x.cpu()) and not torch.signbit(y.cpu())
+
+
+def test_setting_data_replaces_contents_and_metadata_as_in_torch():
+    torch.manual_seed(0)
+    p = torch.nn.Parameter(torch.randn(3, 4))
+    pl = torch.nn.Parameter(p.detach().clone().to(DEV))
+    old_l = pl.data
+    new = torch.arange(10.0, dtype=torch.float64).reshape(5, 2)
+    p.data = new.clone()
+    pl.data = new.clone().to(DEV)
+    assert (pl.shape, pl.dtype, pl.requires_grad) == (p.shape, p.dtype, p.requires_grad)
+    assert torch.equal(pl.detach().cpu(), p.detach())
+    assert old_l.shape == (3, 4)   # an alias taken before keeps the old contents
+    (pl * 2).sum().backward()
+    lr.mark_step()
+    assert torch.equal(pl.grad.cpu(), torch.full((5, 2), 2.0, dtype=torch.float64))
+    with pytest.raises(lr.UnsupportedOperation, match="move x to the lazy device"):
+        pl.data = torch.ones(2)
