@@ -132,7 +132,11 @@ class _StateStamp:
         self.tensors = list(owned) + [t for t in tensors[len(owned):] if id(t) not in known]
         self.flat = self._flat()
         self.grads = list(map(_GRAD, self.tensors))
-        self.meta = list(map(_META, self.tensors))
+        # A lazy tensor's sizes and dtype change only with its buffer (``t.data = x``,
+        # ``swap_tensors``): the buffer's identity stands for them, at a third of the cost.
+        self.meta_of = _LAZY_META if all(isinstance(t, LazyTensor) for t in self.tensors) \
+            else _META
+        self.meta = list(map(self.meta_of, self.tensors))
 
     def _flat(self) -> tuple:
         """Every key and value of the tables and every item of the lists, in one tuple
@@ -147,7 +151,7 @@ class _StateStamp:
         flat = self._flat()
         return (len(flat) == len(self.flat) and all(map(operator.is_, flat, self.flat))
                 and all(map(operator.is_, map(_GRAD, self.tensors), self.grads))
-                and list(map(_META, self.tensors)) == self.meta)
+                and list(map(self.meta_of, self.tensors)) == self.meta)
 
 
 _TENSORS_SPEC: dict = {}
@@ -164,6 +168,7 @@ _VIEW = operator.attrgetter("_vw")
 _SIG = operator.attrgetter("sig")
 _VALUE = operator.attrgetter("value")
 _META = operator.attrgetter("shape", "dtype", "requires_grad")
+_LAZY_META = operator.attrgetter("_st", "requires_grad")
 _VALUES = operator.methodcaller("values")
 
 
