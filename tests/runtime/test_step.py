@@ -169,6 +169,25 @@ def test_a_state_change_discards_the_launch_made_before_the_guard():
     assert all(torch.equal(a, b) for a, b in zip(runs[False][1], runs[True][1]))
 
 
+def test_a_parameter_given_new_data_is_replayed_with_it():
+    """``p.data = x`` between calls: the replay reads the new buffer (same shape: the same
+    signature, still replayed), bit for bit as tracing."""
+    data = batches(9, seed=7)
+    runs = {}
+    for whole in (False, True):
+        model, opt, step = fresh_step(whole, seed=5)
+        losses = []
+        for i, (x, y) in enumerate(data):
+            if i == 6:
+                model.a.weight.data = torch.full((16, 6), 0.05).to(DEV)
+            losses.append(step(x, y)[0].item())
+        runs[whole] = losses, [p.detach().cpu() for p in model.parameters()]
+        if whole:
+            assert lr.metrics()["step_replays"] == 5, lr.metrics()["replay_misses"]
+    assert runs[False][0] == runs[True][0]
+    assert all(torch.equal(a, b) for a, b in zip(runs[False][1], runs[True][1]))
+
+
 def test_values_shared_when_traced_must_be_shared_again():
     """AdamW's step counters hold one value (one input of the graph). Advancing one of
     them by hand breaks that: the next call is traced, not replayed with the shared
