@@ -147,69 +147,57 @@ def test_a_changed_mode_or_hyper_parameter_is_traced_not_replayed():
     assert lr.metrics()["step_replays"] == 1
 
 
+def replayed_like_traced(data, seed, changes):
+    """Train on ``data`` traced and replayed whole, applying ``changes[i](model, opt)``
+    before call i; both must agree bit for bit. The whole-step run's metrics and
+    optimizer."""
+    runs = {}
+    for whole in (False, True):
+        model, opt, step = fresh_step(whole, seed=seed)
+        losses = []
+        for i, (x, y) in enumerate(data):
+            if i in changes:
+                changes[i](model, opt)
+            losses.append(step(x, y)[0].item())
+        runs[whole] = losses, [p.detach().cpu() for p in model.parameters()], lr.metrics(), opt
+    (losses0, params0, _, _), (losses1, params1, metrics, opt) = runs[False], runs[True]
+    assert losses0 == losses1
+    assert all(torch.equal(a, b) for a, b in zip(params0, params1))
+    return metrics, opt
+
+
 def test_a_state_change_discards_the_launch_made_before_the_guard():
     """A replay of the previous call's signature launches before its state guard runs;
     when the guard then fails (the learning rate changed), the launch's results are
     dropped and no random number is drawn: the step is traced, bit for bit as tracing."""
-    data = batches(9, seed=5)
-    lrs = {6: 0.5, 7: 1e-2}
-    runs = {}
-    for whole in (False, True):
-        model, opt, step = fresh_step(whole, seed=3)
-        losses = []
-        for i, (x, y) in enumerate(data):
-            if i in lrs:
-                opt.param_groups[0]["lr"] = lrs[i]
-            losses.append(step(x, y)[0].item())
-        runs[whole] = losses, [p.detach().cpu() for p in model.parameters()]
-        if whole:
-            # steps 5 and 6 replayed, 7 traced (new learning rate), 8 and 9 replayed
-            assert lr.metrics()["step_replays"] == 4, lr.metrics()["replay_misses"]
-    assert runs[False][0] == runs[True][0]
-    assert all(torch.equal(a, b) for a, b in zip(runs[False][1], runs[True][1]))
+    def set_lr(value):
+        return lambda model, opt: opt.param_groups[0].update(lr=value)
+    m, _ = replayed_like_traced(batches(9, seed=5), 3, {6: set_lr(0.5), 7: set_lr(1e-2)})
+    # steps 5 and 6 replayed, 7 traced (new learning rate), 8 and 9 replayed
+    assert m["step_replays"] == 4, m["replay_misses"]
 
 
 def test_a_parameter_given_new_data_is_replayed_with_it():
     """``p.data = x`` between calls: the replay reads the new buffer (same shape: the same
     signature, still replayed), bit for bit as tracing."""
-    data = batches(9, seed=7)
-    runs = {}
-    for whole in (False, True):
-        model, opt, step = fresh_step(whole, seed=5)
-        losses = []
-        for i, (x, y) in enumerate(data):
-            if i == 6:
-                model.a.weight.data = torch.full((16, 6), 0.05).to(DEV)
-            losses.append(step(x, y)[0].item())
-        runs[whole] = losses, [p.detach().cpu() for p in model.parameters()]
-        if whole:
-            assert lr.metrics()["step_replays"] == 5, lr.metrics()["replay_misses"]
-    assert runs[False][0] == runs[True][0]
-    assert all(torch.equal(a, b) for a, b in zip(runs[False][1], runs[True][1]))
+    def new_data(model, opt):
+        model.a.weight.data = torch.full((16, 6), 0.05).to(DEV)
+    m, _ = replayed_like_traced(batches(9, seed=7), 5, {6: new_data})
+    assert m["step_replays"] == 5, m["replay_misses"]
 
 
 def test_values_shared_when_traced_must_be_shared_again():
     """AdamW's step counters hold one value (one input of the graph). Advancing one of
     them by hand breaks that: the next call is traced, not replayed with the shared
     value, and equals tracing bit for bit."""
-    data = batches(12, seed=6)
-    runs = {}
-    for whole in (False, True):
-        model, opt, step = fresh_step(whole, seed=4)
-        losses = []
-        for i, (x, y) in enumerate(data):
-            if i == 6:
-                next(iter(opt.state.values()))["step"].add_(10.0)
-            losses.append(step(x, y)[0].item())
-        counters = {id(s["step"]._st.node) for s in opt.state.values()}
-        runs[whole] = losses, [p.detach().cpu() for p in model.parameters()], len(counters)
-        if whole:
-            # steps 5 and 6 replayed; 7 and 8 traced (the counters apart: the optimizer
-            # captured again, the step's two new traces agree); 9 to 12 replayed
-            assert lr.metrics()["step_replays"] == 6, lr.metrics()["replay_misses"]
-    assert runs[False][0] == runs[True][0]
-    assert all(torch.equal(a, b) for a, b in zip(runs[False][1], runs[True][1]))
-    assert runs[True][2] == 2   # the counter advanced by hand, and the others
+    def advance_one(model, opt):
+        next(iter(opt.state.values()))["step"].add_(10.0)
+    m, opt = replayed_like_traced(batches(12, seed=6), 4, {6: advance_one})
+    # steps 5 and 6 replayed; 7 and 8 traced (the counters apart: the optimizer captured
+    # again, the step's two new traces agree); 9 to 12 replayed
+    assert m["step_replays"] == 6, m["replay_misses"]
+    # the counter advanced by hand, and the others
+    assert len({id(s["step"]._st.node) for s in opt.state.values()}) == 2
 
 
 def test_whole_step_training_of_an_example_matches_eager():
