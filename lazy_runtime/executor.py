@@ -443,6 +443,7 @@ def sync(reason: str = "mark_step") -> None:
         if leaf is None:
             leaf = made[j] = (ir.leaf(ir.DATA, results[j], n.shape, n.dtype) if plan is None
                               else dynamic.result_leaf(n, results[j], outs_lay[j], plan))
+            leaf.born = ir.COMPUTED
         st.node = leaf
         st.version += 1
 

@@ -72,6 +72,8 @@ _op_keys: dict = {}
 # Barriers passed so far: a DATA leaf born in the current epoch was copied to the device
 # in this step (an input or a host constant), which matters for dynamic dims.
 EPOCH = [0]
+# The ``born`` of a graph's result: computed on the device, never copied in any step.
+COMPUTED = -1
 # Leaves made so far: a leaf's ``serial`` tells whether it was made after some point
 # (``replay`` uses it to tell constants made inside a forward from tensors read from outside).
 LEAVES_MADE = [0]

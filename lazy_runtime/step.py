@@ -429,12 +429,14 @@ class StepReplayer:
                 st = owned[x]._st
                 if n is None:
                     n = made[j] = ir.leaf(ir.DATA, results[j], st.node.shape, st.node.dtype)
+                    n.born = ir.COMPUTED
                 st.node = n
                 st.version += 1
             else:
                 if n is None:
                     shape, dtype = tr.out_leaves[x]
                     n = made[j] = ir.leaf(ir.DATA, results[j], shape, dtype)
+                    n.born = ir.COMPUTED
                 leaves[x] = tensor.new_base(n)
         return pytree.tree_unflatten(leaves, tr.out_spec)
 

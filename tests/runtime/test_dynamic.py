@@ -142,6 +142,28 @@ def test_gpt_training_padded_matches_eager_and_compiles_once_per_bucket():
     assert m["padded_executions"] == len(lengths)
 
 
+def test_a_length_equal_to_a_model_width_reuses_the_bucket():
+    """T = 32 = d_model: the parameters (results of the last step, not data copied in
+    this one) are not taken for T, so the step runs on its bucket's executable."""
+    ex = load_example("gpt")
+    torch.manual_seed(0)
+    model = ex.GPT(block=64, dropout=0.0).to(DEV)
+    opt = ex.make_optimizer(model)
+    lr.mark_step()
+    lr.reset_metrics()
+    compiles = []
+    for step, T in enumerate([20, 24, 28, 32, 30]):     # one bucket: 32
+        x, y = ex.make_batch(step, batch=2, length=T)
+        loss = ex.loss_fn(model(lr.mark_dynamic(x.to(DEV), 1, "T")), y.to(DEV))
+        loss.backward()
+        opt.step()
+        opt.zero_grad()
+        lr.mark_step()
+        compiles.append(lr.metrics()["compiles"])
+    m = lr.metrics()
+    assert compiles[-1] == compiles[1] and m["exact_compiles"] == {}, m["recompile_reasons"]
+
+
 def test_a_size_equal_to_a_model_dim_is_still_right():
     """T == C: guesses of which 6 is T may be wrong; results never are."""
     w, emb, mask = _params()
