@@ -73,6 +73,13 @@ def test_promotion_follows_torch(make, expect):
 def test_item_tolist_and_print():
     x = torch.tensor([1.5, -2.0]).to(DEV)
     assert (x * 2).sum().item() == -1.0
+    for t in (torch.tensor(0.1), torch.tensor(0.1, dtype=torch.float64),
+              torch.tensor([7], dtype=torch.int64), torch.tensor(True),
+              torch.tensor([[3]], dtype=torch.uint8), torch.tensor(0.1, dtype=torch.float16),
+              torch.tensor(0.1, dtype=torch.bfloat16)):
+        for make in (lambda u: u, lambda u: u * 1):   # data copied, and computed
+            got, want = make(t.to(DEV)).item(), make(t).item()
+            assert (type(got), got) == (type(want), want), t.dtype
     assert (x * 2).tolist() == [3.0, -4.0]
     text = repr(x * 2)
     assert "3." in text and "lazy_jax" in text
