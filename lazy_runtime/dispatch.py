@@ -21,7 +21,6 @@ from __future__ import annotations
 
 import functools
 import math
-import time
 
 import numpy as np
 import torch
@@ -440,17 +439,12 @@ _ITEM_DIRECT = frozenset(np.dtype(d) for d in (
 
 
 def _local_scalar_dense(func, args, kwargs):
-    from .executor import _x64, to_cpu
+    from .executor import host_value, to_cpu
     x = args[0]
     n = x._st.node
     if not x._vw and n.op is ir.DATA and n.aux is None and n.value.dtype in _ITEM_DIRECT:
         # computed data read straight (a training loop's ``loss.item()`` every step)
-        METRICS.transfers_to_host += 1
-        t0 = time.perf_counter()
-        with _x64(True):
-            v = np.asarray(n.value).item()
-        METRICS.execute_seconds += time.perf_counter() - t0  # waiting for execution
-        return v
+        return host_value(n).item()
     return to_cpu(x).item()
 
 

@@ -725,27 +725,20 @@ def reset() -> None:
 
 def padded_inputs(g: ir.Graph, plan: SymPlan):
     """The data arrays at their padded shapes (host-padded where needed)."""
-    from .executor import _x64
     sizes = dict(zip(plan.syms, plan.sizes))
     buckets = dict(zip(plan.syms, plan.buckets))
-    out = []
-    k = 0
-    for n in g.nodes:
-        if n.op is not ir.DATA:
-            continue
-        lay = plan.data_layouts[k]
-        k += 1
-        p = leaf_pad(n)
-        if p is not None and p[1] == lay and all(buckets.get(s) == b for s, b in p[3]):
-            out.append(n.value)
-            continue
-        if not has_sym(lay):
-            out.append(n.value if p is None else put_host(true_value(n)))
-            continue
-        a = true_value(n)
-        with _x64(True):
-            out.append(put_host(pad_host(a, lay, sizes, buckets)))
-    return out
+    leaves = (n for n in g.nodes if n.op is ir.DATA)
+    return [padded_value(n, lay, sizes, buckets) for n, lay in zip(leaves, plan.data_layouts)]
+
+
+def padded_value(n: ir.Node, lay, sizes: dict, buckets: dict):
+    """DATA leaf ``n``'s value on the device at layout ``lay``'s padded shape."""
+    p = leaf_pad(n)
+    if p is not None and p[1] == lay and all(buckets.get(s) == b for s, b in p[3]):
+        return n.value
+    if not has_sym(lay):
+        return n.value if p is None else put_host(true_value(n))
+    return put_host(pad_host(true_value(n), lay, sizes, buckets))
 
 
 def put_host(a):
@@ -766,13 +759,13 @@ def exact_inputs(g: ir.Graph):
 
 def result_leaf(n: ir.Node, value, layout, plan: SymPlan) -> ir.Node:
     if layout is None or not has_sym(layout):
-        return ir.leaf(ir.DATA, value, n.shape, n.dtype)
+        return ir.computed_leaf(value, n.shape, n.dtype)
     syms = sorted(layout_syms(layout))
     sizes = dict(zip(plan.syms, plan.sizes))
     buckets = dict(zip(plan.syms, plan.buckets))
     aux = ("pad", layout, tuple((s, sizes[s]) for s in syms),
            tuple((s, buckets[s]) for s in syms))
-    return ir.leaf(ir.DATA, value, n.shape, n.dtype, aux=aux)
+    return ir.computed_leaf(value, n.shape, n.dtype, aux=aux)
 
 
 def note_compile(plan: SymPlan) -> None:

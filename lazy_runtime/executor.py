@@ -64,6 +64,16 @@ def filled_node(shape, dtype, fill) -> ir.Node:
     return ir.host_leaf(("filled", shape, dtype, fill), shape, make)
 
 
+def host_value(n: ir.Node) -> np.ndarray:
+    """Computed DATA leaf ``n``'s true-shaped value on the host (counted; the time spent
+    waiting for its graph to finish counts as execution)."""
+    METRICS.transfers_to_host += 1
+    t0 = time.perf_counter()
+    a = dynamic.true_value(n)
+    METRICS.execute_seconds += time.perf_counter() - t0
+    return a
+
+
 def to_cpu(t) -> torch.Tensor:
     """The value of lazy tensor ``t`` as a new CPU tensor (a barrier if it is pending)."""
     st = t._st
@@ -72,10 +82,7 @@ def to_cpu(t) -> torch.Tensor:
     if st.node.op is ir.ERROR:
         raise LazyRuntimeError(f"this tensor has no value: the graph computing it failed "
                                f"({st.node.value})") from st.node.value
-    METRICS.transfers_to_host += 1
-    t0 = time.perf_counter()
-    a = dynamic.true_value(st.node)
-    METRICS.execute_seconds += time.perf_counter() - t0  # waiting for async execution
+    a = host_value(st.node)
     for step in t._vw:
         a = apply_step_numpy(step, a)
     out = dtypes.numpy_to_tensor(a)
@@ -441,9 +448,8 @@ def sync(reason: str = "mark_step") -> None:
         j = where[id(n)]
         leaf = made.get(j)
         if leaf is None:
-            leaf = made[j] = (ir.leaf(ir.DATA, results[j], n.shape, n.dtype) if plan is None
+            leaf = made[j] = (ir.computed_leaf(results[j], n.shape, n.dtype) if plan is None
                               else dynamic.result_leaf(n, results[j], outs_lay[j], plan))
-            leaf.born = ir.COMPUTED
         st.node = leaf
         st.version += 1
 

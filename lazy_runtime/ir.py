@@ -72,8 +72,6 @@ _op_keys: dict = {}
 # Barriers passed so far: a DATA leaf born in the current epoch was copied to the device
 # in this step (an input or a host constant), which matters for dynamic dims.
 EPOCH = [0]
-# The ``born`` of a graph's result: computed on the device, never copied in any step.
-COMPUTED = -1
 # Leaves made so far: a leaf's ``serial`` tells whether it was made after some point
 # (``replay`` uses it to tell constants made inside a forward from tensors read from outside).
 LEAVES_MADE = [0]
@@ -195,6 +193,14 @@ def leaf(kind: str, value, shape, dtype, aux=None) -> Node:
         n.sig = (kind, shape, dtype) if aux is None else (kind, shape, dtype, aux)
     else:
         n.sig = (kind,)
+    return n
+
+
+def computed_leaf(value, shape, dtype, aux=None) -> Node:
+    """A graph's result stored as data: never "copied in this step" (``born`` -1), so
+    the padding planner does not guess its dims (a parameter's) to be a length."""
+    n = leaf(DATA, value, shape, dtype, aux)
+    n.born = -1
     return n
 
 

@@ -428,15 +428,13 @@ class StepReplayer:
             if kind == "state":
                 st = owned[x]._st
                 if n is None:
-                    n = made[j] = ir.leaf(ir.DATA, results[j], st.node.shape, st.node.dtype)
-                    n.born = ir.COMPUTED
+                    n = made[j] = ir.computed_leaf(results[j], st.node.shape, st.node.dtype)
                 st.node = n
                 st.version += 1
             else:
                 if n is None:
                     shape, dtype = tr.out_leaves[x]
-                    n = made[j] = ir.leaf(ir.DATA, results[j], shape, dtype)
-                    n.born = ir.COMPUTED
+                    n = made[j] = ir.computed_leaf(results[j], shape, dtype)
                 leaves[x] = tensor.new_base(n)
         return pytree.tree_unflatten(leaves, tr.out_spec)
 
@@ -549,8 +547,8 @@ def _group_slots(tr: _Trace, leaves) -> None:
         where.append((kind, len(groups[kind])))
         if kind == "const":
             lay = tr.layouts[k]
-            groups[kind].append(slot[1] if lay is None else dynamic.put_host(
-                dynamic.pad_host(dynamic.true_value(leaf), lay, *tr.sizes)))
+            groups[kind].append(slot[1] if lay is None else
+                                dynamic.padded_value(leaf, lay, *tr.sizes))
         elif kind == "state":
             groups[kind].append((slot[1], leaf.sig))
         else:

@@ -33,8 +33,7 @@ def _plan(func):
 
 
 def foreach_handler(func, args, kwargs):
-    floats = [a for a, is_list in zip(args, _plan(func)[2]) if type(a) is float]
-    floats += [v for v in kwargs.values() if type(v) is float]
+    floats = [a for a in (*args, *kwargs.values()) if type(a) is float]
     if not floats or ir.SHARED_SCALARS:
         return _apply(func, args, kwargs)
     for v in floats:
