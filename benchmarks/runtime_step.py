@@ -100,9 +100,11 @@ def shape_only(cfg) -> bool:
 WARMUP = 5   # whole-step replay starts at step 5 (state made, optimizer capture, 2 traces)
 
 
-def bench_lazy(cfg, steps, mode="plain"):
-    """mode: "plain" (traced every step), "replay" (forward/backward and optimizer
-    replayed, loss traced) or "whole" (``lr.compile_step``: the whole step replayed)."""
+def lazy_step(cfg, mode):
+    """(the example's training step on the lazy device, its model, its optimizer) for
+    ``mode``: "plain" (traced every step), "replay" (forward/backward and optimizer
+    replayed, loss traced) or "whole" (the optimizer replayed; ``lr.compile_step`` is the
+    caller's)."""
     dev = lr.device()
     model = cfg.make_model().to(dev)
     if mode == "replay":
@@ -118,7 +120,12 @@ def bench_lazy(cfg, steps, mode="plain"):
         opt.step()
         opt.zero_grad()
         return loss
+    return train_step, model, opt
 
+
+def bench_lazy(cfg, steps, mode="plain"):
+    """Lazy steps in ``mode`` (``lazy_step``; "whole": through ``lr.compile_step``)."""
+    train_step, model, opt = lazy_step(cfg, mode)
     whole = lr.compile_step(train_step, model, opt) if mode == "whole" else None
     lr.clear_cache()
     lr.reset_metrics()
@@ -195,17 +202,7 @@ def run(steps):
 def bench_executables(cfg, reps=200):
     """The whole step's XLA executable alone (its inputs captured from one replay) against
     the jax.jit step, both waited for, alternated: what is left once Python is gone."""
-    dev = lr.device()
-    model = cfg.make_model().to(dev)
-    opt = lr.compile_optimizer(cfg.ex.make_optimizer(model))
-
-    def train_step(x, y):
-        loss = cfg.ex.loss_fn(model(x.to(dev)), y.to(dev))
-        loss.backward()
-        opt.step()
-        opt.zero_grad()
-        return loss
-    whole = lr.compile_step(train_step, model, opt)
+    whole = lr.compile_step(*lazy_step(cfg, "whole"))
     lr.clear_cache()   # no graph family learnt from another row runs padded here
     replays = lr.metrics()["step_replays"]
     for x, y in cfg.batches:
