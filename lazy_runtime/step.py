@@ -95,25 +95,70 @@ class _Entry:
         self.traces = 0
 
 
+def _dict_versions():
+    """CPython's per-dict version tag (``ma_version_tag``, read by torch's Dynamo guards):
+    it changes whenever an entry is added, removed or given another object, and only
+    then. None where it is not there or does not behave so (other Pythons): the stamp
+    then compares every key and value instead."""
+    try:
+        from torch._C._dynamo.guards import dict_version
+    except ImportError:   # pragma: no cover (a torch build without Dynamo)
+        return None
+    try:
+        for d in ({}, collections.OrderedDict(), collections.defaultdict(list)):
+            seen = [dict_version(d)]
+            d["a"] = object()
+            seen.append(dict_version(d))
+            d["a"] = d["a"]    # the same object again: unchanged
+            if dict_version(d) != seen[-1]:
+                return None
+            d["a"] = object()
+            seen.append(dict_version(d))
+            d.setdefault("b", 1)
+            seen.append(dict_version(d))
+            del d["a"]
+            seen.append(dict_version(d))
+            d.update(c=2)
+            seen.append(dict_version(d))
+            if len(set(seen)) != len(seen):
+                return None
+    except Exception:   # pragma: no cover
+        return None
+    return dict_version
+
+
+_DICT_VERSION = _dict_versions()
+
+
 class _StateStamp:
     """The identity of everything ``module_state`` and ``optimizer_state`` read (every
-    module's attribute, parameter, buffer, submodule and hook table, the optimizer's
-    groups, hyper-parameters and state, each tensor's grad, shape, dtype and
-    ``requires_grad``), kept with their result: while every one is the same object, the
-    snapshot is the same, and checking that costs a fraction of recomputing it."""
+    module's attributes, parameter, buffer, submodule and hook tables, the optimizer's
+    groups, hyper-parameters and state; the modules' tensors' sizes, dtype and
+    ``requires_grad``; the parameters' grads), kept with their result: while every one is
+    the same object, the snapshot is the same, and checking that costs a fraction of
+    recomputing it. (A state tensor's sizes and dtype are the replay's own check: the
+    signature of the leaf it holds.)
+
+    A table (a dict) is checked by its version tag where CPython has one
+    (``_dict_versions``): one C call per table instead of comparing each key and value."""
+
+    MODULE_TABLES = ("_parameters", "_buffers", "_modules", "_forward_hooks",
+                     "_forward_pre_hooks", "_backward_hooks", "_backward_pre_hooks")
 
     def __init__(self, snap, owned, model, optimizer):
         self.snap, self.owned = snap, owned
         tables = [_nn_module._global_forward_hooks, _nn_module._global_forward_pre_hooks,
                   _nn_module._global_backward_hooks, _nn_module._global_backward_pre_hooks]
         lists = []
-        tensors = list(owned)
+        tensors, params = [], []
         if model is not None:
             for m in model.modules():
                 d = m.__dict__
                 tables.append(d)
-                tables.extend(v for k, v in d.items() if k.startswith("_") and type(v) in (
+                tables.extend(d[k] for k in self.MODULE_TABLES if type(d.get(k)) in (
                     dict, collections.OrderedDict))
+                tensors.extend(t for t in d["_parameters"].values() if t is not None)
+                tensors.extend(t for t in d["_buffers"].values() if t is not None)
         if optimizer is not None:
             tables.append(optimizer.__dict__)
             tables.extend((optimizer._optimizer_step_pre_hooks,
@@ -123,20 +168,27 @@ class _StateStamp:
             lists.append(optimizer.param_groups)
             for g in optimizer.param_groups:
                 lists.append(g["params"])
-                tensors.extend(g["params"])
-        # Most tables (hook dicts) are empty: checked by their lengths alone.
-        self.tables = [t for t in tables if t]
-        self.empty = [t for t in tables if not t]
-        known = set(map(id, owned))   # a parameter is owned and in its group: once
+                params.extend(g["params"])
         self.lists = lists
-        self.tensors = list(owned) + [t for t in tensors[len(owned):] if id(t) not in known]
-        self.flat = self._flat()
-        self.grads = list(map(_GRAD, self.tensors))
+        self.tensors = _unique(tensors + params)
+        # grads: the parameters' (the snapshot reads them; autograd writes them)
+        self.with_grads = _unique(params + [t for t in tensors if t.requires_grad])
+        self.grads = list(map(_GRAD, self.with_grads))
         # A lazy tensor's sizes and dtype change only with its buffer (``t.data = x``,
         # ``swap_tensors``): the buffer's identity stands for them, at a third of the cost.
         self.meta_of = _LAZY_META if all(isinstance(t, LazyTensor) for t in self.tensors) \
             else _META
         self.meta = list(map(self.meta_of, self.tensors))
+        if _DICT_VERSION is not None:
+            self.tables, self.empty = tables, ()
+            self.versions = list(map(_DICT_VERSION, tables))
+            self.flat = tuple(itertools.chain.from_iterable(lists))
+        else:
+            # Most tables (hook dicts) are empty: checked by their lengths alone.
+            self.tables = [t for t in tables if t]
+            self.empty = [t for t in tables if not t]
+            self.versions = None
+            self.flat = self._flat()
 
     def _flat(self) -> tuple:
         """Every key and value of the tables and every item of the lists, in one tuple
@@ -146,12 +198,22 @@ class _StateStamp:
                                      itertools.chain.from_iterable(self.lists)))
 
     def holds(self) -> bool:
-        if any(map(len, self.empty)):
-            return False
-        flat = self._flat()
+        if self.versions is not None:
+            if list(map(_DICT_VERSION, self.tables)) != self.versions:
+                return False
+            flat = tuple(itertools.chain.from_iterable(self.lists))
+        else:
+            if any(map(len, self.empty)):
+                return False
+            flat = self._flat()
         return (len(flat) == len(self.flat) and all(map(operator.is_, flat, self.flat))
-                and all(map(operator.is_, map(_GRAD, self.tensors), self.grads))
+                and all(map(operator.is_, map(_GRAD, self.with_grads), self.grads))
                 and list(map(self.meta_of, self.tensors)) == self.meta)
+
+
+def _unique(tensors: list) -> list:
+    seen = set()
+    return [t for t in tensors if not (id(t) in seen or seen.add(id(t)))]
 
 
 _TENSORS_SPEC: dict = {}

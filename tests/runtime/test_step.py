@@ -186,6 +186,36 @@ def test_a_parameter_given_new_data_is_replayed_with_it():
     assert m["step_replays"] == 5, m["replay_misses"]
 
 
+def _freeze(model, opt):
+    model.a.weight.requires_grad_(False)
+
+
+def _grad_by_hand(model, opt):
+    model.b.bias.grad = torch.ones(3).to(DEV)
+
+
+def _new_moment(model, opt):
+    opt.state[model.a.bias]["exp_avg"] = torch.full((16,), 0.5).to(DEV)
+
+
+def _forward_hook(model, opt):
+    model.b.register_forward_hook(lambda mod, args, out: out * 2.0)
+
+
+def _new_parameter(model, opt):
+    model.b.bias = nn.Parameter(torch.zeros(3).to(DEV))
+
+
+@pytest.mark.parametrize("change", [_freeze, _grad_by_hand, _new_moment, _forward_hook,
+                                    _new_parameter])
+def test_each_state_change_between_replays_is_seen(change):
+    """A change to the model's or optimizer's state between two replayed calls (a frozen
+    parameter, a grad set by hand, a state tensor replaced, a hook, a parameter replaced)
+    reaches the next step, bit for bit as tracing sees it."""
+    m, _ = replayed_like_traced(batches(9, seed=8), 4, {6: change})
+    assert m["step_replays"] >= 2, m["replay_misses"]   # replayed before the change
+
+
 def test_values_shared_when_traced_must_be_shared_again():
     """AdamW's step counters hold one value (one input of the graph). Advancing one of
     them by hand breaks that: the next call is traced, not replayed with the shared
