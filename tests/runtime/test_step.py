@@ -12,6 +12,7 @@ import torch.nn as nn
 import torch.nn.functional as F
 
 import lazy_runtime as lr
+import lazy_runtime.step as lr_step
 from lazy_runtime.training import train_steps
 from conftest import DEV, load_example
 
@@ -206,12 +207,18 @@ def _new_parameter(model, opt):
     model.b.bias = nn.Parameter(torch.zeros(3).to(DEV))
 
 
+@pytest.mark.parametrize("versions", [True, False], ids=["dict-versions", "compared"])
 @pytest.mark.parametrize("change", [_freeze, _grad_by_hand, _new_moment, _forward_hook,
                                     _new_parameter])
-def test_each_state_change_between_replays_is_seen(change):
+def test_each_state_change_between_replays_is_seen(change, versions, monkeypatch):
     """A change to the model's or optimizer's state between two replayed calls (a frozen
     parameter, a grad set by hand, a state tensor replaced, a hook, a parameter replaced)
-    reaches the next step, bit for bit as tracing sees it."""
+    reaches the next step, bit for bit as tracing sees it; with the guard reading dicts'
+    version tags and with it comparing every key and value (Pythons without the tags)."""
+    if not versions:
+        monkeypatch.setattr(lr_step, "_DICT_VERSION", None)
+    else:
+        assert lr_step._DICT_VERSION is not None   # CPython 3.11 has them
     m, _ = replayed_like_traced(batches(9, seed=8), 4, {6: change})
     assert m["step_replays"] >= 2, m["replay_misses"]   # replayed before the change
 
