@@ -37,8 +37,9 @@ def to_numpy_dtype(dtype: torch.dtype) -> np.dtype:
 
 
 def tensor_to_numpy(t: torch.Tensor) -> np.ndarray:
-    """A numpy copy of a CPU tensor (bfloat16 through ml_dtypes)."""
-    t = t.detach()
+    """A numpy copy of a CPU tensor (bfloat16 through ml_dtypes; a negative or conjugate
+    view resolved)."""
+    t = t.detach().resolve_neg().resolve_conj()
     if t.dtype == torch.bfloat16:
         return t.contiguous().view(torch.int16).numpy().view(ml_dtypes.bfloat16).copy()
     to_numpy_dtype(t.dtype)

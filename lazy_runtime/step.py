@@ -51,6 +51,7 @@ from __future__ import annotations
 import collections
 import itertools
 import operator
+import sys
 import time
 import weakref
 
@@ -65,6 +66,9 @@ from .config import config
 from .metrics import METRICS
 from .replay import NotReplayable, module_state, optimizer_state
 from .tensor import LazyTensor
+
+getrefcount = sys.getrefcount
+getweakrefcount = weakref.getweakrefcount
 
 
 class NotWholeStep(Exception):
@@ -82,7 +86,7 @@ class _Trace:
     __slots__ = ("exe", "slots", "scalars", "rng_offsets", "rng_count", "writes",
                  "out_spec", "out_leaves", "consts", "state_pos", "state_sigs", "arg_pos",
                  "perm", "aliases", "scalars_on_device", "no_rngs", "layouts", "sizes",
-                 "sizes_on_device")
+                 "sizes_on_device", "state_writes", "shared_writes", "host_buffers")
 
 
 class _Entry:
@@ -448,10 +452,10 @@ class StepReplayer:
         for i, lay in tr.arg_pos:
             v = flat[i]
             if not isinstance(v, LazyTensor):
-                # a host array: the executable's call copies it (a separate device_put
+                # a host array: the executable's call takes it (a separate device_put
                 # costs about 60 µs more per input)
                 host += 1
-                a = dtypes.tensor_to_numpy(v)
+                a = _host_copy(tr.host_buffers[i], v)
             else:
                 n = v._st.node
                 if v._vw or n.op is not ir.DATA or dynamic.leaf_pad(n) is not None:
@@ -483,22 +487,58 @@ class StepReplayer:
         METRICS.cache_hits += 1
         METRICS.step_replays += 1
         METRICS.transfers_to_device += host
-        leaves = list(tr.out_leaves)
-        made = {}   # one leaf per result: places given one value keep sharing it
-        for kind, x, j in tr.writes:
-            n = made.get(j)
-            if kind == "state":
-                st = owned[x]._st
-                if n is None:
-                    n = made[j] = ir.computed_leaf(results[j], st.node.shape, st.node.dtype)
-                st.node = n
-                st.version += 1
+        del nodes   # (a state node's references are counted below)
+        for x, j in tr.state_writes:
+            st = owned[x]._st
+            n = st.node
+            # Nothing but the storage sees the node (references: ``st.node``, ``n`` and
+            # getrefcount's argument; no weak ones from a view's cache, a capture or a
+            # host recipe): a new value in it is a new leaf, at a fraction of the cost.
+            if getrefcount(n) == 3 and not getweakrefcount(n) and n.op is ir.DATA \
+                    and n.aux is None:
+                n.value, n.born = results[j], -1
             else:
+                st.node = ir.computed_leaf(results[j], n.shape, n.dtype)
+            st.version += 1
+        leaves = list(tr.out_leaves)
+        for j, xs, outs in tr.shared_writes:
+            # places given one value keep sharing one leaf
+            value = results[j]
+            n = None
+            if xs:
+                sts = [owned[x]._st for x in xs]
+                n = ir.computed_leaf(value, sts[0].node.shape, sts[0].node.dtype)
+                for st in sts:
+                    st.node = n
+                    st.version += 1
+            for x in outs:
                 if n is None:
                     shape, dtype = tr.out_leaves[x]
-                    n = made[j] = ir.computed_leaf(results[j], shape, dtype)
+                    n = ir.computed_leaf(value, shape, dtype)
                 leaves[x] = tensor.new_base(n)
         return pytree.tree_unflatten(leaves, tr.out_spec)
+
+
+_HOST_BUFFERS = 4   # host copies kept per argument (steps in flight at once)
+
+
+def _host_copy(buffers: list, t: torch.Tensor) -> np.ndarray:
+    """A copy of CPU tensor ``t`` for the executable's call. JAX on the CPU may read a host
+    array in place while the executable runs, so the caller must not be able to change
+    it; a buffer of ``buffers`` is reused once JAX has let go of it (a fresh array costs
+    several µs more, most of it the allocation)."""
+    try:
+        src = t.numpy() if not t.requires_grad else t.detach().numpy()
+    except (TypeError, RuntimeError):   # bfloat16, a conjugate or negative view
+        return dtypes.tensor_to_numpy(t)
+    for b in buffers:
+        if sys.getrefcount(b) == 3:   # the list, ``b`` and the argument: unused
+            np.copyto(b, src)
+            return b
+    b = np.array(src, order="C", copy=True)
+    if len(buffers) < _HOST_BUFFERS:
+        buffers.append(b)
+    return b
 
 
 def _place_node(place, flat, owned):
@@ -594,6 +634,14 @@ def _record(seen, slot_of, also, owned, out, rng0, arg_values):
         raise NotWholeStep("the step returns a tensor it did not compute (an argument or a "
                            "parameter)")
     tr.writes = tuple(writes)
+    groups = {}   # result -> (the state places, the returned places) it goes to
+    for kind, x, j in writes:
+        groups.setdefault(j, ([], []))[kind == "out"].append(x)
+    # a result written to one state place (most): replayed in a fast loop
+    tr.state_writes = tuple((xs[0], j) for j, (xs, outs) in groups.items()
+                            if len(xs) == 1 and not outs)
+    tr.shared_writes = tuple((j, tuple(xs), tuple(outs)) for j, (xs, outs) in groups.items()
+                             if len(xs) != 1 or outs)
     tr.out_leaves = tuple(leaves)
     return tr, temps
 
@@ -619,6 +667,7 @@ def _group_slots(tr: _Trace, leaves) -> None:
     tr.state_pos = tuple(j for j, _ in groups["state"])
     tr.state_sigs = [sig for _, sig in groups["state"]]
     tr.arg_pos = tuple(groups["arg"])
+    tr.host_buffers = {i: [] for i, _ in tr.arg_pos}   # (``_host_copy``)
     base = {"const": 0, "state": len(tr.consts), "arg": len(tr.consts) + len(tr.state_pos)}
     tr.perm = tuple(base[kind] + i for kind, i in where)
 

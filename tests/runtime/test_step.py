@@ -6,6 +6,8 @@ changed every step, a foreign lazy tensor; each is traced, right, and counted.""
 
 import copy
 
+import jax
+import numpy as np
 import pytest
 import torch
 import torch.nn as nn
@@ -235,6 +237,91 @@ def test_values_shared_when_traced_must_be_shared_again():
     assert m["step_replays"] == 6, m["replay_misses"]
     # the counter advanced by hand, and the others
     assert len({id(s["step"]._st.node) for s in opt.state.values()}) == 2
+
+
+def test_values_held_across_replays_keep_their_meaning():
+    """A replay puts a parameter's new value into the leaf it held when nothing else holds
+    that leaf. Tensors a user keeps must not notice: a copy (``copy_`` shares the leaf)
+    keeps the old value, a view shows the new one."""
+    model, opt = make()
+    step = lr.compile_step(traced_step(model, opt), model, opt)
+    data = batches(12, seed=9)
+    for x, y in data[:5]:
+        step(x, y)
+    w = model.a.weight.detach()
+    kept = torch.empty(16, 6, device=DEV).copy_(w)   # holds w's leaf itself
+    lr.mark_step()
+    want_kept = w.cpu()
+    row = w[0]   # a view: follows the parameter
+    lr.reset_metrics()
+    for x, y in data[5:8]:
+        step(x, y)
+    assert lr.metrics()["step_replays"] == 3, lr.metrics()["replay_misses"]
+    assert torch.equal(kept.cpu(), want_kept)
+    assert not torch.equal(w.cpu(), want_kept)   # trained
+    assert torch.equal(row.cpu(), w.cpu()[0])
+
+
+def test_an_argument_changed_after_the_call_does_not_reach_the_step(monkeypatch):
+    """Each call's CPU arguments are copied for the executable (JAX on the CPU may read a
+    host array in place while it runs; the copies' buffers are reused once JAX lets go):
+    no array it is given shares memory with an argument, and changing an argument in
+    place after the call, before the result is read, changes nothing."""
+    given = []
+    call = jax.stages.Compiled.__call__
+
+    def recording_call(self, datas, *rest):
+        given.extend(a for a in datas if isinstance(a, np.ndarray))
+        return call(self, datas, *rest)
+
+    data = batches(10, seed=10)
+    runs = []
+    for change in (False, True):
+        model, opt = make()
+        step = lr.compile_step(traced_step(model, opt), model, opt)
+        lr.reset_metrics()
+        losses = []
+        for i, (x, y) in enumerate(data):
+            x = x.clone()
+            if i == 8:
+                given.clear()
+                monkeypatch.setattr(jax.stages.Compiled, "__call__", recording_call)
+            loss = step(x, y)[0]
+            monkeypatch.undo()
+            if i == 8:
+                assert len(given) == 2   # x and y, replayed
+                assert not any(np.shares_memory(a, t.numpy()) for a in given for t in (x, y))
+            if change:
+                x.mul_(-100.0)
+            losses.append(loss.item())
+        assert lr.metrics()["step_replays"] == 6, lr.metrics()["replay_misses"]
+        runs.append(losses)
+    assert runs[0] == runs[1]
+
+
+@pytest.mark.parametrize("make_arg", [
+    lambda: torch.randn(4, 6),
+    lambda: torch.randn(6, 4).t(),                        # not contiguous
+    lambda: torch.randn(4, 6, requires_grad=True),
+    lambda: torch.randn(4, 6).to(torch.bfloat16),          # no numpy dtype in torch
+    lambda: torch._neg_view(torch.randn(4, 6)),            # a negative view
+    lambda: torch.arange(24).reshape(4, 6),
+], ids=["float", "transposed", "requires-grad", "bfloat16", "neg-view", "int64"])
+def test_a_host_argument_copy_is_the_general_conversion(make_arg):
+    """``_host_copy`` (a reused buffer where it can) gives what the general conversion
+    gives, in memory of its own, for every kind of CPU tensor."""
+    from lazy_runtime import dtypes
+    t = make_arg()
+    buffers = []
+    for _ in range(3):
+        got = lr_step._host_copy(buffers, t)
+        want = dtypes.tensor_to_numpy(t)
+        assert got.dtype == want.dtype and got.shape == want.shape
+        assert np.array_equal(got.view(np.uint8), want.view(np.uint8))
+        if t.dtype != torch.bfloat16:
+            assert not np.shares_memory(got, t.detach().resolve_neg().numpy())
+        del got
+    assert len(buffers) <= 1   # one buffer, reused once let go
 
 
 def test_whole_step_training_of_an_example_matches_eager():
