@@ -86,7 +86,8 @@ class _Trace:
     __slots__ = ("exe", "slots", "scalars", "rng_offsets", "rng_count", "writes",
                  "out_spec", "out_leaves", "consts", "state_pos", "state_sigs", "arg_pos",
                  "perm", "aliases", "scalars_on_device", "no_rngs", "layouts", "sizes",
-                 "sizes_on_device", "state_writes", "shared_writes", "host_buffers")
+                 "sizes_on_device", "state_writes", "shared_writes", "host_buffers",
+                 "state_aliases", "other_aliases")
 
 
 class _Entry:
@@ -462,9 +463,14 @@ class StepReplayer:
                     return None
                 a = n.value if lay is None else dynamic.true_value(n)
             pool.append(a if lay is None else dynamic.pad_host(a, lay, *tr.sizes))
-        if tr.aliases and not all(_place_node(p, flat, owned) is _place_node(q, flat, owned)
-                                  for p, q in tr.aliases):
-            return None   # values shared when traced no longer are
+        if tr.aliases:
+            # values shared when traced must still be (state places compared in bulk)
+            a, b = tr.state_aliases
+            if not all(map(operator.is_, map(_NODE, map(owned.__getitem__, a)),
+                           map(_NODE, map(owned.__getitem__, b)))) or not all(
+                    _place_node(p, flat, owned) is _place_node(q, flat, owned)
+                    for p, q in tr.other_aliases):
+                return None
         datas = list(map(pool.__getitem__, tr.perm))
         if tr.rng_offsets:
             seed, base = random.position()
@@ -588,6 +594,9 @@ def _record(seen, slot_of, also, owned, out, rng0, arg_values):
     # one again: the executable reads it once
     tr.aliases = tuple((slot_of[k], other) for k in sorted(also, key=lambda k: slot_of[k])
                        for other in also[k] if k in used)
+    both_state = [(p[1], q[1]) for p, q in tr.aliases if p[0] == q[0] == "state"]
+    tr.state_aliases = (tuple(p for p, _ in both_state), tuple(q for _, q in both_state))
+    tr.other_aliases = tuple((p, q) for p, q in tr.aliases if not p[0] == q[0] == "state")
     _group_slots(tr, leaves)
     tr.scalars = tuple(g.scalars)
     with executor._x64(True):   # the same numbers every replay: on the device once
