@@ -1,11 +1,13 @@
 """Training-step time of each example: eager torch (CPU), lazy_runtime, and the same model
 written directly with jax.jit; tracing overhead per recorded op; time to first result.
 
-    python benchmarks/runtime_step.py [--steps 20] [--write]
+    python benchmarks/runtime_step.py [--steps 20] [--rounds 10] [--write]
 
 ``--write`` puts the table into benchmarks/RESULTS.md under "## lazy_runtime" (replacing
-only that section). Medians over ``--steps`` timed steps after warm-up; every timed step
-ends with the loss read back to the host, so asynchronous execution is not flattered.
+only that section). Eager torch, the whole step replayed and jax.jit run side by side in
+alternating blocks of ``--steps`` steps (``--rounds`` each); the traced and replayed lazy
+modes run after them. Medians after warm-up; every timed step ends with the loss read
+back to the host, so asynchronous execution is not flattered.
 """
 
 from __future__ import annotations
@@ -70,20 +72,58 @@ def _median_ms(ts):
     return statistics.median(ts) * 1e3
 
 
-def bench_eager(cfg, steps):
+def bench_side_by_side(cfg, rounds):
+    """Eager torch, the whole step replayed (``lr.compile_step``) and jax.jit, in
+    alternating blocks: each block one pass over the timed batches, ``rounds`` blocks each,
+    after warm-up. A noisy moment of this shared machine lands on all three alike (run one
+    after another, the small steps' medians moved by 2x from run to run). Medians in ms;
+    jax's first call (trace and compile) in s."""
     model = cfg.make_model()
     opt = cfg.ex.make_optimizer(model)
-    times = []
-    for i, (x, y) in enumerate(cfg.batches[:steps + WARMUP]):
-        t0 = time.perf_counter()
+
+    def eager(x, y):
         loss = cfg.ex.loss_fn(model(x), y)
         loss.backward()
         opt.step()
         opt.zero_grad()
         loss.item()
-        if i >= WARMUP:
-            times.append(time.perf_counter() - t0)
-    return _median_ms(times)
+
+    whole = lr.compile_step(*lazy_step(cfg, "whole"))
+    lr.clear_cache()
+    lr.reset_metrics()
+
+    def lazy(x, y):
+        whole(x, y).item()
+
+    state = list(jm.MODELS[cfg.name.split("-")[0]](**cfg.jax_kwargs))
+
+    def jitted(x, y):
+        params, opt_state, model_state, step = state
+        params, opt_state, model_state, loss = step(params, opt_state, model_state,
+                                                    x.numpy(), y.numpy())
+        float(loss)
+        state[:3] = params, opt_state, model_state
+
+    contenders = {"eager": eager, "whole": lazy, "jax": jitted}
+    first = {}
+    for name, f in contenders.items():
+        for i, (x, y) in enumerate(cfg.batches[:WARMUP]):
+            t0 = time.perf_counter()
+            f(x, y)
+            first.setdefault(name, time.perf_counter() - t0)
+    times = {name: [] for name in contenders}
+    for _ in range(rounds):
+        for name, f in contenders.items():
+            for x, y in cfg.batches[WARMUP:]:
+                t0 = time.perf_counter()
+                f(x, y)
+                times[name].append(time.perf_counter() - t0)
+    m = lr.metrics()
+    out = {name: _median_ms(ts) for name, ts in times.items()}
+    out.update(jax_first_s=first["jax"], step_replays=m["step_replays"],
+               whole_compiles=m["compiles"],
+               whole_steps=WARMUP + rounds * (len(cfg.batches) - WARMUP))
+    return out
 
 
 def shape_only(cfg) -> bool:
@@ -124,9 +164,9 @@ def lazy_step(cfg, mode):
 
 
 def bench_lazy(cfg, steps, mode="plain"):
-    """Lazy steps in ``mode`` (``lazy_step``; "whole": through ``lr.compile_step``)."""
+    """Lazy steps traced ("plain") or with forward, backward and optimizer replayed
+    ("replay"), one after another (``lazy_step``)."""
     train_step, model, opt = lazy_step(cfg, mode)
-    whole = lr.compile_step(train_step, model, opt) if mode == "whole" else None
     lr.clear_cache()
     lr.reset_metrics()
     times, trace_us = [], []
@@ -134,13 +174,9 @@ def bench_lazy(cfg, steps, mode="plain"):
     for i, (x, y) in enumerate(cfg.batches[:steps + WARMUP]):
         ops0 = lr.metrics()["traced_ops"]
         t0 = time.perf_counter()
-        if whole is not None:
-            loss = whole(x, y)
-            t1 = time.perf_counter()
-        else:
-            loss = train_step(x, y)
-            t1 = time.perf_counter()
-            lr.mark_step()
+        loss = train_step(x, y)
+        t1 = time.perf_counter()
+        lr.mark_step()
         loss.item()
         t2 = time.perf_counter()
         if i == 0:
@@ -154,48 +190,30 @@ def bench_lazy(cfg, steps, mode="plain"):
     return dict(step_ms=_median_ms(times), ttfr_s=ttfr,
                 us_per_op=statistics.median(trace_us) if trace_us else float("nan"),
                 ops_per_step=(m["traced_ops"]) // (steps + WARMUP), compiles=m["compiles"],
-                replays=m["replays"], step_replays=m["step_replays"])
+                replays=m["replays"])
 
 
-def bench_jax(cfg, steps):
-    params, opt_state, model_state, step = jm.MODELS[cfg.name.split("-")[0]](**cfg.jax_kwargs)
-    times = []
-    ttfr = None
-    for i, (x, y) in enumerate(cfg.batches[:steps + WARMUP]):
-        xn, yn = x.numpy(), y.numpy()
-        t0 = time.perf_counter()
-        params, opt_state, model_state, loss = step(params, opt_state, model_state, xn, yn)
-        float(loss)
-        dt = time.perf_counter() - t0
-        if i == 0:
-            ttfr = dt
-        if i >= WARMUP:
-            times.append(dt)
-    return dict(step_ms=_median_ms(times), ttfr_s=ttfr)
-
-
-def run(steps):
+def run(steps, rounds):
     rows = []
     for cfg in configs(steps):
-        eager = bench_eager(cfg, steps)
+        side = bench_side_by_side(cfg, rounds)
         lazy = bench_lazy(cfg, steps)
         verdict = shape_only(cfg)
         rep = bench_lazy(cfg, steps, "replay") if verdict else None
-        whole = bench_lazy(cfg, steps, "whole")
-        jx = bench_jax(cfg, steps)
-        rows.append((cfg, eager, lazy, rep, whole, jx))
-        print(f"{cfg.name:9s} whole step {whole['step_ms']:8.2f} ms ({whole['step_replays']} "
-              f"of {steps + WARMUP} steps replayed whole, {whole['compiles']} compiles)",
-              flush=True)
+        rows.append((cfg, side, lazy, rep))
+        print(f"{cfg.name:9s} eager {side['eager']:8.2f} ms | whole step {side['whole']:8.2f} "
+              f"ms ({side['step_replays']} of {side['whole_steps']} steps replayed whole, "
+              f"{side['whole_compiles']} compiles) | jax.jit {side['jax']:8.2f} ms | whole/jax "
+              f"{side['whole'] / side['jax']:.2f}x, whole/eager "
+              f"{side['whole'] / side['eager']:.2f}x", flush=True)
         if rep is not None:
             print(f"{cfg.name:9s} replay {rep['step_ms']:8.2f} ms ({rep['ops_per_step']} ops/step "
                   f"traced, {rep['replays']} replays, {rep['compiles']} compiles)", flush=True)
-        print(f"{cfg.name:9s} eager {eager:8.2f} ms | lazy {lazy['step_ms']:8.2f} ms "
-              f"({lazy['ops_per_step']} ops/step, {lazy['us_per_op']:.1f} us/op, first result "
-              f"{lazy['ttfr_s']:.2f} s, {lazy['compiles']} compiles) | jax.jit "
-              f"{jx['step_ms']:8.2f} ms (first {jx['ttfr_s']:.2f} s) | lazy/jax "
-              f"{lazy['step_ms'] / jx['step_ms']:.2f}x, lazy/eager {lazy['step_ms'] / eager:.2f}x",
-              flush=True)
+        print(f"{cfg.name:9s} lazy {lazy['step_ms']:8.2f} ms ({lazy['ops_per_step']} ops/step, "
+              f"{lazy['us_per_op']:.1f} us/op, first result {lazy['ttfr_s']:.2f} s, "
+              f"{lazy['compiles']} compiles) | jax.jit first {side['jax_first_s']:.2f} s | "
+              f"lazy/jax {lazy['step_ms'] / side['jax']:.2f}x, lazy/eager "
+              f"{lazy['step_ms'] / side['eager']:.2f}x", flush=True)
     return rows
 
 
@@ -254,39 +272,43 @@ def micro_overhead(n=5000):
     return res
 
 
-def table(rows, micro, steps):
+def table(rows, micro, steps, rounds):
     lines = [f"## lazy_runtime ({DATE})", "",
-             f"`python benchmarks/runtime_step.py --steps {steps} --write`. One training step "
-             "(forward, backward, optimizer) per row, median of "
-             f"{steps} steps after {WARMUP} warm-up steps; each timed step ends with "
-             "`loss.item()`. eager: torch on the CPU; lazy: lazy_runtime on XLA:CPU (trace + "
-             "`mark_step` + read); jax.jit: the same model hand-written in JAX "
-             "(`benchmarks/runtime_jax_models.py`). First result: trace + compile + run of "
-             "step 1 from an empty cache. µs per recorded op: the step's Python time before "
-             "`mark_step` (autograd, optimizer code and input copies included) over the ATen "
-             "ops it recorded. The small examples are tracing-bound (hundreds of ops of "
-             "microseconds each); the wide MLP shows the runtime once each op does real work. "
-             "replay: `lr.compile(model, replay=True)` where the analyzer finds the example's "
-             "forward shape-only (all five) and `lr.compile_optimizer(opt)` (Adam/AdamW made "
-             "capturable): forward and backward are replayed from step 2 on, the optimizer "
-             "from step 3, the loss is still traced (ops/step counts what is traced, warm-up "
-             "included). whole step: `lr.compile_step(train_step, model, opt)` with "
-             "`compile_optimizer`: the whole step (input copies, forward, loss, backward, "
-             "optimizer, zero_grad) replayed without its Python from step 5 on.", "",
+             f"`python benchmarks/runtime_step.py --steps {steps} --rounds {rounds} --write`. "
+             "One training step (forward, backward, optimizer) per row; each timed step ends "
+             "with `loss.item()`. eager: torch on the CPU; whole step: "
+             "`lr.compile_step(train_step, model, opt)` with `compile_optimizer` on XLA:CPU: "
+             "the whole step (input copies, forward, loss, backward, optimizer, zero_grad) "
+             "replayed without its Python from step 5 on; jax.jit: the same model hand-written "
+             "in JAX (`benchmarks/runtime_jax_models.py`). These three run side by side "
+             f"(`bench_side_by_side`): in alternating blocks of {steps} steps, {rounds} blocks "
+             f"each after {WARMUP} warm-up steps, medians of all; run one after another, the "
+             "small steps' medians moved by up to 2x between runs on this shared machine. "
+             f"lazy: traced every step (trace + `mark_step` + read), median of {steps} steps "
+             f"after {WARMUP} warm-up; replay: `lr.compile(model, replay=True)` where the "
+             "analyzer finds the example's forward shape-only (all five) and "
+             "`lr.compile_optimizer(opt)` (Adam/AdamW made capturable): forward and backward "
+             "are replayed from step 2 on, the optimizer from step 3, the loss is still traced "
+             "(ops/step counts what is traced, warm-up included). First result: trace + "
+             "compile + run of step 1 from an empty cache. µs per recorded op: the step's "
+             "Python time before `mark_step` (autograd, optimizer code and input copies "
+             "included) over the ATen ops it recorded. The small examples are tracing-bound "
+             "(hundreds of ops of microseconds each); the wide MLP shows the runtime once each "
+             "op does real work.", "",
              "| model | eager (ms) | lazy (ms) | lazy replay (ms) | whole step (ms) | jax.jit (ms) "
              "| lazy / jax.jit | replay / jax.jit | whole step / jax.jit | whole step / eager "
              "| ops/step traced (replay) | µs per recorded op | first result lazy (s) "
              "| first result jax (s) |",
              "|---|---:|---:|---:|---:|---:|---:|---:|---:|---:|---:|---:|---:|---:|"]
-    for cfg, eager, lazy, rep, whole, jx in rows:
+    for cfg, side, lazy, rep in rows:
         r = rep["step_ms"] if rep else float("nan")
-        w = whole["step_ms"]
-        j = jx["step_ms"]
-        lines.append(f"| {cfg.name} ({cfg.note}) | {eager:.2f} | {lazy['step_ms']:.2f} | "
+        e, w, j = side["eager"], side["whole"], side["jax"]
+        lines.append(f"| {cfg.name} ({cfg.note}) | {e:.2f} | {lazy['step_ms']:.2f} | "
                      f"{r:.2f} | {w:.2f} | {j:.2f} | {lazy['step_ms'] / j:.2f}x | "
-                     f"{r / j:.2f}x | {w / j:.2f}x | {w / eager:.2f}x | {lazy['ops_per_step']} "
+                     f"{r / j:.2f}x | {w / j:.2f}x | {w / e:.2f}x | {lazy['ops_per_step']} "
                      f"({rep['ops_per_step'] if rep else '-'}) | "
-                     f"{lazy['us_per_op']:.1f} | {lazy['ttfr_s']:.2f} | {jx['ttfr_s']:.2f} |")
+                     f"{lazy['us_per_op']:.1f} | {lazy['ttfr_s']:.2f} | "
+                     f"{side['jax_first_s']:.2f} |")
     lines += ["", "Tracing overhead of one recorded op outside autograd (median of 5 x 5000): " +
               ", ".join(f"{k} {v:.1f} µs" for k, v in micro.items()) + ".", ""]
     return "\n".join(lines)
@@ -321,12 +343,14 @@ def write_results(text):
 def main():
     p = argparse.ArgumentParser(description=__doc__.splitlines()[0])
     p.add_argument("--steps", type=int, default=20)
+    p.add_argument("--rounds", type=int, default=10,
+                   help="blocks of --steps steps per side-by-side contender")
     p.add_argument("--write", action="store_true")
     args = p.parse_args()
     print(f"jax {jax.__version__} on {jax.devices()[0].platform}, torch {torch.__version__}")
-    rows = run(args.steps)
+    rows = run(args.steps, args.rounds)
     micro = micro_overhead()
-    text = table(rows, micro, args.steps)
+    text = table(rows, micro, args.steps, args.rounds)
     exes = [(cfg.name, bench_executables(cfg)) for cfg in configs(args.steps)]
     text += "\n" + executables_table(exes)
     print(text)
