@@ -371,7 +371,7 @@ def test_a_value_that_enters_twice_replays_while_the_places_still_share_it():
 def test_compiled_optimizers_run_their_foreach_path_and_match_eager(make_opt):
     """compile_optimizer makes torch take each optimizer's ``_foreach_*`` path (and the
     capturable one where there is one); the parameters follow eager torch's per-tensor
-    loop on the CPU."""
+    loop on the CPU, with clip_grad_norm_ before each step."""
     torch.manual_seed(0)
     eager = nn.Sequential(nn.Linear(5, 4), nn.Tanh(), nn.Linear(4, 2))
     lazy = copy.deepcopy(eager).to(DEV)
@@ -383,6 +383,7 @@ def test_compiled_optimizers_run_their_foreach_path_and_match_eager(make_opt):
         x = torch.randn(6, 5, generator=g)
         for model, opt, dev in ((eager, opt_e, None), (lazy, opt_l, DEV)):
             model(x if dev is None else x.to(dev)).square().mean().backward()
+            nn.utils.clip_grad_norm_(model.parameters(), 0.5)
             opt.step()
             opt.zero_grad()
         lr.mark_step()
