@@ -35,9 +35,12 @@ What makes that sound is checked, not assumed:
   size is replayed without having been traced: a branch on a size stays right. Values the
   step keeps or returns must not have a dynamic dim.
 
-The state guard costs a few hundred µs on a model of a hundred tensors, so a call with the
-previous replay's signature launches the executable first and checks the guard while it
-runs; a guard that fails drops the results (nothing is written, no random number drawn).
+The state guard (``_StateStamp``: one version tag per dict the snapshot reads, the modules'
+tensors' buffers and ``requires_grad``, the parameters' grads) costs a few µs, and a call
+with the previous replay's signature launches the executable first and checks the guard
+while it runs; a guard that fails drops the results (nothing is written, no random
+number drawn). A state leaf nothing else holds takes its new value in place, and CPU
+arguments are copied into host buffers reused once JAX lets go of them.
 
 CPU tensor arguments are copied to the lazy device before every call, so ``fn`` sees
 lazy tensors whether it is traced, replayed or refused. A refused step runs as ordinary
