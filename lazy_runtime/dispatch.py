@@ -438,14 +438,28 @@ _ITEM_DIRECT = frozenset(np.dtype(d) for d in (
     "float32", "float64", "int8", "int16", "int32", "int64", "uint8", "bool"))
 
 
-def _local_scalar_dense(func, args, kwargs):
-    from .executor import host_value, to_cpu
-    x = args[0]
+def _read_direct(x):
+    """The number in lazy tensor ``x`` read straight from its computed data (a training
+    loop reads its loss every step), or None where the general path is needed (a view,
+    a pending or padded value, half and bfloat16, more than one element)."""
     n = x._st.node
-    if not x._vw and n.op is ir.DATA and n.aux is None and n.value.dtype in _ITEM_DIRECT:
-        # computed data read straight (a training loop's ``loss.item()`` every step)
+    if not x._vw and n.op is ir.DATA and n.aux is None and n.value.size == 1 and \
+            n.value.dtype in _ITEM_DIRECT:
+        from .executor import host_value
         return host_value(n).item()
-    return to_cpu(x).item()
+    return None
+
+
+def _local_scalar_dense(func, args, kwargs):
+    from .executor import to_cpu
+    v = _read_direct(args[0])
+    return v if v is not None else to_cpu(args[0]).item()
+
+
+def _item(self):
+    """``LazyTensor.item``: torch's dispatch skipped where the number is read straight."""
+    v = _read_direct(self)
+    return v if v is not None else torch.Tensor.item(self)
 
 
 def _factory_like(func, args, kwargs):
@@ -735,3 +749,4 @@ def clear_handler_cache() -> None:
 
 
 LazyTensor.__torch_dispatch__ = classmethod(torch_dispatch)
+LazyTensor.item = _item

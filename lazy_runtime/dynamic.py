@@ -227,8 +227,7 @@ def unpad_host(a: np.ndarray, layout, sizes: dict, buckets: dict) -> np.ndarray:
 
 def true_value(node) -> np.ndarray:
     """A DATA leaf's value as a true-shaped host array."""
-    from .executor import _x64
-    with _x64(True):
+    with jax.enable_x64(True):   # (``executor._x64``)
         a = np.asarray(node.value)
     p = leaf_pad(node)
     if p is None:

@@ -80,6 +80,15 @@ def test_item_tolist_and_print():
         for make in (lambda u: u, lambda u: u * 1):   # data copied, and computed
             got, want = make(t.to(DEV)).item(), make(t).item()
             assert (type(got), got) == (type(want), want), t.dtype
+            # torch's own dispatch (``_local_scalar_dense``) gives the same
+            got = torch.Tensor.item(make(t.to(DEV)))
+            assert (type(got), got) == (type(want), want), t.dtype
+    # a view, a pending value, and more than one element (torch's error)
+    assert x[1].item() == -2.0 and (x + 1)[0].item() == 2.5
+    with pytest.raises(RuntimeError, match="2 elements cannot be converted to Scalar"):
+        x.item()
+    with pytest.raises(RuntimeError, match="2 elements cannot be converted to Scalar"):
+        torch.tensor([1.5, -2.0]).item()
     assert (x * 2).tolist() == [3.0, -4.0]
     text = repr(x * 2)
     assert "3." in text and "lazy_jax" in text
