@@ -742,9 +742,8 @@ def padded_value(n: ir.Node, lay, sizes: dict, buckets: dict):
 
 def put_host(a):
     """A host array on the device (counted as a transfer)."""
-    from .executor import _x64
     METRICS.transfers_to_device += 1
-    with _x64(True):
+    with jax.enable_x64(True):   # (``executor._x64``, as ``true_value``)
         return jax.device_put(a, config.jax_device())
 
 

@@ -541,7 +541,7 @@ def _host_copy(buffers: list, t: torch.Tensor) -> np.ndarray:
     except (TypeError, RuntimeError):   # bfloat16, a conjugate or negative view
         return dtypes.tensor_to_numpy(t)
     for b in buffers:
-        if sys.getrefcount(b) == 3:   # the list, ``b`` and the argument: unused
+        if getrefcount(b) == 3:   # the list, ``b`` and the argument: unused
             np.copyto(b, src)
             return b
     b = np.array(src, order="C", copy=True)
