@@ -20,7 +20,7 @@ from . import dtypes, dynamic, ir, replay
 from .config import config
 from .errors import LazyRuntimeError
 from .metrics import METRICS
-from .ops.registry import LOWERINGS, LowerCtx
+from .ops.registry import LOWERINGS, TRACE_SCRATCH, LowerCtx
 from .tensor import new_base, take_pending, apply_step_numpy
 
 _x64 = jax.enable_x64
@@ -210,8 +210,11 @@ def _compile(g: ir.Graph) -> Executable:
     scal = jax.ShapeDtypeStruct((len(g.scalars),), np.float64)
     rng = jax.ShapeDtypeStruct((len(g.rngs), 2), np.int64)
     t0 = time.perf_counter()
-    with _x64(True):
-        compiled = jax.jit(fn).lower(data_avals, scal, rng).compile()
+    try:
+        with _x64(True):
+            compiled = jax.jit(fn).lower(data_avals, scal, rng).compile()
+    finally:
+        TRACE_SCRATCH.clear()
     METRICS.compile_seconds += time.perf_counter() - t0
     METRICS.compiles += 1
     n_ops = sum(1 for n in g.nodes if n.op not in ir.LEAVES)
@@ -295,8 +298,11 @@ def _compile_padded(g: ir.Graph, plan) -> Executable:
     rng = jax.ShapeDtypeStruct((len(g.rngs), 2), np.int64)
     sizes = jax.ShapeDtypeStruct((len(plan.syms),), np.int64)
     t0 = time.perf_counter()
-    with _x64(True):
-        compiled = jax.jit(fn).lower(data_avals, scal, rng, sizes).compile()
+    try:
+        with _x64(True):
+            compiled = jax.jit(fn).lower(data_avals, scal, rng, sizes).compile()
+    finally:
+        TRACE_SCRATCH.clear()
     METRICS.compile_seconds += time.perf_counter() - t0
     METRICS.compiles += 1
     dynamic.note_compile(plan)

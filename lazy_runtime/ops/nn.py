@@ -571,7 +571,7 @@ def lower_native_dropout_backward(g, mask, scale):
     return g * mask.astype(g.dtype) * scale
 
 
-# ---- fused LSTM cell (what nn.LSTM calls on a non-CPU device) ---------------------------------
+# ---- fused LSTM cell (what nn.LSTMCell calls on a non-CPU device; nn.LSTM: ops/recurrent.py) --
 
 
 @rule(aten._thnn_fused_lstm_cell.default, multi=True)

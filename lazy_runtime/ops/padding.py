@@ -23,6 +23,7 @@ Rules by family:
   that grows the dim, or a transposed one, compiles exactly. max pool: batch dims only.
 * batch norm in training: statistics (and the running ones) from true counts; backward as
   the vjp of that. LSTM cell: rows pass through; its backward zeroes padded rows.
+  LSTM layer: rows pass through, padded steps keep the carry; padding zeroed first.
 * contractions (mm, bmm, addmm, baddbmm) over a padded dim: both operands zeroed there.
 * reductions: sum 0, prod 1, amax/max -inf, amin/min +inf, any False, all True,
   logsumexp -inf; mean, var and std divide by the true count.
@@ -35,6 +36,8 @@ Rules by family:
 
 from __future__ import annotations
 
+import functools
+
 import jax.numpy as jnp
 import torch
 from jax import lax
@@ -43,6 +46,8 @@ from ..dynamic import (NoPadRule, Pad, SymSize, concrete, dnorm, dsize, has_sym,
                        sym_or_int)
 from .common import jdt, norm_dim, norm_dims, opmath, vjp
 from .nn import _batch_norm, _f32, _tup, lower_convolution, lower_convolution_backward
+from . import recurrent
+from .recurrent import layer_backward, layer_forward
 from .registry import ELEMENTWISE, pad_rule
 
 aten = torch.ops.aten
@@ -890,6 +895,61 @@ def pad_lstm_cell_backward(node, ins, cx):
     pre = tuple((_i(t), axes, 0) for t in (ghy, gcy, c, cy, ws) if t is not None) if axes else ()
     outs = (wl, cl, (wl[-1],) if has_bias else None)
     return Pad(outs, pre=pre)
+
+
+def _time_mask(env, in_lays, x_index):
+    t = in_lays[x_index][0]
+    return env.dim_mask(t) if is_sym(t) else None
+
+
+def _lstm_layer_fn(x_index, ctx, env, in_lays, *args):
+    return layer_forward(_time_mask(env, in_lays, x_index), *args)
+
+
+def _lstm_layer_backward_fn(x_index, ctx, env, in_lays, *args):
+    return layer_backward(_time_mask(env, in_lays, x_index), *args)
+
+
+def _lstm_layouts(op, ins, x, h0, c0, weights):
+    """(x, h0, c0) layouts of an LSTM layer: the time and batch dims may be padded; the
+    feature dims are concrete, and the three batch dims the same."""
+    xl, hl, cl = ins[_i(x)], ins[_i(h0)], ins[_i(c0)]
+    if has_sym(xl[2:] + hl[1:] + cl[1:]) or any(
+            w is not None and has_sym(ins[_i(w)]) for w in weights):
+        raise NoPadRule(op, "LSTM layer with a dynamic feature dim", _syms(xl, hl, cl))
+    if not (xl[1] == hl[0] == cl[0]):
+        raise NoPadRule(op, "LSTM layer batch layouts differ", _syms(xl, hl, cl))
+    return xl, hl, cl
+
+
+@pad_rule(recurrent.lstm_layer)
+def pad_lstm_layer(node, ins, cx):
+    """Batch rows are independent; padded steps at the end of the time dim keep the
+    carry. Padding is zeroed first so that the pullback kept for the backward is finite
+    there (its zero cotangents then contribute exact zeros)."""
+    x, h0, c0, w_ih, w_hh, b_ih, b_hh = node.args[:7]
+    xl, hl, cl = _lstm_layouts(node.op, ins, x, h0, c0, (w_ih, w_hh, b_ih, b_hh))
+    pre = tuple((_i(t), _sym_axes(ins[_i(t)], axes), 0)
+                for t, axes in ((x, (0, 1)), (h0, (0,)), (c0, (0,)))
+                if _sym_axes(ins[_i(t)], axes))
+    return Pad(((xl[0], xl[1], hl[1]), hl, cl), pre=pre,
+               fn=functools.partial(_lstm_layer_fn, _i(x)), tag="lstm_layer")
+
+
+@pad_rule(recurrent.lstm_layer_backward)
+def pad_lstm_layer_backward(node, ins, cx):
+    """Cotangents and inputs zeroed on the padding (the weight gradients sum over steps
+    and rows); the output is left as it is: it names the forward's kept pullback."""
+    g_out, g_h, g_c, x, h0, c0, w_ih, w_hh, b_ih, b_hh, out = node.args[:11]
+    xl, hl, cl = _lstm_layouts(node.op, ins, x, h0, c0, (w_ih, w_hh, b_ih, b_hh))
+    pre = tuple((_i(t), _sym_axes(ins[_i(t)], axes), 0)
+                for t, axes in ((g_out, (0, 1)), (g_h, (0,)), (g_c, (0,)), (x, (0, 1)),
+                                (h0, (0,)), (c0, (0,)))
+                if t is not None and _sym_axes(ins[_i(t)], axes))
+    lays = (xl, hl, cl) + tuple(None if w is None else ins[_i(w)] for w in (w_ih, w_hh, b_ih, b_hh))
+    outs = tuple(lay if m else None for lay, m in zip(lays, node.args[12]))
+    return Pad(outs, pre=pre, fn=functools.partial(_lstm_layer_backward_fn, _i(x)),
+               tag="lstm_layer_backward")
 
 
 # ---- roll ---------------------------------------------------------------------------

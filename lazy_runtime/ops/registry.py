@@ -30,6 +30,9 @@ ELEMENTWISE: set = set()
 # Ops whose float Scalar arguments become runtime inputs (see ``dispatch``); the value is
 # the set of argument positions/names that stay compile-time constants.
 DYNAMIC_SCALARS: dict = {}
+# Values a lowering hands to a later lowering of the same trace (a forward's JAX pullback to
+# its backward op); the executor clears it when each trace ends.
+TRACE_SCRATCH: dict = {}
 
 
 @dataclass(frozen=True)

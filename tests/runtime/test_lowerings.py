@@ -288,6 +288,23 @@ case("lstm", _lstm, lambda g, r: [rnd(g, (2, 3, 4)), rnd(g, (1, 2, 5)), rnd(g, (
                                    rnd(g, (20, 4)), rnd(g, (20, 5)), rnd(g, (20,)),
                                    rnd(g, (20,))], rtol=1e-4, atol=1e-5, grad=True)
 
+
+def _lstm_bi(x, h, c, *w):   # two layers, both directions, no biases, batch first
+    return torch._VF.lstm(x, (h, c), w, False, 2, 0.0, True, True, True)
+
+
+def _lstm_bi_inputs(g, r, dt):
+    T, B, n_in, H = r.randint(1, 6), r.randint(1, 4), r.randint(1, 5), r.randint(1, 5)
+    ws = []
+    for k in range(4):  # (layer, direction) pairs: w_ih, then w_hh
+        ws += [rnd(g, (4 * H, n_in if k < 2 else 2 * H), dt, -1, 1), rnd(g, (4 * H, H), dt, -1, 1)]
+    return [rnd(g, (B, T, n_in), dt), rnd(g, (4, B, H), dt), rnd(g, (4, B, H), dt)] + ws
+
+
+for _dt in (F32, F64):
+    case(f"lstm-bidirectional-2layer-{_dt}", _lstm_bi,
+         lambda g, r, dt=_dt: _lstm_bi_inputs(g, r, dt), rtol=1e-4, atol=1e-5, grad=True)
+
 IDS = [c.name for c in CASES]
 
 

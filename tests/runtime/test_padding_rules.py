@@ -1,6 +1,6 @@
 """Padding rules against eager torch: slicing, selecting and concatenating inside a padded
 dim, roll, convolutions along padded batch and spatial dims, batch norm statistics over
-padded dims, the LSTM cell with a padded batch, and the CNN/LSTM examples trained with a
+padded dims, the LSTM cell with a padded batch, an LSTM with padded time and batch dims, and the CNN/LSTM examples trained with a
 dynamic batch. Each test runs several random sizes inside one bucket: values and
 gradients must equal eager torch (padding never leaks), with one compile per bucket."""
 
@@ -216,6 +216,33 @@ def test_lstm_and_lstm_cell_with_a_padded_batch():
     m = lr.metrics()
     assert m["exact_compiles"] == {}, m["recompile_reasons"]
     assert m["compiles"] == 1, m["recompile_reasons"]
+
+
+class Sequences(nn.Module):
+    """Two layers, both directions: the reverse scan starts in the padding."""
+
+    def __init__(self):
+        super().__init__()
+        self.lstm = nn.LSTM(4, 6, num_layers=2, batch_first=True, bidirectional=True)
+
+    def forward(self, x):
+        seq, (h, c) = self.lstm(x)
+        return {"seq": seq, "last": seq[:, -1], "h": h, "c": c}
+
+
+def test_lstm_with_a_padded_time_and_batch():
+    """The time loop is one scan: steps past the true length keep the carry, so h and c
+    are the last true step's and every gradient is exact."""
+    eager, lazy = _model_pair(Sequences)
+    rng = random.Random(5)
+    for B, T in [(rng.randint(5, 7), rng.randint(9, 15)) for _ in range(2)] + [(8, 16)]:
+        x = torch.randn(B, T, 4)
+        xl = lr.mark_dynamic(lr.mark_dynamic(x.clone(), 0, "B"), 1, "T").to(DEV)
+        _compare_models(eager, lazy, x, xl, f"at B={B}, T={T}", rtol=1e-4, atol=1e-5)
+    m = lr.metrics()
+    assert m["exact_compiles"] == {}, m["recompile_reasons"]
+    assert m["compiles"] == 1, m["recompile_reasons"]
+    assert m["buckets"]["T"] == [16]
 
 
 @pytest.mark.parametrize("name", ["cnn", "lstm"])
