@@ -52,16 +52,31 @@ def host_constant(shape, dtype, fill):
     return new_base(filled_node(tuple(shape), dtype, fill))
 
 
+# 0-d filled device arrays by (dtype, repr of the fill: -0.0 is not 0.0): immutable, so a
+# new leaf each step can hold the same one (autograd seeds every backward with
+# ``ones_like(loss)``; a device_put costs ~35 us here).
+_FILLED_SCALARS: dict = {}
+
+
 def filled_node(shape, dtype, fill) -> ir.Node:
+    fill_key = repr(fill)   # not the value: -0.0 == 0.0
+
     def make():
-        npd = dtypes.to_numpy_dtype(dtype)
-        METRICS.transfers_to_device += 1
-        with _x64(True):
-            arr = jax.device_put(np.full(shape, fill, dtype=npd), config.jax_device())
+        key = None if shape else (dtype, fill_key)
+        arr = _FILLED_SCALARS.get(key) if key else None
+        if arr is None:
+            npd = dtypes.to_numpy_dtype(dtype)
+            METRICS.transfers_to_device += 1
+            with _x64(True):
+                arr = jax.device_put(np.full(shape, fill, dtype=npd), config.jax_device())
+            if key:
+                if len(_FILLED_SCALARS) >= 256:
+                    _FILLED_SCALARS.clear()
+                _FILLED_SCALARS[key] = arr
         n = ir.leaf(ir.DATA, arr, shape, dtype)
         ir.HOST_RECIPES[n] = (filled_node, (shape, dtype, fill), ())
         return n
-    return ir.host_leaf(("filled", shape, dtype, fill), shape, make)
+    return ir.host_leaf(("filled", shape, dtype, fill_key), shape, make)
 
 
 def host_value(n: ir.Node) -> np.ndarray:

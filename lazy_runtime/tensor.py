@@ -162,6 +162,13 @@ class LazyTensor(torch.Tensor):
         return super().register_post_accumulate_grad_hook(
             _deferring(hook, "a post-accumulate-grad hook"))
 
+    # autograd's engine runs a device's backward on a worker thread of that device; for
+    # this device every op is Python, so the thread only adds handoffs (about 2 us per
+    # backward op). Its single-threaded mode (thread-local) runs it on the caller's.
+    def backward(self, gradient=None, retain_graph=None, create_graph=False, inputs=None):
+        with torch.autograd.set_multithreading_enabled(False):
+            return super().backward(gradient, retain_graph, create_graph, inputs)
+
     def __reduce_ex__(self, proto):
         raise UnsupportedOperation("lazy tensors cannot be pickled: move them to the CPU first "
                                    "(tensor.cpu(), model.cpu())")

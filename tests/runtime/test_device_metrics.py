@@ -1,5 +1,5 @@
-"""The device object, metrics keys and report, recording without running, and XLA:GPU when
-present."""
+"""The device object, metrics keys and report, recording without running, backward on the
+calling thread, shared 0-d constants, and XLA:GPU when present."""
 
 import jax
 import pytest
@@ -46,6 +46,47 @@ def test_recording_runs_nothing_until_the_barrier():
     m = lr.metrics()
     assert m["graphs_executed"] == 1 and m["compiles"] <= 1
     torch.testing.assert_close(outs[-1].cpu(), x.cpu() + y.cpu() * 50)
+
+
+def test_backward_runs_on_the_calling_thread():
+    """``loss.backward()`` on the lazy device runs autograd single-threaded (every op is
+    Python: a device worker thread only adds handoffs); other entry points still work."""
+    import threading
+    x = torch.randn(3, 4).to(DEV).requires_grad_()
+    threads = []
+    y = x * 2
+    y.register_hook(lambda g: threads.append(threading.get_ident()))
+    (y * y).sum().backward()
+    assert threads == [threading.get_ident()]
+    g = x.grad.cpu()
+    x.grad = None
+    torch.autograd.backward([(x * 2 * x * 2).sum()])
+    torch.testing.assert_close(x.grad.cpu(), g)
+
+
+def test_filled_scalars_are_shared_across_steps_and_keep_their_sign():
+    """0-d constants (the ``ones_like`` that seeds every backward) reuse one device array
+    per (dtype, fill) across steps; a zero keeps its sign, a fill its type."""
+    z = torch.randn(()).to(DEV)
+    pos = 1 / torch.full_like(z, 0.0)
+    neg = 1 / torch.full_like(z, -0.0)
+    assert (pos.item(), neg.item()) == (float("inf"), float("-inf"))
+    # factories made on the host are shared within a step by their arguments: a fill of
+    # True, 1 and 1.0 gives three dtypes, -0.0 is not 0.0
+    made = [torch.full((), v, device=DEV) for v in (True, 1, 1.0, 0.0, -0.0)]
+    assert [t.dtype for t in made] == [torch.bool, torch.int64, torch.float32,
+                                        torch.float32, torch.float32]
+    assert [(1 / t).item() for t in made[3:]] == [float("inf"), float("-inf")]
+    x = torch.randn(3).to(DEV).requires_grad_()
+    lr.mark_step()
+    transfers = []
+    for _ in range(2):
+        before = lr.metrics()["transfers_to_device"]
+        (x * x).sum().backward()
+        lr.mark_step()
+        transfers.append(lr.metrics()["transfers_to_device"] - before)
+    assert transfers[1] == 0, transfers
+    torch.testing.assert_close(x.grad.cpu(), 4 * x.detach().cpu())
 
 
 def _gpus():
