@@ -193,11 +193,48 @@ def bench_lazy(cfg, steps, mode="plain"):
                 replays=m["replays"])
 
 
+def dispatch_us_per_op(cfg, steps):
+    """µs per recorded op spent inside the runtime's ``__torch_dispatch__`` (recording,
+    rules, views, write-back) during a traced step: the tracer's own share of the step's
+    Python time, apart from torch's (autograd's engine, module and optimizer code).
+    A separate run: the timer around each op adds its own small cost."""
+    from lazy_runtime.tensor import LazyTensor
+    train_step, model, opt = lazy_step(cfg, "plain")
+    for x, y in cfg.batches[:WARMUP]:
+        train_step(x, y)
+        lr.mark_step()
+    inner = LazyTensor.__dict__["__torch_dispatch__"]
+    real, clock, spent, depth = inner.__func__, time.perf_counter, [0.0], [0]
+
+    def timed(cls, func, types, args=(), kwargs=None):
+        if depth[0]:   # an op recorded from inside another (a decomposition) counts once
+            return real(cls, func, types, args, kwargs)
+        depth[0] = 1
+        t0 = clock()
+        try:
+            return real(cls, func, types, args, kwargs)
+        finally:
+            spent[0] += clock() - t0
+            depth[0] = 0
+    LazyTensor.__torch_dispatch__ = classmethod(timed)
+    per_op = []
+    try:
+        for x, y in cfg.batches[WARMUP:WARMUP + steps]:
+            spent[0], ops0 = 0.0, lr.metrics()["traced_ops"]
+            train_step(x, y)
+            per_op.append(spent[0] * 1e6 / (lr.metrics()["traced_ops"] - ops0))
+            lr.mark_step()
+    finally:
+        LazyTensor.__torch_dispatch__ = inner
+    return statistics.median(per_op)
+
+
 def run(steps, rounds):
     rows = []
     for cfg in configs(steps):
         side = bench_side_by_side(cfg, rounds)
         lazy = bench_lazy(cfg, steps)
+        lazy["dispatch_us_per_op"] = dispatch_us_per_op(cfg, steps)
         verdict = shape_only(cfg)
         rep = bench_lazy(cfg, steps, "replay") if verdict else None
         rows.append((cfg, side, lazy, rep))
@@ -292,14 +329,17 @@ def table(rows, micro, steps, rounds):
              "(ops/step counts what is traced, warm-up included). First result: trace + "
              "compile + run of step 1 from an empty cache. µs per recorded op: the step's "
              "Python time before `mark_step` (autograd, optimizer code and input copies "
-             "included) over the ATen ops it recorded. The small examples are tracing-bound "
+             "included) over the ATen ops it recorded; in dispatch: the part of it spent "
+             "inside the runtime's `__torch_dispatch__` (recording, rules, views, write-back; "
+             "`dispatch_us_per_op`, a separate run), the rest being torch's own (autograd's "
+             "engine, module and optimizer code). The small examples are tracing-bound "
              "(hundreds of ops of microseconds each); the wide MLP shows the runtime once each "
              "op does real work.", "",
              "| model | eager (ms) | lazy (ms) | lazy replay (ms) | whole step (ms) | jax.jit (ms) "
              "| lazy / jax.jit | replay / jax.jit | whole step / jax.jit | whole step / eager "
-             "| ops/step traced (replay) | µs per recorded op | first result lazy (s) "
-             "| first result jax (s) |",
-             "|---|---:|---:|---:|---:|---:|---:|---:|---:|---:|---:|---:|---:|---:|"]
+             "| ops/step traced (replay) | µs per recorded op | of which in dispatch "
+             "| first result lazy (s) | first result jax (s) |",
+             "|---|---:|---:|---:|---:|---:|---:|---:|---:|---:|---:|---:|---:|---:|---:|"]
     for cfg, side, lazy, rep in rows:
         r = rep["step_ms"] if rep else float("nan")
         e, w, j = side["eager"], side["whole"], side["jax"]
@@ -307,7 +347,8 @@ def table(rows, micro, steps, rounds):
                      f"{r:.2f} | {w:.2f} | {j:.2f} | {lazy['step_ms'] / j:.2f}x | "
                      f"{r / j:.2f}x | {w / j:.2f}x | {w / e:.2f}x | {lazy['ops_per_step']} "
                      f"({rep['ops_per_step'] if rep else '-'}) | "
-                     f"{lazy['us_per_op']:.1f} | {lazy['ttfr_s']:.2f} | "
+                     f"{lazy['us_per_op']:.1f} | {lazy['dispatch_us_per_op']:.1f} | "
+                     f"{lazy['ttfr_s']:.2f} | "
                      f"{side['jax_first_s']:.2f} |")
     lines += ["", "Tracing overhead of one recorded op outside autograd (median of 5 x 5000): " +
               ", ".join(f"{k} {v:.1f} µs" for k, v in micro.items()) + ".", ""]
