@@ -946,7 +946,8 @@ def pad_lstm_layer_backward(node, ins, cx):
                 for t, axes in ((g_out, (0, 1)), (g_h, (0,)), (g_c, (0,)), (x, (0, 1)),
                                 (h0, (0,)), (c0, (0,)))
                 if t is not None and _sym_axes(ins[_i(t)], axes))
-    lays = (xl, hl, cl) + tuple(None if w is None else ins[_i(w)] for w in (w_ih, w_hh, b_ih, b_hh))
+    lays = (xl, hl, cl) + tuple(None if w is None else ins[_i(w)]
+                                for w in (w_ih, w_hh, b_ih, b_hh))
     outs = tuple(lay if m else None for lay, m in zip(lays, node.args[12]))
     return Pad(outs, pre=pre, fn=functools.partial(_lstm_layer_backward_fn, _i(x)),
                tag="lstm_layer_backward")

@@ -1,8 +1,9 @@
 """Padding rules against eager torch: slicing, selecting and concatenating inside a padded
 dim, roll, convolutions along padded batch and spatial dims, batch norm statistics over
-padded dims, the LSTM cell with a padded batch, an LSTM with padded time and batch dims, and the CNN/LSTM examples trained with a
-dynamic batch. Each test runs several random sizes inside one bucket: values and
-gradients must equal eager torch (padding never leaks), with one compile per bucket."""
+padded dims, the LSTM cell with a padded batch, an LSTM with padded time and batch dims,
+and the CNN/LSTM examples trained with a dynamic batch. Each test runs several random
+sizes inside one bucket: values and gradients must equal eager torch (padding never
+leaks), with one compile per bucket."""
 
 import copy
 import random
