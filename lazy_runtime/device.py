@@ -59,21 +59,12 @@ def _host_factory(op):
             n = data_node_from_cpu(t)
             ir.HOST_RECIPES[n] = (make, args, items)
             return n
-        return ir.host_leaf((make, _frozen(args), _frozen(items)), tuple(t.shape), fresh)
+        return ir.host_leaf((make, args, items), tuple(t.shape), fresh)
 
     def impl(*args, **kwargs):
         kwargs["device"] = torch.device("cpu")
         return new_base(make(*args, **kwargs))
     return impl
-
-
-def _frozen(a):
-    """A hashable key of arguments that tells apart what ``==`` does not: ``True``, ``1``
-    and ``1.0`` (a factory infers its dtype from them), ``0.0`` and ``-0.0``."""
-    t = type(a)
-    if t is list or t is tuple:
-        return (t, tuple(_frozen(x) for x in a))
-    return (t, repr(a)) if t is float else (t, a)
 
 
 _HOST_FACTORIES = ["arange", "arange.start", "arange.start_step", "full", "zeros", "ones",

@@ -52,17 +52,15 @@ def host_constant(shape, dtype, fill):
     return new_base(filled_node(tuple(shape), dtype, fill))
 
 
-# 0-d filled device arrays by (dtype, repr of the fill: -0.0 is not 0.0): immutable, so a
-# new leaf each step can hold the same one (autograd seeds every backward with
-# ``ones_like(loss)``; a device_put costs ~35 us here).
+# 0-d filled device arrays by dtype and fill (``ir.value_key``: -0.0 is not 0.0):
+# immutable, so a new leaf each step can hold the same one (autograd seeds every backward
+# with ``ones_like(loss)``; a device_put costs ~35 us here).
 _FILLED_SCALARS: dict = {}
 
 
 def filled_node(shape, dtype, fill) -> ir.Node:
-    fill_key = repr(fill)   # not the value: -0.0 == 0.0
-
     def make():
-        key = None if shape else (dtype, fill_key)
+        key = None if shape else (dtype, ir.value_key(fill))
         arr = _FILLED_SCALARS.get(key) if key else None
         if arr is None:
             npd = dtypes.to_numpy_dtype(dtype)
@@ -76,7 +74,7 @@ def filled_node(shape, dtype, fill) -> ir.Node:
         n = ir.leaf(ir.DATA, arr, shape, dtype)
         ir.HOST_RECIPES[n] = (filled_node, (shape, dtype, fill), ())
         return n
-    return ir.host_leaf(("filled", shape, dtype, fill_key), shape, make)
+    return ir.host_leaf(("filled", shape, dtype, fill), shape, make)
 
 
 def host_value(n: ir.Node) -> np.ndarray:
@@ -224,16 +222,22 @@ def _compile(g: ir.Graph) -> Executable:
     data_avals = [jax.ShapeDtypeStruct(d.shape, d.dtype) for d in g.data]
     scal = jax.ShapeDtypeStruct((len(g.scalars),), np.float64)
     rng = jax.ShapeDtypeStruct((len(g.rngs), 2), np.int64)
+    compiled = _jit_compile(fn, data_avals, scal, rng)
+    n_ops = sum(1 for n in g.nodes if n.op not in ir.LEAVES)
+    return Executable(compiled, n_ops)
+
+
+def _jit_compile(fn, *avals):
+    """``fn`` traced (lowerings run here), compiled and counted."""
     t0 = time.perf_counter()
     try:
         with _x64(True):
-            compiled = jax.jit(fn).lower(data_avals, scal, rng).compile()
+            compiled = jax.jit(fn).lower(*avals).compile()
     finally:
-        TRACE_SCRATCH.clear()
+        TRACE_SCRATCH.clear()   # what lowerings handed each other in this trace
     METRICS.compile_seconds += time.perf_counter() - t0
     METRICS.compiles += 1
-    n_ops = sum(1 for n in g.nodes if n.op not in ir.LEAVES)
-    return Executable(compiled, n_ops)
+    return compiled
 
 
 def _padded_plan(g: ir.Graph, plan) -> list:
@@ -312,14 +316,7 @@ def _compile_padded(g: ir.Graph, plan) -> Executable:
     scal = jax.ShapeDtypeStruct((len(g.scalars),), np.float64)
     rng = jax.ShapeDtypeStruct((len(g.rngs), 2), np.int64)
     sizes = jax.ShapeDtypeStruct((len(plan.syms),), np.int64)
-    t0 = time.perf_counter()
-    try:
-        with _x64(True):
-            compiled = jax.jit(fn).lower(data_avals, scal, rng, sizes).compile()
-    finally:
-        TRACE_SCRATCH.clear()
-    METRICS.compile_seconds += time.perf_counter() - t0
-    METRICS.compiles += 1
+    compiled = _jit_compile(fn, data_avals, scal, rng, sizes)
     dynamic.note_compile(plan)
     n_ops = sum(1 for n in g.nodes if n.op not in ir.LEAVES)
     return Executable(compiled, n_ops), datas

@@ -93,9 +93,10 @@ _host_made: dict = {}
 
 def host_leaf(key, shape, make) -> Node:
     """The leaf ``make()`` gives; for a 0-d one, shared by every call with the same
-    hashable ``key`` since the last barrier or capture start."""
+    hashable ``key`` (compared by ``value_key``) since the last barrier or capture start."""
     if len(shape) != 0:
         return make()
+    key = value_key(key)
     try:
         n = _host_made.get(key)
     except TypeError:   # an unhashable argument
@@ -103,6 +104,15 @@ def host_leaf(key, shape, make) -> Node:
     if n is None:
         n = _host_made[key] = make()
     return n
+
+
+def value_key(a):
+    """``a`` as a key that tells apart what ``==`` does not: ``True``, ``1`` and ``1.0``
+    (a factory infers its dtype from them), ``0.0`` and ``-0.0``."""
+    t = type(a)
+    if t is list or t is tuple:
+        return (t, tuple(value_key(x) for x in a))
+    return (t, repr(a)) if t is float else (t, a)
 
 
 # The float arguments a ``_foreach_*`` op applies to every tensor of its list (Adam's

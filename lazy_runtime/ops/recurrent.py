@@ -23,6 +23,7 @@ import torch
 from jax import lax
 
 from .common import HIGHEST
+from .nn import _f32
 from .registry import TRACE_SCRATCH, lowering, rule
 
 _DEF = torch.library.Library("lazy_runtime", "DEF")
@@ -73,19 +74,15 @@ def lstm_layer_backward_rule(grad_out, grad_h, grad_c, x, h0, c0, w_ih, w_hh, b_
 
 # ---- lowering ----------------------------------------------------------------------------
 
-def _opmath(x):
-    return x.astype(jnp.float32) if x.dtype in (jnp.float16, jnp.dtype("bfloat16")) else x
-
-
 def _scan(reverse, valid, x, h0, c0, w_ih, w_hh, b_ih=None, b_hh=None):
     """One LSTM layer over ``x`` [T, B, I]: (out [T, B, H], h, c). The input projection is
     one matmul for all steps; the loop carries only ``h @ w_hh.T``. ``valid`` (bool [T],
     or None): steps where it is False keep the carry (a time dim padded at its end)."""
     dtype = x.dtype
-    x, h0, c0, w_ih, w_hh = (_opmath(t) for t in (x, h0, c0, w_ih, w_hh))
+    x, h0, c0, w_ih, w_hh = (_f32(t) for t in (x, h0, c0, w_ih, w_hh))
     gx = jnp.matmul(x, w_ih.T, precision=HIGHEST)
     if b_ih is not None:
-        gx = gx + (_opmath(b_ih) + _opmath(b_hh))
+        gx = gx + (_f32(b_ih) + _f32(b_hh))
     w_hh_t = w_hh.T
 
     def cell(carry, step):
@@ -231,10 +228,8 @@ class _LSTMLayer(torch.autograd.Function):
         return tuple(grads) + (None, None)
 
 
-def _fits_layer_op(input, hx, params, has_biases, num_layers, bidirectional) -> bool:
+def _fits_layer_op(input, hx, params, per_layer, num_layers, n_dir) -> bool:
     from ..tensor import LazyTensor
-    per_layer = 4 if has_biases else 2
-    n_dir = 2 if bidirectional else 1
     if input.dim() != 3 or len(hx) != 2 or len(params) != per_layer * num_layers * n_dir:
         return False  # unbatched, projections (w_hr), or a malformed call: torch's composite
     tensors = [input, *hx, *params]
@@ -246,11 +241,11 @@ def _fits_layer_op(input, hx, params, has_biases, num_layers, bidirectional) -> 
 
 def _lstm(input, hx, params, has_biases, num_layers, dropout, train, bidirectional, batch_first):
     """``aten::lstm.input`` for lazy tensors: one ``lstm_layer`` per layer and direction."""
-    if not _fits_layer_op(input, hx, params, has_biases, num_layers, bidirectional):
-        return torch.ops.aten.lstm.input.decompose(input, hx, params, has_biases, num_layers,
-                                                   dropout, train, bidirectional, batch_first)
     per_layer = 4 if has_biases else 2
     n_dir = 2 if bidirectional else 1
+    if not _fits_layer_op(input, hx, params, per_layer, num_layers, n_dir):
+        return torch.ops.aten.lstm.input.decompose(input, hx, params, has_biases, num_layers,
+                                                   dropout, train, bidirectional, batch_first)
     x = input.transpose(0, 1) if batch_first else input
     h0, c0 = hx
     grad = torch.is_grad_enabled()
