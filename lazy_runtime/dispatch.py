@@ -30,7 +30,7 @@ from . import ir, random
 from .config import config
 from .errors import NoLowering, UnsupportedOperation
 from .metrics import METRICS
-from .ops import foreach
+from .ops import foreach, recurrent
 from .ops.registry import DYNAMIC_SCALARS, LOWERINGS, RULES
 from .tensor import (LazyTensor, new_base, new_view, node_of, write, contiguous_strides,
                      view_strides)
@@ -396,6 +396,33 @@ VIEW_OPS = frozenset([
 ])
 
 
+# in-place view ops: the tensor itself becomes the view
+_INPLACE_VIEWS = {
+    aten.t_.default: aten.t.default, aten.transpose_.default: aten.transpose.int,
+    aten.unsqueeze_.default: aten.unsqueeze.default, aten.squeeze_.default: aten.squeeze.default,
+    aten.squeeze_.dim: aten.squeeze.dim, aten.squeeze_.dims: aten.squeeze.dims,
+    aten.as_strided_.default: aten.as_strided.default,
+}
+
+
+def _inplace_view(func, args, kwargs):
+    """``transpose_``, ``unsqueeze_`` & co.: ``args[0]`` takes the view's chain over the
+    same storage, and its wrapper's sizes and strides are changed in place by torch's
+    meta kernel (run with dispatch off, as ``return_and_correct_aliasing`` does), so
+    autograd and later views see the new ones."""
+    x = args[0]
+    view = _view(_INPLACE_VIEWS[func], args, kwargs)
+    with torch.utils._mode_utils.no_dispatch():
+        meta = torch._C._meta_in_tls_dispatch_include()
+        torch._C._set_meta_in_tls_dispatch_include(True)
+        try:
+            func(*args, **kwargs)
+        finally:
+            torch._C._set_meta_in_tls_dispatch_include(meta)
+    x._vw, x._vc = view._vw, None
+    return x
+
+
 def _alias(func, args, kwargs):
     x = args[0]
     return new_view(x, x._vw, tuple(x.shape), x.stride(), x.storage_offset())
@@ -518,6 +545,8 @@ SPECIAL = {
     aten.resize_.default: _resize,
     aten.resize_as_.default: _unsupported,
 }
+for _op in _INPLACE_VIEWS:
+    SPECIAL[_op] = _inplace_view
 for _name in ("zeros_like", "ones_like", "empty_like", "full_like", "new_zeros", "new_ones",
               "new_empty", "new_full", "new_empty_strided"):
     SPECIAL[getattr(aten, _name).default] = _factory_like
@@ -528,6 +557,11 @@ for _op in (aten.normal_.default, aten.uniform_.default, aten.bernoulli_.float,
     SPECIAL[_op] = _random_
 for _op in (aten.native_dropout.default, aten.bernoulli.default, aten.bernoulli.p):
     SPECIAL[_op] = _random_functional
+# Recurrent layers and packing (``ops.recurrent``): reached here with autograd's keys off
+# (inference_mode); with them on, at AutogradPrivateUse1.
+for _op, _fn in ((aten._pack_padded_sequence.default, recurrent.pack_padded),
+                 (aten.lstm.input, recurrent.lstm_input), (aten.lstm.data, recurrent.lstm_packed)):
+    SPECIAL[_op] = lambda func, args, kwargs, _fn=_fn: _fn(*args, **kwargs)
 
 
 # ---- fallback -----------------------------------------------------------------------

@@ -615,3 +615,51 @@ def lower_lstm_cell_backward(ghy, gcy, cx, cy, workspace, has_bias):
     gates = jnp.concatenate([gi, gf, gg, go], axis=-1)
     gb = jnp.sum(gates, axis=0) if has_bias else None
     return gates, gcx * f, gb
+
+
+# ---- fused GRU cell (what nn.GRU and nn.GRUCell call on a non-CPU device) ----------------
+#
+# The workspace is torch's CUDA kernel's: [r, z, n, hx, hn] (the gates after their
+# activations, the previous state, and the hidden gates' candidate part, bias included).
+
+
+@rule(aten._thnn_fused_gru_cell.default, multi=True)
+def gru_cell_rule(ig, hg, hx, ib=None, hb=None):
+    rows = _shape(hx)[:-1]
+    return [(_shape(hx), hx.dtype), (rows + (5 * _shape(hx)[-1],), hx.dtype)]
+
+
+@lowering(aten._thnn_fused_gru_cell.default)
+def lower_gru_cell(ig, hg, hx, ib=None, hb=None):
+    if ib is not None:
+        ig = ig + ib
+    if hb is not None:
+        hg = hg + hb
+    i_r, i_z, i_n = jnp.split(ig, 3, axis=-1)
+    h_r, h_z, h_n = jnp.split(hg, 3, axis=-1)
+    r = jax.nn.sigmoid(i_r + h_r)
+    z = jax.nn.sigmoid(i_z + h_z)
+    n = jnp.tanh(i_n + r * h_n)
+    hy = n + z * (hx - n)
+    return hy, jnp.concatenate([r, z, n, hx, h_n], axis=-1)
+
+
+@rule(aten._thnn_fused_gru_cell_backward.default, multi=True)
+def gru_cell_backward_rule(ghy, workspace, has_bias):
+    rows, h = _shape(ghy)[:-1], _shape(ghy)[-1]
+    gates = (rows + (3 * h,), ghy.dtype)
+    bias = ((3 * h,), ghy.dtype) if has_bias else None
+    return [gates, gates, (_shape(ghy), ghy.dtype), bias, bias]
+
+
+@lowering(aten._thnn_fused_gru_cell_backward.default)
+def lower_gru_cell_backward(ghy, workspace, has_bias):
+    r, z, n, hx, h_n = jnp.split(workspace, 5, axis=-1)
+    g_z = ghy * (hx - n) * (1 - z) * z
+    g_n = ghy * (1 - z) * (1 - n * n)
+    g_r = g_n * h_n * (1 - r) * r
+    g_in = jnp.concatenate([g_r, g_z, g_n], axis=-1)
+    g_hid = jnp.concatenate([g_r, g_z, g_n * r], axis=-1)
+    if not has_bias:
+        return g_in, g_hid, ghy * z, None, None
+    return g_in, g_hid, ghy * z, jnp.sum(g_in, axis=0), jnp.sum(g_hid, axis=0)

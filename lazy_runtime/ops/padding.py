@@ -872,15 +872,23 @@ def pad_max_pool2d_backward(node, ins, cx):
 # ---- recurrent cells ----------------------------------------------------------------
 
 
+def _cell_rows(node, ins, name):
+    """(input gates, hidden gates, state) layouts of a fused cell: rows (the batch) are
+    independent and may be padded; the gate and feature dims must be concrete."""
+    ig, hg, state = (ins[_i(t)] for t in node.args[:3])
+    if has_sym(ig[-1:] + hg[-1:] + state[-1:]) or any(
+            t is not None and has_sym(ins[_i(t)]) for t in node.args[3:]):
+        raise NoPadRule(node.op, f"{name} cell with a dynamic feature dim",
+                        _syms(ig, hg, state))
+    if not (ig[:-1] == hg[:-1] == state[:-1]):
+        raise NoPadRule(node.op, f"{name} cell batch layouts differ", _syms(ig, hg, state))
+    return ig, hg, state
+
+
 @pad_rule(aten._thnn_fused_lstm_cell.default)
 def pad_lstm_cell(node, ins, cx):
-    """Rows (the batch) are independent; the gate dim is split in four: concrete."""
-    ig, hg, c = (ins[_i(t)] for t in node.args[:3])
-    if has_sym(ig[-1:] + hg[-1:] + c[-1:]) or any(
-            t is not None and has_sym(ins[_i(t)]) for t in node.args[3:]):
-        raise NoPadRule(node.op, "LSTM cell with a dynamic feature dim", _syms(ig, hg, c))
-    if not (ig[:-1] == hg[:-1] == c[:-1]):
-        raise NoPadRule(node.op, "LSTM cell batch layouts differ", _syms(ig, hg, c))
+    """The gate dim is split in four: concrete."""
+    ig, _, c = _cell_rows(node, ins, "LSTM")
     return Pad((c, c, ig))
 
 
@@ -897,6 +905,27 @@ def pad_lstm_cell_backward(node, ins, cx):
     return Pad(outs, pre=pre)
 
 
+@pad_rule(aten._thnn_fused_gru_cell.default)
+def pad_gru_cell(node, ins, cx):
+    """The gate dims are split in three: concrete."""
+    _, _, h = _cell_rows(node, ins, "GRU")
+    return Pad((h, h[:-1] + ((node.shape[1][-1],),)))   # (a concrete dim's factors)
+
+
+@pad_rule(aten._thnn_fused_gru_cell_backward.default)
+def pad_gru_cell_backward(node, ins, cx):
+    """The bias gradients sum the gates over the batch: padded rows are zeroed first."""
+    ghy, ws, has_bias = node.args
+    gl, wl = ins[_i(ghy)], ins[_i(ws)]
+    if has_sym(gl[-1:] + wl[-1:]):
+        raise NoPadRule(node.op, "GRU cell with a dynamic feature dim", _syms(gl, wl))
+    axes = _sym_axes(gl, range(len(gl) - 1))
+    pre = tuple((_i(t), axes, 0) for t in (ghy, ws)) if axes else ()
+    gates = gl[:-1] + ((node.shape[0][-1],),)   # (a concrete dim's factors)
+    bias = ((node.shape[0][-1],),) if has_bias else None
+    return Pad((gates, gates, gl, bias, bias), pre=pre)
+
+
 def _time_mask(env, in_lays, x_index):
     t = in_lays[x_index][0]
     return env.dim_mask(t) if is_sym(t) else None
@@ -910,28 +939,33 @@ def _lstm_layer_backward_fn(x_index, ctx, env, in_lays, *args):
     return layer_backward(_time_mask(env, in_lays, x_index), *args)
 
 
-def _lstm_layouts(op, ins, x, h0, c0, weights):
+def _lstm_layouts(op, ins, x, h0, c0, weights, valid):
     """(x, h0, c0) layouts of an LSTM layer: the time and batch dims may be padded; the
-    feature dims are concrete, and the three batch dims the same."""
+    feature dims are concrete, and the three batch dims (and a mask's dims) the same."""
     xl, hl, cl = ins[_i(x)], ins[_i(h0)], ins[_i(c0)]
     if has_sym(xl[2:] + hl[1:] + cl[1:]) or any(
             w is not None and has_sym(ins[_i(w)]) for w in weights):
         raise NoPadRule(op, "LSTM layer with a dynamic feature dim", _syms(xl, hl, cl))
-    if not (xl[1] == hl[0] == cl[0]):
+    if not (xl[1] == hl[0] == cl[0]) or (valid is not None and ins[_i(valid)] != xl[:2]):
         raise NoPadRule(op, "LSTM layer batch layouts differ", _syms(xl, hl, cl))
     return xl, hl, cl
+
+
+def _zeroed(ins, with_axes):
+    """``pre`` entries zeroing the padding of the given (argument, padded axes)."""
+    return tuple((_i(t), _sym_axes(ins[_i(t)], axes), 0) for t, axes in with_axes
+                 if t is not None and _sym_axes(ins[_i(t)], axes))
 
 
 @pad_rule(recurrent.lstm_layer)
 def pad_lstm_layer(node, ins, cx):
     """Batch rows are independent; padded steps at the end of the time dim keep the
-    carry. Padding is zeroed first so that the pullback kept for the backward is finite
-    there (its zero cotangents then contribute exact zeros)."""
-    x, h0, c0, w_ih, w_hh, b_ih, b_hh = node.args[:7]
-    xl, hl, cl = _lstm_layouts(node.op, ins, x, h0, c0, (w_ih, w_hh, b_ih, b_hh))
-    pre = tuple((_i(t), _sym_axes(ins[_i(t)], axes), 0)
-                for t, axes in ((x, (0, 1)), (h0, (0,)), (c0, (0,)))
-                if _sym_axes(ins[_i(t)], axes))
+    carry (an op's own per-row mask is padded with False). Padding is zeroed first so
+    that the pullback kept for the backward is finite there (its zero cotangents then
+    contribute exact zeros)."""
+    x, h0, c0, w_ih, w_hh, b_ih, b_hh, valid = node.args[:8]
+    xl, hl, cl = _lstm_layouts(node.op, ins, x, h0, c0, (w_ih, w_hh, b_ih, b_hh), valid)
+    pre = _zeroed(ins, ((x, (0, 1)), (h0, (0,)), (c0, (0,)), (valid, (0, 1))))
     return Pad(((xl[0], xl[1], hl[1]), hl, cl), pre=pre,
                fn=functools.partial(_lstm_layer_fn, _i(x)), tag="lstm_layer")
 
@@ -940,15 +974,13 @@ def pad_lstm_layer(node, ins, cx):
 def pad_lstm_layer_backward(node, ins, cx):
     """Cotangents and inputs zeroed on the padding (the weight gradients sum over steps
     and rows); the output is left as it is: it names the forward's kept pullback."""
-    g_out, g_h, g_c, x, h0, c0, w_ih, w_hh, b_ih, b_hh, out = node.args[:11]
-    xl, hl, cl = _lstm_layouts(node.op, ins, x, h0, c0, (w_ih, w_hh, b_ih, b_hh))
-    pre = tuple((_i(t), _sym_axes(ins[_i(t)], axes), 0)
-                for t, axes in ((g_out, (0, 1)), (g_h, (0,)), (g_c, (0,)), (x, (0, 1)),
-                                (h0, (0,)), (c0, (0,)))
-                if t is not None and _sym_axes(ins[_i(t)], axes))
+    g_out, g_h, g_c, x, h0, c0, w_ih, w_hh, b_ih, b_hh, valid, out = node.args[:12]
+    xl, hl, cl = _lstm_layouts(node.op, ins, x, h0, c0, (w_ih, w_hh, b_ih, b_hh), valid)
+    pre = _zeroed(ins, ((g_out, (0, 1)), (g_h, (0,)), (g_c, (0,)), (x, (0, 1)),
+                        (h0, (0,)), (c0, (0,)), (valid, (0, 1))))
     lays = (xl, hl, cl) + tuple(None if w is None else ins[_i(w)]
                                 for w in (w_ih, w_hh, b_ih, b_hh))
-    outs = tuple(lay if m else None for lay, m in zip(lays, node.args[12]))
+    outs = tuple(lay if m else None for lay, m in zip(lays, node.args[13]))
     return Pad(outs, pre=pre, fn=functools.partial(_lstm_layer_backward_fn, _i(x)),
                tag="lstm_layer_backward")
 

@@ -86,6 +86,35 @@ def test_as_strided_view_and_write():
     both(f, torch.randn(3, 4))
 
 
+@pytest.mark.parametrize("rows,op", [
+    (slice(1, None), lambda t: t.t_()), (slice(1, None), lambda t: t.transpose_(0, 1)),
+    (slice(1, None), lambda t: t.swapdims_(1, 0)), (slice(1, None), lambda t: t.unsqueeze_(1)),
+    (slice(1, 2), lambda t: t.squeeze_(0)), (slice(1, 2), lambda t: t.squeeze_()),
+    (slice(1, 2), lambda t: t.squeeze_((0,))),
+    (slice(1, None), lambda t: t.as_strided_((2, 2), (1, 3), 1)),
+], ids=["t_", "transpose_", "swapdims_", "unsqueeze_", "squeeze_.dim", "squeeze_",
+        "squeeze_.dims", "as_strided_"])
+def test_in_place_view_ops_change_the_tensor_itself(rows, op):
+    """The tensor becomes the view: its shape and strides change, it still shares its
+    storage (writes through it reach the base), and autograd sees the new shape."""
+    def f(base):
+        v = base[rows]
+        assert op(v) is v
+        v.mul_(2)   # through the new view into the base
+        return v.reshape(-1) * 1, tuple(v.shape), v.stride(), v.storage_offset()
+    base_c = torch.arange(12.0).reshape(3, 4)
+    base_l = base_c.clone().to(DEV)
+    out_c, out_l = f(base_c), f(base_l)
+    assert out_l[1:] == out_c[1:]
+    assert_same(out_l[0], out_c[0], what="values")
+    assert_same(base_l, base_c, what="base")
+    x = torch.randn(3, 4, requires_grad=True)
+    xl = x.detach().to(DEV).requires_grad_()
+    op(x[rows] * 1).sin().sum().backward()
+    op(xl[rows] * 1).sin().sum().backward()
+    assert_same(xl.grad, x.grad, what="grad")
+
+
 def test_detach_and_data_alias():
     x = torch.randn(3).to(DEV)
     d = x.detach()

@@ -1,9 +1,10 @@
 """Padding rules against eager torch: slicing, selecting and concatenating inside a padded
 dim, roll, convolutions along padded batch and spatial dims, batch norm statistics over
-padded dims, the LSTM cell with a padded batch, an LSTM with padded time and batch dims,
-and the CNN/LSTM examples trained with a dynamic batch. Each test runs several random
-sizes inside one bucket: values and gradients must equal eager torch (padding never
-leaks), with one compile per bucket."""
+padded dims, the LSTM and GRU cells and layers with a padded batch, an LSTM with padded
+time and batch dims (and with a packed sequence's per-row mask), and the CNN/LSTM
+examples trained with a dynamic batch. Each test runs several random sizes inside one
+bucket: values and gradients must equal eager torch (padding never leaks), with one
+compile per bucket."""
 
 import copy
 import random
@@ -208,8 +209,23 @@ class Recurrent(nn.Module):
         return {"seq": seq, "h": h, "c": c, "cell_h": hc[0], "cell_c": hc[1]}
 
 
-def test_lstm_and_lstm_cell_with_a_padded_batch():
-    eager, lazy = _model_pair(Recurrent)
+class GatedRecurrent(nn.Module):
+    def __init__(self):
+        super().__init__()
+        self.gru = nn.GRU(4, 5, batch_first=True, bidirectional=True)
+        self.cell = nn.GRUCell(4, 5)
+
+    def forward(self, x):
+        seq, h = self.gru(x)
+        hc = None
+        for t in range(x.shape[1]):
+            hc = self.cell(x[:, t], hc)
+        return {"seq": seq, "h": h, "cell_h": hc}
+
+
+@pytest.mark.parametrize("cls", [Recurrent, GatedRecurrent], ids=["lstm", "gru"])
+def test_recurrent_layers_and_cells_with_a_padded_batch(cls):
+    eager, lazy = _model_pair(cls)
     for B in _sizes(5, 8, 3, seed=3):
         x = torch.randn(B, 3, 4)
         xl = lr.mark_dynamic(x.to(DEV), 0, "B")
@@ -244,6 +260,48 @@ def test_lstm_with_a_padded_time_and_batch():
     assert m["exact_compiles"] == {}, m["recompile_reasons"]
     assert m["compiles"] == 1, m["recompile_reasons"]
     assert m["buckets"]["T"] == [16]
+
+
+def test_lstm_layer_with_a_row_mask_and_padded_time_and_batch():
+    """A packed sequence's layer op: its per-row mask is padded with False, so padded
+    steps and rows keep the carry in both directions; one compile for the bucket."""
+    from lazy_runtime.ops.recurrent import _LSTMLayer
+    torch.manual_seed(3)
+    H, n_in = 3, 2
+    weights = [torch.randn(4 * H, n_in), torch.randn(4 * H, H), torch.randn(4 * H),
+               torch.randn(4 * H)]
+    weights_l = [w.to(DEV).requires_grad_() for w in weights]
+    for w in weights:
+        w.requires_grad_()
+    lr.mark_step()
+    lr.reset_metrics()
+    rng = random.Random(6)
+    for B, T in [(rng.randint(5, 7), rng.randint(9, 15)) for _ in range(2)] + [(8, 16)]:
+        lengths = torch.tensor([T] + [rng.randint(1, T) for _ in range(B - 1)])
+        valid = torch.arange(T)[:, None] < lengths[None, :]
+        x, h0, c0 = torch.randn(T, B, n_in), torch.randn(B, H), torch.randn(B, H)
+        xl = lr.mark_dynamic(lr.mark_dynamic(x.clone(), 0, "T"), 1, "B").to(DEV)
+        validl = lr.mark_dynamic(lr.mark_dynamic(valid.clone(), 0, "T"), 1, "B").to(DEV)
+        h0l, c0l = (lr.mark_dynamic(t.clone(), 0, "B").to(DEV) for t in (h0, c0))
+        results = []
+        for args, ws in (((x, h0, c0), weights), ((xl, h0l, c0l), weights_l)):
+            xx = args[0].requires_grad_()
+            outs = [t for rev in (False, True)
+                    for t in _LSTMLayer.apply(xx, *args[1:], *ws, valid if ws is weights
+                                              else validl, rev, True)]
+            sum((t.sin() * (i + 1)).sum() for i, t in enumerate(outs)).backward()
+            results.append((outs, xx.grad, [w.grad for w in ws]))
+        lr.mark_step()
+        (want, gx, gw), (got, gxl, gwl) = results
+        what = f"at B={B}, T={T}"
+        assert_same(got, [t.detach() for t in want], 1e-4, 1e-5, what=f"outputs {what}")
+        assert_same(gxl, gx, 1e-4, 1e-5, what=f"grad x {what}")
+        assert_same(gwl, gw, 1e-4, 1e-5, what=f"grad weights {what}")
+        for w in weights + weights_l:
+            w.grad = None
+    m = lr.metrics()
+    assert m["exact_compiles"] == {}, m["recompile_reasons"]
+    assert m["compiles"] == 1, m["recompile_reasons"]
 
 
 @pytest.mark.parametrize("name", ["cnn", "lstm"])

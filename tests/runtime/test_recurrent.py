@@ -3,7 +3,9 @@
 Covers the layer op's configurations (layers, directions, biases, batch_first, float64,
 dropout off), its backward reusing the forward's pullback in one graph and recomputing it
 across graphs, the eager fallback kernels, and the variants left to torch's composite
-(projections; unbatched input, which nn.LSTM batches before the op).
+(projections; unbatched input, which nn.LSTM batches before the op). Packed sequences
+(packing, the packed LSTM as the same ops with a per-row mask, unpacking), inference
+mode, and GRU/RNN (torch's fused cells, unrolled) against torch too.
 """
 
 import copy
@@ -201,3 +203,208 @@ def test_variants_left_to_torch_composite_stay_correct(variant, monkeypatch):
         assert_same(pl_.grad, pe_.grad, 1e-4, 1e-5, what=f"grad {name}")
     # nn.LSTM batches an unbatched input itself before calling aten::lstm
     assert counts[recurrent.lstm_layer] == (2 if variant == "unbatched" else 0)
+
+
+# ---- packed sequences ----------------------------------------------------------------------
+
+PACKED = [
+    dict(num_layers=1, batch_first=True, enforce_sorted=True),
+    dict(num_layers=2, bidirectional=True, enforce_sorted=False),
+    dict(num_layers=1, bidirectional=True, batch_first=True, bias=False, enforce_sorted=False),
+]
+
+
+def _packed_case(r, cfg, dtype):
+    """(T, B, lengths, the padded input) for ``cfg``: random lengths, the longest T."""
+    T, B, n_in = r.randint(2, 8), r.randint(1, 5), r.randint(1, 5)
+    lengths = [T] + [r.randint(1, T) for _ in range(B - 1)]
+    if cfg["enforce_sorted"]:
+        lengths.sort(reverse=True)
+    else:
+        r.shuffle(lengths)
+    x = torch.randn((B, T, n_in) if cfg.get("batch_first") else (T, B, n_in), dtype=dtype)
+    return T, B, torch.tensor(lengths), x
+
+
+def _run_packed(model, x, lengths, cfg, extra=0):
+    """pack -> model -> unpack (``extra`` steps of padding past the longest), its loss's
+    backward: (padded out, lengths, h, c or None, grad x)."""
+    pack = nn.utils.rnn.pack_padded_sequence(x, lengths, batch_first=cfg.get("batch_first",
+                                             False), enforce_sorted=cfg["enforce_sorted"])
+    out, state = model(pack)
+    h, c = state if isinstance(state, tuple) else (state, None)
+    padded, lens = nn.utils.rnn.pad_packed_sequence(
+        out, batch_first=cfg.get("batch_first", False), padding_value=-2.0,
+        total_length=x.shape[1 if cfg.get("batch_first") else 0] + extra)
+    loss = (padded.sin() * 1.5).sum() + (h * h).sum()
+    if c is not None:
+        loss = loss + c.cos().sum()
+    if x.requires_grad:
+        loss.backward()
+    return padded, lens, h, c, x.grad
+
+
+@pytest.mark.parametrize("dtype", [torch.float32, torch.float64])
+@pytest.mark.parametrize("cfg", PACKED, ids=lambda c: "-".join(f"{k}={v}" for k, v in c.items()))
+def test_packed_lstm_matches_torch_as_one_op_per_layer(cfg, dtype, monkeypatch):
+    """Each row's h and c are its last valid step's; steps past a row's length are
+    dropped from the packed output; unpacking pads with the given value."""
+    counts = _count_records(monkeypatch, recurrent.lstm_layer, recurrent.lstm_layer_backward,
+                            CELL)
+    r = random.Random(str(cfg) + str(dtype))
+    T, B, lengths, x = _packed_case(r, cfg, dtype)
+    kw = {k: v for k, v in cfg.items() if k != "enforce_sorted"}
+    eager, lazy = _pair(r.randint(0, 99), input_size=x.shape[-1], hidden_size=r.randint(1, 6),
+                        **kw)
+    eager.to(dtype), lazy.to(dtype)
+    lr.reset_metrics()
+    want = _run_packed(eager, x.clone().requires_grad_(), lengths, cfg, extra=1)
+    got = _run_packed(lazy, x.to(DEV).requires_grad_(), lengths, cfg, extra=1)
+    lr.mark_step()
+    tol = (1e-4, 1e-5) if dtype == torch.float32 else (1e-10, 1e-12)
+    for name, w, g in zip(("out", "lengths", "h", "c", "grad x"), want, got):
+        assert_same(g, w.detach(), *tol, what=name)
+    assert got[1].device.type == "cpu"
+    for (name, pe), pl in zip(eager.named_parameters(), lazy.parameters()):
+        assert_same(pl.grad, pe.grad, *tol, what=f"grad {name}")
+    assert lr.metrics()["fallback_ops"] == {}
+    layers = cfg["num_layers"] * (2 if cfg.get("bidirectional") else 1)
+    assert counts == {recurrent.lstm_layer: layers, recurrent.lstm_layer_backward: layers,
+                      CELL: 0}
+
+
+def test_packed_lstm_eager_fallback_kernels_mask_the_rows():
+    """The CPU kernels (forced) apply the per-row mask, forward and backward."""
+    cfg = dict(num_layers=2, bidirectional=True, enforce_sorted=False)
+    _, _, lengths, x = _packed_case(random.Random(7), cfg, torch.float64)
+    eager, lazy = _pair(8, input_size=x.shape[-1], hidden_size=3, num_layers=2,
+                        bidirectional=True)
+    eager.double(), lazy.double()
+    want = _run_packed(eager, x.clone().requires_grad_(), lengths, cfg)
+    lr.reset_metrics()
+    with lr.force_fallback(recurrent.lstm_layer, recurrent.lstm_layer_backward):
+        got = _run_packed(lazy, x.to(DEV).requires_grad_(), lengths, cfg)
+        lr.mark_step()
+    for name, w, g in zip(("out", "lengths", "h", "c", "grad x"), want, got):
+        assert_same(g, w.detach(), 1e-10, 1e-12, what=name)
+    for (name, pe), pl in zip(eager.named_parameters(), lazy.parameters()):
+        assert_same(pl.grad, pe.grad, 1e-10, 1e-12, what=f"grad {name}")
+    assert lr.metrics()["fallback_ops"] == {LAYER: 4, BACKWARD: 4}
+
+
+def test_packed_lstm_trains_with_one_compile():
+    """A training step over a packed batch: one graph, compiled once for its sizes."""
+    torch.manual_seed(9)
+    eager = nn.LSTM(3, 4, batch_first=True)
+    lazy = copy.deepcopy(eager).to(DEV)
+    opts = [torch.optim.Adam(m.parameters(), lr=0.05) for m in (eager, lazy)]
+    lengths = torch.tensor([5, 5, 3, 1])
+    lr.mark_step()
+    lr.reset_metrics()
+    for step in range(3):
+        x = torch.randn(4, 5, 3)
+        losses = []
+        for model, opt, xx in ((eager, opts[0], x), (lazy, opts[1], x.to(DEV))):
+            pack = nn.utils.rnn.pack_padded_sequence(xx, lengths, batch_first=True)
+            out, (h, _) = model(pack)
+            loss = nn.utils.rnn.pad_packed_sequence(out, batch_first=True)[0].mean() + h.sum()
+            loss.backward()
+            opt.step()
+            opt.zero_grad()
+            losses.append(loss)
+        lr.mark_step()
+        assert losses[1].item() == pytest.approx(losses[0].item(), rel=1e-4, abs=1e-5), step
+        if step == 0:
+            assert lr.metrics()["compiles"] == 1, lr.metrics()["recompile_reasons"]
+    m = lr.metrics()
+    assert m["compiles"] == 1 and m["graphs_executed"] == 3, m["sync_reasons"]
+
+
+def test_packing_errors_are_torch_s():
+    x = torch.randn(4, 3, 2).to(DEV)
+    with pytest.raises(RuntimeError, match="must be sorted in decreasing order"):
+        nn.utils.rnn.pack_padded_sequence(x, torch.tensor([2, 4, 1]))
+    with pytest.raises(RuntimeError, match="a length is 5, but the input has 4 time steps"):
+        nn.utils.rnn.pack_padded_sequence(x, torch.tensor([5, 4, 1]))
+    with pytest.raises(RuntimeError, match="1D CPU int64 tensor"):
+        torch._pack_padded_sequence(x, torch.tensor([4, 3, 1]).to(DEV), False)
+
+
+@pytest.mark.parametrize("packed", [False, True], ids=["padded", "packed"])
+def test_inference_mode_records_the_layer_op(packed, monkeypatch):
+    """With autograd's keys off, aten::lstm reaches the dispatch: the same layer op."""
+    counts = _count_records(monkeypatch, recurrent.lstm_layer, CELL)
+    eager, lazy = _pair(10, input_size=3, hidden_size=4, num_layers=2, bidirectional=True)
+    x, lengths = torch.randn(6, 3, 3), torch.tensor([6, 5, 2])
+    lr.reset_metrics()
+    with torch.inference_mode():
+        if packed:
+            cfg = dict(enforce_sorted=True)
+            want = _run_packed(eager, x, lengths, cfg)[:4]
+            got = _run_packed(lazy, x.to(DEV), lengths, cfg)[:4]
+        else:
+            want, got = eager(x), lazy(x.to(DEV))
+    assert_same(got, want, 1e-4, 1e-5, "outputs")
+    assert counts == {recurrent.lstm_layer: 4, CELL: 0}
+    assert lr.metrics()["fallback_ops"] == {}
+
+
+# ---- GRU and RNN: torch's fused cells, unrolled -----------------------------------------------
+
+RNNS = [
+    (nn.GRU, dict(num_layers=2, bidirectional=True)),
+    (nn.GRU, dict(bias=False, batch_first=True)),
+    (nn.RNN, dict(nonlinearity="tanh", num_layers=2)),
+    (nn.RNN, dict(nonlinearity="relu", bidirectional=True)),
+]
+
+
+@pytest.mark.parametrize("dtype", [torch.float32, torch.float64])
+@pytest.mark.parametrize("cls,cfg", RNNS, ids=lambda c: c.__name__ if isinstance(c, type) else
+                         "-".join(f"{k}={v}" for k, v in c.items()))
+def test_gru_and_rnn_match_torch(cls, cfg, dtype):
+    r = random.Random(str(cls) + str(cfg) + str(dtype))
+    T, B, n_in, H = r.randint(1, 6), r.randint(1, 4), r.randint(1, 5), r.randint(1, 6)
+    torch.manual_seed(r.randint(0, 99))
+    eager = cls(n_in, H, **cfg).to(dtype)
+    lazy = copy.deepcopy(eager).to(DEV)
+    x = torch.randn((B, T, n_in) if cfg.get("batch_first") else (T, B, n_in), dtype=dtype)
+    lr.reset_metrics()
+    outs = []
+    for model, xx in ((eager, x.clone().requires_grad_()), (lazy, x.to(DEV).requires_grad_())):
+        out, h = model(xx)
+        ((out.sin() * 1.5).sum() + (h * h).sum()).backward()
+        outs.append((out, h, xx.grad))
+    lr.mark_step()
+    tol = (1e-4, 1e-5) if dtype == torch.float32 else (1e-10, 1e-12)
+    for name, w, g in zip(("out", "h", "grad x"), *outs):
+        assert_same(g, w.detach(), *tol, what=name)
+    for (name, pe), pl in zip(eager.named_parameters(), lazy.parameters()):
+        assert_same(pl.grad, pe.grad, *tol, what=f"grad {name}")
+    assert lr.metrics()["fallback_ops"] == {}
+
+
+def test_gru_cell_and_packed_gru_match_torch():
+    torch.manual_seed(11)
+    cell = nn.GRUCell(3, 4).double()
+    cell_l = copy.deepcopy(cell).to(DEV)
+    x, h = torch.randn(5, 3, dtype=torch.float64), torch.randn(5, 4, dtype=torch.float64)
+    want = cell(x, h)
+    want.pow(2).sum().backward()
+    got = cell_l(x.to(DEV), h.to(DEV))
+    got.pow(2).sum().backward()
+    gru = nn.GRU(3, 4, bidirectional=True).double()
+    gru_l = copy.deepcopy(gru).to(DEV)
+    cfg = dict(enforce_sorted=False)
+    lengths = torch.tensor([2, 5, 4])
+    xs = torch.randn(5, 3, 3, dtype=torch.float64)
+    want_p = _run_packed(gru, xs.clone().requires_grad_(), lengths, cfg)
+    got_p = _run_packed(gru_l, xs.to(DEV).requires_grad_(), lengths, cfg)
+    lr.mark_step()
+    assert_same(got, want.detach(), 1e-10, 1e-12, "cell h")
+    for m, m_l in ((cell, cell_l), (gru, gru_l)):
+        for (name, pe), pl in zip(m.named_parameters(), m_l.parameters()):
+            assert_same(pl.grad, pe.grad, 1e-10, 1e-12, what=f"grad {name}")
+    for name, w, g in zip(("out", "lengths", "h", "c", "grad x"), want_p, got_p):
+        if w is not None:
+            assert_same(g, w.detach(), 1e-10, 1e-12, what=f"packed {name}")
