@@ -572,8 +572,11 @@ def _no_lowering(func, args, kwargs):
 
 
 def _decompose(func, args, kwargs):
+    out = _DECOMP[func](*_lift(args), **_lift(kwargs))
+    if out is NotImplemented:   # some decompositions cover only some arguments
+        raise NoLowering(func, "its decomposition does not cover these arguments")
     METRICS.decomposed_ops[str(func)] += 1
-    return _DECOMP[func](*_lift(args), **_lift(kwargs))
+    return out
 
 
 def _lift(a):

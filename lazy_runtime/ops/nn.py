@@ -467,6 +467,56 @@ def lower_nll_loss_backward(g, x, target, weight, reduction, ignore_index, total
     return onehot * jnp.expand_dims(scale, cdim)
 
 
+@rule(aten.multilabel_margin_loss_forward.default, multi=True)
+def multilabel_margin_loss_rule(x, target, reduction):
+    if tuple(target.shape) != tuple(x.shape) or x.dim() > 2:
+        raise RuntimeError(f"inconsistent target size: {list(target.shape)} for input of size: "
+                           f"{list(x.shape)}")
+    out = _shape(x)[:1] if reduction == 0 and x.dim() == 2 else ()
+    return [(out, x.dtype), (_shape(target), x.dtype)]
+
+
+def _multilabel_margin(x, target, reduction):
+    """(the reduced loss, is_target [B, C]). A row's targets are its labels before the
+    first -1; each pairs with every non-target class. (torch's decomposition of this op
+    also counts the positions after the first -1: its values differ from torch's own
+    kernels, so the op has a lowering here.)"""
+    x2, t2 = jnp.atleast_2d(x), jnp.atleast_2d(target)
+    C = x2.shape[1]
+    classes = jnp.arange(C)
+    end = jnp.min(jnp.where(t2 == -1, classes, C), axis=-1, keepdims=True)
+    counted = classes < end                                    # [B, K] the target positions
+    labels = jnp.where(counted, t2, 0)
+    is_target = jnp.any((labels[:, :, None] == classes) & counted[:, :, None], axis=1)
+    u = jnp.take_along_axis(x2, labels, axis=1)                # [B, K]
+    z = jnp.maximum(0, 1 - u[:, :, None] + x2[:, None, :])     # [B, K, C]
+    z = jnp.where(counted[:, :, None] & ~is_target[:, None, :], z, 0)
+    per_row = jnp.sum(z, axis=(1, 2)) / C
+    if reduction == 1:
+        loss = jnp.mean(per_row)
+    elif reduction == 2:
+        loss = jnp.sum(per_row)
+    else:
+        loss = per_row if x.ndim == 2 else per_row[0]
+    return loss.astype(x.dtype), is_target
+
+
+@lowering(aten.multilabel_margin_loss_forward.default)
+def lower_multilabel_margin_loss(x, target, reduction):
+    loss, is_target = _multilabel_margin(x, target, reduction)
+    return loss, is_target.astype(x.dtype).reshape(target.shape)
+
+
+@rule(aten.multilabel_margin_loss_backward.default)
+def multilabel_margin_loss_backward_rule(g, x, target, reduction, is_target):
+    return _shape(x), x.dtype
+
+
+@lowering(aten.multilabel_margin_loss_backward.default)
+def lower_multilabel_margin_loss_backward(g, x, target, reduction, is_target):
+    return vjp(lambda x_: _multilabel_margin(x_, target, reduction)[0], (x,), g)[0]
+
+
 @rule(aten.mse_loss.default)
 def mse_loss_rule(x, t, reduction=1):
     s = sf.broadcast_shapes(_shape(x), _shape(t))

@@ -271,6 +271,27 @@ case("cross_entropy-2d-sum", lambda x, t: F.cross_entropy(x, t, reduction="sum")
      lambda g, r: [rnd(g, (2, 4, 3, 3)), rnd(g, (2, 3, 3), I64, 0, 4)], grad=True)
 case("nll_loss-none", lambda x, t: F.nll_loss(x, t, reduction="none"), lambda g, r: [
     rnd(g, (6, 5)), rnd(g, (6,), I64, 0, 5)], grad=True)
+def _multilabel_targets(g, r, rows, c):
+    """Class labels, each row ended by -1 at a random place (or not at all), with more
+    labels (and -1s) after its end: they must not count."""
+    t = torch.randint(0, c, rows + (c,), generator=g)
+    for row in t.view(-1, c):
+        end = r.randint(0, c)
+        if end < c:
+            row[end] = -1
+            if end + 1 < c:
+                row[r.randint(end + 1, c - 1)] = -1
+    return t
+
+
+for _red in ("mean", "sum", "none"):
+    for _dt in (F32, F64):
+        case(f"multilabel_margin_loss-{_red}-{_dt}", lambda x, t, red=_red:
+             F.multilabel_margin_loss(x, t, reduction=red),
+             lambda g, r, dt=_dt: (lambda rows, c: [rnd(g, rows + (c,), dt),
+                                                    _multilabel_targets(g, r, rows, c)])(
+                 (r.randint(1, 5),) if r.random() < 0.8 else (), r.randint(2, 6)),
+             rtol=1e-5, atol=1e-6, grad=(0,))
 case("mse_loss", F.mse_loss, lambda g, r: [rnd(g, (3, 4)), rnd(g, (3, 4))], grad=True)
 case("bce_logits", F.binary_cross_entropy_with_logits, lambda g, r: [
     rnd(g, (3, 4)), rnd(g, (3, 4), F32, 0, 1)], grad=True)
