@@ -6,9 +6,10 @@ unrolled loop for XLA). On the lazy device it is taken over at its autograd key
 (``AutogradPrivateUse1``, which only lazy tensors carry): each layer and direction becomes
 one ``lazy_runtime::lstm_layer`` op under an ``autograd.Function`` whose backward is one
 ``lazy_runtime::lstm_layer_backward`` op. Dropout between layers, bidirectional layers and
-``batch_first`` are composed from ordinary ops around them. Variants the layer op does not
-cover (projections, packed sequences, unbatched or mixed-device arguments) keep torch's
-composite.
+``batch_first`` are composed from ordinary ops around them. A packed sequence's LSTM
+(``aten::lstm.data``) runs the same ops with a per-row mask of the valid steps; packing and
+unpacking are one gather each (see "packed sequences" below). Variants the layer op does
+not cover (projections, unbatched or mixed-device arguments) keep torch's composite.
 
 The backward's lowering reuses the forward's JAX VJP, residuals included, when both are
 lowered in one trace (a training step's graph): the forward's lowering leaves its pullback
