@@ -320,7 +320,7 @@ def test_packed_lstm_trains_with_one_compile():
     assert m["compiles"] == 1 and m["graphs_executed"] == 3, m["sync_reasons"]
 
 
-def test_packing_errors_are_torch_s():
+def test_packing_errors_name_the_problem():
     x = torch.randn(4, 3, 2).to(DEV)
     with pytest.raises(RuntimeError, match="must be sorted in decreasing order"):
         nn.utils.rnn.pack_padded_sequence(x, torch.tensor([2, 4, 1]))
