@@ -469,7 +469,10 @@ def lower_nll_loss_backward(g, x, target, weight, reduction, ignore_index, total
 
 @rule(aten.multilabel_margin_loss_forward.default, multi=True)
 def multilabel_margin_loss_rule(x, target, reduction):
-    if tuple(target.shape) != tuple(x.shape) or x.dim() > 2:
+    if x.dim() > 2:
+        raise RuntimeError(f"Expected non-empty vector or matrix with optional 0-dim batch "
+                           f"size, but got: {list(x.shape)}")
+    if tuple(target.shape) != tuple(x.shape):
         raise RuntimeError(f"inconsistent target size: {list(target.shape)} for input of size: "
                            f"{list(x.shape)}")
     out = _shape(x)[:1] if reduction == 0 and x.dim() == 2 else ()
