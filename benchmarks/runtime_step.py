@@ -28,6 +28,7 @@ sys.path.insert(0, str(ROOT / "benchmarks"))
 
 import lazy_runtime as lr  # noqa: E402
 import runtime_jax_models as jm  # noqa: E402
+from results_file import replace_section  # noqa: E402
 
 DATE = "2026-11-22"
 
@@ -370,15 +371,7 @@ def executables_table(exes) -> str:
 
 
 def write_results(text):
-    path = ROOT / "benchmarks" / "RESULTS.md"
-    old = path.read_text() if path.exists() else "# Benchmark results\n"
-    start = old.find("## lazy_runtime")
-    if start < 0:
-        new = old.rstrip("\n") + "\n\n" + text
-    else:
-        end = old.find("\n## ", start + 1)
-        new = old[:start] + text + ("" if end < 0 else old[end:])
-    path.write_text(new.rstrip("\n") + "\n")
+    replace_section("## lazy_runtime", text)
 
 
 def main():

@@ -559,9 +559,7 @@ for _op in (aten.native_dropout.default, aten.bernoulli.default, aten.bernoulli.
     SPECIAL[_op] = _random_functional
 # Recurrent layers and packing (``ops.recurrent``): reached here with autograd's keys off
 # (inference_mode); with them on, at AutogradPrivateUse1.
-for _op, _fn in ((aten._pack_padded_sequence.default, recurrent.pack_padded),
-                 (aten.lstm.input, recurrent.lstm_input),
-                 (aten.lstm.data, recurrent.lstm_packed)):
+for _op, _fn in recurrent.LAYER_OPS.items():
     SPECIAL[_op] = lambda func, args, kwargs, _fn=_fn: _fn(*args, **kwargs)
 
 

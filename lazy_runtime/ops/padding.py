@@ -931,58 +931,71 @@ def _time_mask(env, in_lays, x_index):
     return env.dim_mask(t) if is_sym(t) else None
 
 
-def _lstm_layer_fn(x_index, ctx, env, in_lays, *args):
-    return layer_forward(_time_mask(env, in_lays, x_index), *args)
+def _layer_fn(op, x_index, ctx, env, in_lays, *args):
+    return layer_forward(op, _time_mask(env, in_lays, x_index), *args)
 
 
-def _lstm_layer_backward_fn(x_index, ctx, env, in_lays, *args):
-    return layer_backward(_time_mask(env, in_lays, x_index), *args)
+def _layer_backward_fn(op, x_index, ctx, env, in_lays, *args):
+    return layer_backward(op, _time_mask(env, in_lays, x_index), *args)
 
 
-def _lstm_layouts(op, ins, x, h0, c0, weights, valid):
-    """(x, h0, c0) layouts of an LSTM layer: the time and batch dims may be padded; the
-    feature dims are concrete, and the three batch dims (and a mask's dims) the same."""
-    xl, hl, cl = ins[_i(x)], ins[_i(h0)], ins[_i(c0)]
-    if has_sym(xl[2:] + hl[1:] + cl[1:]) or any(
-            w is not None and has_sym(ins[_i(w)]) for w in weights):
-        raise NoPadRule(op, "LSTM layer with a dynamic feature dim", _syms(xl, hl, cl))
-    if not (xl[1] == hl[0] == cl[0]) or (valid is not None and ins[_i(valid)] != xl[:2]):
-        raise NoPadRule(op, "LSTM layer batch layouts differ", _syms(xl, hl, cl))
-    return xl, hl, cl
+def _layer_layouts(op, ins, layer):
+    """(x's layout, the states' layouts) of a recurrent layer: the time and batch dims may
+    be padded; the feature dims are concrete, and the batch dims (and a mask's dims) the
+    same."""
+    xl = ins[_i(layer.x)]
+    sl = tuple(ins[_i(s)] for s in layer.states)
+    if has_sym(xl[2:] + sum((lay[1:] for lay in sl), ())) or any(
+            w is not None and has_sym(ins[_i(w)]) for w in layer.weights):
+        raise NoPadRule(op, "recurrent layer with a dynamic feature dim", _syms(xl, *sl))
+    if any(lay[0] != xl[1] for lay in sl) or (
+            layer.valid is not None and ins[_i(layer.valid)] != xl[:2]):
+        raise NoPadRule(op, "recurrent layer batch layouts differ", _syms(xl, *sl))
+    return xl, sl
 
 
 def _zeroed(ins, with_axes):
     """``pre`` entries zeroing the padding of the given (argument, padded axes)."""
-    return tuple((_i(t), _sym_axes(ins[_i(t)], axes), 0) for t, axes in with_axes
-                 if t is not None and _sym_axes(ins[_i(t)], axes))
+    return tuple((_i(t), axes, 0) for t, axes in
+                 ((t, _sym_axes(ins[_i(t)], axes)) for t, axes in with_axes if t is not None)
+                 if axes)
 
 
-@pad_rule(recurrent.lstm_layer)
-def pad_lstm_layer(node, ins, cx):
+def _layer_padding(layer, cotangents=()):
+    """(argument, axes) whose padding a layer op zeroes: time and batch of the input (and
+    of the output's cotangent), the batch of the states (and of theirs), the mask's."""
+    return tuple(zip(cotangents, ((0, 1),) + ((0,),) * len(layer.states))) + (
+        (layer.x, (0, 1)),) + tuple((s, (0,)) for s in layer.states) + ((layer.valid, (0, 1)),)
+
+
+@pad_rule(recurrent.lstm_layer, recurrent.rnn_layer)
+def pad_recurrent_layer(node, ins, cx):
     """Batch rows are independent; padded steps at the end of the time dim keep the
     carry (an op's own per-row mask is padded with False). Padding is zeroed first so
     that the pullback kept for the backward is finite there (its zero cotangents then
     contribute exact zeros)."""
-    x, h0, c0, w_ih, w_hh, b_ih, b_hh, valid = node.args[:8]
-    xl, hl, cl = _lstm_layouts(node.op, ins, x, h0, c0, (w_ih, w_hh, b_ih, b_hh), valid)
-    pre = _zeroed(ins, ((x, (0, 1)), (h0, (0,)), (c0, (0,)), (valid, (0, 1))))
-    return Pad(((xl[0], xl[1], hl[1]), hl, cl), pre=pre,
-               fn=functools.partial(_lstm_layer_fn, _i(x)), tag="lstm_layer")
+    layer = recurrent.forward_args(node.op, node.args)[0]
+    xl, sl = _layer_layouts(node.op, ins, layer)
+    return Pad(((xl[0], xl[1], sl[0][1]),) + sl, pre=_zeroed(ins, _layer_padding(layer)),
+               fn=functools.partial(_layer_fn, node.op, _i(layer.x)), tag=str(node.op))
 
 
-@pad_rule(recurrent.lstm_layer_backward)
-def pad_lstm_layer_backward(node, ins, cx):
+@pad_rule(recurrent.lstm_layer_backward, recurrent.rnn_layer_backward)
+def pad_recurrent_layer_backward(node, ins, cx):
     """Cotangents and inputs zeroed on the padding (the weight gradients sum over steps
     and rows); the output is left as it is: it names the forward's kept pullback."""
-    g_out, g_h, g_c, x, h0, c0, w_ih, w_hh, b_ih, b_hh, valid, out = node.args[:12]
-    xl, hl, cl = _lstm_layouts(node.op, ins, x, h0, c0, (w_ih, w_hh, b_ih, b_hh), valid)
-    pre = _zeroed(ins, ((g_out, (0, 1)), (g_h, (0,)), (g_c, (0,)), (x, (0, 1)),
-                        (h0, (0,)), (c0, (0,)), (valid, (0, 1))))
-    lays = (xl, hl, cl) + tuple(None if w is None else ins[_i(w)]
-                                for w in (w_ih, w_hh, b_ih, b_hh))
-    outs = tuple(lay if m else None for lay, m in zip(lays, node.args[13]))
-    return Pad(outs, pre=pre, fn=functools.partial(_lstm_layer_backward_fn, _i(x)),
-               tag="lstm_layer_backward")
+    layer, cotangents, _, output_mask = recurrent.backward_args(node.op, node.args)
+    xl, sl = _layer_layouts(node.op, ins, layer)
+    want = ((xl[0], xl[1], sl[0][1]),) + sl   # the outputs' layouts
+    got = tuple(None if g is None else ins[_i(g)] for g in cotangents)
+    if any(g is not None and g != w for g, w in zip(got, want)):
+        raise NoPadRule(node.op, "recurrent layer cotangents padded unlike its outputs",
+                        _syms(*got, *want))
+    lays = (xl,) + sl + tuple(None if w is None else ins[_i(w)] for w in layer.weights)
+    outs = tuple(lay if m else None for lay, m in zip(lays, output_mask))
+    return Pad(outs, pre=_zeroed(ins, _layer_padding(layer, cotangents)),
+               fn=functools.partial(_layer_backward_fn, node.op, _i(layer.x)),
+               tag=str(node.op))
 
 
 # ---- roll ---------------------------------------------------------------------------

@@ -7,6 +7,7 @@ bucket: values and gradients must equal eager torch (padding never leaks), with 
 compile per bucket."""
 
 import copy
+import functools
 import random
 
 import pytest
@@ -238,19 +239,21 @@ def test_recurrent_layers_and_cells_with_a_padded_batch(cls):
 class Sequences(nn.Module):
     """Two layers, both directions: the reverse scan starts in the padding."""
 
-    def __init__(self):
+    def __init__(self, cls=nn.LSTM):
         super().__init__()
-        self.lstm = nn.LSTM(4, 6, num_layers=2, batch_first=True, bidirectional=True)
+        self.rnn = cls(4, 6, num_layers=2, batch_first=True, bidirectional=True)
 
     def forward(self, x):
-        seq, (h, c) = self.lstm(x)
+        seq, state = self.rnn(x)
+        h, c = state if isinstance(state, tuple) else (state, state)
         return {"seq": seq, "last": seq[:, -1], "h": h, "c": c}
 
 
-def test_lstm_with_a_padded_time_and_batch():
-    """The time loop is one scan: steps past the true length keep the carry, so h and c
+@pytest.mark.parametrize("cls", [nn.LSTM, nn.GRU, nn.RNN], ids=lambda c: c.__name__)
+def test_recurrent_layers_with_a_padded_time_and_batch(cls):
+    """The time loop is one scan: steps past the true length keep the carry, so h (and c)
     are the last true step's and every gradient is exact."""
-    eager, lazy = _model_pair(Sequences)
+    eager, lazy = _model_pair(functools.partial(Sequences, cls))
     rng = random.Random(5)
     for B, T in [(rng.randint(5, 7), rng.randint(9, 15)) for _ in range(2)] + [(8, 16)]:
         x = torch.randn(B, T, 4)
@@ -262,14 +265,15 @@ def test_lstm_with_a_padded_time_and_batch():
     assert m["buckets"]["T"] == [16]
 
 
-def test_lstm_layer_with_a_row_mask_and_padded_time_and_batch():
+@pytest.mark.parametrize("mode", ["lstm", "gru", "rnn_tanh"])
+def test_layer_op_with_a_row_mask_and_padded_time_and_batch(mode):
     """A packed sequence's layer op: its per-row mask is padded with False, so padded
-    steps and rows keep the carry in both directions; one compile for the bucket."""
-    from lazy_runtime.ops.recurrent import _LSTMLayer
+    steps and rows keep the carry in both directions; one compile for the bucket. The
+    eager side runs the op's CPU kernels (hand BPTT)."""
+    from lazy_runtime.ops.recurrent import GATES, _LayerFunction
     torch.manual_seed(3)
-    H, n_in = 3, 2
-    weights = [torch.randn(4 * H, n_in), torch.randn(4 * H, H), torch.randn(4 * H),
-               torch.randn(4 * H)]
+    H, n_in, G = 3, 2, GATES[mode] * 3
+    weights = [torch.randn(G, n_in), torch.randn(G, H), torch.randn(G), torch.randn(G)]
     weights_l = [w.to(DEV).requires_grad_() for w in weights]
     for w in weights:
         w.requires_grad_()
@@ -279,16 +283,16 @@ def test_lstm_layer_with_a_row_mask_and_padded_time_and_batch():
     for B, T in [(rng.randint(5, 7), rng.randint(9, 15)) for _ in range(2)] + [(8, 16)]:
         lengths = torch.tensor([T] + [rng.randint(1, T) for _ in range(B - 1)])
         valid = torch.arange(T)[:, None] < lengths[None, :]
-        x, h0, c0 = torch.randn(T, B, n_in), torch.randn(B, H), torch.randn(B, H)
+        x = torch.randn(T, B, n_in)
+        states = [torch.randn(B, H) for _ in range(2 if mode == "lstm" else 1)]
         xl = lr.mark_dynamic(lr.mark_dynamic(x.clone(), 0, "T"), 1, "B").to(DEV)
         validl = lr.mark_dynamic(lr.mark_dynamic(valid.clone(), 0, "T"), 1, "B").to(DEV)
-        h0l, c0l = (lr.mark_dynamic(t.clone(), 0, "B").to(DEV) for t in (h0, c0))
+        states_l = [lr.mark_dynamic(t.clone(), 0, "B").to(DEV) for t in states]
         results = []
-        for args, ws in (((x, h0, c0), weights), ((xl, h0l, c0l), weights_l)):
-            xx = args[0].requires_grad_()
+        for xx, ss, ws, vv in ((x, states, weights, valid), (xl, states_l, weights_l, validl)):
+            xx = xx.requires_grad_()
             outs = [t for rev in (False, True)
-                    for t in _LSTMLayer.apply(xx, *args[1:], *ws, valid if ws is weights
-                                              else validl, rev, True)]
+                    for t in _LayerFunction.apply(mode, vv, rev, True, xx, *ws, *ss)]
             sum((t.sin() * (i + 1)).sum() for i, t in enumerate(outs)).backward()
             results.append((outs, xx.grad, [w.grad for w in ws]))
         lr.mark_step()

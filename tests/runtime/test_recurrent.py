@@ -5,7 +5,7 @@ dropout off), its backward reusing the forward's pullback in one graph and recom
 across graphs, the eager fallback kernels, and the variants left to torch's composite
 (projections; unbatched input, which nn.LSTM batches before the op). Packed sequences
 (packing, the packed LSTM as the same ops with a per-row mask, unpacking), inference
-mode, and GRU/RNN (torch's fused cells, unrolled) against torch too.
+mode, and GRU/RNN (the one-state layer op, the same paths) against torch too.
 """
 
 import copy
@@ -349,42 +349,116 @@ def test_inference_mode_records_the_layer_op(packed, monkeypatch):
     assert lr.metrics()["fallback_ops"] == {}
 
 
-# ---- GRU and RNN: torch's fused cells, unrolled -----------------------------------------------
+# ---- GRU and RNN: the one-state layer op ---------------------------------------------------
 
+GRU_CELL = torch.ops.aten._thnn_fused_gru_cell.default
 RNNS = [
     (nn.GRU, dict(num_layers=2, bidirectional=True)),
     (nn.GRU, dict(bias=False, batch_first=True)),
+    (nn.GRU, dict(num_layers=3, batch_first=True, bidirectional=True)),
     (nn.RNN, dict(nonlinearity="tanh", num_layers=2)),
     (nn.RNN, dict(nonlinearity="relu", bidirectional=True)),
+    (nn.RNN, dict(nonlinearity="relu", bias=False, batch_first=True)),
 ]
+
+
+def _rnn_pair(cls, cfg, dtype, seed, n_in, H):
+    torch.manual_seed(seed)
+    eager = cls(n_in, H, **cfg).to(dtype)
+    return eager, copy.deepcopy(eager).to(DEV)
+
+
+def _run_rnn(model, x, h0=None):
+    """Forward, a loss nonlinear in both outputs, backward: (out, h, grad x, grad h0)."""
+    out, h = model(x, h0)
+    ((out.sin() * 1.5).sum() + (h * h).sum()).backward()
+    return out, h, x.grad, None if h0 is None else h0.grad
+
+
+def _assert_rnn_match(eager, lazy, want, got, tol):
+    for name, w, g in zip(("out", "h", "grad x", "grad h0"), want, got):
+        if w is not None:
+            assert_same(g, w.detach(), *tol, what=name)
+    for (name, pe), pl in zip(eager.named_parameters(), lazy.parameters()):
+        assert_same(pl.grad, pe.grad, *tol, what=f"grad {name}")
 
 
 @pytest.mark.parametrize("dtype", [torch.float32, torch.float64])
 @pytest.mark.parametrize("cls,cfg", RNNS, ids=lambda c: c.__name__ if isinstance(c, type) else
                          "-".join(f"{k}={v}" for k, v in c.items()))
-def test_gru_and_rnn_match_torch(cls, cfg, dtype):
+def test_gru_and_rnn_match_torch_as_one_op_per_layer(cls, cfg, dtype, monkeypatch):
+    counts = _count_records(monkeypatch, recurrent.rnn_layer, recurrent.rnn_layer_backward,
+                            GRU_CELL)
     r = random.Random(str(cls) + str(cfg) + str(dtype))
-    T, B, n_in, H = r.randint(1, 6), r.randint(1, 4), r.randint(1, 5), r.randint(1, 6)
-    torch.manual_seed(r.randint(0, 99))
-    eager = cls(n_in, H, **cfg).to(dtype)
-    lazy = copy.deepcopy(eager).to(DEV)
+    T, B, n_in, H = r.randint(1, 9), r.randint(1, 5), r.randint(1, 6), r.randint(1, 7)
+    eager, lazy = _rnn_pair(cls, cfg, dtype, r.randint(0, 99), n_in, H)
     x = torch.randn((B, T, n_in) if cfg.get("batch_first") else (T, B, n_in), dtype=dtype)
+    n_states = cfg.get("num_layers", 1) * (2 if cfg.get("bidirectional") else 1)
+    h0 = torch.randn(n_states, B, H, dtype=dtype) if r.random() < 0.5 else None
     lr.reset_metrics()
-    outs = []
-    for model, xx in ((eager, x.clone().requires_grad_()), (lazy, x.to(DEV).requires_grad_())):
-        out, h = model(xx)
-        ((out.sin() * 1.5).sum() + (h * h).sum()).backward()
-        outs.append((out, h, xx.grad))
+    want = _run_rnn(eager, x.clone().requires_grad_(),
+                    None if h0 is None else h0.clone().requires_grad_())
+    got = _run_rnn(lazy, x.to(DEV).requires_grad_(),
+                   None if h0 is None else h0.to(DEV).requires_grad_())
     lr.mark_step()
     tol = (1e-4, 1e-5) if dtype == torch.float32 else (1e-10, 1e-12)
-    for name, w, g in zip(("out", "h", "grad x"), *outs):
-        assert_same(g, w.detach(), *tol, what=name)
-    for (name, pe), pl in zip(eager.named_parameters(), lazy.parameters()):
-        assert_same(pl.grad, pe.grad, *tol, what=f"grad {name}")
+    _assert_rnn_match(eager, lazy, want, got, tol)
     assert lr.metrics()["fallback_ops"] == {}
+    assert counts == {recurrent.rnn_layer: n_states, recurrent.rnn_layer_backward: n_states,
+                      GRU_CELL: 0}
 
 
-def test_gru_cell_and_packed_gru_match_torch():
+@pytest.mark.parametrize("cls,cfg", [(nn.GRU, dict(num_layers=2, bidirectional=True)),
+                                     (nn.RNN, dict(nonlinearity="tanh")),
+                                     (nn.RNN, dict(nonlinearity="relu", num_layers=2))],
+                         ids=["gru", "rnn_tanh", "rnn_relu"])
+def test_gru_and_rnn_eager_fallback_kernels(cls, cfg):
+    """The CPU kernels (forced): the steps in torch ops and backpropagation by hand."""
+    eager, lazy = _rnn_pair(cls, cfg, torch.float64, 12, 3, 4)
+    x, h0 = torch.randn(5, 2, 3, dtype=torch.float64), None
+    want = _run_rnn(eager, x.clone().requires_grad_())
+    lr.reset_metrics()
+    with lr.force_fallback(recurrent.rnn_layer, recurrent.rnn_layer_backward):
+        got = _run_rnn(lazy, x.to(DEV).requires_grad_())
+        lr.mark_step()
+    _assert_rnn_match(eager, lazy, want, got, (1e-10, 1e-12))
+    n = cfg.get("num_layers", 1) * (2 if cfg.get("bidirectional") else 1)
+    assert lr.metrics()["fallback_ops"] == {"lazy_runtime.rnn_layer.default": n,
+                                            "lazy_runtime.rnn_layer_backward.default": n}
+
+
+@pytest.mark.parametrize("cls,cfg", [(nn.GRU, dict(bidirectional=True, num_layers=2)),
+                                     (nn.RNN, dict(nonlinearity="relu", batch_first=True))],
+                         ids=["gru", "rnn_relu"])
+def test_packed_gru_and_rnn_match_torch(cls, cfg, monkeypatch):
+    counts = _count_records(monkeypatch, recurrent.rnn_layer, recurrent.rnn_layer_backward)
+    pcfg = dict(cfg, enforce_sorted=False)
+    _, _, lengths, x = _packed_case(random.Random(str(cls)), pcfg, torch.float64)
+    eager, lazy = _rnn_pair(cls, cfg, torch.float64, 13, x.shape[-1], 4)
+    want = _run_packed(eager, x.clone().requires_grad_(), lengths, pcfg, extra=1)
+    got = _run_packed(lazy, x.to(DEV).requires_grad_(), lengths, pcfg, extra=1)
+    lr.mark_step()
+    for name, w, g in zip(("out", "lengths", "h", "c", "grad x"), want, got):
+        if w is not None:
+            assert_same(g, w.detach(), 1e-10, 1e-12, what=name)
+    for (name, pe), pl in zip(eager.named_parameters(), lazy.parameters()):
+        assert_same(pl.grad, pe.grad, 1e-10, 1e-12, what=f"grad {name}")
+    n = cfg.get("num_layers", 1) * (2 if cfg.get("bidirectional") else 1)
+    assert counts == {recurrent.rnn_layer: n, recurrent.rnn_layer_backward: n}
+
+
+def test_gru_inference_mode_records_the_layer_op(monkeypatch):
+    counts = _count_records(monkeypatch, recurrent.rnn_layer, GRU_CELL)
+    eager, lazy = _rnn_pair(nn.GRU, dict(num_layers=2), torch.float32, 14, 3, 4)
+    x = torch.randn(6, 3, 3)
+    with torch.inference_mode():
+        want, got = eager(x), lazy(x.to(DEV))
+    assert_same(got, want, 1e-4, 1e-5, "outputs")
+    assert counts == {recurrent.rnn_layer: 2, GRU_CELL: 0}
+
+
+def test_gru_cell_matches_torch():
+    """nn.GRUCell keeps torch's fused cell op (one step: no loop to take over)."""
     torch.manual_seed(11)
     cell = nn.GRUCell(3, 4).double()
     cell_l = copy.deepcopy(cell).to(DEV)
@@ -393,18 +467,7 @@ def test_gru_cell_and_packed_gru_match_torch():
     want.pow(2).sum().backward()
     got = cell_l(x.to(DEV), h.to(DEV))
     got.pow(2).sum().backward()
-    gru = nn.GRU(3, 4, bidirectional=True).double()
-    gru_l = copy.deepcopy(gru).to(DEV)
-    cfg = dict(enforce_sorted=False)
-    lengths = torch.tensor([2, 5, 4])
-    xs = torch.randn(5, 3, 3, dtype=torch.float64)
-    want_p = _run_packed(gru, xs.clone().requires_grad_(), lengths, cfg)
-    got_p = _run_packed(gru_l, xs.to(DEV).requires_grad_(), lengths, cfg)
     lr.mark_step()
     assert_same(got, want.detach(), 1e-10, 1e-12, "cell h")
-    for m, m_l in ((cell, cell_l), (gru, gru_l)):
-        for (name, pe), pl in zip(m.named_parameters(), m_l.parameters()):
-            assert_same(pl.grad, pe.grad, 1e-10, 1e-12, what=f"grad {name}")
-    for name, w, g in zip(("out", "lengths", "h", "c", "grad x"), want_p, got_p):
-        if w is not None:
-            assert_same(g, w.detach(), 1e-10, 1e-12, what=f"packed {name}")
+    for (name, pe), pl in zip(cell.named_parameters(), cell_l.parameters()):
+        assert_same(pl.grad, pe.grad, 1e-10, 1e-12, what=f"grad {name}")
