@@ -78,6 +78,34 @@ def test_copy_into_view_with_broadcast_and_dtype_change():
     both(f, torch.randn(3, 4))
 
 
+def test_view_plans_are_reused_only_for_the_same_sizes_strides_and_offset():
+    """A view's plan (its step, strides and offset) is kept by op, arguments and the
+    input's sizes, strides and offset: views of a transposed, an offset and a plain
+    input of one shape each get their own, and all read and write like torch's."""
+    from lazy_runtime import dispatch
+
+    def views(base):
+        outs = []
+        for x in (base[:, :4], base[:, :4].t().contiguous().t(), base[1:, 2:6],
+                  base[:, :4]):
+            y = x.transpose(0, 1)
+            outs += [y.select(0, 1), y[1:, :2], *x.split(2, dim=1), x.unsqueeze(0)[0]]
+            y[1:, :2].mul_(2)   # written through the cached plan's view
+        return outs
+
+    def layout(outs):
+        return [(tuple(o.shape), o.stride(), o.storage_offset()) for o in outs]
+
+    dispatch._VIEW_PLANS.clear()
+    both(views, torch.randn(5, 6))
+    n = len(dispatch._VIEW_PLANS)
+    base = torch.randn(5, 6)
+    want, got = views(base.clone()), views(base.to(DEV))   # every plan found, none added
+    assert len(dispatch._VIEW_PLANS) == n
+    assert layout(got) == layout(want)
+    assert_same(got, want, what="views")
+
+
 def test_as_strided_view_and_write():
     def f(x):
         v = x.as_strided((2, 2), (1, 4), 1)
