@@ -19,7 +19,6 @@ import lazy_runtime as lr
 from conftest import DEV, assert_same
 from lazy_runtime import dispatch
 from lazy_runtime.ops import recurrent
-from lazy_runtime.ops.registry import RULES
 
 LAYER = "lazy_runtime.lstm_layer.default"
 BACKWARD = "lazy_runtime.lstm_layer_backward.default"
@@ -27,16 +26,15 @@ CELL = torch.ops.aten._thnn_fused_lstm_cell.default
 
 
 def _count_records(monkeypatch, *ops):
-    """op -> how many times it is recorded from now on (its rule runs once per record)."""
+    """op -> how many times it is recorded from now on."""
     counts = {op: 0 for op in ops}
-    for op in ops:
-        fn, multi = RULES[op]
+    real = dispatch.record
 
-        def counting(*a, _fn=fn, _op=op, **k):
-            counts[_op] += 1
-            return _fn(*a, **k)
-        monkeypatch.setitem(RULES, op, (counting, multi))
-    monkeypatch.setattr(dispatch, "_RULE_CACHE", {})
+    def counting(func, *a, **k):
+        if func in counts:
+            counts[func] += 1
+        return real(func, *a, **k)
+    monkeypatch.setattr(dispatch, "record", counting)
     return counts
 
 
