@@ -6,7 +6,7 @@ import collections
 
 _COUNTS = ("compiles", "cache_hits", "graphs_executed", "traced_ops", "syncs",
            "cache_evictions", "transfers_to_device", "transfers_to_host", "host_ops",
-           "padded_executions", "replays", "replays_across_sizes", "step_replays")
+           "host_folds", "padded_executions", "replays", "replays_across_sizes", "step_replays")
 _TIMES = ("compile_seconds", "execute_seconds")
 
 
@@ -65,7 +65,8 @@ def metrics_report() -> str:
              f"  traced ops      : {m['traced_ops']}",
              f"  syncs           : {m['syncs']}  " + _fmt_counter(m["sync_reasons"]),
              f"  transfers       : {m['transfers_to_device']} to device, "
-             f"{m['transfers_to_host']} to host, {m['host_ops']} host-computed constants",
+             f"{m['transfers_to_host']} to host, {m['host_ops']} host-computed constants, "
+             f"{m['host_folds']} reads computed on the host",
              "  fallback ops    : " + (_fmt_counter(m["fallback_ops"]) or "none"),
              "  decomposed ops  : " + (_fmt_counter(m["decomposed_ops"]) or "none"),
              f"  padded runs     : {m['padded_executions']}  buckets: "

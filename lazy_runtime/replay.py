@@ -210,6 +210,7 @@ class _Mark:
         ir.forget_host_leaves()
         self.serial = ir.LEAVES_MADE[0]
         self.syncs = METRICS.syncs
+        self.folds = METRICS.host_folds
         self.rng = random.position()
 
     def leaf_slot(self, n):
@@ -230,7 +231,7 @@ class _Mark:
         raise NotReplayable(f"a {op} value")
 
     def check_no_sync(self):
-        if METRICS.syncs != self.syncs:
+        if METRICS.syncs != self.syncs or METRICS.host_folds != self.folds:
             raise NotReplayable("synchronizes inside the call (.item(), printing, or an "
                                 "eager fallback)")
 

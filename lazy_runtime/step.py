@@ -376,7 +376,7 @@ class StepReplayer:
                 if place[0] == "arg":
                     arg_values.setdefault(id(n.value), place)
         rng0 = random.position()
-        syncs0 = METRICS.syncs
+        syncs0, folds0 = METRICS.syncs, METRICS.host_folds
         seen = []
         executor.BARRIER_OBSERVERS.append(lambda *a: seen.append(a))
         try:
@@ -391,6 +391,9 @@ class StepReplayer:
             if METRICS.syncs - syncs0 != 1 or len(seen) != 1:
                 raise NotWholeStep("the step has more than one barrier (a value read, an "
                                    "eager fallback, or mark_step before its end)")
+            if METRICS.host_folds != folds0:
+                raise NotWholeStep("the step reads a value (computed on the host: a replay "
+                                   "would not read it again)")
             if self._state()[0] != snap:
                 raise NotWholeStep("the step changes the layout of the model's or "
                                    "optimizer's state (e.g. the optimizer's first step)",

@@ -1,0 +1,114 @@
+"""Reading a small integer value computed only from data: on the host, without a barrier.
+
+A read of a pending value cuts the step's graph: everything recorded so far is compiled
+and run, and the step goes on in a second graph. Some reads need none of that: the value
+depends only on tensors already on the device, through a few integer or boolean ops
+(``lengths.max().item()`` on lengths moved to the device, ``(labels != -100).sum()``,
+the inverse permutation torch's ``pad_packed_sequence`` reads with ``.cpu()``). Such a
+value is computed here by torch's own CPU kernels from the data (ints and bools: exactly
+what the graph would compute), and the recorded graph goes on uncut.
+
+Floating-point results are left to the graph (XLA's and torch's kernels may round
+differently, and a value read must be the value the graph goes on with), as are random
+ops, large values and long chains. Each fold is counted (``host_folds``): a whole-step or
+forward replay refuses a call that folds, as it refuses one that reads (the value could
+steer Python control flow that a replay would not run again).
+"""
+
+from __future__ import annotations
+
+import numpy as np
+import torch
+
+from . import dtypes, ir
+from .metrics import METRICS
+
+MAX_NODES = 64           # ops in the folded cone
+MAX_ELEMENTS = 1 << 16   # elements of each value in it
+_CPU = torch.device("cpu")
+
+
+def _foldable_type(dtype) -> bool:
+    return isinstance(dtype, torch.dtype) and not (dtype.is_floating_point or
+                                                   dtype.is_complex)
+
+
+def _cone(node: ir.Node):
+    """The op nodes ``node`` depends on, inputs first, and the leaves they read; None if
+    the cone is not small, settled and integral."""
+    order, leaves, seen = [], [], set()
+    stack = [(node, False)]
+    while stack:
+        n, expanded = stack.pop()
+        if id(n) in seen:
+            continue
+        if n.op is ir.DATA or n.op is ir.SCALAR:
+            seen.add(id(n))
+            leaves.append(n)
+            continue
+        if n.op in ir.LEAVES:   # a random stream position, or an error
+            return None
+        if expanded:
+            seen.add(id(n))
+            order.append(n)
+            continue
+        types = n.dtype if isinstance(n.dtype, tuple) else (n.dtype,)
+        shapes = n.shape if isinstance(n.dtype, tuple) else (n.shape,)
+        if len(order) >= MAX_NODES or not all(
+                t is None or (_foldable_type(t) and int(np.prod(s)) <= MAX_ELEMENTS)
+                for t, s in zip(types, shapes)):
+            return None
+        if n.op is not ir.GETITEM and not isinstance(n.op, torch._ops.OpOverload):
+            return None
+        stack.append((n, True))
+        stack.extend((i, False) for i in n.inputs if id(i) not in seen)
+    return order, leaves
+
+
+def _fill(a, values):
+    if type(a) is ir.Input:
+        return values[a.i]
+    if type(a) is tuple:
+        return tuple(_fill(x, values) for x in a)
+    return a
+
+
+def _fits(out, shape, dtype) -> bool:
+    return isinstance(out, torch.Tensor) and out.device.type == "cpu" and \
+        tuple(out.shape) == tuple(shape) and out.dtype == dtype
+
+
+def fold(node: ir.Node, read_leaf):
+    """Pending ``node``'s value as a numpy array computed on the host (``read_leaf``
+    gives a DATA leaf's), or None where it cannot be (see the module's docstring)."""
+    cone = _cone(node)
+    if cone is None:
+        return None
+    order, leaves = cone
+    vals = {}
+    for n in leaves:
+        if n.op is ir.SCALAR:
+            vals[id(n)] = n.value
+        elif n.value is None or n.shape is None:
+            return None
+        else:
+            vals[id(n)] = dtypes.numpy_to_tensor(read_leaf(n))
+    for n in order:
+        ins = [vals[id(i)] for i in n.inputs]
+        if n.op is ir.GETITEM:
+            vals[id(n)] = ins[0][n.args[0]]
+            continue
+        try:
+            out = n.op(*_fill(n.args, ins), **{k: _CPU if k == "device" else _fill(v, ins)
+                                               for k, v in n.kwargs})
+        except Exception:   # not what torch's CPU kernel takes: the graph computes it
+            return None
+        if isinstance(n.dtype, tuple):
+            if not isinstance(out, (tuple, list)) or len(out) != len(n.dtype) or not all(
+                    d is None or _fits(o, s, d) for o, s, d in zip(out, n.shape, n.dtype)):
+                return None
+        elif not _fits(out, n.shape, n.dtype):
+            return None
+        vals[id(n)] = out
+    METRICS.host_folds += 1
+    return dtypes.tensor_to_numpy(vals[id(node)])

@@ -1,0 +1,109 @@
+"""Reads of small integer values computed only from data: folded on the host by torch's
+CPU kernels, no barrier; everything else read is still a barrier."""
+
+import random
+
+import pytest
+import torch
+import torch.nn as nn
+
+import lazy_runtime as lr
+from conftest import DEV, assert_same
+from lazy_runtime import fold
+
+
+def _fresh():
+    lr.mark_step()
+    lr.reset_metrics()
+
+
+@pytest.mark.parametrize("seed", [0, 1, 2])
+def test_integer_reads_from_data_are_folded_and_match_torch(seed):
+    r = random.Random(seed)
+    n = r.randint(3, 40)
+    lengths = torch.randint(1, 50, (n,))
+    labels = torch.randint(-2, 9, (n,))
+    labels[labels < 0] = -100
+    x = torch.randn(n, 3)
+    _fresh()
+    ll, lab, xl = lengths.to(DEV), labels.to(DEV), x.to(DEV)
+    pending = xl * 2 + 1    # work recorded before the reads: it must stay uncut
+    got = [ll.max().item(), (lab != -100).sum().item(), (ll * 3 - 7).tolist(),
+           (xl > 0).any().item(), torch.cumsum(ll, 0).flip(0).cpu(),
+           (ll // 3 + lab.clamp(min=0)).cpu()]
+    want = [lengths.max().item(), (labels != -100).sum().item(), (lengths * 3 - 7).tolist(),
+            (x > 0).any().item(), torch.cumsum(lengths, 0).flip(0),
+            lengths // 3 + labels.clamp(min=0)]
+    m = lr.metrics()
+    assert m["syncs"] == 0 and m["graphs_executed"] == 0, m["sync_reasons"]
+    assert m["host_folds"] == len(got)
+    for g, w in zip(got, want):
+        if isinstance(w, torch.Tensor):
+            assert_same(g, w, what="folded read")
+        else:
+            assert g == w
+    assert_same(pending.cpu(), x * 2 + 1, what="the graph recorded before the reads")
+
+
+def test_what_is_not_folded_is_still_a_barrier(monkeypatch):
+    x = torch.randn(5, 4)
+    _fresh()
+    xl = x.to(DEV)
+    assert (xl * 2).sum().item() == pytest.approx((x * 2).sum().item(), rel=1e-6)  # float
+    assert lr.metrics()["sync_reasons"] == {"read": 1}
+    r = torch.randint(0, 9, (6,), device=DEV)      # a random op: its stream position
+    assert r.sum().item() == r.cpu().sum().item()  # and the value read stay the graph's
+    assert lr.metrics()["sync_reasons"] == {"read": 2}
+    monkeypatch.setattr(fold, "MAX_ELEMENTS", 10)  # too large
+    ints = torch.arange(20).to(DEV)
+    assert (ints + 1).sum().item() == 210
+    assert lr.metrics()["sync_reasons"] == {"read": 3}
+    assert lr.metrics()["host_folds"] == 0
+
+
+def test_unsorted_packed_sequence_pads_without_a_barrier():
+    """torch's pad_packed_sequence reads ``unsorted_indices`` with ``.cpu()``: the
+    inverse permutation of host-made indices, folded."""
+    torch.manual_seed(4)
+    eager = nn.LSTM(3, 4, bidirectional=True)
+    lazy = nn.LSTM(3, 4, bidirectional=True)
+    lazy.load_state_dict(eager.state_dict())
+    lazy.to(DEV)
+    x, lengths = torch.randn(6, 4, 3), torch.tensor([3, 6, 1, 4])
+    _fresh()
+    outs = []
+    for model, xx in ((eager, x), (lazy, x.to(DEV))):
+        pack = nn.utils.rnn.pack_padded_sequence(xx, lengths, enforce_sorted=False)
+        out, (h, _) = model(pack)
+        padded, lens = nn.utils.rnn.pad_packed_sequence(out)
+        outs.append((padded, lens, h))
+    m = lr.metrics()
+    assert m["syncs"] == 0 and m["host_folds"] == 1, m["sync_reasons"]
+    lr.mark_step()
+    for name, w, g in zip(("padded", "lengths", "h"), *outs):
+        assert_same(g, w.detach(), 1e-4, 1e-5, what=name)
+
+
+def test_a_step_that_folds_a_read_is_not_replayed_as_a_whole():
+    """A folded value may steer the step's Python (here its sign): a replay would not
+    read it again, so compile_step refuses the step, and each call takes its branch."""
+    torch.manual_seed(5)
+    eager = nn.Linear(3, 1)
+    lazy = nn.Linear(3, 1)
+    lazy.load_state_dict(eager.state_dict())
+    lazy.to(DEV)
+
+    def step(model, x, labels):
+        sign = 1.0 if (labels != -100).sum().item() > 2 else -1.0
+        return model(x).sum() * sign
+
+    whole = lr.compile_step(lambda x, labels: step(lazy, x, labels), lazy)
+    _fresh()
+    for i in range(6):
+        x = torch.randn(4, 3)
+        labels = torch.tensor([1, 2, 3, 4]) if i % 3 else torch.tensor([1, -100, -100, 2])
+        got = whole(x, labels)
+        assert got.item() == pytest.approx(step(eager, x, labels).item(), rel=1e-5), i
+    m = lr.metrics()
+    assert m["step_replays"] == 0
+    assert any("computed on the host" in k for k in m["replay_misses"]), m["replay_misses"]
