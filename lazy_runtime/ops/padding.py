@@ -25,6 +25,7 @@ Rules by family:
   the vjp of that. LSTM cell: rows pass through; its backward zeroes padded rows.
   LSTM layer: rows pass through, padded steps keep the carry; padding zeroed first.
 * contractions (mm, bmm, addmm, baddbmm) over a padded dim: both operands zeroed there.
+* sort and topk along a concrete dim: the other dims pass through.
 * reductions: sum 0, prod 1, amax/max -inf, amin/min +inf, any False, all True,
   logsumexp -inf; mean, var and std divide by the true count.
 * softmax/log_softmax along a padded dim: -inf; their backward: 0.
@@ -537,6 +538,29 @@ def pad_arg_reduce(node, ins, cx):
     if isinstance(node.dtype, tuple):
         return Pad((out, out), pre=pre)
     return Pad(out, pre=pre)
+
+
+def _sort_dim(node):
+    """The dim a sort or topk runs along (-1 by default)."""
+    kw = dict(node.kwargs)
+    pos = 2 if node.op is aten.topk.default else 1
+    if node.op is not aten.sort.stable and len(node.args) > pos:
+        return node.args[pos]
+    return kw.get("dim", -1)
+
+
+@pad_rule(aten.sort.default, aten.sort.stable, aten.topk.default)
+def pad_sort(node, ins, cx):
+    """Along a concrete dim the other dims' padding passes through; along a padded dim
+    the padding would sort in among the values (compiled exactly)."""
+    lay = ins[0]
+    if not lay:
+        return Pad(((), ()))
+    d = norm_dim(_sort_dim(node), len(lay))
+    if is_sym(lay[d]):
+        raise NoPadRule(node.op, "sort or topk along a padded dim", _syms(lay))
+    out = lay[:d] + ((node.shape[0][d],),) + lay[d + 1:]
+    return Pad((out, out))
 
 
 def _mean_fn(ctx, env, in_lays, x, dim=None, keepdim=False, *, dtype=None):

@@ -246,3 +246,81 @@ def lower_cumsum(ctx, x, dim, *, dtype=None):
 def lower_cumprod(ctx, x, dim, *, dtype=None):
     x = x.astype(jdt(ctx.dtype))
     return jnp.cumprod(x, axis=norm_dim(dim, x.ndim)) if x.ndim else x
+
+
+# ---- sort / topk ------------------------------------------------------------------------
+
+
+def _sort_types(x):
+    return [(tuple(x.shape), x.dtype), (tuple(x.shape), torch.int64)]
+
+
+@rule(aten.sort.default, multi=True)
+def sort_rule(x, dim=-1, descending=False):
+    norm_dim(dim, max(x.ndim, 1))
+    return _sort_types(x)
+
+
+@rule(aten.sort.stable, multi=True)
+def sort_stable_rule(x, *, stable=None, dim=-1, descending=False):
+    return sort_rule(x, dim, descending)
+
+
+@rule(aten.topk.default, multi=True)
+def topk_rule(x, k, dim=-1, largest=True, sorted=True):
+    d = norm_dim(dim, max(x.ndim, 1))
+    shape = list(x.shape)
+    if not 0 <= k <= (shape[d] if shape else 1):
+        raise RuntimeError("selected index k out of range")
+    if shape:
+        shape[d] = k
+    return [(tuple(shape), x.dtype), (tuple(shape), torch.int64)]
+
+
+def _sort_keys(x, descending):
+    """Keys whose ascending lexicographic order is torch's order of ``x``: NaN the
+    largest, -0.0 equal to 0.0, ints reversed without overflow (``~x``)."""
+    if jnp.issubdtype(x.dtype, jnp.floating):
+        nan = jnp.isnan(x)
+        v = jnp.where(nan | (x == 0), jnp.zeros((), x.dtype), x)
+        if descending:
+            return (jnp.where(nan, 0, 1).astype(jnp.int8), -v)
+        return (nan.astype(jnp.int8), v)
+    if x.dtype == jnp.bool_:
+        x = x.astype(jnp.int8)
+    return ((~x if descending else x),)
+
+
+def _sorted_along(x, dim, descending):
+    """(values, int64 indices) of ``x`` sorted along ``dim``, stably (ties keep their
+    order, as torch's stable sort does)."""
+    if x.ndim == 0:
+        return x, jnp.zeros((), jnp.int64)
+    d = norm_dim(dim, x.ndim)
+    xm = jnp.moveaxis(x, d, -1)
+    idx = jax.lax.broadcasted_iota(jnp.int64, xm.shape, xm.ndim - 1)
+    keys = _sort_keys(xm, descending)
+    order = jax.lax.sort(keys + (idx,), dimension=xm.ndim - 1, is_stable=True,
+                         num_keys=len(keys))[-1]
+    values = jnp.take_along_axis(xm, order, axis=-1)
+    return jnp.moveaxis(values, -1, d), jnp.moveaxis(order, -1, d)
+
+
+@lowering(aten.sort.default)
+def lower_sort(x, dim=-1, descending=False):
+    return _sorted_along(x, dim, descending)
+
+
+@lowering(aten.sort.stable)
+def lower_sort_stable(x, *, stable=None, dim=-1, descending=False):
+    return _sorted_along(x, dim, descending)
+
+
+@lowering(aten.topk.default)
+def lower_topk(x, k, dim=-1, largest=True, sorted=True):
+    values, order = _sorted_along(x, dim, largest)
+    if x.ndim == 0:
+        return values, order
+    d = norm_dim(dim, x.ndim)
+    return (jax.lax.slice_in_dim(values, 0, k, axis=d),
+            jax.lax.slice_in_dim(order, 0, k, axis=d))

@@ -157,6 +157,36 @@ for _name, _fn in REDUCTIONS.items():
 for _name in ("sum", "sum_dim", "prod", "amax", "max_dim", "argmax", "cumsum"):
     case(f"{_name}-int64", REDUCTIONS[_name], red_input(I64))
 case("sum-bool", lambda x: (x > 0).sum(1), red_input())
+
+
+def _with_ties_and_nans(dt):
+    """Few distinct values (ties), and for floats NaN, -0.0 and 0.0 among them."""
+    def make(g, r):
+        x = rnd(g, shape(r, 3, 2, 7), dt, -2, 3)
+        if dt.is_floating_point:
+            x = x.round()
+            x[rnd(g, x.shape, BOOL) & rnd(g, x.shape, BOOL)] = float("nan")
+            x[x == 0] = torch.where(rnd(g, x[x == 0].shape, BOOL), -0.0, 0.0).to(dt)
+        return [x]
+    return make
+
+
+# sorts: stable ones against torch's stable sort, with ties (NaN the largest, -0.0 == 0.0)
+for _dt in (F32, F64, I64, I32, BOOL):
+    for _desc in (False, True):
+        case(f"sort-stable-{'desc' if _desc else 'asc'}-{_dt}",
+             lambda x, d=_desc: torch.sort(x, dim=1, descending=d, stable=True),
+             _with_ties_and_nans(_dt))
+case("argsort-stable-desc-int64", lambda x: torch.argsort(x, dim=-1, descending=True, stable=True),
+     _with_ties_and_nans(I64))
+# unstable sort and topk: distinct values (ties may come in any order there), with grads
+case("sort", lambda x: x.sort(0), red_input(F64), grad=True)
+case("sort-desc-last", lambda x: x.sort(descending=True), red_input(), grad=True)
+case("argsort", lambda x: x.argsort(1), red_input())
+case("topk", lambda x: x.topk(2, dim=1), red_input(F64), grad=True)
+case("topk-smallest-last", lambda x: x.topk(1, largest=False), red_input(), grad=True)
+case("topk-int64", lambda x: x.topk(2, dim=0),
+     lambda g, r: [torch.randperm(60, generator=g)[:12 * r.randint(2, 4)].reshape(-1, 3, 4)])
 case("mean-f64", lambda x: x.mean((0, 2)), red_input(F64))
 case("sum-bf16", lambda x: x.sum(1), red_input(BF16), rtol=1e-2, atol=1e-1)
 

@@ -97,6 +97,29 @@ def test_slices_selects_cat_roll_inside_a_padded_dim_at_random_sizes():
     assert m["buckets"]["T"] == [16] and m["buckets"]["T-1"] == [16]
 
 
+def test_sort_and_topk_along_a_concrete_dim_of_a_padded_batch():
+    def ranked(x, w):
+        y = x @ w
+        values, idx = y.sort(dim=1, descending=True)
+        top, top_idx = y.topk(3, dim=-1, largest=False)
+        return {"values": values, "idx": idx, "top": top, "top_idx": top_idx,
+                "argsort": y.argsort(dim=1, stable=True)}
+
+    w = torch.randn(4, 6, generator=torch.Generator().manual_seed(1)).requires_grad_()
+    sizes = _sizes(9, 16, 3, seed=2)
+    m = _check_padded(ranked, lambda B: [torch.randn(B, 4, generator=torch.Generator(
+        ).manual_seed(B))], [(0, "B")], sizes, params=(w,))
+    assert m["exact_compiles"] == {}, m["recompile_reasons"]
+    assert m["compiles"] == 1 and m["padded_executions"] == len(sizes), m["recompile_reasons"]
+
+
+def test_sort_along_a_padded_dim_compiles_exactly_and_is_right():
+    m = _check_padded(lambda x: {"s": x.sort(dim=0)[0], "k": x.topk(2, dim=0)[1]},
+                      lambda B: [torch.randn(B, 3, generator=torch.Generator().manual_seed(B))],
+                      [(0, "B")], _sizes(5, 8, 2, seed=3))
+    assert set(m["exact_compiles"]) == {"aten.sort.default"}, m["exact_compiles"]
+
+
 def test_a_strided_slice_of_a_padded_dim_compiles_exactly_and_is_right():
     lr.reset_metrics()
     x = torch.randn(2, 11)
