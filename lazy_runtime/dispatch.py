@@ -19,6 +19,7 @@ corrections do not recompile. Ints and bools stay compile-time constants.
 
 from __future__ import annotations
 
+import collections
 import functools
 import math
 
@@ -31,13 +32,13 @@ from .config import config
 from .errors import NoLowering, UnsupportedOperation
 from .metrics import METRICS
 from .ops import foreach, recurrent
-from .ops.registry import DYNAMIC_SCALARS, LOWERINGS, RULES
+from .ops.registry import DECOMPOSITIONS, DYNAMIC_SCALARS, LOWERINGS, RULES
 from .tensor import (LazyTensor, new_base, new_view, node_of, write, contiguous_strides,
                      view_strides)
 
 aten = torch.ops.aten
 _marker = ir.input_marker
-_DECOMP = torch._decomp.decomposition_table
+_DECOMP = collections.ChainMap(DECOMPOSITIONS, torch._decomp.decomposition_table)
 
 
 # ---- recording ----------------------------------------------------------------------
@@ -563,6 +564,20 @@ def _random_functional(func, args, kwargs):
     return _wrap(func, record(func, args, kwargs, extra_inputs=(("_rng", random.next_leaf()),)))
 
 
+def _random_like(func, args, kwargs):
+    """randn_like, rand_like, randint_like: an empty tensor like ``args[0]`` filled in
+    place by normal_, uniform_ or random_ (the runtime's seeded stream)."""
+    x = args[0]
+    out = aten.empty_like.default(x, dtype=kwargs.get("dtype") or x.dtype)
+    name = func._schema.name
+    if name == "aten::randn_like":
+        return aten.normal_.default(out)
+    if name == "aten::rand_like":
+        return aten.uniform_.default(out)
+    low, high = (0, args[1]) if len(args) == 2 else args[1:3]
+    return getattr(aten.random_, "from")(out, low, high)
+
+
 SPECIAL = {
     aten._to_copy.default: _to_copy,
     aten.copy_.default: _copy_,
@@ -588,6 +603,9 @@ for _op in (aten.normal_.default, aten.uniform_.default, aten.bernoulli_.float,
     SPECIAL[_op] = _random_
 for _op in (aten.native_dropout.default, aten.bernoulli.default, aten.bernoulli.p):
     SPECIAL[_op] = _random_functional
+for _op in (aten.randn_like.default, aten.rand_like.default, aten.randint_like.default,
+            aten.randint_like.low_dtype):
+    SPECIAL[_op] = _random_like
 # Recurrent layers and packing (``ops.recurrent``): reached here with autograd's keys off
 # (inference_mode); with them on, at AutogradPrivateUse1.
 for _op, _fn in recurrent.LAYER_OPS.items():

@@ -16,7 +16,7 @@ from jax import lax
 
 from .. import dtypes as D
 from .common import bshape, cast, is_array, jdt, vjp
-from .registry import ELEMENTWISE, lowering, rule
+from .registry import ELEMENTWISE, RULES, lowering, rule
 
 aten = torch.ops.aten
 
@@ -231,6 +231,43 @@ for _name, _fn in (("bitwise_and", jnp.bitwise_and), ("bitwise_or", jnp.bitwise_
     _packet = getattr(aten, _name)
     elementwise(_packet.Tensor, _packet.Scalar, fn=_fn, operands=(0, 1))
 
+
+
+def _shift(left):
+    """torch's shifts, defined for every amount: a negative one or one past the width
+    gives 0 (left) or the sign (right); XLA leaves those to the hardware."""
+    def fn(a, b):
+        bits = jnp.iinfo(a.dtype).bits
+        b = jnp.asarray(b, a.dtype)
+        out_of_range = (b < 0) | (b >= bits)
+        if left:
+            return jnp.where(out_of_range, 0, jnp.left_shift(a, jnp.where(out_of_range, 0, b)))
+        return jnp.right_shift(a, jnp.where(out_of_range, bits - 1, b))
+    return fn
+
+
+_TORCH_NAMES = {torch.float32: "Float", torch.float64: "Double", torch.float16: "Half",
+                torch.bfloat16: "BFloat16"}
+
+
+def _integers_only(rule_fn, name):
+    def checked(*args, **kwargs):
+        out = rule_fn(*args, **kwargs)
+        if out[1].is_floating_point or out[1].is_complex:
+            raise NotImplementedError(f'"{name}_cpu" not implemented for '
+                                      f"'{_TORCH_NAMES.get(out[1], out[1])}'")
+        return out
+    return checked
+
+
+for _names, _left in ((("__lshift__", "bitwise_left_shift"), True),
+                      (("__rshift__", "bitwise_right_shift"), False)):
+    _lsh, _blsh = (getattr(aten, n) for n in _names)
+    _ops = (_lsh.Tensor, _lsh.Scalar, _blsh.Tensor, _blsh.Tensor_Scalar)
+    elementwise(*_ops, fn=_shift(_left), operands=(0, 1))
+    for _op in _ops:   # torch refuses floats when called, not at a barrier
+        RULES[_op] = (_integers_only(RULES[_op][0], "lshift" if _left else "rshift"), False)
+
 elementwise(aten.div.Tensor_mode, aten.div.Scalar_mode, fn=_div_mode, operands=(0, 1))
 elementwise(aten.lerp.Scalar, aten.lerp.Tensor, fn=_lerp, operands=(0, 1))
 elementwise(aten.addcmul.default, operands=(0, 1, 2),
@@ -243,7 +280,10 @@ elementwise(aten.clamp_min.default, aten.clamp_min.Tensor, operands=(0, 1),
             fn=lambda x, lo: _clamp(x, lo, None))
 elementwise(aten.clamp_max.default, aten.clamp_max.Tensor, operands=(0, 1),
             fn=lambda x, hi: _clamp(x, None, hi))
-elementwise(aten.where.self, fn=jnp.where, operands=(1, 2), keep=(0,))
+# prims.where: what torch's decompositions of diag, diag_embed, sinc, bucketize and
+# grid_sample reach (its operands share a dtype: no promotion to differ from where's)
+elementwise(aten.where.self, torch.ops.prims.where.default, fn=jnp.where, operands=(1, 2),
+            keep=(0,))
 
 
 def _clamp(x, lo, hi):

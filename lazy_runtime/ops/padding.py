@@ -578,12 +578,14 @@ def pad_mean(node, ins, cx):
     return p
 
 
-def _var_fn(std):
+def _var_fn(kind):
+    """var, std or var_mean ("var", "std", "var_mean") over padded dims: the mean and
+    the sum of squares from the true elements and counts."""
     def fn(ctx, env, in_lays, x, dim=None, *, correction=None, keepdim=False):
         axes = norm_dims(dim, x.ndim) if dim is not None else tuple(range(x.ndim))
         lay = in_lays[0]
-        acc = jdt(opmath(ctx.dtype))
-        xf = x.astype(acc)
+        dtype = ctx.dtype[0] if kind == "var_mean" else ctx.dtype
+        xf = x.astype(jdt(opmath(dtype)))
         n = env.count(lay, axes)
         mean = jnp.sum(xf, axis=axes, keepdims=True) / n
         dev = xf - mean
@@ -591,11 +593,14 @@ def _var_fn(std):
         dev = jnp.where(m, dev, 0) if m is not None else dev
         c = 1 if correction is None else correction
         v = jnp.sum(dev * dev, axis=axes, keepdims=keepdim) / jnp.maximum(n - c, 0)
-        return (jnp.sqrt(v) if std else v).astype(jdt(ctx.dtype))
+        if kind == "var_mean":
+            mean = mean if keepdim else jnp.squeeze(mean, axes)
+            return v.astype(jdt(dtype)), mean.astype(jdt(dtype))
+        return (jnp.sqrt(v) if kind == "std" else v).astype(jdt(dtype))
     return fn
 
 
-@pad_rule(aten.var.correction, aten.std.correction)
+@pad_rule(aten.var.correction, aten.std.correction, aten.var_mean.correction)
 def pad_var(node, ins, cx):
     lay = ins[0]
     dims = _dims_of(node)
@@ -605,10 +610,11 @@ def pad_var(node, ins, cx):
     kw = dict(node.kwargs)
     out = _reduce_layout(lay, axes, bool(kw.get("keepdim", False)))
     sa = _sym_axes(lay, axes)
+    kind = {aten.std.correction: "std", aten.var_mean.correction: "var_mean"}.get(node.op, "var")
+    outs = (out, out) if kind == "var_mean" else out
     if not sa:
-        return Pad(out)
-    std = node.op is aten.std.correction
-    return Pad(out, pre=((0, sa, 0),), fn=_var_fn(std), tag="std" if std else "var")
+        return Pad(outs)
+    return Pad(outs, pre=((0, sa, 0),), fn=_var_fn(kind), tag=kind)
 
 
 @pad_rule(aten.linalg_vector_norm.default)

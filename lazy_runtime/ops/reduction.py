@@ -8,7 +8,7 @@ import torch
 
 from .. import dtypes as D
 from .common import jdt, norm_dim, norm_dims, opmath, sf
-from .registry import lowering, rule
+from .registry import decomposition, lowering, rule
 
 aten = torch.ops.aten
 
@@ -193,6 +193,26 @@ def lower_var(ctx, x, dim=None, *, correction=None, keepdim=False):
 @lowering(aten.std.correction, ctx=True)
 def lower_std(ctx, x, dim=None, *, correction=None, keepdim=False):
     return jnp.sqrt(_var(x.astype(jdt(opmath(ctx.dtype))), dim, correction, keepdim))
+
+
+@rule(aten.var_mean.correction, multi=True)
+def var_mean_rule(x, dim=None, *, correction=None, keepdim=False):
+    t = var_rule(x, dim, correction=correction, keepdim=keepdim)
+    return [t, t]
+
+
+@lowering(aten.var_mean.correction, ctx=True)
+def lower_var_mean(ctx, x, dim=None, *, correction=None, keepdim=False):
+    out = jdt(ctx.dtype[0])
+    xf = x.astype(jdt(opmath(ctx.dtype[0])))
+    mean = jnp.mean(xf, axis=norm_dims(_dims_arg(dim), x.ndim), keepdims=keepdim)
+    return _var(xf, dim, correction, keepdim).astype(out), mean.astype(out)
+
+
+@decomposition(aten.var_mean.dim)
+def var_mean_dim(x, dim, unbiased=True, keepdim=False):
+    """torch's decomposition reaches prims (var, broadcast_in_dim, div): group norm's."""
+    return aten.var_mean.correction(x, dim, correction=1 if unbiased else 0, keepdim=keepdim)
 
 
 @rule(aten.linalg_vector_norm.default)

@@ -30,6 +30,9 @@ ELEMENTWISE: set = set()
 # Ops whose float Scalar arguments become runtime inputs (see ``dispatch``); the value is
 # the set of argument positions/names that stay compile-time constants.
 DYNAMIC_SCALARS: dict = {}
+# The runtime's own decompositions, preferred to torch's (``torch._decomp``): an op whose
+# torch decomposition reaches prims without lowerings is expressed in lowered aten ops.
+DECOMPOSITIONS: dict = {}
 # Values a lowering hands to a later lowering of the same trace (a forward's JAX pullback to
 # its backward op); the executor clears it when each trace ends.
 TRACE_SCRATCH: dict = {}
@@ -85,6 +88,15 @@ def pad_rule(*ops):
         for op in ops:
             _check_new(PAD_RULES, op, "padding rule")
             PAD_RULES[op] = fn
+        return fn
+    return deco
+
+
+def decomposition(*ops):
+    def deco(fn):
+        for op in ops:
+            _check_new(DECOMPOSITIONS, op, "decomposition")
+            DECOMPOSITIONS[op] = fn
         return fn
     return deco
 

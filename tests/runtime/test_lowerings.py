@@ -171,6 +171,29 @@ def _with_ties_and_nans(dt):
     return make
 
 
+# ops whose torch decompositions reach prims (where, var, broadcast_in_dim): lowered now
+case("var_mean", lambda x: torch.var_mean(x, 1), red_input(), grad=True)
+case("var_mean-keep-f64", lambda x: torch.var_mean(x, (0, 2), correction=0, keepdim=True),
+     red_input(F64), grad=True)
+case("group_norm", lambda x: F.group_norm(x, 2), lambda g, r: [rnd(g, (2, 4, 3, 3))], grad=True)
+case("diag", lambda x: torch.diag(x[0, 0]), red_input(), grad=True)
+case("diag_embed", lambda x: torch.diag_embed(x, 1), red_input(), grad=True)
+case("sinc", torch.sinc, lambda g, r: [torch.cat([rnd(g, (5,)), torch.zeros(1)])], grad=True)
+case("bucketize", lambda x, b: torch.bucketize(x, b.sort()[0], right=True),
+     lambda g, r: [rnd(g, shape(r)).round(), rnd(g, (5,)).round()])
+# (its backward, grid_sampler_2d_backward, still falls back)
+case("grid_sample", lambda img, grid: F.grid_sample(img, grid.tanh(), align_corners=False),
+     lambda g, r: [rnd(g, (2, 3, 5, 4)), rnd(g, (2, 3, 4, 2))], rtol=1e-4, atol=1e-5)
+# shifts: torch defines every amount (a negative one or one past the width: 0 or the sign)
+for _dt in (I64, I32, torch.uint8):
+    case(f"lshift-{_dt}", lambda a, b: a << b, lambda g, r, dt=_dt: [
+        rnd(g, (12,), dt, 0 if dt == torch.uint8 else -50, 50),
+        rnd(g, (12,), dt, 0 if dt == torch.uint8 else -3, 70 if dt != torch.uint8 else 12)])
+    case(f"rshift-{_dt}", lambda a, b: torch.bitwise_right_shift(a, b), lambda g, r, dt=_dt: [
+        rnd(g, (12,), dt, 0 if dt == torch.uint8 else -50, 50),
+        rnd(g, (12,), dt, 0 if dt == torch.uint8 else -3, 70 if dt != torch.uint8 else 12)])
+case("lshift-scalar-bool", lambda a: (a > 0) << 3, red_input())
+
 # sorts: stable ones against torch's stable sort, with ties (NaN the largest, -0.0 == 0.0)
 for _dt in (F32, F64, I64, I32, BOOL):
     for _desc in (False, True):

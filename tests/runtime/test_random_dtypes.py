@@ -45,6 +45,22 @@ def test_random_fills_have_the_right_moments():
     assert set(i.tolist()) == {3, 4, 5, 6} and i.dtype == torch.int64
 
 
+def test_random_like_factories_are_lowered_with_the_right_moments():
+    """randn_like, rand_like and randint_like: the seeded stream, not a fallback."""
+    x = torch.zeros(20000, dtype=torch.float64).to(DEV)
+    lr.reset_metrics()
+    n, u = torch.randn_like(x), torch.rand_like(x, dtype=torch.float32)
+    i, j = torch.randint_like(x, 3, 7), torch.randint_like(x, 4)
+    lr.mark_step()
+    assert lr.metrics()["fallback_ops"] == {}
+    n, u, i, j = (t.cpu() for t in (n, u, i, j))
+    assert n.dtype == torch.float64 and u.dtype == torch.float32 and i.dtype == torch.float64
+    assert abs(n.mean().item()) < 0.03 and abs(n.std().item() - 1) < 0.03
+    assert 0 <= u.min().item() and u.max().item() < 1 and abs(u.mean().item() - 0.5) < 0.01
+    assert set(i.tolist()) == {3, 4, 5, 6} and set(j.tolist()) == {0, 1, 2, 3}
+    assert not torch.equal(n, torch.randn_like(x).cpu())   # the stream moves on
+
+
 def test_int64_and_float64_stay_exact():
     big = torch.tensor([2 ** 53 + 1, -(2 ** 62)], dtype=torch.int64)
     assert_same((big.to(DEV) + 2).cpu(), big + 2)
