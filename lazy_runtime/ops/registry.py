@@ -83,22 +83,20 @@ def lowering(*ops, ctx: bool = False):
     return deco
 
 
-def pad_rule(*ops):
-    def deco(fn):
-        for op in ops:
-            _check_new(PAD_RULES, op, "padding rule")
-            PAD_RULES[op] = fn
-        return fn
-    return deco
+def _function_table(table: dict, kind: str):
+    """A decorator registering a function per op in ``table``."""
+    def register(*ops):
+        def deco(fn):
+            for op in ops:
+                _check_new(table, op, kind)
+                table[op] = fn
+            return fn
+        return deco
+    return register
 
 
-def decomposition(*ops):
-    def deco(fn):
-        for op in ops:
-            _check_new(DECOMPOSITIONS, op, "decomposition")
-            DECOMPOSITIONS[op] = fn
-        return fn
-    return deco
+pad_rule = _function_table(PAD_RULES, "padding rule")
+decomposition = _function_table(DECOMPOSITIONS, "decomposition")
 
 
 def has_lowering(op) -> bool:
