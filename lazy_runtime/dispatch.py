@@ -397,8 +397,8 @@ def _hashable(a):
 
 def _view(func, args, kwargs):
     x = args[0]
-    key = (func, x.shape, x.stride(), x.storage_offset(), *map(_hashable, args[1:]),
-           *kwargs.items())
+    key = (id(func), x.shape, x.stride(), x.storage_offset(), *map(_hashable, args[1:]),
+           *kwargs.items())   # id: OpOverload.__hash__ is a Python function
     try:
         plan = _VIEW_PLANS.get(key)
     except TypeError:   # an unhashable argument
@@ -568,6 +568,9 @@ def _random_like(func, args, kwargs):
     """randn_like, rand_like, randint_like: an empty tensor like ``args[0]`` filled in
     place by normal_, uniform_ or random_ (the runtime's seeded stream)."""
     x = args[0]
+    device = kwargs.get("device")
+    if device is not None and torch.device(device).type != x.device.type:
+        raise NoLowering(func, f"device={device} for a lazy tensor's like")
     out = aten.empty_like.default(x, dtype=kwargs.get("dtype") or x.dtype)
     name = func._schema.name
     if name == "aten::randn_like":

@@ -59,6 +59,9 @@ def test_random_like_factories_are_lowered_with_the_right_moments():
     assert 0 <= u.min().item() and u.max().item() < 1 and abs(u.mean().item() - 0.5) < 0.01
     assert set(i.tolist()) == {3, 4, 5, 6} and set(j.tolist()) == {0, 1, 2, 3}
     assert not torch.equal(n, torch.randn_like(x).cpu())   # the stream moves on
+    lr.reset_metrics()
+    assert torch.randn_like(x, device="cpu").shape == x.shape   # another device: torch's
+    assert lr.metrics()["fallback_ops"] == {"aten.randn_like.default": 1}
 
 
 def test_int64_and_float64_stay_exact():
