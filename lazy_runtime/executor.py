@@ -133,15 +133,6 @@ def clear_cache() -> None:
     dynamic.reset()
 
 
-def _fill(t, ins):
-    tt = type(t)
-    if tt is ir.Input:
-        return ins[t.i]
-    if tt is tuple:
-        return tuple(_fill(x, ins) for x in t)
-    return t
-
-
 def _plan(nodes: list[ir.Node]) -> list:
     index = {id(n): i for i, n in enumerate(nodes)}
     plan = []
@@ -188,8 +179,8 @@ def _make_fn(plan, outputs):
     def apply_op(entry, vals):
         low, targs, tkw, ctx, ins, node = entry
         ivals = [vals[i] for i in ins]
-        args = _fill(targs, ivals)
-        kw = {k: _fill(v, ivals) for k, v in tkw.items()}
+        args = ir.fill(targs, ivals)
+        kw = {k: ir.fill(v, ivals) for k, v in tkw.items()}
         try:
             r = low.fn(ctx, *args, **kw) if low.ctx else low.fn(*args, **kw)
         except Exception as e:

@@ -65,14 +65,6 @@ def _cone(node: ir.Node):
     return order, leaves
 
 
-def _fill(a, values):
-    if type(a) is ir.Input:
-        return values[a.i]
-    if type(a) is tuple:
-        return tuple(_fill(x, values) for x in a)
-    return a
-
-
 def _fits(out, shape, dtype) -> bool:
     return isinstance(out, torch.Tensor) and out.device.type == "cpu" and \
         tuple(out.shape) == tuple(shape) and out.dtype == dtype
@@ -99,8 +91,8 @@ def fold(node: ir.Node, read_leaf):
             vals[id(n)] = ins[0][n.args[0]]
             continue
         try:
-            out = n.op(*_fill(n.args, ins), **{k: _CPU if k == "device" else _fill(v, ins)
-                                               for k, v in n.kwargs})
+            out = n.op(*ir.fill(n.args, ins),
+                       **{k: _CPU if k == "device" else ir.fill(v, ins) for k, v in n.kwargs})
         except Exception:   # not what torch's CPU kernel takes: the graph computes it
             return None
         if isinstance(n.dtype, tuple):

@@ -45,6 +45,16 @@ def input_marker(i: int) -> Input:
     return _MARKERS[i] if i < 256 else Input(i)
 
 
+def fill(template, values):
+    """An args template with each ``Input(i)`` marker replaced by ``values[i]``."""
+    t = type(template)
+    if t is Input:
+        return values[template.i]
+    if t is tuple:
+        return tuple(fill(x, values) for x in template)
+    return template
+
+
 class Node:
     """One value of the graph. ``shape``/``dtype`` are tuples of them for multi-output ops."""
 
