@@ -632,6 +632,15 @@ def lstm_cell_rule(ig, hg, cx, ib=None, hb=None):
     return [(_shape(cx), cx.dtype), (_shape(cx), cx.dtype), (_shape(ig), ig.dtype)]
 
 
+def lstm_step(gates, cx):
+    """One LSTM step from its summed gate pre-activations (torch's order i, f, g, o):
+    (hy, cy, the gates after their activations). The fused cell's and the layer's."""
+    i, f, g, o = jnp.split(gates, 4, axis=-1)
+    i, f, g, o = jax.nn.sigmoid(i), jax.nn.sigmoid(f), jnp.tanh(g), jax.nn.sigmoid(o)
+    cy = f * cx + i * g
+    return o * jnp.tanh(cy), cy, (i, f, g, o)
+
+
 @lowering(aten._thnn_fused_lstm_cell.default)
 def lower_lstm_cell(ig, hg, cx, ib=None, hb=None):
     gates = ig + hg
@@ -639,11 +648,8 @@ def lower_lstm_cell(ig, hg, cx, ib=None, hb=None):
         gates = gates + ib
     if hb is not None:
         gates = gates + hb
-    i, f, g, o = jnp.split(gates, 4, axis=-1)
-    i, f, g, o = jax.nn.sigmoid(i), jax.nn.sigmoid(f), jnp.tanh(g), jax.nn.sigmoid(o)
-    cy = f * cx + i * g
-    hy = o * jnp.tanh(cy)
-    return hy, cy, jnp.concatenate([i, f, g, o], axis=-1)
+    hy, cy, activated = lstm_step(gates, cx)
+    return hy, cy, jnp.concatenate(activated, axis=-1)
 
 
 @rule(aten._thnn_fused_lstm_cell_backward_impl.default, multi=True)
@@ -682,18 +688,25 @@ def gru_cell_rule(ig, hg, hx, ib=None, hb=None):
     return [(_shape(hx), hx.dtype), (rows + (5 * _shape(hx)[-1],), hx.dtype)]
 
 
+def gru_step(ig, hg, hx):
+    """One GRU step from its input and hidden projections (biases included; torch's
+    order r, z, n): (hy, (r, z, n, the hidden projection's n part)). torch's arithmetic:
+    ``n + z * (hx - n)``. The fused cell's and the layer's."""
+    i_r, i_z, i_n = jnp.split(ig, 3, axis=-1)
+    h_r, h_z, h_n = jnp.split(hg, 3, axis=-1)
+    r = jax.nn.sigmoid(i_r + h_r)
+    z = jax.nn.sigmoid(i_z + h_z)
+    n = jnp.tanh(i_n + r * h_n)
+    return n + z * (hx - n), (r, z, n, h_n)
+
+
 @lowering(aten._thnn_fused_gru_cell.default)
 def lower_gru_cell(ig, hg, hx, ib=None, hb=None):
     if ib is not None:
         ig = ig + ib
     if hb is not None:
         hg = hg + hb
-    i_r, i_z, i_n = jnp.split(ig, 3, axis=-1)
-    h_r, h_z, h_n = jnp.split(hg, 3, axis=-1)
-    r = jax.nn.sigmoid(i_r + h_r)
-    z = jax.nn.sigmoid(i_z + h_z)
-    n = jnp.tanh(i_n + r * h_n)
-    hy = n + z * (hx - n)
+    hy, (r, z, n, h_n) = gru_step(ig, hg, hx)
     return hy, jnp.concatenate([r, z, n, hx, h_n], axis=-1)
 
 

@@ -29,7 +29,7 @@ import torch
 from jax import lax
 
 from .common import HIGHEST
-from .nn import _f32
+from .nn import _f32, gru_step, lstm_step
 from .registry import TRACE_SCRATCH, lowering, rule
 
 _DEF = torch.library.Library("lazy_runtime", "DEF")
@@ -156,23 +156,8 @@ def _backward_rule(op, *args):
 
 # ---- lowering ----------------------------------------------------------------------------
 
-def _lstm_cell(gx, gh, carry):
-    h, c = carry
-    i, f, g, o = jnp.split(gx + gh, 4, axis=-1)
-    c = jax.nn.sigmoid(f) * c + jax.nn.sigmoid(i) * jnp.tanh(g)
-    return jax.nn.sigmoid(o) * jnp.tanh(c), c
-
-
-def _gru_cell(gx, gh, carry):
-    (h,) = carry
-    x_r, x_z, x_n = jnp.split(gx, 3, axis=-1)
-    h_r, h_z, h_n = jnp.split(gh, 3, axis=-1)
-    r, z = jax.nn.sigmoid(x_r + h_r), jax.nn.sigmoid(x_z + h_z)
-    n = jnp.tanh(x_n + r * h_n)
-    return (n + z * (h - n),)   # torch's arithmetic: (1 - z) * n + z * h
-
-
-_CELLS = {"lstm": _lstm_cell, "gru": _gru_cell,
+_CELLS = {"lstm": lambda gx, gh, carry: lstm_step(gx + gh, carry[1])[:2],
+          "gru": lambda gx, gh, carry: gru_step(gx, gh, carry[0])[:1],
           "rnn_tanh": lambda gx, gh, carry: (jnp.tanh(gx + gh),),
           "rnn_relu": lambda gx, gh, carry: (jax.nn.relu(gx + gh),)}
 
