@@ -16,12 +16,30 @@ from jax import lax
 
 from .. import dtypes as D
 from .common import bshape, cast, is_array, jdt, vjp
-from .registry import ELEMENTWISE, RULES, lowering, rule
+from .registry import ELEMENTWISE, lowering, rule
 
 aten = torch.ops.aten
 
 
-def elementwise(*ops, fn, kind=D.DEFAULT, operands=None, keep=(), static=()):
+_TORCH_NAMES = {torch.float32: "Float", torch.float64: "Double", torch.float16: "Half",
+                torch.bfloat16: "BFloat16"}
+
+
+def _integers_only(rule_fn, name):
+    """``rule_fn`` refusing a floating-point result with torch's message."""
+    def checked(*args, **kwargs):
+        out = rule_fn(*args, **kwargs)
+        if out[1].is_floating_point or out[1].is_complex:
+            raise NotImplementedError(f'"{name}_cpu" not implemented for '
+                                      f"'{_TORCH_NAMES.get(out[1], out[1])}'")
+        return out
+    return checked
+
+
+def elementwise(*ops, fn, kind=D.DEFAULT, operands=None, keep=(), static=(), integral=None):
+    """Register ``ops`` as elementwise: rule (broadcast shape, promoted dtype), lowering
+    (``fn`` in the compute dtype) and padding (passes through). ``integral``: the name
+    of torch's kernel, for ops torch refuses on floating-point inputs when called."""
     def elementwise_rule(*args, **kwargs):
         if len(args) == 2 and type(args[0]) is type(args[1]) and isinstance(args[0], torch.Tensor):
             a, b = args  # fast path: two tensors of one dtype and shape
@@ -49,7 +67,8 @@ def elementwise(*ops, fn, kind=D.DEFAULT, operands=None, keep=(), static=()):
         return r.astype(jdt(ctx.dtype))
 
     ELEMENTWISE.update(ops)
-    rule(*ops, dynamic_scalars=True, static=static)(elementwise_rule)
+    rule(*ops, dynamic_scalars=True, static=static)(
+        elementwise_rule if integral is None else _integers_only(elementwise_rule, integral))
     lowering(*ops, ctx=True)(lower_elementwise)
 
 
@@ -232,7 +251,6 @@ for _name, _fn in (("bitwise_and", jnp.bitwise_and), ("bitwise_or", jnp.bitwise_
     elementwise(_packet.Tensor, _packet.Scalar, fn=_fn, operands=(0, 1))
 
 
-
 def _shift(left):
     """torch's shifts, defined for every amount: a negative one or one past the width
     gives 0 (left) or the sign (right); XLA leaves those to the hardware."""
@@ -246,27 +264,11 @@ def _shift(left):
     return fn
 
 
-_TORCH_NAMES = {torch.float32: "Float", torch.float64: "Double", torch.float16: "Half",
-                torch.bfloat16: "BFloat16"}
-
-
-def _integers_only(rule_fn, name):
-    def checked(*args, **kwargs):
-        out = rule_fn(*args, **kwargs)
-        if out[1].is_floating_point or out[1].is_complex:
-            raise NotImplementedError(f'"{name}_cpu" not implemented for '
-                                      f"'{_TORCH_NAMES.get(out[1], out[1])}'")
-        return out
-    return checked
-
-
 for _names, _left in ((("__lshift__", "bitwise_left_shift"), True),
                       (("__rshift__", "bitwise_right_shift"), False)):
     _lsh, _blsh = (getattr(aten, n) for n in _names)
-    _ops = (_lsh.Tensor, _lsh.Scalar, _blsh.Tensor, _blsh.Tensor_Scalar)
-    elementwise(*_ops, fn=_shift(_left), operands=(0, 1))
-    for _op in _ops:   # torch refuses floats when called, not at a barrier
-        RULES[_op] = (_integers_only(RULES[_op][0], "lshift" if _left else "rshift"), False)
+    elementwise(_lsh.Tensor, _lsh.Scalar, _blsh.Tensor, _blsh.Tensor_Scalar,
+                fn=_shift(_left), operands=(0, 1), integral="lshift" if _left else "rshift")
 
 elementwise(aten.div.Tensor_mode, aten.div.Scalar_mode, fn=_div_mode, operands=(0, 1))
 elementwise(aten.lerp.Scalar, aten.lerp.Tensor, fn=_lerp, operands=(0, 1))
