@@ -142,3 +142,12 @@ def test_a_failing_backward_hook_raises_at_the_barrier_and_never_aborts(tmp_path
         assert f"{kind} raised:" in r.stdout and "ValueError: hook failed" in r.stdout
         assert f"{kind} then 0.0" in r.stdout   # the runtime still works
     assert "cpu raised: hook failed" in r.stdout   # other devices: torch's own behaviour
+
+
+def test_a_shift_of_floats_is_refused_when_called_as_torch_does():
+    x = torch.tensor([1.5, 2.0])
+    with pytest.raises(NotImplementedError, match='"lshift_cpu" not implemented') as want:
+        x << 1
+    with pytest.raises(NotImplementedError, match='"lshift_cpu" not implemented') as got:
+        x.to(DEV) << 1
+    assert str(got.value) == str(want.value)
