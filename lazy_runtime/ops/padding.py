@@ -23,7 +23,8 @@ Rules by family:
   that grows the dim, or a transposed one, compiles exactly. max pool: batch dims only.
 * batch norm in training: statistics (and the running ones) from true counts; backward as
   the vjp of that. LSTM cell: rows pass through; its backward zeroes padded rows.
-  LSTM layer: rows pass through, padded steps keep the carry; padding zeroed first.
+  LSTM, GRU and RNN layers: rows pass through, padded steps keep the carry; padding
+  zeroed first.
 * contractions (mm, bmm, addmm, baddbmm) over a padded dim: both operands zeroed there.
 * sort and topk along a concrete dim: the other dims pass through.
 * reductions: sum 0, prod 1, amax/max -inf, amin/min +inf, any False, all True,
@@ -970,9 +971,9 @@ def _layer_backward_fn(op, x_index, ctx, env, in_lays, *args):
 
 
 def _layer_layouts(op, ins, layer):
-    """(x's layout, the states' layouts) of a recurrent layer: the time and batch dims may
-    be padded; the feature dims are concrete, and the batch dims (and a mask's dims) the
-    same."""
+    """(x's layout, the states' layouts, the outputs' layouts: out and final states) of
+    a recurrent layer: the time and batch dims may be padded; the feature dims are
+    concrete, and the batch dims (and a mask's dims) the same."""
     xl = ins[_i(layer.x)]
     sl = tuple(ins[_i(s)] for s in layer.states)
     if has_sym(xl[2:] + sum((lay[1:] for lay in sl), ())) or any(
@@ -981,7 +982,7 @@ def _layer_layouts(op, ins, layer):
     if any(lay[0] != xl[1] for lay in sl) or (
             layer.valid is not None and ins[_i(layer.valid)] != xl[:2]):
         raise NoPadRule(op, "recurrent layer batch layouts differ", _syms(xl, *sl))
-    return xl, sl
+    return xl, sl, ((xl[0], xl[1], sl[0][1]),) + sl
 
 
 def _zeroed(ins, with_axes):
@@ -1005,8 +1006,8 @@ def pad_recurrent_layer(node, ins, cx):
     that the pullback kept for the backward is finite there (its zero cotangents then
     contribute exact zeros)."""
     layer = recurrent.forward_args(node.op, node.args)[0]
-    xl, sl = _layer_layouts(node.op, ins, layer)
-    return Pad(((xl[0], xl[1], sl[0][1]),) + sl, pre=_zeroed(ins, _layer_padding(layer)),
+    _, _, outs = _layer_layouts(node.op, ins, layer)
+    return Pad(outs, pre=_zeroed(ins, _layer_padding(layer)),
                fn=functools.partial(_layer_fn, node.op, _i(layer.x)), tag=str(node.op))
 
 
@@ -1015,8 +1016,7 @@ def pad_recurrent_layer_backward(node, ins, cx):
     """Cotangents and inputs zeroed on the padding (the weight gradients sum over steps
     and rows); the output is left as it is: it names the forward's kept pullback."""
     layer, cotangents, _, output_mask = recurrent.backward_args(node.op, node.args)
-    xl, sl = _layer_layouts(node.op, ins, layer)
-    want = ((xl[0], xl[1], sl[0][1]),) + sl   # the outputs' layouts
+    xl, sl, want = _layer_layouts(node.op, ins, layer)
     got = tuple(None if g is None else ins[_i(g)] for g in cotangents)
     if any(g is not None and g != w for g, w in zip(got, want)):
         raise NoPadRule(node.op, "recurrent layer cotangents padded unlike its outputs",
