@@ -215,16 +215,15 @@ def _check1(op, x, shape, dtype):
 def _compile(g: ir.Graph) -> Executable:
     plan = _plan(g.nodes)
     fn = _make_fn(plan, g.outputs)
-    data_avals = [jax.ShapeDtypeStruct(d.shape, d.dtype) for d in g.data]
-    scal = jax.ShapeDtypeStruct((len(g.scalars),), np.float64)
-    rng = jax.ShapeDtypeStruct((len(g.rngs), 2), np.int64)
-    compiled = _jit_compile(fn, data_avals, scal, rng)
-    n_ops = sum(1 for n in g.nodes if n.op not in ir.LEAVES)
-    return Executable(compiled, n_ops)
+    return _jit_compile(g, fn, g.data)
 
 
-def _jit_compile(fn, *avals):
-    """``fn`` traced (lowerings run here), compiled and counted."""
+def _jit_compile(g: ir.Graph, fn, datas, *more_avals) -> Executable:
+    """``fn`` of graph ``g`` traced (lowerings run here) for inputs like ``datas``, its
+    scalars, random positions and ``more_avals``, compiled and counted."""
+    avals = ([jax.ShapeDtypeStruct(d.shape, d.dtype) for d in datas],
+             jax.ShapeDtypeStruct((len(g.scalars),), np.float64),
+             jax.ShapeDtypeStruct((len(g.rngs), 2), np.int64)) + more_avals
     t0 = time.perf_counter()
     try:
         with _x64(True):
@@ -233,7 +232,7 @@ def _jit_compile(fn, *avals):
         TRACE_SCRATCH.clear()   # what lowerings handed each other in this trace
     METRICS.compile_seconds += time.perf_counter() - t0
     METRICS.compiles += 1
-    return compiled
+    return Executable(compiled, sum(1 for n in g.nodes if n.op not in ir.LEAVES))
 
 
 def _padded_plan(g: ir.Graph, plan) -> list:
@@ -304,18 +303,13 @@ def _make_padded_fn(plan_entries, outputs, plan):
     return fn
 
 
-def _compile_padded(g: ir.Graph, plan) -> Executable:
+def _compile_padded(g: ir.Graph, plan) -> tuple:
     entries = _padded_plan(g, plan)
     fn = _make_padded_fn(entries, g.outputs, plan)
     datas = dynamic.padded_inputs(g, plan)
-    data_avals = [jax.ShapeDtypeStruct(d.shape, d.dtype) for d in datas]
-    scal = jax.ShapeDtypeStruct((len(g.scalars),), np.float64)
-    rng = jax.ShapeDtypeStruct((len(g.rngs), 2), np.int64)
-    sizes = jax.ShapeDtypeStruct((len(plan.syms),), np.int64)
-    compiled = _jit_compile(fn, data_avals, scal, rng, sizes)
+    exe = _jit_compile(g, fn, datas, jax.ShapeDtypeStruct((len(plan.syms),), np.int64))
     dynamic.note_compile(plan)
-    n_ops = sum(1 for n in g.nodes if n.op not in ir.LEAVES)
-    return Executable(compiled, n_ops), datas
+    return exe, datas
 
 
 def _remember(key, exe, reason):
