@@ -4,38 +4,12 @@ All cases of a module are recorded first and computed by one barrier, so the who
 costs two XLA compiles (forward values, then gradients), not one per case.
 """
 
-import random
-
 import pytest
 import torch
 import torch.nn.functional as F
 
-import lazy_runtime as lr
-from conftest import assert_same, to_lazy
-
-F32, F64, I64, I32, BOOL, BF16, F16, U8 = (torch.float32, torch.float64, torch.int64, torch.int32,
-                                          torch.bool, torch.bfloat16, torch.float16, torch.uint8)
-
-
-class Case:
-    """``grad``: False, True (all float inputs need grad) or the input positions that do."""
-
-    def __init__(self, name, fn, make, rtol=1e-5, atol=1e-6, grad=False):
-        self.name, self.fn, self.make, self.rtol, self.atol, self.grad = \
-            name, fn, make, rtol, atol, grad
-
-
-def rnd(gen, shape, dtype=F32, lo=-3, hi=3):
-    if dtype == BOOL:
-        return torch.rand(shape, generator=gen) > 0.5
-    if not dtype.is_floating_point:
-        return torch.randint(lo, hi, shape, generator=gen).to(dtype)
-    return (torch.rand(shape, generator=gen, dtype=torch.float64) * (hi - lo) + lo).to(dtype)
-
-
-def shape(r, ndim=None, lo=1, hi=6):
-    return tuple(r.randint(lo, hi) for _ in range(ndim if ndim is not None else r.randint(1, 3)))
-
+from lowering_harness import (BF16, BOOL, F16, F32, F64, I32, I64, U8, Case, check_backward,
+                              check_forward, rnd, run_all, shape)
 
 CASES: list = []
 
@@ -382,78 +356,19 @@ for _dt in (F32, F64):
 IDS = [c.name for c in CASES]
 
 
-def _inputs(c):
-    seed = sum(map(ord, c.name))
-    return c.make(torch.Generator().manual_seed(seed), random.Random(seed))
-
-
-def _record(c, grad):
-    xs = _inputs(c)
-    if grad:
-        want = c.grad if isinstance(c.grad, tuple) else range(len(xs))
-        xs = [x.requires_grad_() if i in want and x.is_floating_point() else x
-              for i, x in enumerate(xs)]
-        eager = _grads(c, xs)
-        lx = [x.detach().to(lr.device()).requires_grad_(x.requires_grad) for x in xs]
-        return _grads(c, lx), eager
-    return c.fn(*to_lazy(xs)), c.fn(*xs)
-
-
-def _run_all(cases, grad):
-    """Record every case lazily, then one barrier; eager results alongside. If the shared
-    graph fails, each case runs alone so that only the broken one fails."""
-    out = {}
-    lr.reset_metrics()
-    for c in cases:
-        try:
-            lazy, eager = _record(c, grad)
-            out[c.name] = (lazy, eager, None)
-        except Exception as e:  # a broken rule fails only its own test
-            out[c.name] = (None, None, e)
-    try:
-        lr.mark_step()
-    except Exception:
-        for c in cases:
-            if out[c.name][2] is not None:
-                continue
-            try:
-                lazy, eager = _record(c, grad)
-                lr.mark_step()
-                out[c.name] = (lazy, eager, None)
-            except Exception as e:
-                out[c.name] = (None, None, e)
-    out["__fallbacks__"] = lr.metrics()["fallback_ops"]
-    return out
-
-
-def _grads(c, xs):
-    out = c.fn(*xs)
-    outs = out if isinstance(out, (list, tuple)) else [out]
-    total = 0
-    for i, o in enumerate(outs):
-        if o.is_floating_point():
-            w = torch.linspace(-1, 1, o.numel()).reshape(o.shape).to(o.dtype)
-            total = total + (o * (w.to(o.device) + i)).sum()
-    ins = [x for x in xs if x.requires_grad]
-    return list(torch.autograd.grad(total, ins, allow_unused=True))
-
-
 @pytest.fixture(scope="module")
 def forward_results():
-    return _run_all(CASES, grad=False)
+    return run_all(CASES, grad=False)
 
 
 @pytest.fixture(scope="module")
 def backward_results():
-    return _run_all([c for c in CASES if c.grad], grad=True)
+    return run_all([c for c in CASES if c.grad], grad=True)
 
 
 @pytest.mark.parametrize("c", CASES, ids=IDS)
 def test_lowering_matches_torch(c, forward_results):
-    lazy, eager, err = forward_results[c.name]
-    if err is not None:
-        raise err
-    assert_same(lazy, eager, c.rtol, c.atol, c.name)
+    check_forward(c, forward_results)
 
 
 GRAD_CASES = [c for c in CASES if c.grad]
@@ -461,14 +376,7 @@ GRAD_CASES = [c for c in CASES if c.grad]
 
 @pytest.mark.parametrize("c", GRAD_CASES, ids=[c.name for c in GRAD_CASES])
 def test_backward_matches_torch(c, backward_results):
-    lazy, eager, err = backward_results[c.name]
-    if err is not None:
-        raise err
-    for i, (lg, eg) in enumerate(zip(lazy, eager)):
-        if eg is None:
-            assert lg is None or not lg.cpu().any()
-            continue
-        assert_same(lg, eg, max(c.rtol, 1e-4), max(c.atol, 1e-5), f"{c.name} grad {i}")
+    check_backward(c, backward_results)
 
 
 def test_every_case_was_lowered_not_run_eagerly(forward_results, backward_results):
