@@ -713,6 +713,12 @@ def plan_for(g: ir.Graph):
     return res
 
 
+def refuse_plan(g: ir.Graph, why: str) -> str:
+    """From now on ``g``'s shapes compile exactly, for the reason ``why``."""
+    _PLANS[g.key] = why
+    return why
+
+
 def reset() -> None:
     _FAMILIES.clear()
     _AUTO.clear()

@@ -23,3 +23,12 @@ class LazyRuntimeError(RuntimeError):
 
 class UnsupportedOperation(LazyRuntimeError):
     """Something the lazy device cannot do and will not approximate."""
+
+
+class PaddedLoweringError(LazyRuntimeError):
+    """An op's padding rule let through a program its lowering cannot build (a bug in the
+    rule, not in user code): the barrier compiles the graph at its exact shapes instead."""
+
+    def __init__(self, op, message: str):
+        super().__init__(f"padded lowering of {op} failed: {message}")
+        self.op = op

@@ -18,7 +18,7 @@ import torch
 
 from . import dtypes, dynamic, fold, ir, replay
 from .config import config
-from .errors import LazyRuntimeError
+from .errors import LazyRuntimeError, PaddedLoweringError
 from .metrics import METRICS
 from .ops.registry import LOWERINGS, TRACE_SCRATCH, LowerCtx
 from .tensor import new_base, take_pending, apply_step_numpy
@@ -296,7 +296,7 @@ def _make_padded_fn(plan_entries, outputs, plan):
                 else:
                     r = low.fn(ctx, *args, **kw) if low.ctx else low.fn(*args, **kw)
             except Exception as e:
-                raise LazyRuntimeError(f"padded lowering of {node.op} failed: {e}") from e
+                raise PaddedLoweringError(node.op, str(e)) from e
             return _check(node, r, ctx.shape)
 
         return _run_plan(plan_entries, outputs, datas, scalars, rngs, apply_op)
@@ -356,7 +356,7 @@ def _explain_padded(key) -> str:
     return explain_miss((key[1], key[2]), cached)
 
 
-def _lookup(g: ir.Graph, exact_op=None) -> Executable:
+def _lookup(g: ir.Graph, exact_op=None, why=None) -> Executable:
     exe = _cache.get(g.key)
     if exe is not None:
         _cache.move_to_end(g.key)
@@ -365,7 +365,7 @@ def _lookup(g: ir.Graph, exact_op=None) -> Executable:
     reason = explain_miss(g.key, [k for k in _cache.keys() if k[0] != "padded"])
     if exact_op is not None:
         METRICS.exact_compiles[exact_op] += 1
-        reason = f"exact shape (no padding rule: {exact_op}); " + reason
+        reason = f"exact shape ({why or 'no padding rule'}: {exact_op}); " + reason
     if len(METRICS.recompile_reasons) >= config.max_reasons:
         del METRICS.recompile_reasons[0]
     METRICS.recompile_reasons.append(reason)
@@ -406,7 +406,7 @@ def sync(reason: str = "mark_step") -> None:
         if id(n) not in where:
             where[id(n)] = len(outs)
             outs.append(n)
-    plan = None
+    plan = exact_why = None
     try:
         try:
             g = ir.linearize(outs)
@@ -420,9 +420,13 @@ def sync(reason: str = "mark_step") -> None:
         finally:
             ir.next_epoch()
         if isinstance(plan, dynamic.SymPlan):
-            exe, results, t0 = _run_padded(g, plan)
-        else:
-            exe = _lookup(g, plan)
+            try:
+                exe, results, t0 = _run_padded(g, plan)
+            except PaddedLoweringError as e:   # exact shapes are always right
+                plan = dynamic.refuse_plan(g, str(e.op))
+                exact_why = f"its padded lowering failed: {e}"
+        if not isinstance(plan, dynamic.SymPlan):
+            exe = _lookup(g, plan, exact_why)
             plan = None
             t0 = time.perf_counter()
             with _x64(True):

@@ -895,8 +895,15 @@ def pad_max_pool2d(node, ins, cx):
 
 @pad_rule(aten.max_pool2d_with_indices_backward.default)
 def pad_max_pool2d_backward(node, ins, cx):
-    xl = ins[_i(node.args[1])]
+    """The gradient and indices must be padded as the forward's outputs: the batch dims
+    of ``x``, the pooled spatial dims concrete."""
+    g, x, indices = node.args[0], node.args[1], node.args[7]
+    xl = ins[_i(x)]
     _batch_only(node.op, xl, 2)
+    want = xl[:-2] + concrete(node.inputs[_i(g)].shape[-2:])
+    if ins[_i(g)] != want or ins[_i(indices)] != want:
+        raise NoPadRule(node.op, "gradient or indices padded unlike the pooled output",
+                        _syms(ins[_i(g)], ins[_i(indices)], xl))
     return Pad(xl)
 
 

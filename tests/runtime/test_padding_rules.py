@@ -128,6 +128,42 @@ def test_a_strided_slice_of_a_padded_dim_compiles_exactly_and_is_right():
     assert lr.metrics()["exact_compiles"] == {"aten.slice.Tensor": 1}
 
 
+def test_max_pool_backward_when_automatic_dynamic_pads_the_gradient_only():
+    """Two pools of one input in a row: one graph family whose pooled sizes changed, so
+    the gradient's weights are marked dynamic but the pooled maps cannot be: the backward
+    compiles exactly (it once built a padded program that failed)."""
+    x = torch.randn(2, 3, 8, 9)
+    lr.reset_metrics()
+    for pool in (torch.nn.MaxPool2d(3, 2, ceil_mode=True), torch.nn.MaxPool2d(2, 1, dilation=2)):
+        xl, xe = x.to(DEV).requires_grad_(), x.clone().requires_grad_()
+        grads = []
+        for t in (xl, xe):
+            out = pool(t)
+            w = torch.linspace(-1, 1, out.numel()).reshape(out.shape).to(t.device)
+            grads += torch.autograd.grad((out * w).sum(), [t])
+        assert_same(grads[0], grads[1])
+    m = lr.metrics()
+    assert m["automatic_dynamic"], "the second pool was not seen as the same family"
+    assert not any("padded lowering failed" in r for r in m["recompile_reasons"]), m
+
+
+def test_a_padded_lowering_that_fails_compiles_exactly_instead(monkeypatch):
+    from lazy_runtime.dynamic import Pad
+    from lazy_runtime.ops.registry import PAD_RULES
+
+    def broken(ctx, env, in_lays, x):
+        raise ValueError("a bug in a padding rule")
+    monkeypatch.setitem(PAD_RULES, torch.ops.aten.sin.default,
+                        lambda node, ins, cx: Pad(ins[0], fn=broken))
+    lr.reset_metrics()
+    x = torch.randn(3, 5)
+    xl = lr.mark_dynamic(x.to(DEV), 0, "B")
+    assert_same(torch.sin(xl) * 2, torch.sin(x) * 2)
+    m = lr.metrics()
+    assert m["exact_compiles"] == {"aten.sin.default": 1}
+    assert "padded lowering failed" in m["recompile_reasons"][-1], m["recompile_reasons"]
+
+
 def convs(x, w_same, w_valid, w_strided, w_dilated, b):
     """x (B, C, T): conv1d along a padded T (and batch)."""
     outs = {}
