@@ -12,7 +12,7 @@ from jax import lax
 
 from .. import random as lrandom
 from ..errors import NoLowering
-from .common import HIGHEST, jdt, norm_dim, opmath, sf, vjp
+from .common import HIGHEST, norm_dim, sf, vjp
 from .registry import lowering, rule
 
 aten = torch.ops.aten
@@ -111,23 +111,31 @@ def _pool_geometry(x_shape, kernel, stride, padding, dilation, ceil_mode, n=2):
     return k, s, p, d, out, high
 
 
-@rule(aten.max_pool2d_with_indices.default, multi=True)
-def max_pool2d_rule(x, kernel_size, stride=(), padding=0, dilation=1, ceil_mode=False):
-    s = sf.pool_shape(_shape(x), kernel_size, stride or None, padding, dilation, ceil_mode, 2)
-    return [(s, x.dtype), (s, torch.int64)]
+def _max_pool_rule(n):
+    def max_pool_rule(x, kernel_size, stride=(), padding=0, dilation=1, ceil_mode=False):
+        s = sf.pool_shape(_shape(x), kernel_size, stride or None, padding, dilation, ceil_mode,
+                          n)
+        return [(s, x.dtype), (s, torch.int64)]
+    return max_pool_rule
+
+
+rule(aten.max_pool2d_with_indices.default, multi=True)(_max_pool_rule(2))
+rule(aten.max_pool3d_with_indices.default, multi=True)(_max_pool_rule(3))
 
 
 def _lowest(dtype):
     return -jnp.inf if jnp.issubdtype(dtype, jnp.floating) else jnp.iinfo(dtype).min
 
 
-@lowering(aten.max_pool2d_with_indices.default)
-def lower_max_pool2d(x, kernel_size, stride=(), padding=0, dilation=1, ceil_mode=False):
+def _max_pool(x, n, kernel_size, stride, padding, dilation, ceil_mode):
+    """(values, flat indices into the ``n`` spatial dims) of each window's maximum: NaN
+    wins, and among equal values the first in row-major order (torch's CPU kernel)."""
     k, s, p, d, out, high = _pool_geometry(x.shape, kernel_size, stride, padding, dilation,
-                                           ceil_mode)
-    lead = x.ndim - 2
-    H, W = x.shape[-2:]
-    idx = jnp.broadcast_to(jnp.arange(H * W, dtype=jnp.int64).reshape(H, W), x.shape)
+                                           ceil_mode, n)
+    lead = x.ndim - n
+    spatial = x.shape[lead:]
+    size = int(np.prod(spatial))
+    idx = jnp.broadcast_to(jnp.arange(size, dtype=jnp.int64).reshape(spatial), x.shape)
 
     def pick(a, b):
         av, ai = a
@@ -136,115 +144,111 @@ def lower_max_pool2d(x, kernel_size, stride=(), padding=0, dilation=1, ceil_mode
         return jnp.where(take_b, bv, av), jnp.where(take_b, bi, ai)
 
     vals, inds = lax.reduce_window(
-        (x, idx), (jnp.asarray(_lowest(x.dtype), x.dtype), jnp.asarray(H * W, jnp.int64)), pick,
+        (x, idx), (jnp.asarray(_lowest(x.dtype), x.dtype), jnp.asarray(size, jnp.int64)), pick,
         window_dimensions=(1,) * lead + k, window_strides=(1,) * lead + s,
         padding=((0, 0),) * lead + tuple((pi, hi) for pi, hi in zip(p, high)),
         window_dilation=(1,) * lead + d)
     return vals, inds
 
 
-@rule(aten.max_pool2d_with_indices_backward.default)
-def max_pool2d_backward_rule(g, x, *args):
+@lowering(aten.max_pool2d_with_indices.default)
+def lower_max_pool2d(x, kernel_size, stride=(), padding=0, dilation=1, ceil_mode=False):
+    return _max_pool(x, 2, kernel_size, stride, padding, dilation, ceil_mode)
+
+
+@lowering(aten.max_pool3d_with_indices.default)
+def lower_max_pool3d(x, kernel_size, stride=(), padding=0, dilation=1, ceil_mode=False):
+    return _max_pool(x, 3, kernel_size, stride, padding, dilation, ceil_mode)
+
+
+@rule(aten.max_pool2d_with_indices_backward.default,
+      aten.max_pool3d_with_indices_backward.default)
+def max_pool_backward_rule(g, x, *args):
     return _shape(x), x.dtype
 
 
-@lowering(aten.max_pool2d_with_indices_backward.default)
-def lower_max_pool2d_backward(g, x, kernel_size, stride, padding, dilation, ceil_mode, indices):
-    lead = x.shape[:-2]
-    H, W = x.shape[-2:]
-    m = int(np.prod(lead)) if lead else 1
-    gf = g.reshape(m, -1)
-    idx = indices.reshape(m, -1)
-    rows = jnp.arange(m)[:, None]
-    out = jnp.zeros((m, H * W), _f32(g).dtype).at[rows, idx].add(_f32(gf))
-    return out.reshape(x.shape)
+def _max_pool_backward(n):
+    def lower(g, x, kernel_size, stride, padding, dilation, ceil_mode, indices):
+        """Each window's gradient added at its maximum's flat index."""
+        lead = x.shape[:x.ndim - n]
+        m = int(np.prod(lead)) if lead else 1
+        rows = jnp.arange(m)[:, None]
+        out = jnp.zeros((m, int(np.prod(x.shape[x.ndim - n:]))), _f32(g).dtype)
+        return out.at[rows, indices.reshape(m, -1)].add(_f32(g.reshape(m, -1))).reshape(x.shape)
+    return lower
 
 
-def _avg_pool2d(x, kernel_size, stride, padding, ceil_mode, count_include_pad, divisor_override):
-    k, s, p, d, out, high = _pool_geometry(x.shape, kernel_size, stride, padding, 1, ceil_mode)
-    lead = x.ndim - 2
+lowering(aten.max_pool2d_with_indices_backward.default)(_max_pool_backward(2))
+lowering(aten.max_pool3d_with_indices_backward.default)(_max_pool_backward(3))
+
+
+def _avg_pool(x, n, kernel_size, stride, padding, ceil_mode, count_include_pad,
+              divisor_override):
+    k, s, p, d, out, high = _pool_geometry(x.shape, kernel_size, stride, padding, 1, ceil_mode,
+                                           n)
+    lead = x.ndim - n
     pads = ((0, 0),) * lead + tuple((pi, hi) for pi, hi in zip(p, high))
     win = dict(window_dimensions=(1,) * lead + k, window_strides=(1,) * lead + s, padding=pads)
     xf = _f32(x)
     total = lax.reduce_window(xf, 0.0, lax.add, **win)
     if divisor_override:
         return total / divisor_override
-    H, W = x.shape[-2:]
+    spatial = x.shape[lead:]
     if count_include_pad:
         # windows count the explicit padding but not the extra ceil_mode overhang
-        ones = jnp.ones((H + 2 * p[0], W + 2 * p[1]), xf.dtype)  # the padding counts
+        ones = jnp.ones(tuple(sz + 2 * pi for sz, pi in zip(spatial, p)), xf.dtype)
         extra = tuple((0, max(hi - pi, 0)) for pi, hi in zip(p, high))
         cnt = lax.reduce_window(ones, 0.0, lax.add, window_dimensions=k,
                                 window_strides=s, padding=extra)
     else:
-        ones = jnp.ones((H, W), xf.dtype)
+        ones = jnp.ones(spatial, xf.dtype)
         cnt = lax.reduce_window(ones, 0.0, lax.add, window_dimensions=k,
-                                window_strides=s, padding=tuple(pads[-2:]))
+                                window_strides=s, padding=tuple(pads[lead:]))
     return total / cnt
 
 
-@rule(aten.avg_pool2d.default)
-def avg_pool2d_rule(x, kernel_size, stride=(), padding=0, ceil_mode=False,
-                    count_include_pad=True, divisor_override=None):
-    return sf.pool_shape(_shape(x), kernel_size, stride or None, padding, 1, ceil_mode, 2), x.dtype
+def _avg_pool_rule(n):
+    def avg_pool_rule(x, kernel_size, stride=(), padding=0, ceil_mode=False,
+                      count_include_pad=True, divisor_override=None):
+        return sf.pool_shape(_shape(x), kernel_size, stride or None, padding, 1, ceil_mode,
+                             n), x.dtype
+    return avg_pool_rule
+
+
+rule(aten.avg_pool2d.default)(_avg_pool_rule(2))
+rule(aten.avg_pool3d.default)(_avg_pool_rule(3))
 
 
 @lowering(aten.avg_pool2d.default)
 def lower_avg_pool2d(x, kernel_size, stride=(), padding=0, ceil_mode=False,
                      count_include_pad=True, divisor_override=None):
-    return _avg_pool2d(x, kernel_size, stride, padding, ceil_mode, count_include_pad,
-                       divisor_override)
+    return _avg_pool(x, 2, kernel_size, stride, padding, ceil_mode, count_include_pad,
+                     divisor_override)
 
 
-@rule(aten.avg_pool2d_backward.default)
-def avg_pool2d_backward_rule(g, x, *args):
+@lowering(aten.avg_pool3d.default)
+def lower_avg_pool3d(x, kernel_size, stride=(), padding=0, ceil_mode=False,
+                     count_include_pad=True, divisor_override=None):
+    return _avg_pool(x, 3, kernel_size, stride, padding, ceil_mode, count_include_pad,
+                     divisor_override)
+
+
+@rule(aten.avg_pool2d_backward.default, aten.avg_pool3d_backward.default)
+def avg_pool_backward_rule(g, x, *args):
     return _shape(x), x.dtype
 
 
-@lowering(aten.avg_pool2d_backward.default)
-def lower_avg_pool2d_backward(g, x, kernel_size, stride, padding, ceil_mode, count_include_pad,
-                              divisor_override):
-    return vjp(lambda x_: _avg_pool2d(x_, kernel_size, stride, padding, ceil_mode,
-                                      count_include_pad, divisor_override),
-               (_f32(x),), _f32(g))[0]
+def _avg_pool_backward(n):
+    def lower(g, x, kernel_size, stride, padding, ceil_mode, count_include_pad,
+              divisor_override):
+        return vjp(lambda x_: _avg_pool(x_, n, kernel_size, stride, padding, ceil_mode,
+                                        count_include_pad, divisor_override),
+                   (_f32(x),), _f32(g))[0]
+    return lower
 
 
-def _adaptive_avg(x, out_size):
-    H, W = x.shape[-2:]
-    oh, ow = out_size
-    xf = _f32(x)
-    if H % oh == 0 and W % ow == 0:
-        r = xf.reshape(x.shape[:-2] + (oh, H // oh, ow, W // ow))
-        return r.mean(axis=(-3, -1))
-    rows = []
-    for i in range(oh):
-        h0, h1 = (i * H) // oh, -((-(i + 1) * H) // oh)
-        cols = []
-        for j in range(ow):
-            w0, w1 = (j * W) // ow, -((-(j + 1) * W) // ow)
-            cols.append(xf[..., h0:h1, w0:w1].mean(axis=(-2, -1)))
-        rows.append(jnp.stack(cols, -1))
-    return jnp.stack(rows, -2)
-
-
-@rule(aten._adaptive_avg_pool2d.default)
-def adaptive_avg_pool2d_rule(x, output_size):
-    return sf.adaptive_pool_shape(_shape(x), tuple(output_size), 2), x.dtype
-
-
-@lowering(aten._adaptive_avg_pool2d.default)
-def lower_adaptive_avg_pool2d(x, output_size):
-    return _adaptive_avg(x, tuple(output_size))
-
-
-@rule(aten._adaptive_avg_pool2d_backward.default)
-def adaptive_avg_pool2d_backward_rule(g, x):
-    return _shape(x), x.dtype
-
-
-@lowering(aten._adaptive_avg_pool2d_backward.default)
-def lower_adaptive_avg_pool2d_backward(g, x):
-    return vjp(lambda x_: _adaptive_avg(x_, g.shape[-2:]), (_f32(x),), _f32(g))[0]
+lowering(aten.avg_pool2d_backward.default)(_avg_pool_backward(2))
+lowering(aten.avg_pool3d_backward.default)(_avg_pool_backward(3))
 
 
 # ---- normalization --------------------------------------------------------------------------

@@ -885,22 +885,30 @@ def _batch_only(op, lay, nsp):
         raise NoPadRule(op, "pooling along a dynamic dim", retry=False)
 
 
-@pad_rule(aten.max_pool2d_with_indices.default)
-def pad_max_pool2d(node, ins, cx):
+_POOL_DIMS = {aten.max_pool2d_with_indices.default: 2, aten.max_pool3d_with_indices.default: 3,
+              aten.max_pool2d_with_indices_backward.default: 2,
+              aten.max_pool3d_with_indices_backward.default: 3}
+
+
+@pad_rule(aten.max_pool2d_with_indices.default, aten.max_pool3d_with_indices.default)
+def pad_max_pool(node, ins, cx):
     (lay,) = ins
-    _batch_only(node.op, lay, 2)
-    out = lay[:-2] + tuple((s,) for s in node.shape[0][-2:])
+    n = _POOL_DIMS[node.op]
+    _batch_only(node.op, lay, n)
+    out = lay[:-n] + tuple((s,) for s in node.shape[0][-n:])
     return Pad((out, out))
 
 
-@pad_rule(aten.max_pool2d_with_indices_backward.default)
-def pad_max_pool2d_backward(node, ins, cx):
+@pad_rule(aten.max_pool2d_with_indices_backward.default,
+          aten.max_pool3d_with_indices_backward.default)
+def pad_max_pool_backward(node, ins, cx):
     """The gradient and indices must be padded as the forward's outputs: the batch dims
     of ``x``, the pooled spatial dims concrete."""
     g, x, indices = node.args[0], node.args[1], node.args[7]
+    n = _POOL_DIMS[node.op]
     xl = ins[_i(x)]
-    _batch_only(node.op, xl, 2)
-    want = xl[:-2] + concrete(node.inputs[_i(g)].shape[-2:])
+    _batch_only(node.op, xl, n)
+    want = xl[:-n] + concrete(node.inputs[_i(g)].shape[-n:])
     if ins[_i(g)] != want or ins[_i(indices)] != want:
         raise NoPadRule(node.op, "gradient or indices padded unlike the pooled output",
                         _syms(ins[_i(g)], ins[_i(indices)], xl))

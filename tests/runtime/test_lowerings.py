@@ -279,6 +279,38 @@ case("adaptive_avg_pool2d", lambda x: F.adaptive_avg_pool2d(x, (2, 3)),
      lambda g, r: [rnd(g, (2, 3, 6, 6))], grad=True)
 case("adaptive_avg_pool2d-uneven", lambda x: F.adaptive_avg_pool2d(x, (3, 2)),
      lambda g, r: [rnd(g, (1, 2, 7, 5))], grad=True)
+case("max_pool3d", lambda x: F.max_pool3d(x, 2, 1, 1, dilation=(1, 2, 1)),
+     lambda g, r: [rnd(g, (1, 2) + shape(r, 3, 3, 6))], grad=True)
+case("max_pool3d-indices-ceil", lambda x: F.max_pool3d(x, 3, 2, ceil_mode=True,
+                                                         return_indices=True),
+     lambda g, r: [rnd(g, (2, 1) + shape(r, 3, 4, 7))], grad=True)
+case("avg_pool3d", lambda x: F.avg_pool3d(x, (2, 3, 2), 2, 1, count_include_pad=False),
+     lambda g, r: [rnd(g, (1, 2) + shape(r, 3, 3, 7))], grad=True)
+case("avg_pool3d-ceil-divisor", lambda x: F.avg_pool3d(x, 2, ceil_mode=True, divisor_override=3),
+     lambda g, r: [rnd(g, (2, 1) + shape(r, 3, 2, 6), F64)], grad=True)
+case("adaptive_avg_pool3d", lambda x: F.adaptive_avg_pool3d(x, (2, 3, 1)),
+     lambda g, r: [rnd(g, (1, 2) + shape(r, 3, 2, 8))], grad=True)
+case("adaptive_avg_pool1d-uneven", lambda x: F.adaptive_avg_pool1d(x, 4),
+     lambda g, r: [rnd(g, (2, 3, r.randint(5, 11)), F64)], grad=True)
+# upsampling: the forward is torch's decomposition, the backward our per-axis matrices
+_UPSAMPLE = [("nearest", None, dict(scale_factor=2)), ("nearest", None, dict(size=(7, 3))),
+             ("nearest-exact", None, dict(scale_factor=1.7)),
+             ("bilinear", False, dict(scale_factor=1.5)), ("bilinear", True, dict(size=(9, 4))),
+             ("bicubic", False, dict(scale_factor=0.6)), ("bicubic", True, dict(size=(5, 11)))]
+for _mode, _ac, _kw in _UPSAMPLE:
+    for _dt in (F32, F64):
+        case(f"interpolate-{_mode}-{_ac}-{sorted(_kw)[0]}-{_dt}",
+             lambda x, m=_mode, ac=_ac, kw=_kw: F.interpolate(x, mode=m, align_corners=ac, **kw),
+             lambda g, r, dt=_dt: [rnd(g, (2, 2) + shape(r, 2, 3, 8), dt)], grad=True)
+case("interpolate-linear1d", lambda x: F.interpolate(x, scale_factor=2.5, mode="linear"),
+     lambda g, r: [rnd(g, (2, 3, r.randint(3, 8)))], grad=True)
+case("interpolate-nearest1d", lambda x: F.interpolate(x, size=7), lambda g, r: [
+    rnd(g, (2, 3, r.randint(3, 9)))], grad=True)
+case("interpolate-trilinear", lambda x: F.interpolate(x, size=(3, 5, 4), mode="trilinear",
+                                                      align_corners=True),
+     lambda g, r: [rnd(g, (1, 2) + shape(r, 3, 2, 5))], grad=True)
+case("interpolate-nearest3d", lambda x: F.interpolate(x, scale_factor=(2, 1, 3)),
+     lambda g, r: [rnd(g, (1, 2) + shape(r, 3, 2, 5))], grad=True)
 case("layer_norm", lambda x, w, b: F.layer_norm(x, (5,), w, b), lambda g, r: [
     rnd(g, (2, 3, 5)), rnd(g, (5,)), rnd(g, (5,))], rtol=1e-4, atol=1e-5, grad=True)
 case("layer_norm-noaffine", lambda x: F.layer_norm(x, (3, 4)), lambda g, r: [rnd(g, (2, 3, 4))],
