@@ -142,6 +142,7 @@ def _mutated_args(func) -> tuple:
 # Mutating ops whose functional form is not found by name.
 FUNCTIONAL_OF = {
     aten.native_batch_norm.default: aten._native_batch_norm_legit_functional.default,
+    aten.rrelu_with_noise.default: aten.rrelu_with_noise_functional.default,
 }
 # Ops that write to arguments their schema does not mark as written (a legacy quirk).
 UNMARKED_WRITES = {

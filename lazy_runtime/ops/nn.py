@@ -524,6 +524,46 @@ def lower_multilabel_margin_loss_backward(g, x, target, reduction, is_target):
     return vjp(lambda x_: _multilabel_margin(x_, target, reduction)[0], (x,), g)[0]
 
 
+@rule(aten.multi_margin_loss.default)
+def multi_margin_loss_rule(x, target, p=1, margin=1, weight=None, reduction=1):
+    if p not in (1, 2):
+        raise RuntimeError("only p == 1 and p == 2 supported")
+    if x.dim() > 2 or target.dim() > 1 or (x.dim() == 2 and target.shape[0] != x.shape[0]):
+        raise RuntimeError(f"inconsistent target size: {list(target.shape)} for input of size: "
+                           f"{list(x.shape)}")
+    out = _shape(x)[:1] if reduction == 0 and x.dim() == 2 else ()
+    return out, x.dtype
+
+
+def _multi_margin(x, target, p, margin, weight, reduction):
+    """sum over classes j != y of w[y] * max(0, margin - x[y] + x[j])**p, over C."""
+    x2 = jnp.atleast_2d(_f32(x))
+    t = jnp.atleast_1d(target)[:, None]
+    z = jnp.maximum(0, margin - jnp.take_along_axis(x2, t, axis=1) + x2)
+    z = z * z if p == 2 else z
+    if weight is not None:
+        z = z * _f32(weight)[t]
+    z = jnp.where(jnp.arange(x2.shape[1]) == t, 0, z)
+    per_row = jnp.sum(z, axis=1) / x2.shape[1]
+    return _reduce(per_row if x.ndim == 2 else per_row[0], reduction)
+
+
+@lowering(aten.multi_margin_loss.default)
+def lower_multi_margin_loss(x, target, p=1, margin=1, weight=None, reduction=1):
+    return _multi_margin(x, target, p, margin, weight, reduction)
+
+
+@rule(aten.multi_margin_loss_backward.default)
+def multi_margin_loss_backward_rule(g, x, *args, **kwargs):
+    return _shape(x), x.dtype
+
+
+@lowering(aten.multi_margin_loss_backward.default)
+def lower_multi_margin_loss_backward(g, x, target, p, margin, weight=None, reduction=1):
+    return vjp(lambda x_: _multi_margin(x_, target, p, margin, weight, reduction),
+               (_f32(x),), _f32(g))[0]
+
+
 @rule(aten.mse_loss.default)
 def mse_loss_rule(x, t, reduction=1):
     s = sf.broadcast_shapes(_shape(x), _shape(t))
@@ -567,6 +607,79 @@ def lower_bce_logits(x, t, weight=None, pos_weight=None, reduction=1):
     if weight is not None:
         loss = loss * weight
     return _reduce(loss, reduction)
+
+
+# ---- padding modes, bilinear ------------------------------------------------------------------
+
+
+def _replicate(x, pad):
+    """torch's replication padding: ``pad`` is (left, right) per dim, last dim first; a
+    negative amount crops."""
+    n = len(pad) // 2
+    for k in range(n):
+        axis = x.ndim - 1 - k
+        lo, hi = pad[2 * k], pad[2 * k + 1]
+        x = lax.slice_in_dim(x, max(-lo, 0), x.shape[axis] - max(-hi, 0), axis=axis)
+        widths = [(0, 0)] * x.ndim
+        widths[axis] = (max(lo, 0), max(hi, 0))
+        x = jnp.pad(x, widths, mode="edge")
+    return x
+
+
+@rule(aten.replication_pad1d_backward.default, aten.replication_pad2d_backward.default,
+      aten.replication_pad3d_backward.default)
+def replication_pad_backward_rule(g, x, padding):
+    return _shape(x), x.dtype
+
+
+@lowering(aten.replication_pad1d_backward.default, aten.replication_pad2d_backward.default,
+          aten.replication_pad3d_backward.default)
+def lower_replication_pad_backward(g, x, padding):
+    return vjp(lambda x_: _replicate(x_, tuple(padding)), (_f32(x),), _f32(g))[0]
+
+
+def _trilinear_operands(shapes, expands):
+    """Each operand's dims in the common rank: its own dims where not expanded."""
+    rank = len(shapes[0]) + len(expands[0])
+    return rank, [[d for d in range(rank) if d not in set(e)] for e in expands]
+
+
+@rule(aten._trilinear.default)
+def trilinear_rule(i1, i2, i3, expand1, expand2, expand3, sumdim, unroll_dim=1):
+    shapes = [_shape(t) for t in (i1, i2, i3)]
+    rank, dims = _trilinear_operands(shapes, (expand1, expand2, expand3))
+    full = []
+    for s, ds in zip(shapes, dims):
+        if len(ds) != len(s):
+            raise RuntimeError("_trilinear: expand dims do not match the operand's rank")
+        padded = [1] * rank
+        for d, n in zip(ds, s):
+            padded[d] = n
+        full.append(tuple(padded))
+    out = sf.broadcast_shapes(*full)
+    return tuple(n for d, n in enumerate(out) if d not in set(sumdim)), i1.dtype
+
+
+@lowering(aten._trilinear.default)
+def lower_trilinear(i1, i2, i3, expand1, expand2, expand3, sumdim, unroll_dim=1):
+    """One einsum: every dim of the common rank is a letter, summed ones left out of the
+    output; size-1 dims of an operand are squeezed (they broadcast)."""
+    ops = [i1, i2, i3]
+    rank, dims = _trilinear_operands([o.shape for o in ops], (expand1, expand2, expand3))
+    letters = "abcdefghijklmnopqrstuvwxyz"[:rank]
+    subs, args = [], []
+    for o, ds in zip(ops, dims):
+        keep = [k for k, n in enumerate(o.shape) if n != 1]
+        args.append(o.reshape(tuple(o.shape[k] for k in keep)))
+        subs.append("".join(letters[ds[k]] for k in keep))
+    present = set("".join(subs))
+    out = [d for d in range(rank) if d not in set(sumdim)]
+    spec = ",".join(subs) + "->" + "".join(letters[d] for d in out if letters[d] in present)
+    r = jnp.einsum(spec, *args, precision=HIGHEST)
+    for k, d in enumerate(out):   # dims of size 1 in every operand
+        if letters[d] not in present:
+            r = jnp.expand_dims(r, k)
+    return r
 
 
 # ---- embedding ----------------------------------------------------------------------------------
@@ -626,6 +739,20 @@ def native_dropout_backward_rule(g, mask, scale):
 @lowering(aten.native_dropout_backward.default)
 def lower_native_dropout_backward(g, mask, scale):
     return g * mask.astype(g.dtype) * scale
+
+
+@rule(aten.rrelu_with_noise_functional.default, multi=True)
+def rrelu_rule(x, noise, lower=0.125, upper=1 / 3, training=False, generator=None):
+    if training:
+        raise NoLowering(aten.rrelu_with_noise_functional.default,
+                         "training-mode rrelu draws its slopes from torch's generator")
+    return [(_shape(x), x.dtype), (_shape(noise), noise.dtype)]
+
+
+@lowering(aten.rrelu_with_noise_functional.default)
+def lower_rrelu(x, noise, lower=0.125, upper=1 / 3, training=False, generator=None):
+    """Evaluation mode: a leaky relu with the mean slope; the noise is left as it was."""
+    return jnp.where(x >= 0, x, x * ((lower + upper) / 2)), noise
 
 
 # ---- fused LSTM cell (what nn.LSTMCell calls on a non-CPU device; nn.LSTM: ops/recurrent.py) --

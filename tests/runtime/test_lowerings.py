@@ -351,6 +351,25 @@ for _red in ("mean", "sum", "none"):
                                                     _multilabel_targets(g, r, rows, c)])(
                  (r.randint(1, 5),) if r.random() < 0.8 else (), r.randint(2, 6)),
              rtol=1e-5, atol=1e-6, grad=(0,))
+for _p, _red, _weighted in ((1, "mean", False), (2, "sum", True), (1, "none", True),
+                            (2, "none", False)):
+    case(f"multi_margin_loss-p{_p}-{_red}-{'w' if _weighted else 'nw'}",
+         lambda x, t, w, p=_p, red=_red, wt=_weighted: F.multi_margin_loss(
+             x, t, p=p, margin=0.7, weight=w.abs() if wt else None, reduction=red),
+         lambda g, r: (lambda n, c: [rnd(g, (n, c) if n else (c,), F64),
+                                     rnd(g, (n,) if n else (), I64, 0, c), rnd(g, (c,), F64)])(
+             r.randint(0, 5), r.randint(2, 6)), grad=(0,))
+for _pad in ((2, 1), (1, -1, 2, 0), (0, 1, 1, 2, -1, 1)):
+    case(f"replicate-pad-{len(_pad) // 2}d", lambda x, pad=_pad: F.pad(x, pad, mode="replicate"),
+         lambda g, r, n=len(_pad) // 2: [rnd(g, (2, 2) + shape(r, n, 2, 5))], grad=True)
+case("bilinear", F.bilinear, lambda g, r: (lambda n, a, b, o: [
+    rnd(g, (n, a)), rnd(g, (n, b)), rnd(g, (o, a, b)), rnd(g, (o,))])(*shape(r, 4, 1, 6)),
+     rtol=1e-4, atol=1e-5, grad=True)
+case("bilinear-batched-nobias", lambda x1, x2, w: F.bilinear(x1, x2, w),
+     lambda g, r: [rnd(g, (2, 3, 4), F64), rnd(g, (2, 3, 5), F64), rnd(g, (1, 4, 5), F64)],
+     grad=True)
+case("rrelu-eval", lambda x: F.rrelu(x, 0.1, 0.3, training=False),
+     lambda g, r: [rnd(g, shape(r))], grad=True)
 case("mse_loss", F.mse_loss, lambda g, r: [rnd(g, (3, 4)), rnd(g, (3, 4))], grad=True)
 case("bce_logits", F.binary_cross_entropy_with_logits, lambda g, r: [
     rnd(g, (3, 4)), rnd(g, (3, 4), F32, 0, 1)], grad=True)
