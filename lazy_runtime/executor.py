@@ -215,7 +215,11 @@ def _check1(op, x, shape, dtype):
 def _compile(g: ir.Graph) -> Executable:
     plan = _plan(g.nodes)
     fn = _make_fn(plan, g.outputs)
-    return _jit_compile(g, fn, g.data)
+    # Traced at the leaves' true shapes: a leaf may hold an earlier padded graph's result,
+    # which ``dynamic.exact_inputs`` unpads before each run.
+    leaves = (n for n in g.nodes if n.op is ir.DATA)
+    return _jit_compile(g, fn, [jax.ShapeDtypeStruct(n.shape, d.dtype)
+                                for n, d in zip(leaves, g.data)])
 
 
 def _jit_compile(g: ir.Graph, fn, datas, *more_avals) -> Executable:

@@ -164,6 +164,16 @@ def test_a_padded_lowering_that_fails_compiles_exactly_instead(monkeypatch):
     assert "padded lowering failed" in m["recompile_reasons"][-1], m["recompile_reasons"]
 
 
+def test_a_padded_result_feeds_a_graph_that_compiles_exactly():
+    """The exact graph is traced at the leaf's true shape, not at its padded buffer's."""
+    x = torch.randn(3, 2)
+    y = lr.mark_dynamic(x.to(DEV), 0, "B") * 2
+    lr.mark_step()                    # y stays padded on the device (3 of 4 rows)
+    lr.reset_metrics()
+    assert_same(y.sort(dim=0)[0] + 1, (x * 2).sort(dim=0)[0] + 1)
+    assert lr.metrics()["exact_compiles"] == {"aten.sort.default": 1}
+
+
 def convs(x, w_same, w_valid, w_strided, w_dilated, b):
     """x (B, C, T): conv1d along a padded T (and batch)."""
     outs = {}
