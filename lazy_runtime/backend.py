@@ -9,6 +9,8 @@ lazy tensor argument: copies onto the device and allocations.
 
 from __future__ import annotations
 
+import contextlib
+
 import torch
 
 NAME = "lazy_jax"
@@ -16,6 +18,8 @@ NAME = "lazy_jax"
 
 class _BackendModule:
     """What ``torch.lazy_jax`` answers (torch queries a few of these)."""
+
+    _initialized = True   # ``torch.utils.checkpoint`` saves RNG states only when set
 
     def is_initialized(self) -> bool:
         return True
@@ -38,6 +42,24 @@ class _BackendModule:
 
     def manual_seed(self, seed: int) -> None:
         self.manual_seed_all(seed)
+
+    def get_rng_state(self, device=None) -> torch.Tensor:
+        from . import random
+        return random.get_state()
+
+    def set_rng_state(self, state, device=None) -> None:
+        from . import random
+        random.set_state(state)
+
+    def device(self, index):
+        """``with torch.lazy_jax.device(i):`` (one device: nothing to switch)."""
+        return contextlib.nullcontext()
+
+    def get_amp_supported_dtype(self) -> list:
+        """What ``torch.autocast(device_type="lazy_jax")`` may cast to: nothing yet (the
+        device has no autocast kernels), so torch warns and disables it. Asked for by
+        ``torch.utils.checkpoint`` too, which then runs as usual."""
+        return []
 
 
 def ensure_backend() -> None:

@@ -30,6 +30,22 @@ def _sync_seed() -> None:
         manual_seed(ts)
 
 
+def get_state() -> torch.Tensor:
+    """The stream's state as torch's generators give theirs: a uint8 CPU tensor (for
+    ``torch.utils.checkpoint``, which saves it to replay dropout when it recomputes)."""
+    _sync_seed()
+    words = [_state["seed"], _state["counter"], _state["torch_seed"]]
+    return torch.tensor(words, dtype=torch.int64).view(torch.uint8)
+
+
+def set_state(state: torch.Tensor) -> None:
+    if state.dtype != torch.uint8 or state.numel() != 24:
+        raise ValueError(f"not a lazy_runtime RNG state ({state.numel()} {state.dtype} "
+                         f"values, not 24 uint8)")
+    words = state.detach().cpu().contiguous().view(torch.int64).tolist()
+    _state["seed"], _state["counter"], _state["torch_seed"] = words
+
+
 def next_leaf() -> ir.Node:
     _sync_seed()
     _state["counter"] += 1

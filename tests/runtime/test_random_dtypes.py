@@ -35,6 +35,50 @@ def test_consecutive_random_ops_differ_and_do_not_recompile():
     assert lr.metrics()["compiles"] <= 1
 
 
+def test_rng_state_round_trip_replays_the_same_draws():
+    """``torch.lazy_jax.get_rng_state``/``set_rng_state``, as torch's own generators."""
+    x = torch.ones(64, 64).to(DEV)
+    state = torch.lazy_jax.get_rng_state()
+    assert state.dtype == torch.uint8
+    a = F.dropout(x, 0.5)
+    torch.lazy_jax.set_rng_state(state)
+    b = F.dropout(x, 0.5)
+    c = F.dropout(x, 0.5)
+    assert torch.equal(a.cpu(), b.cpu()) and not torch.equal(b.cpu(), c.cpu())
+    with pytest.raises(ValueError, match="RNG state"):
+        torch.lazy_jax.set_rng_state(torch.zeros(5, dtype=torch.uint8))
+
+
+@pytest.mark.parametrize("reentrant", [False, True])
+def test_activation_checkpointing_recomputes_the_same_dropout(reentrant):
+    """``torch.utils.checkpoint`` saves the device's RNG state and restores it when it
+    recomputes the forward: the gradients equal the ones without checkpointing."""
+    from torch.utils.checkpoint import checkpoint
+    torch.manual_seed(0)
+    block = torch.nn.Sequential(torch.nn.Linear(8, 16), torch.nn.Dropout(0.5), torch.nn.GELU(),
+                                torch.nn.Linear(16, 8)).to(DEV)
+    x = torch.randn(4, 8)
+    grads = []
+    for use_checkpoint in (False, True):
+        torch.manual_seed(1)
+        xl = x.to(DEV).requires_grad_()
+        out = checkpoint(block, xl, use_reentrant=reentrant) if use_checkpoint else block(xl)
+        (out * torch.linspace(-1, 1, 32).reshape(4, 8).to(DEV)).sum().backward()
+        grads.append([xl.grad.cpu()] + [p.grad.cpu() for p in block.parameters()])
+        block.zero_grad()
+    for a, b in zip(*grads):
+        assert_same(a, b, 1e-5, 1e-6)
+
+
+def test_autocast_on_the_lazy_device_is_disabled_with_torchs_warning():
+    x = torch.randn(3, 4).to(DEV)
+    w = torch.randn(2, 4).to(DEV)
+    with pytest.warns(UserWarning, match="Disabling autocast"):
+        with torch.autocast(device_type=DEV.type, dtype=torch.bfloat16):
+            y = F.linear(x, w)
+    assert y.dtype == torch.float32
+
+
 def test_random_fills_have_the_right_moments():
     torch.manual_seed(0)
     n = torch.randn(20000, device=DEV).cpu()
