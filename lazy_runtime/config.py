@@ -23,6 +23,11 @@ class Config:
         self.max_bucket: int = int(os.environ.get("LAZY_RUNTIME_MAX_BUCKET", "8192"))
         # Make dims dynamic when a graph comes back with only some input sizes changed.
         self.automatic_dynamic: bool = True
+        # Read the ``info`` of inv, solve, cholesky & co. to raise torch's error for a singular
+        # or non-positive-definite input: a device->host barrier inside each graph that uses
+        # them. Off, their results hold inf/NaN instead, as on XLA devices.
+        self.check_linalg_errors: bool = os.environ.get(
+            "LAZY_RUNTIME_CHECK_LINALG_ERRORS", "0").lower() in ("1", "true", "yes")
 
     def jax_device(self):
         import jax

@@ -31,7 +31,7 @@ from . import ir, random
 from .config import config
 from .errors import NoLowering, UnsupportedOperation
 from .metrics import METRICS
-from .ops import foreach, recurrent
+from .ops import foreach, linalg, recurrent
 from .ops.registry import DECOMPOSITIONS, DYNAMIC_SCALARS, LOWERINGS, RULES
 from .tensor import (LazyTensor, new_base, new_view, node_of, write, contiguous_strides,
                      view_strides)
@@ -594,6 +594,7 @@ SPECIAL = {
     aten.set_.source_Storage_storage_offset: _unsupported,
     aten.resize_.default: _resize,
     aten.resize_as_.default: _unsupported,
+    aten._linalg_check_errors.default: linalg.check_errors,
 }
 for _op in _INPLACE_VIEWS:
     SPECIAL[_op] = _inplace_view

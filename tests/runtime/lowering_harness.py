@@ -3,6 +3,7 @@ against eager torch (the oracle). Each ``test_lowerings*.py`` file holds its own
 
 import random
 
+import pytest
 import torch
 
 import lazy_runtime as lr
@@ -104,3 +105,33 @@ def check_backward(c, results):
             assert lg is None or not lg.cpu().any()
             continue
         assert_same(lg, eg, max(c.rtol, 1e-4), max(c.atol, 1e-5), f"{c.name} grad {i}")
+
+
+def lowering_tests(cases):
+    """The tests of a case file: its two shared barriers (values, then gradients), each
+    case's values and gradients against torch, and no case run eagerly. A file binds them
+    to module names so that pytest collects them."""
+    grad_cases = [c for c in cases if c.grad]
+
+    @pytest.fixture(scope="module")
+    def forward_results():
+        return run_all(cases, grad=False)
+
+    @pytest.fixture(scope="module")
+    def backward_results():
+        return run_all(grad_cases, grad=True)
+
+    @pytest.mark.parametrize("c", cases, ids=[c.name for c in cases])
+    def test_lowering_matches_torch(c, forward_results):
+        check_forward(c, forward_results)
+
+    @pytest.mark.parametrize("c", grad_cases, ids=[c.name for c in grad_cases])
+    def test_backward_matches_torch(c, backward_results):
+        check_backward(c, backward_results)
+
+    def test_every_case_was_lowered_not_run_eagerly(forward_results, backward_results):
+        assert forward_results["__fallbacks__"] == {}
+        assert backward_results["__fallbacks__"] == {}
+
+    return (forward_results, backward_results, test_lowering_matches_torch,
+            test_backward_matches_torch, test_every_case_was_lowered_not_run_eagerly)

@@ -4,12 +4,11 @@ All cases of a module are recorded first and computed by one barrier, so the who
 costs two XLA compiles (forward values, then gradients), not one per case.
 """
 
-import pytest
 import torch
 import torch.nn.functional as F
 
-from lowering_harness import (BF16, BOOL, F16, F32, F64, I32, I64, U8, Case, check_backward,
-                              check_forward, rnd, run_all, shape)
+from lowering_harness import (BF16, BOOL, F16, F32, F64, I32, I64, U8, Case, lowering_tests, rnd,
+                              shape)
 
 CASES: list = []
 
@@ -404,32 +403,5 @@ for _dt in (F32, F64):
     case(f"lstm-bidirectional-2layer-{_dt}", _lstm_bi,
          lambda g, r, dt=_dt: _lstm_bi_inputs(g, r, dt), rtol=1e-4, atol=1e-5, grad=True)
 
-IDS = [c.name for c in CASES]
-
-
-@pytest.fixture(scope="module")
-def forward_results():
-    return run_all(CASES, grad=False)
-
-
-@pytest.fixture(scope="module")
-def backward_results():
-    return run_all([c for c in CASES if c.grad], grad=True)
-
-
-@pytest.mark.parametrize("c", CASES, ids=IDS)
-def test_lowering_matches_torch(c, forward_results):
-    check_forward(c, forward_results)
-
-
-GRAD_CASES = [c for c in CASES if c.grad]
-
-
-@pytest.mark.parametrize("c", GRAD_CASES, ids=[c.name for c in GRAD_CASES])
-def test_backward_matches_torch(c, backward_results):
-    check_backward(c, backward_results)
-
-
-def test_every_case_was_lowered_not_run_eagerly(forward_results, backward_results):
-    assert forward_results["__fallbacks__"] == {}
-    assert backward_results["__fallbacks__"] == {}
+(forward_results, backward_results, test_lowering_matches_torch, test_backward_matches_torch,
+ test_every_case_was_lowered_not_run_eagerly) = lowering_tests(CASES)
