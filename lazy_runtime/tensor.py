@@ -170,8 +170,10 @@ class LazyTensor(torch.Tensor):
             return super().backward(gradient, retain_graph, create_graph, inputs)
 
     def __reduce_ex__(self, proto):
-        raise UnsupportedOperation("lazy tensors cannot be pickled: move them to the CPU first "
-                                   "(tensor.cpu(), model.cpu())")
+        """Pickled (``torch.save``) as torch pickles tensors of storage-less devices: its
+        values on the CPU (a barrier), rebuilt on this device, or on ``map_location``."""
+        return (torch._utils._rebuild_device_tensor_from_cpu_tensor,
+                (self.detach().cpu(), self.dtype, str(self.device), self.requires_grad))
 
 
 def _has_lazy(args) -> bool:

@@ -1,5 +1,6 @@
 """Unsupported situations raise clear errors at once; nothing hangs or crashes."""
 
+import io
 import os
 import pickle
 import subprocess
@@ -45,9 +46,24 @@ def test_mixing_with_another_device_is_refused():
         torch.randn(3).to(DEV) + torch.randn(3, device="meta")
 
 
-def test_pickling_is_refused():
-    with pytest.raises(lr.UnsupportedOperation, match="cpu"):
-        pickle.dumps(torch.randn(3).to(DEV))
+def test_torch_save_and_load_as_torch_does_for_storage_less_devices():
+    """Saved with their values (a barrier), loaded on the lazy device, or where
+    ``map_location`` says; the default ``weights_only`` load accepts them."""
+    model = torch.nn.Linear(3, 2).to(DEV)
+    x = torch.arange(6.0).reshape(2, 3).to(DEV) * 2          # pending until saved
+    buf = io.BytesIO()
+    torch.save({"state": model.state_dict(), "x": x}, buf)
+    buf.seek(0)
+    back = torch.load(buf)
+    assert lr.is_lazy(back["x"]) and back["state"]["weight"].device == DEV
+    assert torch.equal(back["x"].cpu(), torch.arange(6.0).reshape(2, 3) * 2)
+    buf.seek(0)
+    on_cpu = torch.load(buf, map_location="cpu")
+    assert type(on_cpu["x"]) is torch.Tensor and on_cpu["x"].device.type == "cpu"
+    eager = torch.nn.Linear(3, 2)
+    eager.load_state_dict(on_cpu["state"])
+    assert torch.equal(eager.weight, model.weight.detach().cpu())
+    assert torch.equal(pickle.loads(pickle.dumps(x)).cpu(), x.cpu())
 
 
 def test_complex_dtype_is_refused():
