@@ -373,6 +373,22 @@ def lower_batch_norm_backward(g, x, w, rm, rv, save_mean, save_invstd, train, ep
     return tuple(v if m else None for v, m in zip((gx, gw, gb), output_mask))
 
 
+def _weight_norm(v, g, dim):
+    """w = g * v / ||v||, the norm over every dim but ``dim`` (over all for -1)."""
+    axes = tuple(a for a in range(v.ndim) if a != dim) if dim != -1 else tuple(range(v.ndim))
+    return v * (g / jnp.sqrt(jnp.sum(v * v, axis=axes, keepdims=True)))
+
+
+@rule(aten._weight_norm_interface_backward.default, multi=True)
+def weight_norm_backward_rule(grad_w, v, g, norms, dim):
+    return [(_shape(v), v.dtype), (_shape(g), g.dtype)]
+
+
+@lowering(aten._weight_norm_interface_backward.default)
+def lower_weight_norm_backward(grad_w, v, g, norms, dim):
+    return vjp(lambda v_, g_: _weight_norm(v_, g_, dim), (_f32(v), _f32(g)), _f32(grad_w))
+
+
 # ---- softmax ----------------------------------------------------------------------------------
 
 

@@ -310,6 +310,11 @@ case("interpolate-trilinear", lambda x: F.interpolate(x, size=(3, 5, 4), mode="t
      lambda g, r: [rnd(g, (1, 2) + shape(r, 3, 2, 5))], grad=True)
 case("interpolate-nearest3d", lambda x: F.interpolate(x, scale_factor=(2, 1, 3)),
      lambda g, r: [rnd(g, (1, 2) + shape(r, 3, 2, 5))], grad=True)
+for _dim in (0, 2, -1):
+    case(f"weight_norm-dim{_dim}", lambda v, g, d=_dim: torch._weight_norm(v, g, d),
+         lambda g, r, d=_dim: (lambda s: [rnd(g, s, F64), rnd(g, tuple(
+             n if i == d else 1 for i, n in enumerate(s)) if d != -1 else (), F64)])(
+                 shape(r, 3, 2, 5)), grad=True)
 case("layer_norm", lambda x, w, b: F.layer_norm(x, (5,), w, b), lambda g, r: [
     rnd(g, (2, 3, 5)), rnd(g, (5,)), rnd(g, (5,))], rtol=1e-4, atol=1e-5, grad=True)
 case("layer_norm-noaffine", lambda x: F.layer_norm(x, (3, 4)), lambda g, r: [rnd(g, (2, 3, 4))],
