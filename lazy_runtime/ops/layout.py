@@ -417,8 +417,14 @@ def scatter_rule(x, dim, index, src, **kwargs):
 
 
 def _scatter(x, dim, index, src, add):
-    if x.ndim == 0:
-        return (x + src if add else src).astype(x.dtype).reshape(())
+    if x.ndim == 0:   # every index is 0: the values land in order on the one element
+        n = index.size
+        if n == 0:
+            return x
+        vals = jnp.ravel(src)[:n] if hasattr(src, "shape") and src.ndim else \
+            jnp.full((n,), src)
+        vals = cast(vals, x.dtype)
+        return x + jnp.sum(vals).astype(x.dtype) if add else vals[-1]
     d = norm_dim(dim, x.ndim)
     idx = _full_index(index, d)
     if hasattr(src, "shape") and src.ndim:

@@ -231,6 +231,11 @@ LAYOUT = {
 for _name, _fn in LAYOUT.items():
     case(_name, _fn, lambda g, r: [rnd(g, (2, r.randint(2, 4), r.randint(3, 5)))],
          grad=_name not in ("flip", "roll", "unfold", "diagonal"))
+case("scatter-0d", lambda x, src: (x.scatter(0, torch.zeros(3, dtype=torch.long), src),
+                                   x.scatter_add(0, torch.zeros(3, dtype=torch.long), src),
+                                   x.scatter(0, torch.zeros(2, dtype=torch.long), 7.0),
+                                   x.scatter(0, torch.zeros(0, dtype=torch.long), src)),
+     lambda g, r: [rnd(g, ()), rnd(g, (r.randint(3, 5),))])   # (torch's backward fails here)
 case("scatter", lambda x: torch.zeros(3, 4).scatter(1, torch.tensor([[0], [2], [3]]), x),
      lambda g, r: [rnd(g, (3, 1))])
 case("scatter_add", lambda x: torch.ones(3, 4).scatter_add(0, torch.tensor([[0, 1, 2, 0]]), x),
