@@ -2,6 +2,8 @@
 
 from __future__ import annotations
 
+import functools
+
 import jax
 import jax.numpy as jnp
 import torch
@@ -16,6 +18,13 @@ HIGHEST = jax.lax.Precision.HIGHEST
 def jdt(dtype: torch.dtype):
     """The numpy/JAX dtype of a torch dtype."""
     return D.TORCH_TO_NUMPY[dtype]
+
+
+@functools.lru_cache(maxsize=None)
+def type_name(dtype: torch.dtype) -> str:
+    """torch's ScalarType name (``Long``, ``Float``, ``BFloat16``), as its C++ error
+    messages spell it."""
+    return torch.empty(0, dtype=dtype).type()[len("torch."):-len("Tensor")]
 
 
 def is_array(x) -> bool:

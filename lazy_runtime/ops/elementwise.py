@@ -380,3 +380,11 @@ def zero_rule(x):
 @lowering(aten.zero.default, ctx=True)
 def lower_zero(ctx, x):
     return jnp.zeros(ctx.shape, jdt(ctx.dtype))
+
+
+# ---- modified Bessel functions ---------------------------------------------------------
+# i0, and i1 for its derivative; torch's decompositions of both reach the prims.
+elementwise(aten.i0.default, torch.ops.prims.bessel_i0.default, fn=jax.scipy.special.i0,
+            kind=D.INT_TO_FLOAT, operands=(0,))
+elementwise(aten.special_i1.default, torch.ops.prims.bessel_i1.default, fn=jax.scipy.special.i1,
+            kind=D.INT_TO_FLOAT, operands=(0,))

@@ -13,7 +13,7 @@ from jax.lax import linalg as lax_linalg
 
 from ..config import config
 from ..errors import NoLowering
-from .common import HIGHEST, jdt, opmath, sf
+from .common import HIGHEST, jdt, opmath, sf, type_name
 from .registry import decomposition, lowering, rule
 
 aten = torch.ops.aten
@@ -84,14 +84,6 @@ def lower_addmm(ctx, x, a, b, *, beta=1, alpha=1):
 # outputs follow LAPACK too: computed on the device, read only by ``check_errors``.
 
 _LOWERED = (torch.float32, torch.float64)
-_TYPE_NAMES = {torch.float32: "Float", torch.float64: "Double", torch.float16: "Half",
-               torch.bfloat16: "BFloat16", torch.int64: "Long", torch.int32: "Int",
-               torch.int16: "Short", torch.int8: "Char", torch.uint8: "Byte", torch.bool: "Bool"}
-
-
-def _type_name(dtype) -> str:
-    """The name torch's C++ messages give a dtype (``Long``, ``Float``)."""
-    return _TYPE_NAMES.get(dtype, str(dtype).replace("torch.", ""))
 
 
 def _floating(op, A, name=None, low_precision=True):
@@ -102,15 +94,15 @@ def _floating(op, A, name=None, low_precision=True):
         return d
     if name is not None and not (d.is_floating_point or d.is_complex):
         raise RuntimeError(f"{name}: Expected a floating point or complex tensor as input. "
-                           f"Got {_type_name(d)}")
+                           f"Got {type_name(d)}")
     if name is not None and not low_precision and not d.is_complex:
-        raise RuntimeError(f"{name}: Low precision dtypes not supported. Got {_type_name(d)}")
+        raise RuntimeError(f"{name}: Low precision dtypes not supported. Got {type_name(d)}")
     raise NoLowering(op, f"{d} (float32 and float64 are lowered)")
 
 
 def _same_dtype(A, B, msg):
     if A.dtype != B.dtype:
-        raise RuntimeError(msg.format(_type_name(A.dtype), _type_name(B.dtype)))
+        raise RuntimeError(msg.format(type_name(A.dtype), type_name(B.dtype)))
 
 
 def _no_check(op, check_errors):
@@ -633,7 +625,7 @@ def lower_cholesky_solve(B, L, upper=False):
 @rule(aten.linalg_pinv.atol_rtol_tensor)
 def pinv_rule(A, *, atol=None, rtol=None, hermitian=False):
     if A.dtype not in _LOWERED + (torch.complex64, torch.complex128) or A.ndim < 2:
-        raise RuntimeError(f"linalg.pinv({_type_name(A.dtype)}{{{list(A.shape)}}}): expected a "
+        raise RuntimeError(f"linalg.pinv({type_name(A.dtype)}{{{list(A.shape)}}}): expected a "
                            "tensor with 2 or more dimensions of float, double, cfloat or "
                            "cdouble types")
     d = _floating(aten.linalg_pinv.atol_rtol_tensor, A)

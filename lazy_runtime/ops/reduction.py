@@ -7,7 +7,9 @@ import jax.numpy as jnp
 import torch
 
 from .. import dtypes as D
-from .common import jdt, norm_dim, norm_dims, opmath, sf
+from ..errors import NoLowering
+from .common import jdt, norm_dim, norm_dims, opmath, sf, type_name
+from .layout import _full_index
 from .registry import decomposition, lowering, rule
 
 aten = torch.ops.aten
@@ -344,3 +346,393 @@ def lower_topk(x, k, dim=-1, largest=True, sorted=True):
     d = norm_dim(dim, x.ndim)
     return (jax.lax.slice_in_dim(values, 0, k, axis=d),
             jax.lax.slice_in_dim(order, 0, k, axis=d))
+
+
+# ---- order statistics: kthvalue, median, nanmedian, mode -------------------------------
+
+
+def _not_for_bool(x, kernel):
+    if x.dtype == torch.bool:
+        raise NotImplementedError(f'"{kernel}" not implemented for \'Bool\'')
+
+
+def _selection_types(name, x, dim, keepdim):
+    """(values, int64 indices) types of a reduction that picks one element along ``dim``."""
+    d = norm_dim(dim, max(x.ndim, 1))
+    if x.ndim and x.shape[d] == 0:
+        raise IndexError(f"{name}(): Expected reduction dim {d} to have non-zero size.")
+    s = sf.reduce_shape(tuple(x.shape), d, keepdim) if x.ndim else ()
+    return [(s, x.dtype), (s, torch.int64)]
+
+
+@rule(aten.kthvalue.default, multi=True)
+def kthvalue_rule(x, k, dim=-1, keepdim=False):
+    _not_for_bool(x, "kthvalue_cpu")
+    types = _selection_types("kthvalue", x, dim, keepdim)
+    d = norm_dim(dim, max(x.ndim, 1))
+    if not 1 <= k <= (x.shape[d] if x.ndim else 1):
+        raise RuntimeError(f"kthvalue(): selected number k out of range for dimension {d}")
+    return types
+
+
+@rule(aten.median.dim, aten.nanmedian.dim, multi=True)
+def median_dim_rule(x, dim, keepdim=False):
+    _not_for_bool(x, "median_out")
+    return _selection_types("median", x, dim, keepdim)
+
+
+@rule(aten.median.default, aten.nanmedian.default)
+def median_all_rule(x):
+    _not_for_bool(x, "median_cpu")
+    if x.numel() == 0 and not x.dtype.is_floating_point:
+        raise NoLowering(aten.median.default, "empty integer input (torch returns garbage)")
+    return (), x.dtype
+
+
+@rule(aten.mode.default, multi=True)
+def mode_rule(x, dim=-1, keepdim=False):
+    return _selection_types("mode", x, dim, keepdim)
+
+
+def _pick_sorted(x, dim, keepdim, position):
+    """Values and indices of ``x`` at a position of its ascending sort along ``dim``:
+    ``position(sorted, axis)`` gives it per row (keepdims shape). The sort is stable and
+    puts NaN last: equal values keep their original order."""
+    if x.ndim == 0:
+        return x, jnp.zeros((), jnp.int64)
+    d = norm_dim(dim, x.ndim)
+    values, order = _sorted_along(x, d, False)
+    pos = position(values, d)
+    v = jnp.take_along_axis(values, pos, axis=d)
+    i = jnp.take_along_axis(order, pos, axis=d)
+    return (v, i) if keepdim else (jnp.squeeze(v, d), jnp.squeeze(i, d))
+
+
+def _kth_position(k):
+    def position(s, d):
+        return jnp.full(s.shape[:d] + (1,) + s.shape[d + 1:], k - 1, jnp.int64)
+    return position
+
+
+def _median_position(ignore_nan):
+    """The lower middle of the row; with NaN present, median takes the first NaN (sorted
+    after the ``c`` numbers) and nanmedian the lower middle of the numbers (0 if none)."""
+    def position(s, d):
+        n = s.shape[d]
+        c = jnp.sum(~jnp.isnan(s), axis=d, keepdims=True, dtype=jnp.int64)
+        if ignore_nan:
+            return jnp.maximum((c - 1) // 2, 0)
+        return jnp.where(c < n, c, (n - 1) // 2)
+    return position
+
+
+def _mode_position(s, d):
+    """The last element of the first longest run of equal values: the smallest of the most
+    frequent values, at its last index (stable sort)."""
+    iota = jax.lax.broadcasted_iota(jnp.int64, s.shape, d)
+    prev = jnp.roll(s, 1, axis=d)
+    starts = jnp.where((s != prev) | (iota == 0), iota, 0)
+    run = iota - jax.lax.cummax(starts, axis=d) + 1
+    return jnp.argmax(run, axis=d, keepdims=True)
+
+
+@lowering(aten.kthvalue.default)
+def lower_kthvalue(x, k, dim=-1, keepdim=False):
+    # torch's quickselect returns an unspecified index among equal values; ours is the first
+    return _pick_sorted(x, dim, keepdim, _kth_position(k))
+
+
+@lowering(aten.median.dim)
+def lower_median_dim(x, dim, keepdim=False):
+    return _pick_sorted(x, dim, keepdim, _median_position(False))
+
+
+@lowering(aten.nanmedian.dim)
+def lower_nanmedian_dim(x, dim, keepdim=False):
+    return _pick_sorted(x, dim, keepdim, _median_position(True))
+
+
+def _median_all(x, ignore_nan):
+    if x.size == 0:
+        return jnp.full((), jnp.nan, x.dtype)
+    return _pick_sorted(x.reshape(-1), 0, False, _median_position(ignore_nan))[0]
+
+
+@lowering(aten.median.default)
+def lower_median(x):
+    return _median_all(x, False)
+
+
+@lowering(aten.nanmedian.default)
+def lower_nanmedian(x):
+    return _median_all(x, True)
+
+
+@lowering(aten.mode.default)
+def lower_mode(x, dim=-1, keepdim=False):
+    # torch CPU sorts rows longer than 16 unstably: its index among equal values (and, with
+    # NaN, which value wins) is then unspecified; ours is the last index
+    return _pick_sorted(x, dim, keepdim, _mode_position)
+
+
+# ---- searchsorted ---------------------------------------------------------------------
+
+
+# a float value is a runtime input: thresholds that change do not recompile
+@rule(aten.searchsorted.Tensor, aten.searchsorted.Scalar, dynamic_scalars=True)
+def searchsorted_rule(seq, values, *, out_int32=False, right=False, side=None, sorter=None):
+    name = "torch.searchsorted():"
+    if side == "left" and right:
+        raise RuntimeError(f"{name} side and right can't be set to opposites, got side of left "
+                           "while right was True")
+    if side not in (None, "left", "right"):
+        raise RuntimeError(f"{name} side can only be 'left' or 'right' but got {side}")
+    if sorter is not None:
+        if sorter.dtype != torch.int64:
+            raise RuntimeError(f"{name} sorter must be a tensor of long dtype but got dtype "
+                               f"{type_name(sorter.dtype)}")
+        if sorter.shape != seq.shape:
+            raise RuntimeError(f"{name} boundary and sorter must have the same size, but got "
+                               f"boundary tensor {list(seq.shape)}and got sorter tensor "
+                               f"{list(sorter.shape)}")
+    vshape = tuple(values.shape) if isinstance(values, torch.Tensor) else ()
+    if seq.ndim != 1 and not vshape:
+        raise RuntimeError(f"{name} input value can be a scalar only when boundaries tensor "
+                           f"dimension is 1, but we got boundaries tensor dim({seq.ndim}) and "
+                           "input value's dim(0) numel(1)")
+    if seq.ndim == 0:
+        raise RuntimeError(f"{name} boundaries tensor should have positive dimension, but got "
+                           "0 dimension")
+    if seq.ndim != 1 and (seq.ndim != len(vshape) or tuple(seq.shape[:-1]) != vshape[:-1]):
+        raise RuntimeError(f"{name} boundaries tensor should be 1 dimension or the first N-1 "
+                           "dimensions of boundaries tensor and input value tensor must match, "
+                           f"but we got boundaries tensor {list(seq.shape)} and input value "
+                           f"tensor {list(vshape)}")
+    common = D.result_type(seq, values)
+    if common == torch.bool:
+        raise NotImplementedError("\"searchsorted_out_cpu\" not implemented for 'Bool'")
+    return vshape, torch.int32 if out_int32 else torch.int64, common
+
+
+def _binary_search(seq, values, right):
+    """torch's binary search, step for step (so NaN lands where torch puts it): the first
+    position whose boundary is >= (``right``: >) the value."""
+    n = seq.shape[-1]
+    start = jnp.zeros(values.shape, jnp.int64)
+    end = jnp.full(values.shape, n, jnp.int64)
+    for _ in range(n.bit_length()):
+        mid = (start + end) // 2
+        at = jnp.minimum(mid, n - 1)
+        b = jnp.take_along_axis(seq, at, axis=-1) if seq.ndim > 1 else seq[at]
+        go_right = ~(b > values) if right else ~(b >= values)
+        active = start < end
+        start = jnp.where(active & go_right, mid + 1, start)
+        end = jnp.where(active & ~go_right, mid, end)
+    return start
+
+
+@lowering(aten.searchsorted.Tensor, aten.searchsorted.Scalar, ctx=True)
+def lower_searchsorted(ctx, seq, values, *, out_int32=False, right=False, side=None,
+                       sorter=None):
+    common = jdt(ctx.aux)
+    seq = seq.astype(common)
+    if sorter is not None:
+        seq = jnp.take_along_axis(seq, sorter, axis=-1)
+    found = _binary_search(seq, jnp.asarray(values).astype(common), right or side == "right")
+    return found.astype(jdt(ctx.dtype))
+
+
+# ---- cummax / cummin / logcumsumexp ----------------------------------------------------
+
+
+@rule(aten.cummax.default, aten.cummin.default, multi=True)
+def cummax_rule(x, dim):
+    norm_dim(dim, max(x.ndim, 1))
+    return _sort_types(x)
+
+
+def _cum_extreme(x, dim, better):
+    """Running extreme and its index. ``better(new, old)``: whether a later element takes
+    over; torch lets NaN and equal values take over, so ties keep the last index."""
+    if x.ndim == 0 or x.size == 0:
+        return x, jnp.zeros(x.shape, jnp.int64)
+    d = norm_dim(dim, x.ndim)
+
+    def combine(a, b):
+        take = jnp.isnan(b[0]) | (~jnp.isnan(a[0]) & better(b[0], a[0]))
+        return jnp.where(take, b[0], a[0]), jnp.where(take, b[1], a[1])
+
+    idx = jax.lax.broadcasted_iota(jnp.int64, x.shape, d)
+    return jax.lax.associative_scan(combine, (x, idx), axis=d)
+
+
+@lowering(aten.cummax.default)
+def lower_cummax(x, dim):
+    return _cum_extreme(x, dim, jnp.greater_equal)
+
+
+@lowering(aten.cummin.default)
+def lower_cummin(x, dim):
+    return _cum_extreme(x, dim, jnp.less_equal)
+
+
+@rule(aten.logcumsumexp.default)
+def logcumsumexp_rule(x, dim):
+    if not x.dtype.is_floating_point:
+        raise NotImplementedError(f'"logcumsumexp_out_cpu" not implemented for '
+                                  f"'{type_name(x.dtype)}'")
+    norm_dim(dim, max(x.ndim, 1))
+    return tuple(x.shape), x.dtype
+
+
+@lowering(aten.logcumsumexp.default, ctx=True)
+def lower_logcumsumexp(ctx, x, dim):
+    if x.ndim == 0 or x.size == 0:
+        return x
+    xf = x.astype(jdt(opmath(ctx.dtype)))
+    return jax.lax.cumlogsumexp(xf, axis=norm_dim(dim, x.ndim)).astype(x.dtype)
+
+
+# ---- scatter_reduce -------------------------------------------------------------------
+
+# torch also takes the legacy names ``max`` and ``min`` for amax and amin
+_SCATTER_REDUCE = {"sum": "sum", "prod": "prod", "mean": "mean", "amax": "amax",
+                   "amin": "amin", "max": "amax", "min": "amin"}
+
+
+@rule(aten.scatter_reduce.two)
+def scatter_reduce_rule(x, dim, index, src, reduce, *, include_self=True):
+    if reduce not in _SCATTER_REDUCE:
+        raise RuntimeError("reduce argument must be either sum, prod, mean, amax or amin, "
+                           f"got {reduce}")
+    if index.dtype not in (torch.int32, torch.int64):
+        raise RuntimeError("scatter(): Expected dtype int32/int64 for index")
+    if x.dtype != src.dtype:
+        raise RuntimeError("scatter(): Expected self.dtype to be equal to src.dtype")
+    if x.dtype == torch.bool:
+        raise NoLowering(aten.scatter_reduce.two, "bool tensors")
+    d = norm_dim(dim, max(x.ndim, 1))
+    xs, ixs, ss = (tuple(t.shape) or (1,) for t in (x, index, src))
+    for other, what in ((xs, "self"), (ss, "src")):
+        if len(ixs) != len(other):
+            raise RuntimeError(f"Index tensor must have the same number of dimensions as {what} "
+                               "tensor")
+    if index.numel() and any(i > s or (k != d and i > t)
+                             for k, (i, s, t) in enumerate(zip(ixs, ss, xs))):
+        raise RuntimeError(f"Expected index {list(ixs)} to be no larger than self {list(xs)} "
+                           f"apart from dimension {d} and to be no larger size than src "
+                           f"{list(ss)}")
+    return tuple(x.shape), x.dtype
+
+
+def _reduce_identity(reduce, dtype):
+    if reduce in ("sum", "mean"):
+        return 0
+    if reduce == "prod":
+        return 1
+    if jnp.issubdtype(dtype, jnp.floating):
+        return -jnp.inf if reduce == "amax" else jnp.inf
+    return jnp.iinfo(dtype).min if reduce == "amax" else jnp.iinfo(dtype).max
+
+
+@lowering(aten.scatter_reduce.two)
+def lower_scatter_reduce(x, dim, index, src, reduce, *, include_self=True):
+    shape = x.shape
+    x, index, src = (t.reshape(t.shape or (1,)) for t in (x, index, src))
+    d = norm_dim(dim, x.ndim)
+    reduce = _SCATTER_REDUCE[reduce]
+    idx = _full_index(index, d)
+    src = src[tuple(slice(0, n) for n in index.shape)]
+    # include_self=False: the targets start from the reduction's identity instead of self
+    base = x if include_self else x.at[idx].set(_reduce_identity(reduce, x.dtype))
+    at = base.at[idx]
+    if reduce == "mean":
+        total = at.add(src)
+        count = jnp.zeros(x.shape, x.dtype).at[idx].add(1) + (1 if include_self else 0)
+        count = jnp.where(count == 0, 1, count)
+        out = total / count if jnp.issubdtype(x.dtype, jnp.floating) else total // count
+    else:
+        out = {"sum": at.add, "prod": at.multiply, "amax": at.max, "amin": at.min}[reduce](src)
+    return out.astype(x.dtype).reshape(shape)
+
+
+# ---- cdist ----------------------------------------------------------------------------
+
+
+def _cdist_batch(x1, x2):
+    return sf.broadcast_shapes(tuple(x1.shape[:-2]), tuple(x2.shape[:-2]))
+
+
+@rule(aten._cdist_forward.default)
+def cdist_rule(x1, x2, p, compute_mode=None):
+    for name, t in (("X1", x1), ("X2", x2)):
+        if not t.dtype.is_floating_point:
+            raise RuntimeError(f"cdist only supports floating-point dtypes, {name} got: "
+                               f"{type_name(t.dtype)}")
+    for name, t in (("X1", x1), ("X2", x2)):
+        if t.ndim < 2:
+            raise RuntimeError(f"cdist only supports at least 2D tensors, {name} got: {t.ndim}D")
+    if x1.shape[-1] != x2.shape[-1]:
+        raise RuntimeError(f"X1 and X2 must have the same number of columns. X1: "
+                           f"{x1.shape[-1]} X2: {x2.shape[-1]}")
+    if p < 0:
+        raise RuntimeError("cdist only supports non-negative p values")
+    if compute_mode not in (None, 0, 1, 2):
+        raise RuntimeError(f"possible modes: 0, 1, 2, but was: {compute_mode}")
+    if x1.dtype != x2.dtype:
+        raise RuntimeError(f"expected scalar type {type_name(x1.dtype)} but found "
+                           f"{type_name(x2.dtype)}")
+    if x1.dtype in (torch.float16, torch.bfloat16):
+        raise NotImplementedError(f"\"cdist\" not implemented for '{type_name(x1.dtype)}'")
+    return _cdist_batch(x1, x2) + (x1.shape[-2], x2.shape[-2]), x1.dtype
+
+
+def _pairwise_diff(x1, x2):
+    """``x1[..., i, :] - x2[..., j, :]`` for every pair: [..., r1, r2, m]."""
+    return x1[..., :, None, :] - x2[..., None, :, :]
+
+
+@lowering(aten._cdist_forward.default)
+def lower_cdist(x1, x2, p, compute_mode=None):
+    # always the exact difference form: torch's mm form for p=2 differs only by rounding
+    a = jnp.abs(_pairwise_diff(x1, x2))
+    if p == 0:
+        return jnp.sum(a != 0, axis=-1).astype(x1.dtype)
+    if p == 1:
+        return jnp.sum(a, axis=-1)
+    if p == 2:
+        return jnp.sqrt(jnp.sum(a * a, axis=-1))
+    if p == float("inf"):
+        return jnp.max(a, axis=-1, initial=0)
+    return jnp.sum(a ** p, axis=-1) ** (1 / p)
+
+
+@rule(aten._cdist_backward.default)
+def cdist_backward_rule(grad, x1, x2, p, cdist):
+    return _cdist_batch(x1, x2) + tuple(x1.shape[-2:]), x1.dtype
+
+
+@lowering(aten._cdist_backward.default)
+def lower_cdist_backward(grad, x1, x2, p, cdist):
+    """torch's subgradients: 0 where the distance is 0 (and, for p < 1, where a coordinate
+    difference is 0); for p = inf, every coordinate attaining the maximum."""
+    diff = _pairwise_diff(x1, x2)
+    g, dist = grad[..., None], cdist[..., None]
+    a, sign = jnp.abs(diff), jnp.sign(diff)
+    zero = dist == 0
+    if p == 0:
+        terms = jnp.zeros_like(diff)
+    elif p == 1:
+        terms = g * sign
+    elif p == 2:
+        terms = g * diff / dist
+    elif p == float("inf"):
+        terms = g * sign * (a == dist)
+    elif p < 2:
+        terms = sign * a ** (p - 1) * g / dist ** (p - 1)
+        zero = zero | ((diff == 0) & (p < 1))
+    else:
+        terms = diff * a ** (p - 2) * g / dist ** (p - 1)
+    if p not in (0, 1, float("inf")):
+        terms = jnp.where(zero, 0, terms)
+    return jnp.sum(terms, axis=-2).astype(x1.dtype)
