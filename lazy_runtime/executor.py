@@ -38,6 +38,10 @@ def device_put(t: torch.Tensor):
 
 def data_node_from_cpu(t: torch.Tensor) -> ir.Node:
     marks = dynamic.marks_of_cpu(t)
+    if t.numel() == 0 and not marks:
+        # no values: one made with its recipe, so traces of a whole step that copy an
+        # empty tensor (transformers' caches start as ``torch.tensor([])``) agree
+        return filled_node(tuple(t.shape), t.dtype, 0)
     return ir.leaf(ir.DATA, device_put(t), tuple(t.shape), t.dtype,
                    aux=("mark", marks) if marks else None)
 

@@ -324,6 +324,22 @@ def test_a_host_argument_copy_is_the_general_conversion(make_arg):
     assert len(buffers) <= 1   # one buffer, reused once let go
 
 
+def test_a_step_copying_an_empty_tensor_each_call_is_replayed():
+    """An empty tensor made each call (transformers' caches start as ``torch.tensor([])``)
+    has no values: two traces agree on it, and the step is replayed."""
+    def concat_empty(model, z):
+        return torch.cat([torch.tensor([], device=z.device).reshape(0, z.shape[1]), z])
+    model, opt = make()
+    step = lr.compile_step(train_step(model, opt, extra=concat_empty), model, opt)
+    lr.reset_metrics()
+    data = batches(6)
+    losses, _ = run(step, data)
+    assert lr.metrics()["step_replays"] >= 2, lr.metrics()["replay_misses"]
+    model2, opt2 = make()
+    assert losses == pytest.approx(run(train_step(model2, opt2, extra=concat_empty), data)[0],
+                                   rel=1e-6)
+
+
 def test_whole_step_training_of_an_example_matches_eager():
     ex = load_example("mlp")
     data = [ex.make_batch(i) for i in range(6)]
