@@ -167,19 +167,69 @@ def max_pool_backward_rule(g, x, *args):
     return _shape(x), x.dtype
 
 
+def _add_at_argmax(g, x, indices, n):
+    """Each window's gradient added at its maximum's flat index into the ``n`` spatial
+    dims of ``x``."""
+    lead = x.shape[:x.ndim - n]
+    m = int(np.prod(lead)) if lead else 1
+    rows = jnp.arange(m)[:, None]
+    out = jnp.zeros((m, int(np.prod(x.shape[x.ndim - n:]))), _f32(g).dtype)
+    return out.at[rows, indices.reshape(m, -1)].add(_f32(g.reshape(m, -1))).reshape(x.shape)
+
+
 def _max_pool_backward(n):
     def lower(g, x, kernel_size, stride, padding, dilation, ceil_mode, indices):
-        """Each window's gradient added at its maximum's flat index."""
-        lead = x.shape[:x.ndim - n]
-        m = int(np.prod(lead)) if lead else 1
-        rows = jnp.arange(m)[:, None]
-        out = jnp.zeros((m, int(np.prod(x.shape[x.ndim - n:]))), _f32(g).dtype)
-        return out.at[rows, indices.reshape(m, -1)].add(_f32(g.reshape(m, -1))).reshape(x.shape)
+        return _add_at_argmax(g, x, indices, n)
     return lower
 
 
 lowering(aten.max_pool2d_with_indices_backward.default)(_max_pool_backward(2))
 lowering(aten.max_pool3d_with_indices_backward.default)(_max_pool_backward(3))
+
+
+def _adaptive_max_axis(vals, idx, axis, n_out):
+    """Along ``axis``: each adaptive window's maximum and the flat index it came from
+    (the first in order among equal values; NaN wins)."""
+    n_in = vals.shape[axis]
+    lo = np.array([(i * n_in) // n_out for i in range(n_out)])
+    hi = np.array([-((-(i + 1) * n_in) // n_out) for i in range(n_out)])
+    member = (np.arange(n_in)[None, :] >= lo[:, None]) & (np.arange(n_in)[None, :] < hi[:, None])
+    v = jnp.expand_dims(jnp.moveaxis(vals, axis, -1), -2)          # [..., 1, n_in]
+    i = jnp.expand_dims(jnp.moveaxis(idx, axis, -1), -2)
+    keyed = jnp.where(member, jnp.where(jnp.isnan(v), jnp.inf, v), -jnp.inf)
+    first = jnp.argmax(keyed, axis=-1)                              # [..., n_out]
+    pick = jnp.take_along_axis(jnp.broadcast_to(v, keyed.shape), first[..., None], -1)[..., 0]
+    at = jnp.take_along_axis(jnp.broadcast_to(i, keyed.shape), first[..., None], -1)[..., 0]
+    return jnp.moveaxis(pick, -1, axis), jnp.moveaxis(at, -1, axis)
+
+
+@rule(aten.adaptive_max_pool2d.default, multi=True)
+def adaptive_max_pool2d_rule(x, output_size):
+    s = sf.adaptive_pool_shape(_shape(x), tuple(output_size), 2)
+    return [(s, x.dtype), (s, torch.int64)]
+
+
+@lowering(aten.adaptive_max_pool2d.default)
+def lower_adaptive_max_pool2d(x, output_size):
+    """Separable: the maximum over a window is the maximum over its rows' maxima, and
+    taking the first maximum along W, then the first along H, is the first in row-major
+    order (torch's CPU kernel; it keeps the last NaN, we the first)."""
+    if not jnp.issubdtype(x.dtype, jnp.floating):
+        raise NoLowering(aten.adaptive_max_pool2d.default, "integer input")
+    H, W = x.shape[-2:]
+    idx = jnp.broadcast_to(jnp.arange(H * W, dtype=jnp.int64).reshape(H, W), x.shape)
+    vals, idx = _adaptive_max_axis(x, idx, x.ndim - 1, output_size[1])
+    return _adaptive_max_axis(vals, idx, x.ndim - 2, output_size[0])
+
+
+@rule(aten.adaptive_max_pool2d_backward.default)
+def adaptive_max_pool2d_backward_rule(g, x, indices):
+    return _shape(x), x.dtype
+
+
+@lowering(aten.adaptive_max_pool2d_backward.default)
+def lower_adaptive_max_pool2d_backward(g, x, indices):
+    return _add_at_argmax(g, x, indices, 2)
 
 
 def _avg_pool(x, n, kernel_size, stride, padding, ceil_mode, count_include_pad,

@@ -292,6 +292,11 @@ case("avg_pool3d", lambda x: F.avg_pool3d(x, (2, 3, 2), 2, 1, count_include_pad=
      lambda g, r: [rnd(g, (1, 2) + shape(r, 3, 3, 7))], grad=True)
 case("avg_pool3d-ceil-divisor", lambda x: F.avg_pool3d(x, 2, ceil_mode=True, divisor_override=3),
      lambda g, r: [rnd(g, (2, 1) + shape(r, 3, 2, 6), F64)], grad=True)
+case("adaptive_max_pool2d", lambda x: F.adaptive_max_pool2d(x, (3, 4), return_indices=True),
+     lambda g, r: [rnd(g, (2, 3) + shape(r, 2, 4, 10))], grad=True)
+case("adaptive_max_pool2d-ties", lambda x: F.adaptive_max_pool2d(x.round(), (2, 3),
+                                                                  return_indices=True),
+     lambda g, r: [rnd(g, (2, 2) + shape(r, 2, 3, 9))])
 case("adaptive_avg_pool3d", lambda x: F.adaptive_avg_pool3d(x, (2, 3, 1)),
      lambda g, r: [rnd(g, (1, 2) + shape(r, 3, 2, 8))], grad=True)
 case("adaptive_avg_pool1d-uneven", lambda x: F.adaptive_avg_pool1d(x, 4),
