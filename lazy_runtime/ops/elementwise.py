@@ -327,6 +327,8 @@ elementwise(aten.threshold_backward.default, operands=(0, 1),
             fn=lambda g, x, threshold: jnp.where(x <= threshold, 0, g))
 elementwise(aten.hardtanh_backward.default, operands=(0, 1),
             fn=lambda g, x, lo, hi: jnp.where((x <= lo) | (x >= hi), 0, g))
+elementwise(aten.hardshrink_backward.default, aten.softshrink_backward.default,
+            operands=(0, 1), fn=lambda g, x, lambd: jnp.where(jnp.abs(x) <= lambd, 0, g))
 elementwise(aten.leaky_relu_backward.default, operands=(0, 1),
             fn=lambda g, x, slope, self_is_result: jnp.where(x > 0, g, g * slope))
 elementwise(aten.elu_backward.default, operands=(0, 5),

@@ -30,6 +30,7 @@ UNARY = {
     "mish": F.mish, "leaky_relu": lambda x: F.leaky_relu(x, 0.2), "elu": F.elu,
     "softplus": F.softplus, "hardtanh": F.hardtanh, "hardswish": F.hardswish,
     "hardsigmoid": F.hardsigmoid, "isnan": torch.isnan, "square": torch.square,
+    "hardshrink": lambda x: F.hardshrink(x, 0.7), "softshrink": lambda x: F.softshrink(x, 0.4),
     "clamp": lambda x: torch.clamp(x, -1.5, 0.5), "clamp_min": lambda x: x.clamp(min=0.25),
     "pow2": lambda x: x ** 2, "pow_half": lambda x: x.abs() ** 0.5, "rpow": lambda x: 2 ** x,
 }
