@@ -205,6 +205,8 @@ def _adaptive_max_axis(vals, idx, axis, n_out):
 
 @rule(aten.adaptive_max_pool2d.default, multi=True)
 def adaptive_max_pool2d_rule(x, output_size):
+    if not x.dtype.is_floating_point:   # torch refuses them: let it say so
+        raise NoLowering(aten.adaptive_max_pool2d.default, f"{x.dtype} input")
     s = sf.adaptive_pool_shape(_shape(x), tuple(output_size), 2)
     return [(s, x.dtype), (s, torch.int64)]
 
@@ -214,8 +216,6 @@ def lower_adaptive_max_pool2d(x, output_size):
     """Separable: the maximum over a window is the maximum over its rows' maxima, and
     taking the first maximum along W, then the first along H, is the first in row-major
     order (torch's CPU kernel; it keeps the last NaN, we the first)."""
-    if not jnp.issubdtype(x.dtype, jnp.floating):
-        raise NoLowering(aten.adaptive_max_pool2d.default, "integer input")
     H, W = x.shape[-2:]
     idx = jnp.broadcast_to(jnp.arange(H * W, dtype=jnp.int64).reshape(H, W), x.shape)
     vals, idx = _adaptive_max_axis(x, idx, x.ndim - 1, output_size[1])
