@@ -46,18 +46,18 @@ def test_data_dependent_shapes_fall_back():
 
 
 def test_a_decomposition_that_declines_its_arguments_falls_back():
-    """torch's adaptive_max_pool2d decomposition returns NotImplemented when the windows
+    """torch's adaptive_max_pool3d decomposition returns NotImplemented when the windows
     differ in size: the op then runs eagerly (values and grad as torch's)."""
-    x = torch.randn(2, 3, 7, 8, requires_grad=True)
+    x = torch.randn(2, 3, 7, 8, 5, requires_grad=True)
     xl = x.detach().to(DEV).requires_grad_()
     lr.reset_metrics()
-    want, got = F.adaptive_max_pool2d(x, (3, 5)), F.adaptive_max_pool2d(xl, (3, 5))
+    want, got = F.adaptive_max_pool3d(x, (3, 5, 2)), F.adaptive_max_pool3d(xl, (3, 5, 2))
     want.sin().sum().backward()
     got.sin().sum().backward()
     lr.mark_step()
     assert_same(got, want.detach())
     assert_same(xl.grad, x.grad)
-    assert lr.metrics()["fallback_ops"].get("aten.adaptive_max_pool2d.default") == 1
+    assert lr.metrics()["fallback_ops"].get("aten.adaptive_max_pool3d.default") == 1
 
 
 def test_training_with_a_fallback_op_matches_eager():
