@@ -1,6 +1,8 @@
-"""Neural-network ops: convolution, pooling, normalization, softmax, losses, embedding,
-dropout and the fused LSTM cell. Backward ops are lowered as the JAX vjp of the forward
-lowering where torch's formula is not simpler; shapes come from ``shape_fns``."""
+"""Neural-network ops: convolution, pooling, normalization (weight norm too), softmax,
+losses, replication padding, bilinear (``_trilinear``), embedding, dropout and rrelu, and
+the fused LSTM and GRU cells (resampling: ``resample.py``). Backward ops are lowered as
+the JAX vjp of the forward lowering where torch's formula is not simpler; shapes come from
+``shape_fns``."""
 
 from __future__ import annotations
 
