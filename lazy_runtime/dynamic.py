@@ -42,7 +42,7 @@ import jax
 import jax.numpy as jnp
 import numpy as np
 
-from . import ir
+from . import ir, transfer
 from .config import config
 from .metrics import METRICS
 
@@ -746,11 +746,11 @@ def padded_value(n: ir.Node, lay, sizes: dict, buckets: dict):
     return put_host(pad_host(true_value(n), lay, sizes, buckets))
 
 
-def put_host(a):
-    """A host array on the device (counted as a transfer)."""
+def put_host(a: np.ndarray):
+    """A host array (the caller's own: it may be aliased) on the device, counted as a
+    transfer."""
     METRICS.transfers_to_device += 1
-    with jax.enable_x64(True):   # (``executor._x64``, as ``true_value``)
-        return jax.device_put(a, config.jax_device())
+    return transfer.put(a)
 
 
 def exact_inputs(g: ir.Graph):

@@ -30,10 +30,7 @@ _x64 = jax.enable_x64
 
 
 def device_put(t: torch.Tensor):
-    METRICS.transfers_to_device += 1
-    a = dtypes.tensor_to_numpy(t)
-    with _x64(True):
-        return jax.device_put(a, config.jax_device())
+    return dynamic.put_host(dtypes.tensor_to_numpy(t))
 
 
 def data_node_from_cpu(t: torch.Tensor) -> ir.Node:
@@ -56,21 +53,19 @@ def host_constant(shape, dtype, fill):
     return new_base(filled_node(tuple(shape), dtype, fill))
 
 
-# 0-d filled device arrays by dtype and fill (``ir.value_key``: -0.0 is not 0.0):
-# immutable, so a new leaf each step can hold the same one (autograd seeds every backward
-# with ``ones_like(loss)``; a device_put costs ~35 us here).
+# 0-d and empty filled device arrays by shape, dtype and fill (``ir.value_key``: -0.0 is
+# not 0.0): immutable, so a new leaf each step can hold the same one (autograd seeds every
+# backward with ``ones_like(loss)``, batch norm makes an empty reserve each call; a
+# transfer costs ~10 us here).
 _FILLED_SCALARS: dict = {}
 
 
 def filled_node(shape, dtype, fill) -> ir.Node:
     def make():
-        key = None if shape else (dtype, ir.value_key(fill))
+        key = (shape, dtype, ir.value_key(fill)) if not shape or 0 in shape else None
         arr = _FILLED_SCALARS.get(key) if key else None
         if arr is None:
-            npd = dtypes.to_numpy_dtype(dtype)
-            METRICS.transfers_to_device += 1
-            with _x64(True):
-                arr = jax.device_put(np.full(shape, fill, dtype=npd), config.jax_device())
+            arr = dynamic.put_host(np.full(shape, fill, dtype=dtypes.to_numpy_dtype(dtype)))
             if key:
                 if len(_FILLED_SCALARS) >= 256:
                     _FILLED_SCALARS.clear()
