@@ -46,12 +46,10 @@ def elementwise(*ops, fn, kind=D.DEFAULT, operands=None, keep=(), static=(), int
             if a.dtype == b.dtype and a.shape == b.shape and a.ndim and kind == D.DEFAULT \
                     and a.dtype not in _LOW:
                 return tuple(a.shape), a.dtype, a.dtype
-        elif not kwargs and kind in _KEEPS_FLOAT and isinstance(args[0], torch.Tensor) and (
-                len(args) == 1 or (len(args) == 2 and type(args[1]) is float)):
-            # fast path: a float tensor alone or with a Python float keeps its dtype
-            a = args[0]
-            if a.dtype.is_floating_point and a.dtype not in _LOW:
-                return tuple(a.shape), a.dtype, a.dtype
+        if kind in _KEEPS_FLOAT:
+            fast = _one_float_layout(args)
+            if fast is not None:
+                return fast
         shape = bshape(*args)
         ins = args if operands is None else [args[i] for i in operands if i < len(args)]
         compute, result = D.elementwise_dtypes(kind, *ins)
@@ -74,6 +72,25 @@ def elementwise(*ops, fn, kind=D.DEFAULT, operands=None, keep=(), static=(), int
 
 _LOW = (torch.float16, torch.bfloat16)
 _KEEPS_FLOAT = (D.DEFAULT, D.INT_TO_FLOAT)
+_REAL_NUMBERS = (float, int, bool)
+
+
+def _one_float_layout(args):
+    """(shape, dtype, dtype) where every tensor among ``args`` has one shape and one
+    floating dtype (not a 16-bit one) and the rest are Python real numbers: nothing to
+    broadcast or promote (an optimizer's per-parameter ops). None otherwise."""
+    shape = dtype = None
+    for a in args:
+        if isinstance(a, torch.Tensor):
+            if shape is None:
+                shape, dtype = a.shape, a.dtype
+            elif a.shape != shape or a.dtype != dtype:
+                return None
+        elif type(a) not in _REAL_NUMBERS:
+            return None
+    if dtype is None or not dtype.is_floating_point or dtype in _LOW:
+        return None
+    return tuple(shape), dtype, dtype
 
 
 def _int(x) -> bool:

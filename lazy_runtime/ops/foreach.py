@@ -1,9 +1,13 @@
 """``_foreach_*`` ops (multi-tensor optimizers): one call, applied per element through
-the ordinary single-tensor ops, so they need no rules or lowerings of their own."""
+the ordinary single-tensor ops, so they need no rules or lowerings of their own.
+
+The per-element ops are made with ``call`` (``dispatch.call_op``): recorded directly,
+without going back through torch's dispatcher."""
 
 from __future__ import annotations
 
 import functools
+import importlib
 import math
 
 import torch
@@ -19,6 +23,20 @@ _SCALAR_BOUND = {"maximum": "clamp_min", "minimum": "clamp_max"}
 _VALUE_KW = {"addcdiv", "addcmul"}
 
 
+def make_default_for(cls) -> None:
+    """Let tensors of ``cls`` take the ``_foreach_*`` path by default, as on CUDA.
+
+    torch's optimizers and ``clip_grad_norm_`` pick it on devices with foreach kernels
+    (torch lists the renamed PrivateUse1 backend among them) but only for tensors of the
+    types in ``_foreach_supported_types``; torch's DTensor joins those lists the same way.
+    One ``_foreach_*`` op for all parameters records the same nodes as the per-tensor loop
+    with much less of the optimizer's Python. ``foreach=False`` still picks the loop."""
+    for name in ("torch.optim.optimizer", "torch.utils._foreach_utils"):
+        types = getattr(importlib.import_module(name), "_foreach_supported_types", None)
+        if isinstance(types, list) and cls not in types:
+            types.append(cls)
+
+
 def is_foreach(func) -> bool:
     return func._schema.name.startswith("aten::_foreach_")
 
@@ -32,20 +50,20 @@ def _plan(func):
     return base, inplace, listy
 
 
-def foreach_handler(func, args, kwargs):
+def foreach_handler(func, args, kwargs, call):
     floats = [a for a in (*args, *kwargs.values()) if type(a) is float]
     if not floats or ir.SHARED_SCALARS:
-        return _apply(func, args, kwargs)
+        return _apply(func, args, kwargs, call)
     for v in floats:
         ir.SHARED_SCALARS.setdefault((v, math.copysign(1.0, v)),
                                      ir.leaf(ir.SCALAR, v, (), torch.float64))
     try:
-        return _apply(func, args, kwargs)
+        return _apply(func, args, kwargs, call)
     finally:
         ir.SHARED_SCALARS.clear()
 
 
-def _apply(func, args, kwargs):
+def _apply(func, args, kwargs, call):
     base, inplace, listy = _plan(func)
     n = next(len(a) for a, is_list in zip(args, listy) if is_list)
     kw = dict(kwargs)
@@ -54,26 +72,28 @@ def _apply(func, args, kwargs):
         a_i = [a[i] if (k < len(listy) and listy[k]) else a for k, a in enumerate(args)]
         if base == "norm":
             ord_ = a_i[1] if len(a_i) > 1 else kw.get("ord", 2)
-            results.append(aten.linalg_vector_norm(a_i[0], ord_, dtype=kw.get("dtype")))
+            results.append(call(aten.linalg_vector_norm, (a_i[0], ord_),
+                                {"dtype": kw.get("dtype")}))
             continue
         if base in _VALUE_KW and len(a_i) > 3:
             value = a_i.pop(3)
             if isinstance(value, torch.Tensor):
                 value = value.item()
-            results.append(_op(base, inplace)(*a_i, value=value, **kw))
+            results.append(call(_op(base, inplace), tuple(a_i), {"value": value, **kw}))
             continue
         if base == "copy":
-            results.append(aten.copy_(*a_i, **kw) if inplace else aten.clone(a_i[1]))
+            results.append(call(aten.copy_, tuple(a_i), kw) if inplace
+                           else call(aten.clone, (a_i[1],), {}))
             continue
         if base in _SCALAR_BOUND and not isinstance(a_i[1], torch.Tensor):
             # maximum/minimum with a number (ASGD's _foreach_maximum_(mus, 1.0)): a clamp
-            results.append(_op(_SCALAR_BOUND[base], inplace)(a_i[0], a_i[1]))
+            results.append(call(_op(_SCALAR_BOUND[base], inplace), (a_i[0], a_i[1]), {}))
             continue
         op = _op(base, inplace)
         if op is None:  # no in-place spelling (maximum_): compute, then copy into place
-            aten.copy_(a_i[0], _op(base, False)(*a_i, **kw))
+            call(aten.copy_, (a_i[0], call(_op(base, False), tuple(a_i), kw)), {})
             continue
-        results.append(op(*a_i, **kw))
+        results.append(call(op, tuple(a_i), kw))
     return None if inplace else results
 
 

@@ -223,6 +223,56 @@ def test_buffers_given_one_value_share_it_until_one_is_written():
     assert torch.signbit(x.cpu()) and not torch.signbit(y.cpu())
 
 
+# ``_foreach_*`` ops over lists ``a`` and ``b`` of three tensors of different shapes.
+_FOREACH = {
+    "add_list_alpha": lambda a, b: torch._foreach_add_(a, b, alpha=0.5),
+    "mul_scalar": lambda a, b: torch._foreach_mul_(a, 0.9),
+    "mul_tensor": lambda a, b: torch._foreach_mul_(a, b[1].sum()),
+    "div_scalarlist": lambda a, b: torch._foreach_div_(a, [2.0, -3.0, 0.5]),
+    "sub_out_of_place": lambda a, b: torch._foreach_sub(a, b),
+    "addcmul_value": lambda a, b: torch._foreach_addcmul_(a, b, b, value=0.1),
+    "addcdiv_scalarlist": lambda a, b: torch._foreach_addcdiv_(
+        a, b, [t.abs() + 1 for t in b], [0.1, 0.2, 0.3]),
+    "lerp_scalar": lambda a, b: torch._foreach_lerp_(a, b, 0.3),
+    "sqrt": lambda a, b: torch._foreach_sqrt([t.abs() for t in a]),
+    "neg_": lambda a, b: torch._foreach_neg_(a),
+    "maximum_": lambda a, b: torch._foreach_maximum_(a, b),
+    "clamp_min_scalar": lambda a, b: torch._foreach_clamp_min_(a, 0.1),
+    "norm": lambda a, b: torch._foreach_norm(a),
+    "pow_number_base": lambda a, b: torch._foreach_pow(2.0, a),
+    "copy_": lambda a, b: torch._foreach_copy_(a, b),
+}
+
+
+@pytest.mark.parametrize("name", sorted(_FOREACH))
+def test_foreach_ops_match_torch(name):
+    """Each ``_foreach_*`` op applies its single-tensor op per element (made without going
+    back through torch's dispatcher once the overload torch picks is known): called twice
+    (learning, then learned), values and written inputs as in eager torch."""
+    g = torch.Generator().manual_seed(len(name))
+    shapes = [(3, 4), (5,), (2, 3, 2)]
+
+    def run(*ts):
+        a, b = list(ts[:3]), list(ts[3:])
+        first = _FOREACH[name](a, b)
+        second = _FOREACH[name](a, b)
+        return None if first is None else [first, second]
+    both(run, *[torch.randn(s, generator=g) for s in shapes * 2])
+
+
+def test_optimizers_take_the_foreach_path_by_default_as_on_cuda():
+    """torch picks the ``_foreach_*`` path for devices with foreach kernels (it lists the
+    lazy device) only for tensors of the types it knows: lazy tensors are one of them, so
+    an optimizer and ``clip_grad_norm_`` on lazy parameters take it unasked."""
+    from torch.optim.optimizer import _default_to_fused_or_foreach
+    from torch.utils._foreach_utils import _has_foreach_support
+    params = list(torch.nn.Linear(3, 2).to(DEV).parameters())
+    assert _default_to_fused_or_foreach(params, differentiable=False) == (False, True)
+    assert _has_foreach_support(params, DEV)
+    cpu = list(torch.nn.Linear(3, 2).parameters())
+    assert _default_to_fused_or_foreach(cpu, differentiable=False) == (False, False)
+
+
 def test_setting_data_replaces_contents_and_metadata_as_in_torch():
     torch.manual_seed(0)
     p = torch.nn.Parameter(torch.randn(3, 4))
