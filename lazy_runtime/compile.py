@@ -107,10 +107,11 @@ def compile_optimizer(opt, capturable: bool = True):
     default here) optimizers that have the option (Adam, AdamW, ...) keep their step count
     as a device tensor and compute the bias corrections in the graph. Hyper-parameters are
     guarded by value: a learning rate that changes every step is traced every step.
-    Where ``foreach`` is left to torch (None), it is set: torch picks the per-tensor loop
-    for a tensor subclass, which applies each hyper-parameter to each parameter as a
-    separate number; the ``_foreach_*`` ops apply one to all, so the step counters and
-    bias corrections every parameter shares are computed once in the graph.
+    Where ``foreach`` is left to torch (None), it is set (torch picks the ``_foreach_*``
+    path for lazy tensors anyway, see ``ops.foreach.make_default_for``): the per-tensor
+    loop applies each hyper-parameter to each parameter as a separate number; the
+    ``_foreach_*`` ops apply one to all, so the step counters and bias corrections every
+    parameter shares are computed once in the graph.
     Returns ``opt`` (its ``step`` is wrapped on the instance).
     """
     for group in opt.param_groups:
