@@ -16,7 +16,7 @@ from __future__ import annotations
 import contextlib
 
 from . import ops  # noqa: F401  (registers every rule and lowering)
-from . import dispatch
+from . import autocast, dispatch  # noqa: F401  (autocast registers its kernels)
 from .config import config
 from .device import device
 from .dynamic import mark_dynamic

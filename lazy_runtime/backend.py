@@ -56,10 +56,9 @@ class _BackendModule:
         return contextlib.nullcontext()
 
     def get_amp_supported_dtype(self) -> list:
-        """What ``torch.autocast(device_type="lazy_jax")`` may cast to: nothing yet (the
-        device has no autocast kernels), so torch warns and disables it. Asked for by
-        ``torch.utils.checkpoint`` too, which then runs as usual."""
-        return []
+        """What ``torch.autocast(device_type="lazy_jax")`` may cast to (its kernels: see
+        ``autocast``); torch warns and disables autocast for any other dtype."""
+        return [torch.bfloat16, torch.float16]
 
 
 def ensure_backend() -> None:

@@ -45,7 +45,7 @@ import torch
 import torch.nn.modules.module as _nn_module
 import torch.utils._pytree as pytree
 
-from . import ir, random, replay_sizes
+from . import autocast, ir, random, replay_sizes
 from .dynamic import leaf_marks, put_host
 from .metrics import METRICS
 from .ops.registry import Lowering
@@ -685,7 +685,7 @@ class Replayer:
 
     def _signature(self, args, kwargs):
         flat, spec = pytree.tree_flatten((args, kwargs))
-        key = [spec, torch.is_grad_enabled()]
+        key = [spec, torch.is_grad_enabled(), autocast.state()]
         tensors = []
         where = []   # the position of each tensor's entry in the key
         for v in flat:

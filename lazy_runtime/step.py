@@ -64,7 +64,7 @@ import torch
 import torch.nn.modules.module as _nn_module
 import torch.utils._pytree as pytree
 
-from . import dtypes, dynamic, executor, ir, random, tensor
+from . import autocast, dtypes, dynamic, executor, ir, random, tensor
 from .config import config
 from .metrics import METRICS
 from .replay import NotReplayable, module_state, optimizer_state
@@ -292,9 +292,10 @@ class StepReplayer:
             spec = _TENSORS_SPEC.get(len(args))
             if spec is None:
                 spec = _TENSORS_SPEC[len(args)] = pytree.tree_flatten((args, {}))[1]
-            return (spec, torch.is_grad_enabled(), *map(_cpu_arg, args)), list(args), spec
+            return (spec, torch.is_grad_enabled(), autocast.state(), *map(_cpu_arg, args)), \
+                list(args), spec
         flat, spec = pytree.tree_flatten((args, kwargs))
-        key = [spec, torch.is_grad_enabled()]
+        key = [spec, torch.is_grad_enabled(), autocast.state()]
         for v in flat:
             if isinstance(v, torch.Tensor):
                 key.append((tuple(v.shape), v.dtype, v.requires_grad,

@@ -70,15 +70,6 @@ def test_activation_checkpointing_recomputes_the_same_dropout(reentrant):
         assert_same(a, b, 1e-5, 1e-6)
 
 
-def test_autocast_on_the_lazy_device_is_disabled_with_torchs_warning():
-    x = torch.randn(3, 4).to(DEV)
-    w = torch.randn(2, 4).to(DEV)
-    with pytest.warns(UserWarning, match="Disabling autocast"):
-        with torch.autocast(device_type=DEV.type, dtype=torch.bfloat16):
-            y = F.linear(x, w)
-    assert y.dtype == torch.float32
-
-
 def test_random_fills_have_the_right_moments():
     torch.manual_seed(0)
     n = torch.randn(20000, device=DEV).cpu()
