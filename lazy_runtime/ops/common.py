@@ -68,9 +68,11 @@ def opmath(dtype: torch.dtype) -> torch.dtype:
 
 
 def vjp(f, primals, cotangent):
-    """Gradients of ``f`` at ``primals`` for ``cotangent`` (backward ops as JAX vjps)."""
-    _, pull = jax.vjp(f, *primals)
-    return pull(cotangent)
+    """Gradients of ``f`` at ``primals`` for ``cotangent`` (backward ops as JAX vjps). The
+    cotangent takes the dtype of ``f``'s output (a 16-bit op computing in float32 returns
+    float32, where torch's gradient arrives in the 16-bit type)."""
+    out, pull = jax.vjp(f, *primals)
+    return pull(jax.tree.map(lambda c, o: c.astype(o.dtype), cotangent, out))
 
 
 __all__ = ["jnp", "jax", "sf", "D", "HIGHEST", "jdt", "is_array", "cast", "bshape", "norm_dim",
