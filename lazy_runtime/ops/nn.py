@@ -1,8 +1,10 @@
 """Neural-network ops: convolution, pooling, normalization (weight norm too), softmax,
-losses, replication padding, bilinear (``_trilinear``), embedding, dropout and rrelu, and
-the fused LSTM and GRU cells (resampling: ``resample.py``). Backward ops are lowered as
-the JAX vjp of the forward lowering where torch's formula is not simpler; shapes come from
-``shape_fns``."""
+losses (ctc_loss among them), replication padding, bilinear (``_trilinear``), embedding
+and embedding_bag, dropout and rrelu, and the fused LSTM and GRU cells (resampling:
+``resample.py``). Backward ops are lowered as the JAX vjp of the forward lowering where
+torch's formula is not simpler; shapes come from ``shape_fns`` or the arguments' sizes.
+One rule reads values: ``_ctc_loss.Tensor``'s (its log_alpha's width is the longest
+target length, which torch's kernels also read on the host)."""
 
 from __future__ import annotations
 
@@ -13,7 +15,7 @@ import torch
 from jax import lax
 
 from .. import random as lrandom
-from ..errors import NoLowering
+from ..errors import NoLowering, UnsupportedOperation
 from .common import HIGHEST, norm_dim, sf, vjp
 from .registry import lowering, rule
 
@@ -781,7 +783,420 @@ def lower_embedding_backward(g, indices, num_weights, padding_idx, scale_grad_by
     return out
 
 
-# ---- dropout and random ---------------------------------------------------------------------------
+# ---- embedding_bag ------------------------------------------------------------------------
+#
+# Mirrors torch's CPU kernels (EmbeddingBag.cpp). Bag boundaries are data (``offsets``), so
+# each index's bag is computed in the graph: ``offset2bag[i] = #{j: offsets[j] <= i} - 1``
+# (torch's own scatter of ones and cumsum); shapes depend only on sizes.
+
+_EB_SUM, _EB_MEAN, _EB_MAX = 0, 1, 2
+_EB_INDEX = (torch.int32, torch.int64)
+_EB_FLOAT = (torch.float16, torch.bfloat16, torch.float32, torch.float64)
+_EB_FAST = (torch.float32, torch.float16, torch.bfloat16)
+
+
+def _embedding_bag_rule(op, forward_only):
+    def embedding_bag_rule(w, indices, offsets, scale_grad_by_freq=False, mode=0,
+                           sparse=False, per_sample_weights=None, include_last_offset=False,
+                           padding_idx=-1):
+        psw = per_sample_weights
+        # what torch rejects (or leaves undefined) is left to it: it raises its own error
+        if (indices.dtype not in _EB_INDEX or offsets.dtype not in _EB_INDEX
+                or w.dtype not in _EB_FLOAT or w.ndim != 2 or indices.ndim != 1
+                or offsets.ndim != 1 or mode not in (_EB_SUM, _EB_MEAN, _EB_MAX)):
+            raise NoLowering(op, "arguments torch's kernel rejects")
+        if psw is not None and (mode != _EB_SUM or psw.dtype != w.dtype or psw.ndim != 1
+                                or psw.numel() != indices.numel()):
+            raise NoLowering(op, "per_sample_weights torch's kernel rejects")
+        nb = offsets.shape[0] - (1 if include_last_offset else 0)
+        if nb < 1:
+            raise NoLowering(op, "no bags")
+        # torch's "fast path" (index_select_add) skips offset2bag in sum mode, and with
+        # include_last_offset ends the last bag at the last offset, not at the end
+        fast_kind = w.dtype in _EB_FAST and padding_idx < 0
+        fast = fast_kind and w.stride(1) == 1 and (psw is None or psw.stride(0) == 1)
+        if include_last_offset and mode != _EB_MAX and fast_kind and not fast:
+            # the lowering tells the two paths apart by dtype and padding_idx alone
+            raise NoLowering(op, "include_last_offset with a strided weight")
+        it = torch.promote_types(indices.dtype, offsets.dtype)
+        o2b = (0,) if mode == _EB_SUM and fast else (indices.shape[0],)
+        if mode == _EB_MAX:
+            size, maxi = (nb,), (nb, w.shape[1])
+        else:   # forward_only's sum mode sizes bag_size like offsets (zeros)
+            size = maxi = (offsets.shape[0],) if forward_only and mode == _EB_SUM else (nb,)
+        return [((nb, w.shape[1]), w.dtype), (o2b, it), (size, it), (maxi, it)]
+    return embedding_bag_rule
+
+
+rule(aten._embedding_bag.default, multi=True)(
+    _embedding_bag_rule(aten._embedding_bag.default, False))
+rule(aten._embedding_bag_forward_only.default, multi=True)(
+    _embedding_bag_rule(aten._embedding_bag_forward_only.default, True))
+
+
+def _offset2bag(offsets, n):
+    """Each of ``n`` indices' bag: ones scattered at the offsets, cumulated, minus one."""
+    marks = jnp.zeros((n + 1,), jnp.int64).at[offsets.astype(jnp.int64)].add(1, mode="drop")
+    return (jnp.cumsum(marks) - 1)[:n]
+
+
+@lowering(aten._embedding_bag.default, aten._embedding_bag_forward_only.default, ctx=True)
+def lower_embedding_bag(ctx, w, indices, offsets, scale_grad_by_freq=False, mode=0,
+                        sparse=False, per_sample_weights=None, include_last_offset=False,
+                        padding_idx=-1):
+    n = indices.shape[0]
+    nb = offsets.shape[0] - (1 if include_last_offset else 0)
+    offsets = offsets.astype(jnp.int64)
+    seg = _offset2bag(offsets[:nb], n)          # the last offset is ignored here (torch's)
+    valid = indices != padding_idx
+    pads = jnp.zeros((nb,), jnp.int64).at[seg].add((~valid).astype(jnp.int64), mode="drop")
+    # torch: the offsets' differences, the last bag up to the end of indices, less padding
+    bag_size = jnp.concatenate([offsets[1:nb] - offsets[:nb - 1],
+                                jnp.asarray([n], jnp.int64) - offsets[nb - 1:nb]]) - pads
+    rows = jnp.take(w, indices, axis=0, mode="clip")          # [n, d]
+    if mode == _EB_MAX:
+        out, max_idx = _eb_max(rows, indices, seg, valid, nb)
+        return out, seg, bag_size, max_idx
+    add_seg = seg
+    fast_kind = jnp.dtype(w.dtype) in (jnp.float32, jnp.float16, jnp.bfloat16)
+    if include_last_offset and fast_kind and padding_idx < 0:
+        add_seg = jnp.where(jnp.arange(n) < offsets[nb], seg, nb)   # dropped below
+    vals = _f32(rows)
+    if per_sample_weights is not None:
+        vals = vals * _f32(per_sample_weights)[:, None]
+    vals = jnp.where(valid[:, None], vals, 0)
+    out = jax.ops.segment_sum(vals, add_seg, num_segments=nb).astype(w.dtype)
+    if mode == _EB_MEAN:
+        out = out / jnp.maximum(bag_size, 1).astype(w.dtype)[:, None]
+        return out, seg, bag_size, bag_size
+    zeros = jnp.zeros(ctx.shape[2], jnp.int64)   # sum mode: bag_size, max_indices zeroed
+    return out, seg[:ctx.shape[1][0]], zeros, zeros
+
+
+def _eb_max(rows, indices, seg, valid, nb):
+    """Each bag's maximum per feature and the embedding index it came from. torch's loop:
+    the first row of a bag, then any strictly greater one (a later NaN never wins, a
+    leading NaN stays); padding skipped; an empty bag gives 0 and index 0."""
+    n, d = rows.shape
+    pos = jnp.arange(n)
+    first = jax.ops.segment_min(jnp.where(valid, pos, n), seg, num_segments=nb)  # [nb]
+    firstc = jnp.clip(first, 0, max(n - 1, 0))
+    keyed = jnp.where(valid[:, None] & ~jnp.isnan(rows), rows, -jnp.inf)
+    top = jax.ops.segment_max(keyed, seg, num_segments=nb)                       # [nb, d]
+    hit = valid[:, None] & (keyed == top[jnp.clip(seg, 0, nb - 1)])
+    at = jax.ops.segment_min(jnp.where(hit, pos[:, None], n), seg, num_segments=nb)
+    lead_nan = jnp.isnan(rows[firstc]) if n else jnp.zeros((nb, d), bool)
+    at = jnp.where(lead_nan, firstc[:, None], at)
+    empty = (first >= n)[:, None]
+    atc = jnp.clip(at, 0, max(n - 1, 0))
+    if n:
+        out, idx = rows[atc, jnp.arange(d)], indices[atc]
+    else:
+        out = jnp.zeros((nb, d), rows.dtype)
+        idx = jnp.zeros((nb, d), indices.dtype)
+    return jnp.where(empty, 0, out), jnp.where(empty, 0, idx)
+
+
+def _eb_seg(indices, offsets, offset2bag):
+    """offset2bag, recomputed from all the offsets where the forward skipped it (torch's
+    backward does the same)."""
+    n = indices.shape[0]
+    if offset2bag.shape[0] == 0 and n:
+        return _offset2bag(offsets.astype(jnp.int64), n)
+    return offset2bag.astype(jnp.int64)
+
+
+def _eb_dense_backward(g, indices, seg, bag_size, max_idx, num_weights, mode, psw,
+                       padding_idx):
+    d = g.shape[1]
+    gf = _f32(g)
+    if mode == _EB_MAX:   # each nonempty bag's gradient goes to its maxima's rows
+        keep = jnp.where((bag_size != 0)[:, None], gf, 0)
+        cols = jnp.broadcast_to(jnp.arange(d), max_idx.shape)
+        return jnp.zeros((num_weights, d), gf.dtype).at[max_idx, cols].add(keep)
+    scale = jnp.ones(indices.shape, gf.dtype)
+    if psw is not None:
+        scale = scale * _f32(psw)
+    if mode == _EB_MEAN:
+        bs = bag_size[seg].astype(gf.dtype)
+        scale = jnp.where(bs != 0, scale / jnp.where(bs != 0, bs, 1), scale)
+    contrib = gf[seg] * scale[:, None]
+    contrib = jnp.where((indices != padding_idx)[:, None], contrib, 0)
+    return jnp.zeros((num_weights, d), gf.dtype).at[indices].add(contrib)
+
+
+def _eb_backward_check(op, g, scale_grad_by_freq, mode, sparse=False):
+    if sparse:   # its eager fallback would make a sparse tensor, which the device lacks
+        raise UnsupportedOperation(f"{op}: sparse=True (a sparse gradient) is not supported "
+                                   "on lazy tensors; use sparse=False")
+    if scale_grad_by_freq:   # torch's CPU kernel scales by an oddly indexed count
+        raise NoLowering(op, "scale_grad_by_freq")
+    if g.dtype not in _EB_FLOAT or g.ndim != 2 or mode not in (_EB_SUM, _EB_MEAN, _EB_MAX):
+        raise NoLowering(op, "arguments torch's kernel rejects")
+
+
+@rule(aten._embedding_bag_backward.default)
+def embedding_bag_backward_rule(g, indices, offsets, offset2bag, bag_size, max_indices,
+                                num_weights, scale_grad_by_freq, mode, sparse,
+                                per_sample_weights, padding_idx=-1):
+    _eb_backward_check(aten._embedding_bag_backward.default, g, scale_grad_by_freq, mode,
+                       sparse)
+    return (num_weights, g.shape[1]), g.dtype
+
+
+@lowering(aten._embedding_bag_backward.default)
+def lower_embedding_bag_backward(g, indices, offsets, offset2bag, bag_size, max_indices,
+                                 num_weights, scale_grad_by_freq, mode, sparse,
+                                 per_sample_weights, padding_idx=-1):
+    seg = _eb_seg(indices, offsets, offset2bag)
+    return _eb_dense_backward(g, indices, seg, bag_size, max_indices, num_weights, mode,
+                              per_sample_weights, padding_idx)
+
+
+@rule(aten._embedding_bag_dense_backward.default)
+def embedding_bag_dense_backward_rule(g, indices, offset2bag, bag_size, max_indices,
+                                      num_weights, scale_grad_by_freq, mode,
+                                      per_sample_weights, padding_idx=-1):
+    op = aten._embedding_bag_dense_backward.default
+    _eb_backward_check(op, g, scale_grad_by_freq, mode)
+    if offset2bag.shape[0] != indices.shape[0]:
+        raise NoLowering(op, "offset2bag of another size than indices")
+    return (num_weights, g.shape[1]), g.dtype
+
+
+@lowering(aten._embedding_bag_dense_backward.default)
+def lower_embedding_bag_dense_backward(g, indices, offset2bag, bag_size, max_indices,
+                                       num_weights, scale_grad_by_freq, mode,
+                                       per_sample_weights, padding_idx=-1):
+    return _eb_dense_backward(g, indices, offset2bag.astype(jnp.int64), bag_size,
+                              max_indices, num_weights, mode, per_sample_weights, padding_idx)
+
+
+@rule(aten._embedding_bag_per_sample_weights_backward.default)
+def embedding_bag_psw_backward_rule(g, w, indices, offsets, offset2bag, mode, padding_idx=-1):
+    if mode != _EB_SUM or g.ndim != 2 or g.dtype not in _EB_FLOAT or indices.ndim != 1:
+        raise NoLowering(aten._embedding_bag_per_sample_weights_backward.default,
+                         "arguments torch's kernel rejects")
+    return (indices.shape[0],), g.dtype
+
+
+@lowering(aten._embedding_bag_per_sample_weights_backward.default)
+def lower_embedding_bag_psw_backward(g, w, indices, offsets, offset2bag, mode, padding_idx=-1):
+    """Each sample's gradient: its bag's output gradient dotted with its embedding row."""
+    seg = _eb_seg(indices, offsets, offset2bag)
+    rows = jnp.take(_f32(w), indices, axis=0, mode="clip")
+    dots = jnp.sum(_f32(g)[seg] * rows, axis=1)
+    return jnp.where(indices != padding_idx, dots, 0)
+
+
+# ---- ctc_loss ---------------------------------------------------------------------------
+#
+# torch's CPU kernels (LossCTC.cpp) in log space: alpha is a ``lax.scan`` over time of all
+# batch rows at once, each row masked by its own lengths. ``log_alpha`` is [B, T, 2L + 1]
+# with L the longest target: its width depends on ``target_lengths``' values. Those are
+# ints in ``_ctc_loss.default``; ``_ctc_loss.Tensor``'s rule reads them on the host, as
+# torch's kernels do (copied to the CPU).
+
+_NEG_INF = -jnp.inf
+
+
+def _ctc_lengths(op, x):
+    """The values of a lengths argument (a list, or a tensor read on the host)."""
+    if not isinstance(x, torch.Tensor):
+        return [int(v) for v in x]
+    if x.dtype.is_floating_point or x.dtype.is_complex or x.dtype == torch.bool:
+        raise NoLowering(op, "non-integral lengths")
+    if x.device.type == "cpu":
+        return [int(v) for v in x.reshape(-1).tolist()]
+    from ..executor import to_cpu
+    from ..metrics import METRICS
+    syncs, folds = METRICS.syncs, METRICS.host_folds
+    vals = to_cpu(x).reshape(-1).tolist()
+    if METRICS.syncs == syncs and METRICS.host_folds == folds:
+        # a read of computed data: counted as a fold, so that a replay that would not read
+        # the lengths again refuses (the graph's shapes depend on them)
+        METRICS.host_folds += 1
+    return [int(v) for v in vals]
+
+
+def _ctc_check(op, lp, targets, il, tl, blank):
+    """Decline what torch rejects (it raises its own error); returns the longest target."""
+    if (lp.ndim != 3 or lp.dtype not in (torch.float32, torch.float64) or lp.numel() == 0
+            or targets.dtype not in (torch.int32, torch.int64) or targets.ndim not in (1, 2)):
+        raise NoLowering(op, "arguments torch's kernel rejects")
+    T, B, C = lp.shape
+    if not 0 <= blank < C or len(il) != B or len(tl) != B:
+        raise NoLowering(op, "arguments torch's kernel rejects")
+    if any(v < 0 or v > T for v in il) or any(v < 0 for v in tl):
+        raise NoLowering(op, "lengths torch's kernel rejects")
+    if targets.ndim == 2 and (targets.shape[0] != B or targets.shape[1] < max(tl)):
+        raise NoLowering(op, "targets torch's kernel rejects")
+    if targets.ndim == 1 and targets.shape[0] != sum(tl):
+        raise NoLowering(op, "targets torch's kernel rejects")
+    return max(tl)
+
+
+def _ctc_rule(op):
+    def ctc_loss_rule(lp, targets, input_lengths, target_lengths, blank=0,
+                      zero_infinity=False):
+        il, tl = _ctc_lengths(op, input_lengths), _ctc_lengths(op, target_lengths)
+        L = _ctc_check(op, lp, targets, il, tl, blank)
+        T, B, _ = lp.shape
+        return [((B,), lp.dtype), ((B, T, 2 * L + 1), lp.dtype)]
+    return ctc_loss_rule
+
+
+rule(aten._ctc_loss.default, multi=True)(_ctc_rule(aten._ctc_loss.default))
+rule(aten._ctc_loss.Tensor, multi=True)(_ctc_rule(aten._ctc_loss.Tensor))
+
+
+def _ctc_prep(lp, targets, il, tl, blank, width):
+    """(lengths as arrays, the extended labels [B, S] (blanks between and around each
+    target), the log-probabilities of those labels [T, B, S], whether s may come from
+    s - 2 [B, S], the valid label positions s <= 2 * tl [B, S])."""
+    B = lp.shape[1]
+    L = (width - 1) // 2
+    il = jnp.asarray(il).astype(jnp.int64).reshape(B)
+    tl = jnp.asarray(tl).astype(jnp.int64).reshape(B)
+    if targets.ndim == 2:
+        tg = targets[:, :L]
+    else:   # concatenated: each row's slice, padded (the padding is never a valid label)
+        start = jnp.cumsum(tl) - tl
+        pos = jnp.clip(start[:, None] + jnp.arange(L), 0, max(targets.shape[0] - 1, 0))
+        tg = targets[pos] if targets.shape[0] else jnp.zeros((B, L), targets.dtype)
+    tg = tg.astype(jnp.int64)
+    valid = jnp.arange(width)[None, :] <= 2 * tl[:, None]
+    ext = jnp.full((B, width), blank, jnp.int64)
+    if L:   # (labels past a row's own length may be anything: blanks there)
+        ext = jnp.where(valid, ext.at[:, 1::2].set(tg), blank)
+    lp_ext = jnp.take_along_axis(lp, jnp.broadcast_to(ext[None], (lp.shape[0],) + ext.shape),
+                                 axis=2)
+    prev2 = jnp.pad(ext, ((0, 0), (2, 0)), constant_values=-1)[:, :width]
+    skip = (jnp.arange(width) > 1) & (ext != prev2)
+    return il, tl, ext, lp_ext, skip, valid
+
+
+def _log_add3(a, b, c):
+    """log(e^a + e^b + e^c) as torch computes it (shifted by the max; 0 if all -inf)."""
+    m = jnp.maximum(jnp.maximum(a, b), c)
+    m = jnp.where(m == _NEG_INF, 0, m)
+    return jnp.log(jnp.exp(a - m) + jnp.exp(b - m) + jnp.exp(c - m)) + m
+
+
+def _shift(x, k, fill=_NEG_INF):
+    """x[..., s - k] along the last axis (k < 0: x[..., s + |k|]), ``fill`` outside."""
+    w = x.shape[-1]
+    pad = ((0, 0),) * (x.ndim - 1) + ((k, 0) if k > 0 else (0, -k),)
+    p = jnp.pad(x, pad, constant_values=fill)
+    return p[..., :w] if k > 0 else p[..., -k:]
+
+
+def _ctc_alpha(lp_ext, skip, tl):
+    """alpha [T, B, S]: alpha[0] is torch's first row; later rows are correct at every
+    valid position (garbage beyond 2 * tl never flows back down)."""
+    width = lp_ext.shape[2]
+    a0 = jnp.full(lp_ext.shape[1:], _NEG_INF, lp_ext.dtype).at[:, 0].set(lp_ext[0, :, 0])
+    if width > 1:
+        a0 = a0.at[:, 1].set(jnp.where(tl > 0, lp_ext[0, :, 1], _NEG_INF))
+
+    def step(a, lpt):
+        a = _log_add3(a, _shift(a, 1), jnp.where(skip, _shift(a, 2), _NEG_INF)) + lpt
+        return a, a
+
+    _, rest = lax.scan(step, a0, lp_ext[1:])
+    return jnp.concatenate([a0[None], rest], axis=0)
+
+
+def _ctc_nll(alpha, il, tl):
+    B = alpha.shape[1]
+    last = alpha[jnp.clip(il - 1, 0), jnp.arange(B)]                 # [B, S]
+    l1 = jnp.take_along_axis(last, (2 * tl)[:, None], axis=1)[:, 0]
+    l2 = jnp.take_along_axis(last, jnp.maximum(2 * tl - 1, 0)[:, None], axis=1)[:, 0]
+    l2 = jnp.where(tl > 0, l2, _NEG_INF)
+    m = jnp.maximum(l1, l2)
+    m = jnp.where(m == _NEG_INF, 0, m)
+    nll = -(jnp.log(jnp.exp(l1 - m) + jnp.exp(l2 - m)) + m)
+    # no input: the empty target has likelihood 1, any other 0 (torch's values)
+    return jnp.where(il == 0, jnp.where(tl == 0, -0.0, jnp.inf), nll).astype(alpha.dtype)
+
+
+@lowering(aten._ctc_loss.default, aten._ctc_loss.Tensor, ctx=True)
+def lower_ctc_loss(ctx, lp, targets, input_lengths, target_lengths, blank=0,
+                   zero_infinity=False):
+    """(neg_log_likelihood, log_alpha); log_alpha is -inf where torch leaves it unset
+    (t >= input length, s > 2 * target length). zero_infinity is applied by ctc_loss."""
+    width = ctx.shape[1][2]
+    il, tl, _, lp_ext, skip, valid = _ctc_prep(lp, targets, input_lengths, target_lengths,
+                                                blank, width)
+    alpha = _ctc_alpha(lp_ext, skip, tl)
+    t_ok = jnp.arange(lp.shape[0])[:, None] < il[None, :]                # [T, B]
+    log_alpha = jnp.where(t_ok[:, :, None] & valid[None], alpha, _NEG_INF)
+    return _ctc_nll(alpha, il, tl), jnp.transpose(log_alpha, (1, 0, 2))
+
+
+def _ctc_backward_rule(op):
+    def ctc_loss_backward_rule(g, lp, targets, input_lengths, target_lengths, nll,
+                               log_alpha, blank, zero_infinity=False):
+        if (lp.ndim != 3 or lp.dtype not in (torch.float32, torch.float64)
+                or log_alpha.ndim != 3 or targets.ndim not in (1, 2)
+                or not 0 <= blank < lp.shape[2]):
+            raise NoLowering(op, "arguments torch's kernel rejects")
+        return _shape(lp), lp.dtype
+    return ctc_loss_backward_rule
+
+
+rule(aten._ctc_loss_backward.default)(_ctc_backward_rule(aten._ctc_loss_backward.default))
+rule(aten._ctc_loss_backward.Tensor)(_ctc_backward_rule(aten._ctc_loss_backward.Tensor))
+
+
+@lowering(aten._ctc_loss_backward.default, aten._ctc_loss_backward.Tensor)
+def lower_ctc_loss_backward(g, lp, targets, input_lengths, target_lengths, nll, log_alpha,
+                            blank, zero_infinity=False):
+    """torch's formula, not the vjp of the forward: for t < input length,
+    (exp(lp) - exp(log sum over s with label c of alpha * beta + nll - lp)) * grad,
+    0 after; the exp(lp) term is torch's (it cancels through log_softmax). log_alpha is
+    read only where torch defines it; beta is a reverse scan."""
+    T, B, _ = lp.shape
+    width = log_alpha.shape[2]
+    il, tl, ext, lp_ext, skip, valid = _ctc_prep(lp, targets, input_lengths, target_lengths,
+                                                  blank, width)
+    ts = jnp.arange(T)
+    t_ok = ts[:, None] < il[None, :]                                     # [T, B]
+    alpha = jnp.where(t_ok[:, :, None] & valid[None],
+                      jnp.transpose(log_alpha, (1, 0, 2)).astype(lp.dtype), _NEG_INF)
+    s = jnp.arange(width)[None, :]
+    ends = valid & ((s == 2 * tl[:, None]) | ((s == 2 * tl[:, None] - 1) & (tl[:, None] > 0)))
+    # s may come from s + 2 where s + 2 may come from s (the same test, shifted)
+    skip_up = _shift(skip, -2, False)
+
+    def step(b, xs):
+        lpt, t = xs
+        rec = _log_add3(b, _shift(b, -1), jnp.where(skip_up, _shift(b, -2), _NEG_INF)) + lpt
+        first = jnp.where(ends, lpt, _NEG_INF)
+        b = jnp.where((t == il - 1)[:, None], first,
+                      jnp.where((t < il - 1)[:, None], rec, _NEG_INF))
+        b = jnp.where(valid, b, _NEG_INF)
+        return b, b
+
+    b_last = jnp.full((B, width), _NEG_INF, lp.dtype)
+    _, beta = lax.scan(step, b_last, (lp_ext, ts), reverse=True)
+    ab = alpha + beta                                                    # [T, B, S]
+    # per class: the log of the sum of exp(ab) over the positions carrying that label
+    tb = (ts[:, None, None], jnp.arange(B)[None, :, None], ext[None])
+    peak = jnp.full(lp.shape, _NEG_INF, lp.dtype).at[tb].max(ab)
+    peak = jnp.where(peak == _NEG_INF, 0, peak)
+    total = jnp.zeros(lp.shape, lp.dtype).at[tb].add(jnp.exp(ab - peak[tb]))
+    lcab = jnp.log(total) + peak
+    nll = nll.astype(lp.dtype)
+    gr = g.astype(lp.dtype)[None, :, None]
+    grad = (jnp.exp(lp) - jnp.exp(lcab + nll[None, :, None] - lp)) * gr
+    keep = t_ok
+    if zero_infinity:
+        keep = keep & (nll != jnp.inf)[None, :]
+    return jnp.where(keep[:, :, None], grad, 0)
+
+
+# ---- dropout and random --------------------------------------------------------------------------
 
 
 @rule(aten.native_dropout.default, multi=True)
