@@ -195,6 +195,27 @@ def test_embedding_dropout_activations(dt):
     check(Misc(), {"idx": Input(("B", "T"), dt, high=10)}, {"B": (1, 5), "T": (1, 9)})
 
 
+class Bags(nn.Module):
+    def __init__(self):
+        super().__init__()
+        self.bag = nn.EmbeddingBag(10, 4, mode="mean")
+        self.bag_last = nn.EmbeddingBag(10, 4, include_last_offset=True)
+
+    def forward(self, idx, rows):
+        offsets = torch.arange(0, idx.shape[0], 2)
+        a = self.bag(idx, offsets)
+        b = self.bag_last(idx, offsets)   # the last offset ends the last bag
+        c = self.bag(rows)
+        d = self.bag_last(rows)           # 2-d input: one bag per row either way
+        return a
+
+
+def test_embedding_bag():
+    check(Bags(), {"idx": Input(("T",), torch.int64, high=10),
+                   "rows": Input(("B", "L"), torch.int64, high=10)},
+          {"T": (3, 9), "B": (1, 5), "L": (1, 4)})
+
+
 class Resample(nn.Module):
     def __init__(self):
         super().__init__()

@@ -168,7 +168,10 @@ def embedding_bag_module(ctx, module, input, offsets=None, per_sample_weights=No
         return tensor(module.weight.dtype, (s[0], module.embedding_dim))
     if is_none(offsets):
         raise RuleUnknown("EmbeddingBag with 1-d input needs offsets")
-    return tensor(module.weight.dtype, (shape_of(offsets)[0], module.embedding_dim))
+    bags = shape_of(offsets)[0]
+    if module.include_last_offset:   # the last offset ends the last bag: one bag fewer
+        bags = bags - 1
+    return tensor(module.weight.dtype, (bags, module.embedding_dim))
 
 
 _SAME_SHAPE = [nn.ReLU, nn.ReLU6, nn.ELU, nn.SELU, nn.CELU, nn.LeakyReLU, nn.PReLU, nn.RReLU, nn.GELU,
