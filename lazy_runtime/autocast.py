@@ -100,8 +100,10 @@ def _cpu_autocast_ops() -> list:
     out = []
     for name in torch._C._dispatch_get_registrations_for_dispatch_key("AutocastCPU"):
         ns, _, rest = name.partition("::")
+        if ns != "aten":   # (the kernels are registered in aten's library)
+            continue
         base, _, overload = rest.partition(".")
-        packet = getattr(getattr(torch.ops, ns, None), base, None)
+        packet = getattr(torch.ops.aten, base, None)
         op = getattr(packet, overload or "default", None) if packet is not None else None
         if op is not None:
             out.append((op, base, overload))
