@@ -1,10 +1,15 @@
-"""Matrix products, then torch.linalg's factorizations and solvers.
+"""Matrix products, then torch.linalg's factorizations, solvers and matrix functions.
 
 Products: shapes from ``shape_fns.matmul_shape``; JAX matmuls at full precision,
-accumulating half types in float32 as torch does. Factorizations: see their section.
+accumulating half types in float32 as torch does. Factorizations and solvers (inverse,
+solve, Cholesky, QR, SVD, eigh, determinants, LU, triangular solves, pinv), the matrix
+exponential, Householder reflectors (geqrf, householder_product, ormqr), least squares
+(lstsq, per LAPACK driver) and LDL^T solves: see their sections.
 """
 
 from __future__ import annotations
+
+import functools
 
 import jax
 import jax.numpy as jnp
@@ -662,3 +667,640 @@ def lower_pinv(A, *, atol=None, rtol=None, hermitian=False):
     keep = size > _pinv_tol(atol, rtol, smax, A.dtype, *A.shape[-2:])
     s_inv = jnp.where(keep, 1 / s, 0).astype(A.dtype)
     return jnp.matmul(v * s_inv[..., None, :], uh, precision=HIGHEST)
+
+
+# ---- matrix exponential ----------------------------------------------------------------
+# torch's algorithm (Bader, Blanes & Casas 2019: Taylor polynomials of degree 1, 2, 4, 8, 12
+# or 18, evaluated with few products, then scaling and squaring), so that the values agree
+# to rounding, not only to the approximation's accuracy. A stack of more than one matrix
+# uses degree 18 for every matrix; a single matrix picks its degree by its 1-norm.
+
+_MEXP_THETAS = {
+    torch.float32: (1.192092800768788e-07, 5.978858893805233e-04, 5.116619363445086e-02,
+                    5.800524627688768e-01, 1.461661507209034e+00, 3.010066362817634e+00),
+    torch.float64: (2.220446049250313e-16, 2.580956802971767e-08, 3.397168839976962e-04,
+                    4.991228871115323e-02, 2.996158913811580e-01, 1.090863719290036e+00),
+}
+_SQRT177 = 0.1330413469565007072504e+2
+_X3 = 2. / 3.
+# degree 8: A4 = A2 (x1 A + x2 A2); A8 = (x3 A2 + A4)(x4 I + x5 A + x6 A2 + x7 A4)
+_T8 = (_X3 * ((1. + _SQRT177) / 88.), _X3 * ((1. + _SQRT177) / 352.), _X3,
+       (-271. + 29. * _SQRT177) / (315. * _X3), (-11. + 11. * _SQRT177) / (1260. * _X3),
+       (-99. + 11. * _SQRT177) / (5040. * _X3), (89. - _SQRT177) / (5040. * _X3),
+       (857. - 58. * _SQRT177) / 630.)
+# degrees 12 and 18: rows of coefficients of (I, A, A2, A3[, A6])
+_T12 = ((9.0198e-16, 0.46932117595418237389, -0.20099424927047284052,
+         -0.04623946134063071740),
+        (5.31597895759871264183, 1.19926790417132231573, 0.01179296240992997031,
+         0.01108844528519167989),
+        (0.18188869982170434744, 0.05502798439925399070, 0.09351590770535414968,
+         0.00610700528898058230),
+        (-2.0861320e-13, -0.13181061013830184015, -0.02027855540589259079,
+         -0.00675951846863086359))
+_T18 = ((0., -1.00365581030144618291e-01, -8.02924648241156932449e-03,
+         -8.92138498045729985177e-04, 0.),
+        (0., 3.97849749499645077844e-01, 1.36783778460411720168e+00,
+         4.98289622525382669416e-01, -6.37898194594723280150e-04),
+        (-1.09676396052962061844e+01, 1.68015813878906206114e+00,
+         5.71779846478865511061e-02, -6.98210122488052056106e-03,
+         3.34975017086070470649e-05),
+        (-9.04316832390810593223e-02, -6.76404519071381882256e-02,
+         6.75961301770459654925e-02, 2.95552570429315521194e-02,
+         -1.39180257516060693404e-05),
+        (0., 0., -9.23364619367118555360e-02, -1.69364939002081722752e-02,
+         -1.40086798182036094347e-05))
+
+
+def _dot(a, b):
+    return jnp.matmul(a, b, precision=HIGHEST)
+
+
+def _combine(mats, coeffs):
+    """sum(c * m) in the order given (a zero coefficient still counts, as in torch)."""
+    out = None
+    for m, c in zip(mats, coeffs):
+        t = m * jnp.asarray(c, m.dtype)
+        out = t if out is None else out + t
+    return out
+
+
+def _powers(a, k):
+    """The first ``k`` of I, A, A^2, A^3, A^6."""
+    p = [_eye_like(a), a]
+    if k > 2:
+        p.append(_dot(a, a))
+    if k > 3:
+        p.append(_dot(a, p[2]))
+    if k > 4:
+        p.append(_dot(p[3], p[3]))
+    return p[:k]
+
+
+def _taylor(degree, a):
+    if degree == 1:
+        return a + _eye_like(a)
+    if degree == 2:
+        i, a1, a2 = _powers(a, 3)
+        return i + a1 + a2 / 2
+    if degree == 4:
+        p = _powers(a, 3)
+        return _combine(p + [_dot(p[2], _combine(p, (1 / 2., 1 / 6., 1 / 24.)))],
+                        (1., 1., 0., 1.))
+    if degree == 8:
+        x1, x2, x3, x4, x5, x6, x7, y2 = _T8
+        p = _powers(a, 3)
+        a4 = _dot(p[2], _combine(p[1:], (x1, x2)))
+        a8 = _dot(_combine([p[2], a4], (x3, 1.)), _combine(p + [a4], (x4, x5, x6, x7)))
+        return _combine(p + [a4, a8], (1., 1., y2, 0., 1.))
+    rows = _T12 if degree == 12 else _T18
+    p = _powers(a, len(rows))
+    b = [_combine(p, row) for row in rows]
+    if degree == 12:
+        b2 = b[2] + _dot(b[3], b[3])
+        return b[0] + _dot(b[1] + b2, b2)
+    b3 = b[3] + _dot(b[0], b[4])
+    return b[1] + _dot(b[2] + b3, b3)
+
+
+def _taylor18_squared(a, norm, theta):
+    """Degree 18 on A / 2^s, squared s times, s = max(0, ceil(log2(|A|_1 / theta)))."""
+    s = jnp.maximum(jnp.ceil(jnp.log2(norm / jnp.asarray(theta, a.dtype))), 0)
+    e = _taylor(18, a * jnp.exp2(-s)[..., None, None])
+    # an infinite norm would square forever (the result is inf/NaN after ~1100 anyway)
+    s = jnp.where(jnp.isnan(s), 0, jnp.minimum(s, 2048)).astype(jnp.int32)
+
+    def square(i, e):
+        return jnp.where((i < s)[..., None, None], _dot(e, e), e)
+
+    return jax.lax.fori_loop(0, jnp.max(s), square, e)
+
+
+@rule(aten.linalg_matrix_exp.default)
+def matrix_exp_rule(A):
+    _square(A, "linalg.matrix_exp")
+    return tuple(A.shape), _floating(aten.linalg_matrix_exp.default, A, "linalg.matrix_exp")
+
+
+@lowering(aten.linalg_matrix_exp.default, ctx=True)
+def lower_matrix_exp(ctx, A):
+    n = A.shape[-1]
+    if n <= 1 or A.size == 0:
+        return jnp.exp(A)
+    thetas = _MEXP_THETAS[ctx.dtype]
+    a = A.reshape((-1, n, n))
+    norm = jnp.max(jnp.sum(jnp.abs(a), -2), -1)
+    if a.shape[0] != 1:
+        return _taylor18_squared(a, norm, thetas[5]).reshape(A.shape)
+    # one matrix: the lowest degree whose bound holds; degree 18 from the last bound up,
+    # NaN where the norm is NaN (no branch taken in torch: its output stays NaN)
+    bounds = jnp.asarray(thetas, a.dtype)
+    nrm = norm[0]
+    pick = jnp.where(nrm >= bounds[4], 5, jnp.sum(nrm > bounds[:5]).astype(jnp.int32))
+    pick = jnp.where(jnp.isnan(nrm), 6, pick)
+    branches = [functools.partial(_taylor, d) for d in (1, 2, 4, 8, 12)] + [
+        lambda x: _taylor18_squared(x, norm, thetas[5]), lambda x: jnp.full_like(x, jnp.nan)]
+    return jax.lax.switch(pick, branches, a).reshape(A.shape)
+
+
+# ---- Householder reflectors: geqrf, householder_product (orgqr), ormqr ------------------
+# LAPACK's compact QR (which JAX calls on CPU and cuSOLVER's on GPU): R above the diagonal
+# of ``geqrf``'s first output, reflectors v_i = (0, .., 1, A[i+1:, i]) below it, and
+# H_i = I - tau_i v_i v_i^T, as torch returns them.
+
+
+def _geqrf(a):
+    """LAPACK's geqrf (JAX's public spelling transposes the reflectors, as numpy does)."""
+    h, taus = jnp.linalg.qr(a, mode="raw")
+    return _mT(h), taus
+
+
+@rule(aten.geqrf.default, multi=True)
+def geqrf_rule(A):
+    if A.ndim < 2:
+        raise RuntimeError("torch.geqrf: input must have at least 2 dimensions.")
+    d = _floating(aten.geqrf.default, A)
+    *batch, m, n = A.shape
+    return [(tuple(A.shape), d), ((*batch, min(m, n)), d)]
+
+
+@lowering(aten.geqrf.default)
+def lower_geqrf(A):
+    return _geqrf(A)
+
+
+def _vector_tau(op, tau):
+    if tau.ndim == 0:  # torch's error is an IndexError of its own
+        raise NoLowering(op, "a 0-d tau")
+
+
+def _reflector_checks(name, A, tau):
+    if A.ndim - tau.ndim != 1:
+        raise RuntimeError(f"{name}: Expected tau to have one dimension less than input, but "
+                           f"got tau.ndim equal to {tau.ndim} and input.ndim is equal to "
+                           f"{A.ndim}")
+
+
+def _same_batch(name, A, t, arg):
+    if tuple(t.shape[:A.ndim - 2]) != tuple(A.shape[:-2]):
+        raise RuntimeError(f"{name}: Expected batch dimensions of {arg} to be equal to "
+                           f"input.shape[:-2], but got {list(t.shape[:A.ndim - 2])}")
+
+
+@rule(aten.linalg_householder_product.default)
+def householder_product_rule(A, tau):
+    name = "torch.linalg.householder_product"
+    if A.ndim < 2:
+        raise RuntimeError(f"{name}: input must have at least 2 dimensions.")
+    if A.shape[-2] < A.shape[-1]:
+        raise RuntimeError(f"{name}: input.shape[-2] must be greater than or equal to "
+                           "input.shape[-1]")
+    _vector_tau(aten.linalg_householder_product.default, tau)
+    if A.shape[-1] < tau.shape[-1]:
+        raise RuntimeError(f"{name}: input.shape[-1] must be greater than or equal to "
+                           "tau.shape[-1]")
+    _reflector_checks(name, A, tau)
+    _same_batch(name, A, tau, "tau")
+    _same_dtype(tau, A, name + ": tau dtype {} does not match input dtype {}")
+    return tuple(A.shape), _floating(aten.linalg_householder_product.default, A)
+
+
+@lowering(aten.linalg_householder_product.default)
+def lower_householder_product(A, tau):
+    return lax_linalg.householder_product(A, tau)
+
+
+@rule(aten.ormqr.default)
+def ormqr_rule(A, tau, C, left=True, transpose=False):
+    name = "torch.ormqr"
+    if A.ndim < 2:
+        raise RuntimeError(f"{name}: input must have at least 2 dimensions.")
+    if C.ndim < 2:
+        raise RuntimeError(f"{name}: other must have at least 2 dimensions.")
+    k = -2 if left else -1
+    if C.shape[k] != A.shape[-2]:
+        raise RuntimeError(f"{name}: other.shape[{k}] must be equal to input.shape[-2]")
+    _vector_tau(aten.ormqr.default, tau)
+    if tau.shape[-1] != min(C.shape[k], A.shape[-1]):
+        raise RuntimeError(f"{name}: tau.shape[-1] must be equal to min(other.shape[{k}], "
+                           "input.shape[-1])")
+    _reflector_checks(name, A, tau)
+    if C.ndim != A.ndim:
+        raise RuntimeError(f"{name}: Expected other to have the same number of dimensions as "
+                           f"input, but got other.ndim equal to {C.ndim} and input.ndim is "
+                           f"equal to {A.ndim}")
+    _same_batch(name, A, tau, "tau")
+    _same_batch(name, A, C, "other")
+    _same_dtype(A, C, name + ": Expected input and other to have the same dtype, but input "
+                             "has dtype{} and other has dtype {}")
+    _same_dtype(A, tau, name + ": Expected input and tau to have the same dtype, but input "
+                               "has dtype{} and tau has dtype {}")
+    return tuple(C.shape), _floating(aten.ormqr.default, A)
+
+
+@lowering(aten.ormqr.default)
+def lower_ormqr(A, tau, C, left=True, transpose=False):
+    return lax_linalg.ormqr(A, tau, C, left=left, transpose=transpose)
+
+
+# ---- least squares (linalg_lstsq) ------------------------------------------------------
+# Each LAPACK driver as torch calls it on the CPU, outputs included: gelsy (the default:
+# QR, rank by incremental condition estimation, then the minimum-norm solution of the
+# leading rank rows; see ``_gelsy`` on pivoting), gels (QR or LQ, no rank: full rank
+# assumed; residuals for m > n), gelsd/gelss (SVD: singular values, rank above a cut-off).
+# LAPACK's scaling of A and B into a safe range is repeated, so that ranks are decided on
+# the same numbers. gelsd/gelss with m > n return residuals only when every matrix has full
+# rank: an output whose shape depends on the values, so torch computes them. The gradient
+# is torch's formula (through pinv), whatever the driver.
+
+_LSTSQ_DRIVERS = ("gels", "gelsy", "gelsd", "gelss")
+
+
+def _lamch(dtype):
+    """LAPACK's machine constants: (rounding epsilon, safe minimum, small and big norms
+    between which A and B are not scaled)."""
+    fi = jnp.finfo(dtype)
+    small = float(fi.tiny) / float(fi.eps)
+    return float(fi.eps) / 2, float(fi.tiny), small, 1 / small
+
+
+def _scale_into_range(x, dtype):
+    """(x scaled as by LAPACK's drivers, the factor): a max-norm below SMLNUM or above
+    BIGNUM is brought to that bound."""
+    _, _, small, big = _lamch(dtype)
+    nrm = jnp.max(jnp.abs(x), axis=(-2, -1), keepdims=True)
+    f = jnp.where((nrm > 0) & (nrm < small), small / nrm, jnp.where(nrm > big, big / nrm, 1))
+    return x * f.astype(x.dtype), f.astype(x.dtype)
+
+
+def _sign(x):
+    """Fortran's SIGN(1, x)."""
+    return jnp.copysign(jnp.ones_like(x), x)
+
+
+def _negligible_sest_ratios(aa, ag, one):
+    """dlaic1's quantities where |sest| is negligible (both jobs): which of |alpha| and
+    |gamma| is larger, both made safe to divide by, and the ratios and norms of each."""
+    le = ag <= aa
+    aa_, ag_ = jnp.where(aa == 0, one, aa), jnp.where(ag == 0, one, ag)
+    r1 = ag / aa_
+    r2 = aa / ag_
+    return le, aa_, ag_, r1, jnp.sqrt(one + r1 * r1), r2, jnp.sqrt(one + r2 * r2)
+
+
+def _laic1_max(alpha, gamma, sest, eps):
+    """LAPACK's dlaic1, job 1: the largest singular value of [[x^T w-block], ...] grown by
+    one column (w, gamma) from estimate ``sest`` (alpha = x . w): (sestpr, s, c)."""
+    aa, ag, ae = jnp.abs(alpha), jnp.abs(gamma), jnp.abs(sest)
+    one, zero = jnp.ones_like(alpha), jnp.zeros_like(alpha)
+    # sest == 0
+    s1 = jnp.maximum(ag, aa)
+    s1_ = jnp.where(s1 == 0, one, s1)
+    sa, ca = alpha / s1_, gamma / s1_
+    tmp = jnp.sqrt(sa * sa + ca * ca)
+    tmp_ = jnp.where(s1 == 0, one, tmp)
+    a_out = (jnp.where(s1 == 0, zero, s1 * tmp), jnp.where(s1 == 0, zero, sa / tmp_),
+             jnp.where(s1 == 0, one, ca / tmp_))
+    # |gamma| <= eps |sest|
+    t = jnp.maximum(ae, aa)
+    t_ = jnp.where(t == 0, one, t)
+    b_out = (t * jnp.sqrt((ae / t_) ** 2 + (aa / t_) ** 2), one, zero)
+    # |alpha| <= eps |sest|
+    c_out = (jnp.where(ag <= ae, ae, ag), jnp.where(ag <= ae, one, zero),
+             jnp.where(ag <= ae, zero, one))
+    # |sest| negligible
+    le, aa_, ag_, r1, d1, r2, d2 = _negligible_sest_ratios(aa, ag, one)
+    d_out = (jnp.where(le, aa * d1, ag * d2),
+             jnp.where(le, _sign(alpha) / d1, (alpha / ag_) / d2),
+             jnp.where(le, (gamma / aa_) / d1, _sign(gamma) / d2))
+    # the general case
+    ae_ = jnp.where(ae == 0, one, ae)
+    z1, z2 = alpha / ae_, gamma / ae_
+    b = (one - z1 * z1 - z2 * z2) * 0.5
+    c = z1 * z1
+    root = jnp.sqrt(b * b + c)
+    t = jnp.where(b > 0, c / jnp.where(b > 0, b + root, one), root - b)
+    t_ = jnp.where(t == 0, one, t)
+    sine, cosine = -z1 / t_, -z2 / (one + t)
+    tmp = jnp.sqrt(sine * sine + cosine * cosine)
+    tmp = jnp.where(tmp == 0, one, tmp)
+    e_out = (jnp.sqrt(t + one) * ae, sine / tmp, cosine / tmp)
+    return _laic1_select(sest, aa, ag, ae, eps, a_out, b_out, c_out, d_out, e_out)
+
+
+def _laic1_min(alpha, gamma, sest, eps):
+    """LAPACK's dlaic1, job 2: the estimate of the smallest singular value."""
+    aa, ag, ae = jnp.abs(alpha), jnp.abs(gamma), jnp.abs(sest)
+    one, zero = jnp.ones_like(alpha), jnp.zeros_like(alpha)
+    # sest == 0
+    both0 = jnp.maximum(ag, aa) == 0
+    sine, cosine = jnp.where(both0, one, -gamma), jnp.where(both0, zero, alpha)
+    s1 = jnp.maximum(jnp.abs(sine), jnp.abs(cosine))
+    sa, ca = sine / s1, cosine / s1
+    tmp = jnp.sqrt(sa * sa + ca * ca)
+    a_out = (zero, sa / tmp, ca / tmp)
+    # |gamma| <= eps |sest|
+    b_out = (ag, zero, one)
+    # |alpha| <= eps |sest|
+    c_out = (jnp.where(ag <= ae, ag, ae), jnp.where(ag <= ae, zero, one),
+             jnp.where(ag <= ae, one, zero))
+    # |sest| negligible
+    le, aa_, ag_, r1, d1, r2, d2 = _negligible_sest_ratios(aa, ag, one)
+    d_out = (jnp.where(le, ae * (r1 / d1), ae / d2),
+             jnp.where(le, -(gamma / aa_) / d1, -_sign(gamma) / d2),
+             jnp.where(le, _sign(alpha) / d1, (alpha / ag_) / d2))
+    # the general case: is the root closer to zero or to one?
+    ae_ = jnp.where(ae == 0, one, ae)
+    z1, z2 = alpha / ae_, gamma / ae_
+    norma = jnp.maximum(one + z1 * z1 + jnp.abs(z1 * z2), jnp.abs(z1 * z2) + z2 * z2)
+    near0 = one + 2 * (z1 - z2) * (z1 + z2) >= 0
+    b0 = (z1 * z1 + z2 * z2 + one) * 0.5
+    c0 = z2 * z2
+    t0 = c0 / (b0 + jnp.sqrt(jnp.abs(b0 * b0 - c0)))
+    t0_ = jnp.where(t0 == 0, one, t0)
+    b1 = (z2 * z2 + z1 * z1 - one) * 0.5
+    c1 = z1 * z1
+    root1 = jnp.sqrt(b1 * b1 + c1)
+    t1 = jnp.where(b1 >= 0, -c1 / jnp.where(b1 >= 0, b1 + root1, one), b1 - root1)
+    t1_ = jnp.where(t1 == 0, one, t1)
+    tiny = 4 * eps * eps * norma
+    sine = jnp.where(near0, z1 / (one - t0), -z1 / t1_)
+    cosine = jnp.where(near0, -z2 / t0_, -z2 / (one + t1))
+    est = jnp.where(near0, jnp.sqrt(t0 + tiny), jnp.sqrt(one + t1 + tiny)) * ae
+    tmp = jnp.sqrt(sine * sine + cosine * cosine)
+    tmp = jnp.where(tmp == 0, one, tmp)
+    e_out = (est, sine / tmp, cosine / tmp)
+    return _laic1_select(sest, aa, ag, ae, eps, a_out, b_out, c_out, d_out, e_out)
+
+
+def _laic1_select(sest, aa, ag, ae, eps, *outs):
+    """dlaic1's cases, in its order: sest = 0, gamma negligible, alpha negligible, sest
+    negligible, the general case."""
+    conds = (sest == 0, ag <= eps * ae, aa <= eps * ae, (ae <= eps * aa) | (ae <= eps * ag))
+    res = outs[-1]
+    for cond, out in reversed(list(zip(conds, outs[:-1]))):
+        res = tuple(jnp.where(cond, o, r) for o, r in zip(out, res))
+    return res
+
+
+def _gelsy_rank(r, rcond):
+    """dgelsy's rank of one matrix from its QR's R (the upper triangle of ``r``):
+    columns are added while the estimated condition number of R[:k, :k] stays below
+    1/rcond."""
+    mn = min(r.shape)
+    eps = jnp.asarray(_lamch(r.dtype)[0], r.dtype)
+    rcond = jnp.asarray(rcond, r.dtype)
+    rows = jnp.arange(mn)
+    first = jnp.where(rows == 0, 1, 0).astype(r.dtype)
+    smax = jnp.abs(r[0, 0])
+
+    def step(i, state):
+        xmin, xmax, smin, smax, rank, going = state
+        w = jnp.where(rows < i, r[:mn, i], 0)
+        gamma = r[i, i]
+        smin_new, s1, c1 = _laic1_min(jnp.dot(xmin, w, precision=HIGHEST), gamma, smin, eps)
+        smax_new, s2, c2 = _laic1_max(jnp.dot(xmax, w, precision=HIGHEST), gamma, smax, eps)
+        take = going & (smax_new * rcond <= smin_new)
+        xmin = jnp.where(take, jnp.where(rows == i, c1, s1 * xmin), xmin)
+        xmax = jnp.where(take, jnp.where(rows == i, c2, s2 * xmax), xmax)
+        return (xmin, xmax, jnp.where(take, smin_new, smin), jnp.where(take, smax_new, smax),
+                rank + take.astype(jnp.int32), take)
+
+    state = (first, first, smax, smax, jnp.int32(1), smax != 0)
+    rank = jax.lax.fori_loop(1, mn, step, state)[4]
+    return jnp.where(smax == 0, 0, rank)
+
+
+def _batched(f, x, *rest):
+    """``f`` of one matrix mapped over the batch dims of ``x``."""
+    batch = x.shape[:-2]
+    flat = x.reshape((-1,) + x.shape[-2:])
+    out = jax.vmap(lambda m: f(m, *rest))(flat)
+    return out.reshape(batch + out.shape[1:])
+
+
+def _gelsy(a, b, rcond):
+    """(solution (*, n, k), rank): A = Q R; rank from R; x = the minimum-norm solution of
+    R[:rank] x = (Q^T b)[:rank]. No column pivoting: torch hands dgelsy an uninitialized
+    ``jpvt``, which fixes every column whose entry is not 0 (always so from the second
+    matrix of a batch on, holding the first one's permutation; mostly so for the first);
+    the two agree wherever the rank is clear."""
+    m, n = a.shape[-2:]
+    k = min(m, n)
+    a, fa = _scale_into_range(a, a.dtype)
+    qr, taus = _geqrf(a)
+    rank = _batched(_gelsy_rank, qr, rcond)
+    batch = jnp.broadcast_shapes(a.shape[:-2], b.shape[:-2])
+    qr, taus, fa, r = (jnp.broadcast_to(x, batch + x.shape[len(a.shape) - 2:])
+                       for x in (qr, taus, fa, rank))
+    b, fb = _scale_into_range(jnp.broadcast_to(b, batch + b.shape[-2:]), a.dtype)
+    c = lax_linalg.ormqr(qr, taus, b, left=True, transpose=True)[..., :k, :]
+    keep = jnp.arange(k) < r[..., None]                         # the leading rank rows
+    rows = jnp.where(keep[..., None], jnp.triu(qr[..., :k, :]), 0)
+    # the minimum-norm x of rows x = c: rows^T = U T, x = U T^{-T} c (T's trailing block,
+    # all zero, replaced by I so that its part of the solution is 0)
+    u, t = lax_linalg.qr(_mT(rows), full_matrices=False)
+    both = keep[..., :, None] & keep[..., None, :]
+    t = jnp.where(both, t, jnp.eye(k, dtype=t.dtype))
+    y = lax_linalg.triangular_solve(t, jnp.where(keep[..., None], c, 0), left_side=True,
+                                    lower=False, transpose_a=True)
+    return _dot(u, y) * (fa / fb), rank
+
+
+def _gels(a, b):
+    """(solution, raw residual rows (Q^T b)[n:]): QR for m >= n, LQ (a QR of A^T) else.
+    As in dgels, the residual rows stay in B's scaled units and an A of zeros has the
+    solution 0 and residuals 0."""
+    m, n = a.shape[-2:]
+    a, fa = _scale_into_range(a, a.dtype)
+    b, fb = _scale_into_range(b, a.dtype)
+    a, b = _broadcast(a, b)
+    zero = jnp.max(jnp.abs(a), axis=(-2, -1), keepdims=True) == 0
+    if m >= n:
+        qr, taus = _geqrf(a)
+        c = lax_linalg.ormqr(qr, taus, b, left=True, transpose=True)
+        x = _tri_solve(jnp.triu(qr[..., :n, :]), c[..., :n, :], True)
+        rest = c[..., n:, :]
+    else:
+        qr, taus = _geqrf(_mT(a))                     # A = R^T Q^T
+        y = _tri_solve(jnp.triu(qr[..., :m, :]), b, True, transpose=True)
+        y = jnp.concatenate([y, jnp.zeros(y.shape[:-2] + (n - m, y.shape[-1]), y.dtype)], -2)
+        x = lax_linalg.ormqr(qr, taus, y, left=True, transpose=False)
+        rest = b[..., :0, :]
+    return jnp.where(zero, 0, x * (fa / fb)), jnp.where(zero, 0, rest)
+
+
+def _svd_lstsq(a, b, rcond, driver):
+    """gelsd/gelss for m <= n: (solution, rank, singular values); singular values at or
+    below the cut-off count as zero."""
+    eps, sfmin, _, _ = _lamch(a.dtype)
+    a, fa = _scale_into_range(a, a.dtype)
+    u, s, vh = lax_linalg.svd(a, full_matrices=False)
+    if driver == "gelsd":
+        rc = eps if rcond <= 0 or rcond >= 1 else rcond
+        cut = jnp.asarray(rc, a.dtype) * jnp.max(s, axis=-1, keepdims=True)
+    else:
+        rc = eps if rcond < 0 else rcond
+        cut = jnp.maximum(jnp.asarray(rc, a.dtype) * s[..., :1], jnp.asarray(sfmin, a.dtype))
+    keep = s > cut
+    rank = jnp.sum(keep, axis=-1).astype(jnp.int64)
+    b, fb = _scale_into_range(b, a.dtype)
+    inv = jnp.where(keep, 1 / jnp.where(keep, s, 1), 0).astype(a.dtype)
+    x = _dot(_mT(vh) * inv[..., None, :], _dot(_mT(u), b))
+    return x * (fa / fb), rank, s / fa[..., 0]
+
+
+def _lstsq_args(a, b, rcond, driver, eps):
+    """(driver, rcond, vector rhs, B's matrix shape) from shapes (a rule's and a lowering's
+    arguments alike)."""
+    drv = "gelsy" if driver is None else driver.lower()
+    vector = _vector_rhs(a, b)
+    m, n = a[-2:]
+    return (drv, eps * max(m, n) if rcond is None else rcond, vector,
+            tuple(b) + (1,) if vector else tuple(b))
+
+
+@rule(aten.linalg_lstsq.default, multi=True)
+def lstsq_rule(A, B, rcond=None, *, driver=None):
+    op = aten.linalg_lstsq.default
+    if A.ndim < 2:
+        raise RuntimeError("torch.linalg.lstsq: input must have at least 2 dimensions.")
+    if B.ndim < 1:
+        raise RuntimeError("torch.linalg.lstsq: other must have at least 1 dimension.")
+    if A.dtype != B.dtype:
+        raise RuntimeError("torch.linalg.lstsq: Expected input and other to have the same "
+                           f"dtype, but got input's dtype {type_name(A.dtype)} and other's "
+                           f"dtype {type_name(B.dtype)}")
+    if not 0 <= A.ndim - B.ndim <= 1:
+        raise RuntimeError("torch.linalg.lstsq: input.dim() must be greater or equal to "
+                           "other.dim() and (input.dim() - other.dim()) <= 1")
+    d = _floating(op, A)
+    drv, _, vector, b = _lstsq_args(A.shape, B.shape, rcond, driver, 0.0)
+    if drv not in _LSTSQ_DRIVERS:
+        raise NoLowering(op, f"driver={driver!r}: torch raises its error")
+    if A.ndim != B.ndim and not vector:
+        raise NoLowering(op, "a matrix B with fewer dims than A (torch's own batch rule)")
+    if A.shape[-2] != b[-2]:
+        raise RuntimeError("torch.linalg.lstsq: input.size(-2) should match other.size(-2)")
+    *batch_a, m, n = A.shape
+    if m == 0 or n == 0 or b[-1] == 0:
+        raise NoLowering(op, "an empty matrix")
+    if drv in ("gelsd", "gelss") and m > n:
+        raise NoLowering(op, f"{drv} with m > n: the residuals' shape depends on the ranks")
+    if config.check_linalg_errors:
+        raise NoLowering(op, "it checks info itself")
+    batch = _batch(b, A.shape)
+    x = batch + ((n,) if vector else (n, b[-1]))
+    residuals = batch + (b[-1],) if drv == "gels" and m > n else (0,)
+    rank = (0,) if drv == "gels" else tuple(batch_a)
+    s = (*batch_a, min(m, n)) if drv in ("gelsd", "gelss") else (0,)
+    return [(x, d), (residuals, d), (rank, torch.int64), (s, d)]
+
+
+@lowering(aten.linalg_lstsq.default)
+def lower_lstsq(A, B, rcond=None, *, driver=None):
+    drv, rc, vector, _ = _lstsq_args(A.shape, B.shape, rcond, driver,
+                                     float(jnp.finfo(A.dtype).eps))
+    b = B[..., None] if vector else B
+    m, n = A.shape[-2:]
+    empty = _empty(A.dtype)
+    residuals, rank, s = empty, jnp.zeros((0,), jnp.int64), empty
+    if drv == "gelsy":
+        x, rank = _gelsy(A, b, rc)
+        rank = rank.astype(jnp.int64)
+    elif drv == "gels":
+        x, rest = _gels(A, b)
+        if m > n:
+            residuals = jnp.sum(rest * rest, axis=-2)
+    else:
+        x, rank, s = _svd_lstsq(A, b, rc, drv)
+    return (x[..., 0] if vector else x), residuals, rank, s
+
+
+# ---- LDL^T (Bunch-Kaufman) ---------------------------------------------------------------
+# ldl_factor (LAPACK's sytrf) is not lowered: a JAX replay of dsytf2's pivoting matched
+# torch's LD and pivots on random matrices but not on some with exact ties between
+# candidate pivots (small-integer matrices), where which of two equal magnitudes wins
+# depends on MKL's rounding. ldl_solve is lowered: given LD and pivots it is dsytrs's
+# sequence of interchanges, eliminations and 1x1/2x2 diagonal solves.
+
+
+def _sytrs_lower(ld, piv, b):
+    """dsytrs (lower) for one matrix: solve with A = L D L^T as sytrf stores it."""
+    n = ld.shape[-1]
+    idx = jnp.arange(n)
+
+    def swap(b, i, j):
+        p = jnp.where(idx == i, j, jnp.where(idx == j, i, idx))
+        return b[p]
+
+    def forward(state):  # L D X = B, k increasing
+        b, k = state
+        p = piv[k]
+        two = p < 0
+        kp = jnp.where(two, -p, p) - 1
+        b = swap(b, jnp.where(two, k + 1, k), kp)
+        k1 = jnp.minimum(k + 1, n - 1)
+        bk, bk1 = b[k], b[k1]
+        # one: eliminate column k, then divide by D(k)
+        b1 = b - jnp.where(idx > k, ld[:, k], 0)[:, None] * bk[None, :]
+        b1 = jnp.where((idx == k)[:, None], b1 * (1 / ld[k, k]), b1)
+        # two: eliminate columns k and k+1, then solve with the 2x2 block
+        below = (idx > k1)[:, None]
+        b2 = b - jnp.where(below, ld[:, k][:, None] * bk[None, :], 0)
+        b2 = b2 - jnp.where(below, ld[:, k1][:, None] * bk1[None, :], 0)
+        akm1k = ld[k1, k]
+        akm1, ak = ld[k, k] / akm1k, ld[k1, k1] / akm1k
+        denom = akm1 * ak - 1
+        bkm1, bk_ = bk / akm1k, bk1 / akm1k
+        b2 = jnp.where((idx == k)[:, None], ((ak * bkm1 - bk_) / denom)[None, :], b2)
+        b2 = jnp.where((idx == k1)[:, None], ((akm1 * bk_ - bkm1) / denom)[None, :], b2)
+        return jnp.where(two, b2, b1), k + jnp.where(two, 2, 1)
+
+    def backward(state):  # L^T X = B, k decreasing
+        b, k = state
+        p = piv[k]
+        two = p < 0
+        below = idx > k
+        tail = jnp.where(below[:, None], b, 0)
+        b = b.at[k].add(-_dot(jnp.where(below, ld[:, k], 0), tail))
+        km1 = jnp.maximum(k - 1, 0)
+        b = jnp.where(two & (idx == km1)[:, None],
+                      b - _dot(jnp.where(below, ld[:, km1], 0), tail)[None, :], b)
+        b = swap(b, k, jnp.where(two, -p, p) - 1)
+        return b, k - jnp.where(two, 2, 1)
+
+    b, _ = jax.lax.while_loop(lambda s: s[1] < n, forward, (b, 0))
+    b, _ = jax.lax.while_loop(lambda s: s[1] >= 0, backward, (b, n - 1))
+    return b
+
+
+@rule(aten.linalg_ldl_solve.default)
+def ldl_solve_rule(LD, pivots, B, *, hermitian=False):
+    op, name = aten.linalg_ldl_solve.default, "torch.linalg.ldl_solve"
+    _square(LD, name)
+    if B.ndim < 2:  # torch's error is an IndexError of its own
+        raise NoLowering(op, "a 1-d B")
+    d = _floating(op, LD, name)
+    _legacy_solver(B, LD, name)
+    if tuple(pivots.shape) != tuple(LD.shape[:-1]):
+        raise RuntimeError(f"{name}: Expected LD.shape[:-1] and pivots.shape to be the same, "
+                           f"but got pivots with shape {list(pivots.shape)} instead")
+    if pivots.dtype.is_floating_point or pivots.dtype.is_complex:
+        raise NoLowering(op, f"{pivots.dtype} pivots")
+    lb, bb = tuple(LD.shape[:-2]), tuple(B.shape[:-2])
+    if lb and bb and lb != bb:  # torch's kernel does not broadcast these (it crashes)
+        raise NoLowering(op, "batch dims of LD and B that need broadcasting")
+    return (lb or bb) + tuple(B.shape[-2:]), d
+
+
+@lowering(aten.linalg_ldl_solve.default)
+def lower_ldl_solve(LD, pivots, B, *, hermitian=False):
+    """For real matrices, hermitian or not is the same factorization."""
+    batch = LD.shape[:-2] or B.shape[:-2]
+    n = LD.shape[-1]
+    if n == 0 or B.size == 0:
+        return jnp.broadcast_to(B, batch + B.shape[-2:])
+    ld = jnp.broadcast_to(LD, batch + LD.shape[-2:]).reshape((-1, n, n))
+    piv = jnp.broadcast_to(pivots, batch + (n,)).reshape((-1, n)).astype(jnp.int32)
+    b = jnp.broadcast_to(B, batch + B.shape[-2:]).reshape((-1,) + B.shape[-2:])
+    return jax.vmap(_sytrs_lower)(ld, piv, b).reshape(batch + B.shape[-2:])

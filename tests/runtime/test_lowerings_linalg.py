@@ -4,14 +4,16 @@ All cases are recorded first and computed by one barrier (two XLA compiles for t
 forward values then gradients). Decompositions that are unique only up to signs (SVD, eigh)
 are compared through sign-invariant quantities: values, reconstructions, |vectors|, and
 the gradients of those (well defined for distinct singular values/eigenvalues). LU
-factors, pivots, QR (Householder, as LAPACK) and ``info`` are compared exactly as torch's.
+factors, pivots, QR and geqrf's reflectors (Householder, as LAPACK), lstsq's ranks and
+``info`` are compared exactly as torch's. At the end: what stays eager still gives torch's
+results, and orthogonal parametrizations train as in eager torch.
 """
 
 import pytest
 import torch
 
 import lazy_runtime as lr
-from conftest import DEV
+from conftest import DEV, assert_same
 from lowering_harness import F32, F64, Case, lowering_tests, rnd, shape
 
 pytestmark = [pytest.mark.filterwarnings("ignore:torch.triangular_solve is deprecated"),
@@ -106,6 +108,59 @@ def _not_positive_definite(g, dt):
     d = torch.rand((4, n), generator=g, dtype=F64) + 1
     d[0, 0] = d[1, 2] = d[2, 3] = -1
     return ((low * d.unsqueeze(-2)) @ low.mT).to(dt)
+
+
+# matrix_exp's scales, from its Taylor degree 1 (float32) or 2 (float64) to 18 with
+# squarings
+_MEXP_SCALES = (1e-9, 1e-5, 1e-2, 0.1, 0.3, 1.0, 6.0)
+
+
+def _reflectors(g, r, dt, rows, drop=0):
+    """geqrf's (reflectors, taus) of a random matrix, ``drop`` taus fewer."""
+    a, tau = torch.geqrf(rnd(g, batch(r) + _dims(r, rows), dt))
+    return [a, tau[..., :tau.shape[-1] - drop]]
+
+
+def _ormqr_inputs(g, r, dt, left, rows="tall"):
+    a, tau = _reflectors(g, r, dt, rows)
+    m, p = a.shape[-2], r.randint(1, 4)
+    return [a, tau, rnd(g, a.shape[:-2] + ((m, p) if left else (p, m)), dt)]
+
+
+def _lstsq_inputs(g, r, dt, rows, rhs):
+    """A well-conditioned A (its singular values far from 0: gradients through pinv)."""
+    s = batch(r) + _dims(r, rows)
+    m = s[-2]
+    a = rnd(g, s, dt, -1, 1) + max(s[-2:]) * torch.eye(m, s[-1], dtype=dt)
+    return [a, rnd(g, a.shape[:-1] if rhs == "vector" else a.shape[:-2] + (m, 2), dt)]
+
+
+# (rows, right-hand side) per driver; gelsd and gelss with m > n run eagerly (their
+# residuals' shape depends on the ranks)
+_LSTSQ_CASES = {None: (("tall", "matrix"), ("wide", "vector"), ("square", "matrix")),
+                "gels": (("tall", "matrix"), ("tall", "vector"), ("wide", "matrix"),
+                         ("square", "vector")),
+                "gelsd": (("wide", "matrix"), ("square", "vector")),
+                "gelss": (("wide", "vector"), ("square", "matrix"))}
+
+
+def _rank_deficient(g, dt, zero_only=False):
+    """A zero matrix and exactly rank 1, 2 and 3 (4 x 5) matrices with generic columns
+    (a QR with or without column pivoting sees the same rank); only the zero matrix for
+    gels, which assumes full rank."""
+    ranks = (0,) if zero_only else (0, 1, 2, 3)
+    a = torch.stack([rnd(g, (4, k), F64) @ rnd(g, (k, 5), F64) for k in ranks])
+    return [a.to(dt), rnd(g, (len(ranks), 4, 2), dt)]
+
+
+def _ldl_inputs(g, r, dt):
+    """torch's LDL^T of a symmetric indefinite matrix whose small diagonal asks for 2x2
+    pivot blocks."""
+    n = r.randint(2, 6)
+    a = rnd(g, batch(r) + (n, n), dt)
+    a = a + a.mT - 1.9 * torch.diag_embed(a.diagonal(dim1=-2, dim2=-1))
+    ld, piv = L.ldl_factor(a)
+    return [ld, piv, rnd(g, a.shape[:-2] + (n, r.randint(1, 3)), dt)]
 
 
 TOL = {F32: dict(rtol=1e-4, atol=1e-4), F64: dict(rtol=1e-7, atol=1e-8)}
@@ -231,6 +286,51 @@ for _dt in (F32, F64):
                                            L.cholesky_ex(a.mT, upper=True).info),
          lambda g, r, dt=_dt: [_not_positive_definite(g, dt)])
 
+    # ---- matrix exponential: each Taylor degree (by the 1-norm), scaling and squaring -----
+    case(f"matrix_exp-{_t}", L.matrix_exp, lambda g, r, dt=_dt: [square(g, r, dt, rnd)],
+         grad=True, **_tol)
+    case(f"matrix_exp-degrees-{_t}", lambda a: tuple(L.matrix_exp(a * s) for s in _MEXP_SCALES),
+         lambda g, r, dt=_dt: [rnd(g, (r.randint(2, 5),) * 2, dt, -1, 1)], grad=True, **_tol)
+    case(f"matrix_exp-batched-large-{_t}", lambda a: torch.matrix_exp(a * 4),
+         lambda g, r, dt=_dt: [rnd(g, (2, 3, 3), dt, -1, 1)], grad=True, **_tol)
+
+    # ---- Householder reflectors: geqrf, householder_product / orgqr, ormqr ---------------
+    for _rows in ("tall", "wide", "square"):
+        case(f"geqrf-{_rows}-{_t}", torch.geqrf,
+             lambda g, r, dt=_dt, rows=_rows: [rnd(g, batch(r) + _dims(r, rows), dt)], **_tol)
+    case(f"householder_product-{_t}", L.householder_product,
+         lambda g, r, dt=_dt: _reflectors(g, r, dt, "tall"), grad=True, **_tol)
+    case(f"householder_product-fewer-taus-{_t}", torch.orgqr,
+         lambda g, r, dt=_dt: _reflectors(g, r, dt, "tall", drop=1), grad=True, **_tol)
+    case(f"householder_product-random-{_t}", L.householder_product,
+         lambda g, r, dt=_dt: [rnd(g, (4, 3), dt, -1, 1), rnd(g, (3,), dt, 0, 1.5)],
+         grad=True, **_tol)
+    for _left, _tr in ((True, False), (True, True), (False, False), (False, True)):
+        case(f"ormqr-left={_left}-transpose={_tr}-{_t}",
+             lambda a, tau, c, le=_left, tr=_tr: torch.ormqr(a, tau, c, left=le, transpose=tr),
+             lambda g, r, dt=_dt, le=_left: _ormqr_inputs(g, r, dt, le), grad=True, **_tol)
+    case(f"ormqr-wide-{_t}", torch.ormqr,
+         lambda g, r, dt=_dt: _ormqr_inputs(g, r, dt, True, "wide"), grad=True, **_tol)
+
+    # ---- least squares: each driver's outputs as torch returns them ----------------------
+    for _drv, _kinds in _LSTSQ_CASES.items():
+        for _rows, _rhs in _kinds:
+            case(f"lstsq-{_drv}-{_rows}-{_rhs}-{_t}",
+                 lambda a, b, d=_drv: tuple(L.lstsq(a, b, driver=d)),
+                 lambda g, r, dt=_dt, rows=_rows, rhs=_rhs: _lstsq_inputs(g, r, dt, rows, rhs),
+                 grad=True, **_tol)
+        case(f"lstsq-{_drv}-rank-deficient-{_t}",
+             lambda a, b, d=_drv: tuple(L.lstsq(a, b, rcond=1e-4, driver=d)),
+             lambda g, r, dt=_dt, d=_drv: _rank_deficient(g, dt, d == "gels"), **_tol)
+    case(f"lstsq-broadcast-{_t}", lambda a, b: tuple(L.lstsq(a, b)),
+         lambda g, r, dt=_dt: [rnd(g, (1, 5, 3), dt), rnd(g, (3, 5, 2), dt)], grad=True, **_tol)
+
+    # ---- LDL^T: ldl_solve from torch's factors (1x1 and 2x2 pivot blocks) -------------------
+    for _herm in (False, True):
+        case(f"ldl_solve-hermitian={_herm}-{_t}",
+             lambda ld, piv, b, h=_herm: L.ldl_solve(ld, piv, b, hermitian=h),
+             lambda g, r, dt=_dt: _ldl_inputs(g, r, dt), **_tol)
+
 
 (forward_results, backward_results, test_lowering_matches_torch, test_backward_matches_torch,
  test_every_case_was_lowered_not_run_eagerly) = lowering_tests(CASES)
@@ -245,6 +345,9 @@ SINGULAR = {
     "cholesky": (L.cholesky, lambda: [torch.diag(torch.tensor([1.0, 2.0, -1.0]))]),
     "cholesky-batched": (L.cholesky, lambda: [torch.stack([torch.eye(2), -torch.eye(2)])]),
     "lu_factor": (L.lu_factor, lambda: [torch.zeros(2, 2)]),
+    "lstsq-gels": (lambda a, b: L.lstsq(a, b, driver="gels"),  # R's second pivot is 0
+                   lambda: [torch.tensor([[1.0, 0.0], [0.0, 0.0], [0.0, 0.0]]),
+                            torch.ones(3, 1)]),
 }
 
 
@@ -313,6 +416,28 @@ INVALID = {
     "cholesky_solve-dtypes": (torch.cholesky_solve, [torch.ones(3, 2), torch.eye(3, dtype=F64)]),
     "lu_unpack-pivots": (torch.lu_unpack, [torch.eye(3), torch.ones(3)]),
     "pinv-int": (L.pinv, [_I]),
+    "matrix_exp-non-square": (L.matrix_exp, [torch.ones(2, 3)]),
+    "matrix_exp-int": (L.matrix_exp, [_I]),
+    "geqrf-1d": (torch.geqrf, [torch.ones(3)]),
+    "householder_product-wide": (L.householder_product, [torch.ones(3, 4), torch.ones(2)]),
+    "householder_product-taus": (L.householder_product, [torch.ones(4, 3), torch.ones(4)]),
+    "householder_product-batch": (L.householder_product, [torch.ones(2, 4, 3),
+                                                          torch.ones(3, 2)]),
+    "householder_product-dtypes": (L.householder_product, [torch.ones(4, 3),
+                                                           torch.ones(2, dtype=F64)]),
+    "ormqr-rows": (torch.ormqr, [torch.ones(5, 3), torch.ones(3), torch.ones(4, 2)]),
+    "ormqr-right-columns": (lambda a, t, c: torch.ormqr(a, t, c, left=False),
+                            [torch.ones(5, 3), torch.ones(3), torch.ones(5, 2)]),
+    "ormqr-taus": (torch.ormqr, [torch.ones(5, 3), torch.ones(2), torch.ones(5, 2)]),
+    "ormqr-ndim": (torch.ormqr, [torch.ones(2, 5, 3), torch.ones(2, 3), torch.ones(5, 2)]),
+    "ormqr-dtypes": (torch.ormqr, [torch.ones(5, 3), torch.ones(3), torch.ones(5, 2, dtype=F64)]),
+    "lstsq-dtypes": (L.lstsq, [torch.ones(5, 3), torch.ones(5, 2, dtype=F64)]),
+    "lstsq-rows": (L.lstsq, [torch.ones(5, 3), torch.ones(4, 2)]),
+    "lstsq-dims": (L.lstsq, [torch.ones(5, 3), torch.ones(2, 5, 2)]),
+    "ldl_solve-pivots": (L.ldl_solve, [torch.eye(3), torch.ones(2, dtype=torch.int32),
+                                       torch.ones(3, 1)]),
+    "ldl_solve-rows": (L.ldl_solve, [torch.eye(3), torch.ones(3, dtype=torch.int32),
+                                     torch.ones(4, 1)]),
 }
 
 
@@ -325,3 +450,82 @@ def test_invalid_arguments_raise_torchs_error_when_recorded(name):
         fn(*[x.to(DEV) for x in xs])
     assert str(got.value) == str(want)
     assert lr.metrics()["fallback_ops"] == {}  # the rule raised, not eager torch
+
+
+# ---- what stays eager: torch's result all the same -----------------------------------------
+
+
+def _eager_as_torch(fn, xs, op, rtol=1e-5, atol=1e-6):
+    """``fn`` on lazy tensors ran ``op`` eagerly (only it) and gave torch's values."""
+    want = fn(*xs)
+    lr.reset_metrics()
+    got = fn(*[x.to(DEV) for x in xs])
+    lr.mark_step()
+    assert_same(got, want, rtol, atol, str(op))
+    assert set(lr.metrics()["fallback_ops"]) == {str(op)}
+
+
+@pytest.mark.parametrize("driver", ["gelsd", "gelss"])
+def test_lstsq_svd_drivers_with_more_rows_run_eagerly(driver):
+    """The residuals of gelsd/gelss exist only when every matrix has full rank."""
+    g = torch.Generator().manual_seed(0)
+    a = torch.stack([rnd(g, (5, 3), F64), rnd(g, (5, 1), F64) @ rnd(g, (1, 3), F64)])
+    _eager_as_torch(lambda a, b: tuple(L.lstsq(a, b, driver=driver)),
+                    [a, rnd(g, (2, 5, 2), F64)], aten.linalg_lstsq.default)
+
+
+def test_ldl_factor_runs_eagerly_and_its_factors_solve_lazily():
+    g = torch.Generator().manual_seed(0)
+    a = rnd(g, (2, 4, 4), F64)
+    a = a + a.mT
+    _eager_as_torch(L.ldl_factor_ex, [a], aten.linalg_ldl_factor_ex.default)
+    b = rnd(g, (2, 4, 3), F64)
+    want = L.ldl_solve(*L.ldl_factor(a), b)
+    lr.reset_metrics()
+    got = L.ldl_solve(*L.ldl_factor(a.to(DEV)), b.to(DEV))
+    assert_same(got, want, 1e-7, 1e-8, "ldl_solve")
+    assert set(lr.metrics()["fallback_ops"]) == {"aten.linalg_ldl_factor_ex.default"}
+
+
+# ---- end to end: orthogonal parametrizations train as in eager torch -----------------------
+
+
+@pytest.mark.parametrize("shape", [(5, 5), (4, 6)], ids=["square", "wide"])
+@pytest.mark.parametrize("orthogonal_map", ["matrix_exp", "cayley", "householder"])
+def test_orthogonal_parametrization_trains_as_in_torch(orthogonal_map, shape):
+    """Forward, backward and three SGD steps of an orthogonal ``nn.Linear``. The square
+    one is parametrized on the lazy device (its initial Q comes from geqrf and
+    householder_product there); the other on the CPU (torch completes it with randn)."""
+    from torch.nn.utils.parametrizations import orthogonal
+    torch.manual_seed(0)
+    ref = torch.nn.Linear(*shape, dtype=F64)
+    lazy = torch.nn.Linear(*shape, dtype=F64)
+    lazy.load_state_dict(ref.state_dict())
+    torch.manual_seed(1)
+    orthogonal(ref, orthogonal_map=orthogonal_map)
+    torch.manual_seed(1)
+    lr.reset_metrics()
+    if shape[0] == shape[1]:
+        lazy = orthogonal(lazy.to(DEV), orthogonal_map=orthogonal_map)
+    else:
+        lazy = orthogonal(lazy, orthogonal_map=orthogonal_map).to(DEV)
+    # its check that the initial weight is orthogonal reads a bool on the host
+    assert set(lr.metrics()["fallback_ops"]) <= {"aten.allclose.default"}
+    lr.mark_step()
+    x = torch.randn(7, shape[0], dtype=F64)
+    models = (ref, lazy)
+    opts = [torch.optim.SGD(m.parameters(), lr=0.1) for m in models]
+    lr.reset_metrics()
+    for step in range(3):
+        outs = []
+        for m, opt, dev in zip(models, opts, ("cpu", DEV)):
+            out = m(x.to(dev))
+            (out.tanh() ** 2).sum().backward()
+            grads = [p.grad.clone() for p in m.parameters()]
+            opt.step()
+            opt.zero_grad()
+            outs.append((out, grads))
+        lr.mark_step()
+        assert_same(outs[1], outs[0], 1e-9, 1e-10, f"step {step}")
+    assert_same(lazy.weight, ref.weight, 1e-9, 1e-10, "weight")
+    assert lr.metrics()["fallback_ops"] == {}
