@@ -1113,9 +1113,7 @@ def _ctc_nll(alpha, il, tl):
     l1 = jnp.take_along_axis(last, (2 * tl)[:, None], axis=1)[:, 0]
     l2 = jnp.take_along_axis(last, jnp.maximum(2 * tl - 1, 0)[:, None], axis=1)[:, 0]
     l2 = jnp.where(tl > 0, l2, _NEG_INF)
-    m = jnp.maximum(l1, l2)
-    m = jnp.where(m == _NEG_INF, 0, m)
-    nll = -(jnp.log(jnp.exp(l1 - m) + jnp.exp(l2 - m)) + m)
+    nll = -_log_add3(l1, l2, jnp.full_like(l1, _NEG_INF))   # (a third term of 0)
     # no input: the empty target has likelihood 1, any other 0 (torch's values)
     return jnp.where(il == 0, jnp.where(tl == 0, -0.0, jnp.inf), nll).astype(alpha.dtype)
 
