@@ -27,12 +27,12 @@ import numpy as np
 import torch
 import torch._decomp
 
-from . import ir, random
+from . import dtypes as D, ir, random
 from .config import config
 from .errors import NoLowering, UnsupportedOperation
 from .metrics import METRICS
 from .ops import foreach, linalg, recurrent
-from .ops.registry import DECOMPOSITIONS, DYNAMIC_SCALARS, LOWERINGS, RULES
+from .ops.registry import COMPLEX_OK, DECOMPOSITIONS, DYNAMIC_SCALARS, LOWERINGS, RULES
 from .tensor import (LazyTensor, new_base, new_view, node_of, write, contiguous_strides,
                      view_strides)
 
@@ -90,6 +90,8 @@ def record(func, args, kwargs, extra_inputs=()) -> ir.Node:
     for name, leaf in extra_inputs:
         inputs.append(leaf)
         tkw += ((name, _marker(len(inputs) - 1)),)
+    if D.COMPLEX_IN_USE[0] or multi or meta[1] in D.REAL_OF:
+        _check_complex(func, inputs, meta, multi)
     if multi:
         return ir.make_node(func, targs, tkw, tuple(inputs),
                             tuple(None if m is None else tuple(m[0]) for m in meta),
@@ -97,6 +99,15 @@ def record(func, args, kwargs, extra_inputs=()) -> ir.Node:
     shape, dtype = meta[0], meta[1]
     aux = meta[2] if len(meta) > 2 else None
     return ir.make_node(func, targs, tkw, tuple(inputs), tuple(shape), dtype, aux)
+
+
+def _check_complex(func, inputs, meta, multi) -> None:
+    """Complex operands reach only the lowerings checked for them (``COMPLEX_OK``)."""
+    outs = [m[1] for m in meta if m is not None] if multi else [meta[1]]
+    if any(d in D.REAL_OF for d in outs) or any(n.dtype in D.REAL_OF for n in inputs):
+        D.COMPLEX_IN_USE[0] = True
+        if func not in COMPLEX_OK:
+            raise NoLowering(func, "complex operands")
 
 
 def host_data_node(t: torch.Tensor) -> ir.Node:
@@ -274,7 +285,7 @@ def _norm_dim(d, n):
     return d + n if d < 0 else d
 
 
-def _view_steps(func, args, kwargs, out_shape):
+def _view_steps(func, args, kwargs, out_shape, dtype):
     """The view step for a view op, or a list of steps for multi-output views."""
     x = args[0]
     shape = tuple(x.shape)
@@ -313,6 +324,8 @@ def _view_steps(func, args, kwargs, out_shape):
         return ("as_strided", out_shape, stride, off)
     if func is aten.unfold.default:
         return ("unfold", out_shape, _norm_dim(args[1], len(shape)), args[2], args[3])
+    if func in _RETYPE_VIEWS:
+        return (_RETYPE_VIEWS[func], out_shape, dtype)
     if func in (aten.split.Tensor, aten.split_with_sizes.default):
         dim = _norm_dim(args[2] if len(args) > 2 else kwargs.get("dim", 0), len(shape))
         steps, start = [], 0
@@ -368,6 +381,12 @@ def _step_strides(step, size, stride, offset):
         st = list(stride)
         st[dim] = stride[dim] * stp
         return tuple(st) + (stride[dim],), offset
+    if kind == "as_real":   # in units of the parts: twice as many, the two parts adjacent
+        return tuple(2 * s for s in stride) + (1,), 2 * offset
+    if kind == "as_complex":
+        return tuple(s // 2 for s in stride[:-1]), offset // 2
+    if kind in ("conj", "bitcast"):
+        return tuple(stride), offset
     raise AssertionError(kind)
 
 
@@ -379,7 +398,7 @@ def _view_plan(func, args, kwargs):
     rule_fn, multi = RULES[func]
     meta = rule_fn(*args, **kwargs)
     out_shape = [tuple(m[0]) for m in meta] if multi else tuple(meta[0])
-    steps = _view_steps(func, args, kwargs, out_shape)
+    steps = _view_steps(func, args, kwargs, out_shape, None if multi else meta[1])
     size, stride, offset = tuple(x.shape), x.stride(), x.storage_offset()
     if multi:
         return [(s, *_step_strides(s, size, stride, offset)) for s in steps]
@@ -398,8 +417,8 @@ def _hashable(a):
 
 def _view(func, args, kwargs):
     x = args[0]
-    key = (id(func), x.shape, x.stride(), x.storage_offset(), *map(_hashable, args[1:]),
-           *kwargs.items())   # id: OpOverload.__hash__ is a Python function
+    key = (id(func), x.dtype, x.shape, x.stride(), x.storage_offset(),
+           *map(_hashable, args[1:]), *kwargs.items())   # id: OpOverload.__hash__ is Python
     try:
         plan = _VIEW_PLANS.get(key)
     except TypeError:   # an unhashable argument
@@ -416,7 +435,20 @@ def _view(func, args, kwargs):
 
 
 def _make_view(x, step, strides, offset):
-    chain = (step,) if step[0] == "as_strided" else x._vw + (step,)
+    kind = step[0]
+    if kind == "as_strided":   # counted from the storage's start, in its own elements
+        chain = (step,)
+        base = x._st.node
+        if base.dtype is not x.dtype:
+            if D.REAL_OF.get(base.dtype) is not x.dtype:
+                raise UnsupportedOperation(f"as_strided on a {x.dtype} view of a {base.dtype} "
+                                           "tensor is not supported on lazy tensors")
+            real = base.shape + (2,)   # the storage read as (real, imag) pairs
+            chain = (("as_real", real, x.dtype), step)
+    elif kind in _RETYPE_KINDS:
+        return new_view(x, x._vw + (step,), step[1], strides, offset, step[2])
+    else:
+        chain = x._vw + (step,)
     return new_view(x, chain, step[1], strides, offset)
 
 
@@ -425,8 +457,13 @@ VIEW_OPS = frozenset([
     aten.squeeze.dim, aten.squeeze.dims, aten.t.default, aten.transpose.int, aten.permute.default,
     aten.expand.default, aten.select.int, aten.slice.Tensor, aten.diagonal.default,
     aten.as_strided.default, aten.unfold.default, aten.split.Tensor,
-    aten.split_with_sizes.default, aten.unbind.int,
+    aten.split_with_sizes.default, aten.unbind.int, aten.view_as_real.default,
+    aten.view_as_complex.default, aten._conj.default, aten.view.dtype,
 ])
+# views that reinterpret each element: the step kinds ``tensor.apply_step`` knows
+_RETYPE_VIEWS = {aten.view_as_real.default: "as_real", aten.view_as_complex.default: "as_complex",
+                 aten._conj.default: "conj", aten.view.dtype: "bitcast"}
+_RETYPE_KINDS = frozenset(_RETYPE_VIEWS.values())
 
 
 # in-place view ops: the tensor itself becomes the view
@@ -691,16 +728,30 @@ def fallback(func, args, kwargs, reason: str = ""):
         write(t, data_node_from_cpu(h))
         back[id(h)] = t
 
+    alias = _returns_alias(func)
+
     def to_lazy(o):
         if isinstance(o, torch.Tensor):
             if id(o) in back:
                 return back[id(o)]
-            return data_tensor(o)
+            t = data_tensor(o)
+            if alias:   # a copy where torch gives a view: a write would not reach the base
+                t._st.frozen = (f"in-place write into the result of {func}, which ran "
+                                "eagerly: it is a copy on the lazy device, not a view of its "
+                                "input (write into a clone() instead)")
+            return t
         if isinstance(o, (list, tuple)):
             return type(o)(to_lazy(x) for x in o)
         return o
 
     return to_lazy(out)
+
+
+@functools.lru_cache(maxsize=None)
+def _returns_alias(func) -> bool:
+    """Whether torch's result of ``func`` is a view of an argument (``Tensor(a)``)."""
+    return any(r.alias_info is not None and not r.alias_info.is_write
+               for r in func._schema.returns)
 
 
 # ---- the boundary -------------------------------------------------------------------

@@ -25,11 +25,16 @@ TORCH_TO_NUMPY = {
     torch.bfloat16: np.dtype(ml_dtypes.bfloat16),
     torch.float32: np.dtype(np.float32),
     torch.float64: np.dtype(np.float64),
+    torch.complex64: np.dtype(np.complex64),
+    torch.complex128: np.dtype(np.complex128),
 }
 NUMPY_TO_TORCH = {v: k for k, v in TORCH_TO_NUMPY.items()}
 
 
 def to_numpy_dtype(dtype: torch.dtype) -> np.dtype:
+    """The numpy dtype of ``dtype`` (of every value entering the device)."""
+    if dtype in REAL_OF:
+        COMPLEX_IN_USE[0] = True
     try:
         return TORCH_TO_NUMPY[dtype]
     except KeyError:
@@ -96,6 +101,14 @@ def _combine(higher, lower):
 
 def _to_complex(d):
     return torch.complex128 if d is torch.float64 else torch.complex64
+
+
+# the dtype of a complex tensor's real and imaginary parts, and back (``view_as_real``)
+REAL_OF = {torch.complex64: torch.float32, torch.complex128: torch.float64}
+COMPLEX_OF = {v: k for k, v in REAL_OF.items()}
+# whether any complex value has reached the lazy device (until then ops skip the check
+# that keeps complex operands away from lowerings written for real ones)
+COMPLEX_IN_USE = [False]
 
 
 def result_type(*operands) -> torch.dtype:

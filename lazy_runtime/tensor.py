@@ -20,7 +20,7 @@ import weakref
 import numpy as np
 import torch
 
-from . import backend, ir  # noqa: F401  (backend first: it names the device)
+from . import backend, dtypes, ir  # noqa: F401  (backend first: it names the device)
 from .errors import UnsupportedOperation
 
 aten = torch.ops.aten
@@ -32,11 +32,12 @@ _mws = torch.Tensor._make_wrapper_subclass
 class Storage:
     """The current value (an IR node with the base tensor's shape) of one lazy buffer."""
 
-    __slots__ = ("node", "version", "__weakref__")
+    __slots__ = ("node", "version", "frozen", "__weakref__")
 
     def __init__(self, node: ir.Node):
         self.node = node
         self.version = 0
+        self.frozen = None   # why it must not be written (see ``freeze``), or None
         if node.op not in ir.SETTLED:
             _register(self)
 
@@ -231,8 +232,8 @@ def new_base(node: ir.Node) -> LazyTensor:
     return t
 
 
-def new_view(src: LazyTensor, chain: tuple, shape, strides, offset) -> LazyTensor:
-    t = _mws(LazyTensor, shape, dtype=src.dtype, device=DEVICE, strides=strides,
+def new_view(src: LazyTensor, chain: tuple, shape, strides, offset, dtype=None) -> LazyTensor:
+    t = _mws(LazyTensor, shape, dtype=dtype or src.dtype, device=DEVICE, strides=strides,
              storage_offset=offset)
     t._st = src._st
     t._vw = chain
@@ -258,6 +259,8 @@ def node_of(t: LazyTensor) -> ir.Node:
 def write(t: LazyTensor, new: ir.Node) -> None:
     """Store ``new`` (t's shape and dtype) as t's value, updating its base if t is a view."""
     st = t._st
+    if st.frozen is not None:
+        raise UnsupportedOperation(st.frozen)
     vw = t._vw
     if not vw:
         set_node(st, new)
@@ -297,7 +300,22 @@ def apply_step(step: tuple, n: ir.Node) -> ir.Node:
                             n.dtype)
     if kind == "unfold":
         return ir.make_node(aten.unfold.default, (_IN0,) + step[2:], (), (n,), shape, n.dtype)
+    if kind in _RETYPE:   # (kind, shape, dtype)
+        return _retyped(_RETYPE[kind][0], n, shape, step[2])
     raise AssertionError(kind)
+
+
+# views that reinterpret every element (a bijection of the whole value): the step's op,
+# and the op taking a value of the view back to the base
+_RETYPE = {"as_real": (aten.view_as_real.default, aten.view_as_complex.default),
+           "as_complex": (aten.view_as_complex.default, aten.view_as_real.default),
+           "conj": (aten._conj.default, aten._conj.default),
+           "bitcast": (aten.view.dtype, aten.view.dtype)}
+
+
+def _retyped(op, n: ir.Node, shape, dtype) -> ir.Node:
+    args = (_IN0, dtype) if op is aten.view.dtype else (_IN0,)
+    return ir.make_node(op, args, (), (n,), shape, dtype)
 
 
 def scatter_step(step: tuple, base: ir.Node, new: ir.Node) -> ir.Node:
@@ -322,6 +340,8 @@ def scatter_step(step: tuple, base: ir.Node, new: ir.Node) -> ir.Node:
     if kind == "as_strided":
         return ir.make_node(aten.as_strided_scatter.default, (_IN0, _IN1, step[1]) + step[2:], (),
                             ins, base.shape, base.dtype)
+    if kind in _RETYPE:
+        return _retyped(_RETYPE[kind][1], new, base.shape, base.dtype)
     if kind == "expand":
         shape = step[1]
         lead = len(shape) - len(base.shape)
@@ -365,6 +385,14 @@ def apply_step_numpy(step: tuple, a: np.ndarray) -> np.ndarray:
         idx = [slice(None)] * w.ndim
         idx[dim] = slice(None, None, stp)
         return w[tuple(idx)]
+    if kind == "as_real":
+        return np.stack([a.real, a.imag], axis=-1)
+    if kind == "as_complex":
+        return a[..., 0] + 1j * a[..., 1]
+    if kind == "conj":
+        return np.conj(a)
+    if kind == "bitcast":
+        return np.ascontiguousarray(a).view(dtypes.to_numpy_dtype(step[2]))
     raise AssertionError(kind)
 
 

@@ -2,6 +2,7 @@
 
 from . import elementwise, reduction, layout, linalg, nn, random_ops, foreach  # noqa: F401
 from . import resample  # noqa: F401
+from . import complex_ops, fft  # noqa: F401  (complex dtypes, the FFT)
 from . import recurrent  # noqa: F401  (nn.LSTM, nn.GRU, nn.RNN: one op per layer)
 from . import padding  # noqa: F401  (after the others: it reads ELEMENTWISE)
 from .registry import LOWERINGS, RULES, has_lowering  # noqa: F401

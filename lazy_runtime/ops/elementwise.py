@@ -338,8 +338,11 @@ elementwise(aten.gelu_backward.default, operands=(0, 1),
 elementwise(aten.silu_backward.default, operands=(0, 1),
             fn=_backward_of(lambda x: x * jax.nn.sigmoid(x)))
 elementwise(aten.mish_backward.default, operands=(0, 1), fn=_backward_of(_mish))
-elementwise(aten.tanh_backward.default, operands=(0, 1), fn=lambda g, y: g * (1 - y * y))
-elementwise(aten.sigmoid_backward.default, operands=(0, 1), fn=lambda g, y: g * y * (1 - y))
+# (conjugated for complex y, as torch's kernels: the identity on real numbers)
+elementwise(aten.tanh_backward.default, operands=(0, 1),
+            fn=lambda g, y: g * jnp.conj(1 - y * y))
+elementwise(aten.sigmoid_backward.default, operands=(0, 1),
+            fn=lambda g, y: g * jnp.conj(y * (1 - y)))
 elementwise(aten.threshold_backward.default, operands=(0, 1),
             fn=lambda g, x, threshold: jnp.where(x <= threshold, 0, g))
 elementwise(aten.hardtanh_backward.default, operands=(0, 1),
@@ -377,7 +380,10 @@ def to_copy_rule(x, dtype=None, layout=None, device=None, pin_memory=None, non_b
 
 @lowering(aten._to_copy.default, ctx=True)
 def lower_to_copy(ctx, x, **kwargs):
-    return x.astype(jdt(ctx.dtype))
+    dt = jdt(ctx.dtype)
+    if jnp.iscomplexobj(x) and not jnp.issubdtype(dt, jnp.complexfloating):
+        x = x != 0 if dt == jnp.bool_ else jnp.real(x)   # torch drops the imaginary part
+    return x.astype(dt)
 
 
 @rule(aten.fill.Scalar, aten.fill.Tensor, dynamic_scalars=True)

@@ -11,7 +11,7 @@ from jax import lax
 
 from .. import dtypes as D
 from ..errors import NoLowering
-from .common import cast, jdt, norm_dim, sf
+from .common import cast, is_array, jdt, norm_dim, sf
 from .registry import lowering, rule
 
 aten = torch.ops.aten
@@ -172,6 +172,24 @@ def lower_unfold(x, dim, size, step):
     idx = np.arange(n)[:, None] * step + np.arange(size)[None, :]
     g = jnp.take(x, jnp.asarray(idx), axis=d)  # [..., n, size, ...]
     return jnp.moveaxis(g, d + 1, -1)
+
+
+@rule(aten.view.dtype)
+def view_dtype_rule(x, dtype):
+    """``x.view(dtype)``: the same bits read as another dtype of the same size (a
+    different size changes the shape; bool and complex values are not reinterpreted)."""
+    if dtype == x.dtype:
+        return _shape(x), dtype
+    odd = (torch.bool, torch.complex64, torch.complex128)
+    if dtype.itemsize != x.dtype.itemsize or x.dtype in odd or dtype in odd:
+        raise NoLowering(aten.view.dtype, f"{x.dtype} viewed as {dtype}")
+    return _shape(x), dtype
+
+
+@lowering(aten.view.dtype)
+def lower_view_dtype(x, dtype):
+    want = jdt(dtype)
+    return x if x.dtype == want else lax.bitcast_convert_type(x, want)
 
 
 @rule(aten.split.Tensor, multi=True)
@@ -429,7 +447,7 @@ def _scatter(x, dim, index, src, add):
     idx = _full_index(index, d)
     if hasattr(src, "shape") and src.ndim:
         src = src[tuple(slice(0, n) for n in index.shape)]
-    src = cast(src, x.dtype)
+    src = cast(src, x.dtype) if is_array(src) else jnp.asarray(src, x.dtype)   # a number
     return x.at[idx].add(src) if add else x.at[idx].set(src)
 
 

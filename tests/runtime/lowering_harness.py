@@ -11,6 +11,7 @@ from conftest import assert_same, to_lazy
 
 F32, F64, I64, I32, BOOL, BF16, F16, U8 = (torch.float32, torch.float64, torch.int64, torch.int32,
                                           torch.bool, torch.bfloat16, torch.float16, torch.uint8)
+C64, C128 = torch.complex64, torch.complex128
 
 
 class Case:
@@ -24,6 +25,9 @@ class Case:
 def rnd(gen, shape, dtype=F32, lo=-3, hi=3):
     if dtype == BOOL:
         return torch.rand(shape, generator=gen) > 0.5
+    if dtype.is_complex:
+        part = torch.float64 if dtype == C128 else F32
+        return torch.complex(rnd(gen, shape, part, lo, hi), rnd(gen, shape, part, lo, hi))
     if not dtype.is_floating_point:
         return torch.randint(lo, hi, shape, generator=gen).to(dtype)
     return (torch.rand(shape, generator=gen, dtype=torch.float64) * (hi - lo) + lo).to(dtype)
@@ -42,8 +46,8 @@ def _record(c, grad):
     xs = _inputs(c)
     if grad:
         want = c.grad if isinstance(c.grad, tuple) else range(len(xs))
-        xs = [x.requires_grad_() if i in want and x.is_floating_point() else x
-              for i, x in enumerate(xs)]
+        xs = [x.requires_grad_() if i in want and (x.is_floating_point() or x.is_complex())
+              else x for i, x in enumerate(xs)]
         eager = _grads(c, xs)
         lx = [x.detach().to(lr.device()).requires_grad_(x.requires_grad) for x in xs]
         return _grads(c, lx), eager
@@ -82,6 +86,8 @@ def _grads(c, xs):
     outs = out if isinstance(out, (list, tuple)) else [out]
     total = 0
     for i, o in enumerate(outs):
+        if o.is_complex():   # a real loss of both parts
+            o = torch.view_as_real(o.resolve_conj())
         if o.is_floating_point():
             w = torch.linspace(-1, 1, o.numel()).reshape(o.shape).to(o.dtype)
             total = total + (o * (w.to(o.device) + i)).sum()

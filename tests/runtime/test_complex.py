@@ -1,0 +1,269 @@
+"""Complex tensors and the FFT against eager torch: every op in ``COMPLEX_OK`` has a case
+(values, and gradients where torch defines them), recorded lazily and computed by one
+barrier. Then: views between complex and real written through in place, ops without a
+checked complex lowering running eagerly (and giving torch's results or errors), and a
+small spectral model (FFT, complex weights, Adam) training as in eager torch."""
+
+import pytest
+import torch
+
+import lazy_runtime as lr
+import torch.nn.functional as F
+from lazy_runtime.training import train_steps
+from conftest import DEV, assert_same
+from lazy_runtime.ops.registry import COMPLEX_OK
+from lowering_harness import BOOL, C64, C128, F32, F64, I64, Case, lowering_tests, rnd, shape
+
+pytestmark = pytest.mark.filterwarnings("ignore:Casting complex values to real discards")
+aten = torch.ops.aten
+CASES: list = []
+COVERS: dict = {}   # case name -> the ATen ops it is there to check
+
+
+def case(name, fn, make, ops=(), **kw):
+    CASES.append(Case(name, fn, make, **kw))
+    COVERS[name] = ops
+
+
+def one(dtype, lo=-3, hi=3):
+    return lambda g, r: [rnd(g, shape(r, 2, 1, 5), dtype, lo, hi)]
+
+
+def two(dtype, other=None):
+    def make(g, r):
+        s = shape(r, 2, 1, 5)
+        return [rnd(g, s, dtype), rnd(g, s, other or dtype)]
+    return make
+
+
+def _write_views(a, b):
+    """Writes through slices, selects, diagonals and as_strided views of complex tensors,
+    and through the real view of a complex one."""
+    a = a * 1
+    a[0] = b[0]
+    a[:, 1:2] = b[:, :1] * 2j
+    a.diagonal().mul_(1 - 1j)
+    a.as_strided((2,), (2,), 1).add_(b.reshape(-1)[:2])
+    torch.view_as_real(a)[..., 1].mul_(3)
+    return a
+
+
+for dt in (C64, C128):
+    n = str(dt)[6:]
+    case(f"add-{n}", lambda a, b: a + b * 2, two(dt), (aten.add.Tensor,), grad=True)
+    case(f"scalar-ops-{n}", lambda a: (a + (1 - 2j), aten.add.Scalar(a, 2.5),
+                                       aten.sub.Scalar(a, 1j), aten.mul.Scalar(a, 0.5 + 1j),
+                                       aten.div.Scalar(a, 4.0)), one(dt),
+         (aten.add.Tensor, aten.add.Scalar, aten.sub.Scalar, aten.mul.Scalar, aten.div.Scalar),
+         grad=True)
+    case(f"sub-rsub-{n}", lambda a, b: (a - b, 1.5 - a, torch.rsub(a, b, alpha=2)), two(dt),
+         (aten.sub.Tensor, aten.rsub.Scalar, aten.rsub.Tensor), grad=True)
+    case(f"mul-div-{n}", lambda a, b: (a * b, a / b, a * 2.5, a / (1 + 1j)), two(dt),
+         (aten.mul.Tensor, aten.div.Tensor), grad=True)
+    case(f"mixed-real-{n}", lambda a, b: (a * b, a + b, b / a), two(dt, F32),
+         (aten.mul.Tensor, aten.add.Tensor, aten.div.Tensor), grad=True)
+    case(f"unary-{n}", lambda a: (-a, a.abs(), a.sgn(), a.sqrt(), a.rsqrt(), a.exp(), a.log(),
+                                  a.reciprocal(), +a),
+         one(dt), (aten.neg.default, aten.abs.default, aten.sgn.default, aten.sqrt.default,
+                   aten.rsqrt.default, aten.exp.default, aten.log.default,
+                   aten.reciprocal.default, aten.positive.default), grad=True, rtol=1e-4)
+    case(f"trig-{n}", lambda a: (a.sin(), a.cos(), a.tan(), a.sinh(), a.cosh(), a.tanh(),
+                                 a.sigmoid()),
+         one(dt, -1, 1), (aten.sin.default, aten.cos.default, aten.tan.default,
+                          aten.sinh.default, aten.cosh.default, aten.tanh.default,
+                          aten.sigmoid.default, aten.tanh_backward.default,
+                          aten.sigmoid_backward.default), grad=True, rtol=1e-4)
+    case(f"pow-{n}", lambda a, b: (a ** 2, a ** b, 2 ** a, a ** 0.5),
+         lambda g, r: [rnd(g, (3, 4), dt, 0.5, 2), rnd(g, (3, 4), dt, -1, 1)],
+         (aten.pow.Tensor_Scalar, aten.pow.Tensor_Tensor, aten.pow.Scalar), grad=True,
+         rtol=1e-4, atol=1e-5)
+    case(f"compare-{n}", lambda a, b: (a == b, a != b, a == a, a != 1j, a.isnan(),
+                                       a.isfinite(), a.isinf()), two(dt),
+         (aten.eq.Tensor, aten.ne.Tensor, aten.eq.Scalar, aten.ne.Scalar, aten.isnan.default,
+          aten.isfinite.default, aten.isinf.default))
+    case(f"where-fill-{n}", lambda a, b, m: (torch.where(m, a, b), a.masked_fill(m, 2 - 1j),
+                                             a.clone().fill_(3j), a.clone()),
+         lambda g, r: two(dt)(g, r) + [rnd(g, (1,), BOOL)],
+         (aten.where.self, aten.masked_fill.Scalar, aten.fill.Scalar, aten.clone.default),
+         grad=(0, 1))
+    case(f"addcmul-lerp-{n}", lambda a, b: (torch.addcmul(a, a, b, value=0.5),
+                                            torch.lerp(a, b, 0.25)),
+         two(dt), (aten.addcmul.default, aten.lerp.Scalar), grad=True)
+    case(f"convert-{n}", lambda a: (a.to(F32 if dt == C64 else F64), a.to(I64), a.to(BOOL),
+                                    a.to(C128), a.real.to(dt)),
+         lambda g, r: [rnd(g, (2, 5), dt) * 3], (aten._to_copy.default,))
+    case(f"reduce-{n}", lambda a: (a.sum(), a.sum(1), a.mean(), a.mean(0, keepdim=True),
+                                   a.prod(1), a.cumsum(0), a.cumprod(1)),
+         one(dt, -1, 1), (aten.sum.default, aten.sum.dim_IntList, aten.mean.default,
+                          aten.mean.dim, aten.prod.dim_int, aten.cumsum.default,
+                          aten.cumprod.default),
+         grad=True, rtol=1e-4, atol=1e-5)
+    case(f"matmul-{n}", lambda a, b, v, c: (a @ b, torch.bmm(c, c), a @ v, v @ v,
+                                            torch.addmm(a[:, :2], a, b, beta=0.5)),
+         lambda g, r: [rnd(g, (3, 4), dt), rnd(g, (4, 2), dt), rnd(g, (4,), dt),
+                       rnd(g, (2, 3, 3), dt)],
+         (aten.mm.default, aten.bmm.default, aten.mv.default, aten.dot.default,
+          aten.addmm.default), grad=True, rtol=1e-4, atol=1e-5)
+    case(f"einsum-{n}", lambda a, b: torch.einsum("bij,bjk->bik", a, b),
+         lambda g, r: [rnd(g, (2, 3, 4), dt), rnd(g, (2, 4, 5), dt)], (aten.bmm.default,),
+         grad=True, rtol=1e-4, atol=1e-5)
+    case(f"layout-{n}", lambda a, b: (torch.cat([a, b], 0), torch.stack([a, b], 1),
+                                      a.repeat(2, 1), a.flip(0), a.roll(1, 1),
+                                      F.pad(a, (1, 2)), a.tril(), a.triu(1),
+                                      a.t().reshape(-1)),
+         two(dt), (aten.cat.default, aten.stack.default, aten.repeat.default, aten.flip.default,
+                   aten.roll.default, aten.constant_pad_nd.default, aten.tril.default,
+                   aten.triu.default, aten._unsafe_view.default), grad=True)
+    case(f"indexing-{n}", lambda a, i: (a[i], a.index_select(1, i), a.gather(0, i[None]),
+                                        torch.zeros_like(a).index_put((i,), a[:2], True),
+                                        torch.zeros_like(a).scatter(0, i[None], a[:1, :2]),
+                                        torch.zeros_like(a).scatter(0, i[None], 2j),
+                                        torch.zeros_like(a).scatter_add(0, i[None], a[:1, :2]),
+                                        torch.zeros_like(a).index_add(0, i, a[:2])),
+         lambda g, r: [rnd(g, (4, 5), dt), torch.tensor([1, 3])],
+         (aten.index.Tensor, aten.index_select.default, aten.gather.default,
+          aten.index_put.default, aten.scatter.src, aten.scatter.value, aten.scatter_add.default,
+          aten.index_add.default), grad=(0,))
+    case(f"written-views-{n}", _write_views, two(dt),
+         (aten.slice_scatter.default, aten.select_scatter.default,
+          aten.diagonal_scatter.default, aten.as_strided_scatter.default), grad=True)
+    case(f"parts-{n}", lambda a: (a.real, a.imag, torch.view_as_real(a), a.conj(),
+                                  torch.conj_physical(a), a.angle(), a.conj().imag),
+         one(dt), (aten.view_as_real.default, aten._conj.default, aten._conj_physical.default,
+                   aten.angle.default), grad=True)
+    part = F32 if dt == C64 else F64
+    case(f"build-{part}", lambda x, y: (torch.complex(x, y), torch.polar(x.abs(), y),
+                                        torch.view_as_complex(torch.stack([x, y], -1)),
+                                        x.angle(), torch.view_as_complex(
+                                            torch.stack([x, y], -1)[1:])),
+         two(part), (aten.complex.default, aten.polar.default, aten.view_as_complex.default),
+         grad=True)
+    case(f"fft-{n}", lambda a: (torch.fft.fft(a), torch.fft.ifft(a, n=7), torch.fft.fft2(a),
+                                torch.fft.ifftn(a, norm="ortho"),
+                                torch.fft.fft(a, dim=0, norm="forward"),
+                                torch.fft.irfft(a), torch.fft.irfft2(a, s=(3, 6)),
+                                torch.fft.hfft(a, n=5)),
+         lambda g, r: [rnd(g, (r.randint(2, 5), r.randint(3, 6)), dt)],
+         (aten._fft_c2c.default, aten._fft_c2r.default), grad=True, rtol=1e-4, atol=1e-4)
+    case(f"rfft-{part}", lambda x: (torch.fft.rfft(x), torch.fft.rfft2(x, norm="ortho"),
+                                    torch.fft.rfftn(x, s=(4, 6), norm="forward"),
+                                    torch.fft.fftn(x), torch.fft.ihfft(x),
+                                    torch.fft.irfft(torch.fft.rfft(x), n=x.shape[-1])),
+         lambda g, r: [rnd(g, (2, r.randint(2, 5), r.randint(3, 8)), part)],
+         (aten._fft_r2c.default,), grad=True, rtol=1e-4, atol=1e-4)
+
+
+(forward_results, backward_results, test_lowering_matches_torch, test_backward_matches_torch,
+ test_every_case_was_lowered_not_run_eagerly) = lowering_tests(CASES)
+
+
+def test_every_complex_op_is_checked_by_a_case():
+    covered = set().union(*COVERS.values())
+    assert COMPLEX_OK <= covered, sorted(map(str, COMPLEX_OK - covered))
+
+
+# ---- views written through, ops without a complex lowering, errors --------------------
+
+
+def test_writes_through_real_and_complex_views_reach_the_base():
+    c = rnd(torch.Generator().manual_seed(0), (3, 4), C64)
+    f = rnd(torch.Generator().manual_seed(1), (3, 4, 2), F32)
+    lc, lf = c.to(DEV), f.to(DEV)
+    for t in (c, lc):
+        torch.view_as_real(t)[:, 1:, 0].mul_(-2)    # the real parts of columns 1..3
+        t.real[0] += 1
+        t.imag.clamp_(min=0)                       # clamp: no complex operand
+        t.conj()[2].mul_(1j)                       # a conjugate view written through
+    for t in (f, lf):
+        z = torch.view_as_complex(t)
+        z[1] = z[1] * (2 - 1j)
+        z.add_(z.conj())
+    assert_same(lc, c)
+    assert_same(lf, f)
+
+
+def test_bitcast_views_share_bits_with_their_base():
+    x = torch.randn(2, 6)
+    lx = x.to(DEV)
+    for t in (x, lx):
+        bits = t.view(torch.int32)
+        bits[:, ::2] ^= 1 << 31                    # flip the sign bits of even columns
+    assert_same(lx, x)
+    assert_same(lx.view(torch.int32), x.view(torch.int32))
+
+
+def test_an_op_without_a_complex_lowering_runs_eagerly_with_torchs_result_or_error():
+    c = rnd(torch.Generator().manual_seed(2), (4, 3), C64)
+    lc = c.to(DEV)
+    lr.reset_metrics()
+    assert_same(torch.linalg.vector_norm(lc, dim=1), torch.linalg.vector_norm(c, dim=1),
+                1e-5, 1e-5)
+    assert_same(lc.exp2(), c.exp2(), 1e-5, 1e-5)   # exp2's lowering is not checked for them
+    assert lr.metrics()["fallback_ops"]
+    with pytest.raises(RuntimeError, match="not implemented for 'ComplexFloat'|complex"):
+        (lc < lc).cpu()
+
+
+def test_a_copy_standing_for_a_view_refuses_writes():
+    lx = torch.randn(4).to(DEV)
+    y = lx.view(torch.uint8)                       # a different item size: runs eagerly
+    assert y.shape == (16,)
+    with pytest.raises(lr.UnsupportedOperation, match="not a view of its input"):
+        y.add_(1)
+    assert_same(y + 1, lx.cpu().view(torch.uint8) + 1)
+
+
+def test_errors_are_torchs():
+    lf = torch.randn(3, 4).to(DEV)
+    with pytest.raises(RuntimeError, match="last dimension of size 2"):
+        torch.view_as_complex(lf)
+    with pytest.raises(RuntimeError, match="stride 1"):
+        torch.view_as_complex(torch.randn(2, 3).to(DEV).t())
+    with pytest.raises(RuntimeError, match="only supported for complex"):
+        torch.view_as_real(lf)
+
+
+# ---- a spectral model trains as in eager torch -----------------------------------------
+
+
+class SpectralConv1d(torch.nn.Module):
+    """A Fourier layer (as in Fourier neural operators): the lowest ``modes`` frequencies
+    of each channel mixed by complex weights, the rest dropped; plus a pointwise path."""
+
+    def __init__(self, channels, modes):
+        super().__init__()
+        self.modes = modes
+        scale = 1 / channels
+        self.weight = torch.nn.Parameter(scale * torch.randn(channels, channels, modes,
+                                                             dtype=torch.cfloat))
+        self.pointwise = torch.nn.Conv1d(channels, channels, 1)
+
+    def forward(self, x):
+        xf = torch.fft.rfft(x, norm="ortho")
+        out = torch.zeros_like(xf)
+        out[..., :self.modes] = torch.einsum("bim,iom->bom", xf[..., :self.modes], self.weight)
+        y = torch.fft.irfft(out, n=x.shape[-1], norm="ortho")
+        return F.gelu(y + self.pointwise(x))
+
+
+def test_a_spectral_model_with_complex_weights_trains_as_in_eager_torch():
+    torch.manual_seed(0)
+    eager = torch.nn.Sequential(SpectralConv1d(4, 5), SpectralConv1d(4, 5))
+    lazy = torch.nn.Sequential(SpectralConv1d(4, 5), SpectralConv1d(4, 5))
+    lazy.load_state_dict(eager.state_dict())
+    lazy.to(DEV)
+    data = torch.randn(4, 2, 3, 4, 16)
+
+    def run(model, device):
+        opt = torch.optim.Adam(model.parameters(), lr=1e-2)
+        return train_steps(model, opt, lambda i: data[i].unbind(), F.mse_loss, 4, device)
+
+    want = run(eager, None)
+    lr.reset_metrics()
+    got = run(lazy, DEV)
+    assert got == pytest.approx(want, rel=1e-4)
+    for (name, p), q in zip(lazy.named_parameters(), eager.parameters()):
+        assert_same(p, q, 1e-4, 1e-5, name)
+    m = lr.metrics()
+    assert m["fallback_ops"] == {}
+    assert m["compiles"] <= 2     # the first step, then one graph for every later step
