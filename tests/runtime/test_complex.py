@@ -223,6 +223,38 @@ def test_errors_are_torchs():
         torch.view_as_real(lf)
 
 
+def _rotary(x, freqs_cis):
+    """Rotary embeddings as Meta's Llama reference code writes them (complex products)."""
+    xc = torch.view_as_complex(x.float().reshape(*x.shape[:-1], -1, 2))
+    return torch.view_as_real(xc * freqs_cis).flatten(3).type_as(x)
+
+
+def test_llama_style_rotary_embeddings_forward_and_backward():
+    freqs = 1.0 / (10000 ** (torch.arange(0, 8, 2).float() / 8))
+    angles = torch.outer(torch.arange(5).float(), freqs)
+    cis = torch.polar(torch.ones_like(angles), angles)[None, :, None, :]
+    q = torch.randn(2, 5, 3, 8, requires_grad=True)
+    ql = q.detach().to(DEV).requires_grad_()
+    lr.reset_metrics()
+    want, got = _rotary(q, cis), _rotary(ql, cis.to(DEV))
+    want.pow(2).sum().backward()
+    got.pow(2).sum().backward()
+    assert_same(got, want.detach(), 1e-5, 1e-5)
+    assert_same(ql.grad, q.grad, 1e-5, 1e-5)
+    assert lr.metrics()["fallback_ops"] == {}
+
+
+def test_stft_and_its_inverse():
+    x, window = torch.randn(2, 300), torch.hann_window(64)
+    spec = torch.stft(x, 64, hop_length=16, window=window, return_complex=True)
+    lspec = torch.stft(x.to(DEV), 64, hop_length=16, window=window.to(DEV),
+                       return_complex=True)
+    assert_same(lspec, spec, 1e-4, 1e-4)
+    back = torch.istft(lspec, 64, hop_length=16, window=window.to(DEV), length=300)
+    assert_same(back, torch.istft(spec, 64, hop_length=16, window=window, length=300),
+                1e-4, 1e-5)
+
+
 # ---- a spectral model trains as in eager torch -----------------------------------------
 
 
