@@ -82,9 +82,11 @@ for dt in (C64, C128):
          (aten.eq.Tensor, aten.ne.Tensor, aten.eq.Scalar, aten.ne.Scalar, aten.isnan.default,
           aten.isfinite.default, aten.isinf.default))
     case(f"where-fill-{n}", lambda a, b, m: (torch.where(m, a, b), a.masked_fill(m, 2 - 1j),
-                                             a.clone().fill_(3j), a.clone()),
+                                             a.clone().fill_(3j), a.clone(),
+                                             torch.diag_embed(a)),
          lambda g, r: two(dt)(g, r) + [rnd(g, (1,), BOOL)],
-         (aten.where.self, aten.masked_fill.Scalar, aten.fill.Scalar, aten.clone.default),
+         (aten.where.self, aten.masked_fill.Scalar, aten.fill.Scalar, aten.clone.default,
+          torch.ops.prims.where.default),
          grad=(0, 1))
     case(f"addcmul-lerp-{n}", lambda a, b: (torch.addcmul(a, a, b, value=0.5),
                                             torch.lerp(a, b, 0.25)),
