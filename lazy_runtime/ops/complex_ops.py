@@ -153,7 +153,14 @@ COMPLEX_OK.update([
     aten.gather.default, aten.index_put.default, aten.scatter.src, aten.scatter.value,
     aten.scatter_add.default, aten.index_add.default, aten.slice_scatter.default,
     aten.select_scatter.default, aten.diagonal_scatter.default,
-    aten.as_strided_scatter.default,
+    aten.as_strided_scatter.default, aten.exp2.default, aten.expm1.default, aten.log2.default,
+    aten.log10.default, aten.log1p.default, aten.asin.default, aten.acos.default,
+    aten.atan.default, aten.asinh.default, aten.acosh.default, aten.atanh.default,
+    aten.addcdiv.default, aten.linalg_vector_norm.default, aten.var.correction,
+    aten.std.correction, aten.var_mean.correction, aten.prod.default,
+    torch.ops.prims.conj_physical.default, aten.any.default, aten.all.dim,
+    aten.logical_not.default, aten.logical_and.default, aten.logical_or.default,
+    aten.nan_to_num.default,
 ])
 COMPLEX_OK.update([
     aten.view_as_real.default, aten.view_as_complex.default, aten._conj.default,

@@ -172,8 +172,15 @@ def lower_all(x, dim=None, keepdim=False):
 
 @rule(aten.var.correction, aten.std.correction)
 def var_rule(x, dim=None, *, correction=None, keepdim=False):
-    out = x.dtype if x.dtype.is_floating_point else torch.get_default_dtype()
+    d = x.dtype
+    out = D.REAL_OF.get(d) or (d if d.is_floating_point else torch.get_default_dtype())
     return sf.reduce_shape(tuple(x.shape), _dims_arg(dim), keepdim), out
+
+
+def _in_opmath(x, real_dtype):
+    """``x`` in the compute dtype of a reduction with a real result: complex values stay
+    as they are (their magnitudes are taken inside)."""
+    return x if jnp.iscomplexobj(x) else x.astype(jdt(opmath(real_dtype)))
 
 
 def _var(x, dim, correction, keepdim):
@@ -182,33 +189,33 @@ def _var(x, dim, correction, keepdim):
     for a in axes:
         n *= x.shape[a]
     c = 1 if correction is None else correction
-    mean = jnp.mean(x, axis=axes, keepdims=True)
-    ss = jnp.sum(jnp.square(x - mean), axis=axes, keepdims=keepdim)
-    return ss / max(n - c, 0)
+    dev = x - jnp.mean(x, axis=axes, keepdims=True)
+    sq = jnp.real(dev * jnp.conj(dev)) if jnp.iscomplexobj(dev) else jnp.square(dev)
+    return jnp.sum(sq, axis=axes, keepdims=keepdim) / max(n - c, 0)
 
 
 @lowering(aten.var.correction, ctx=True)
 def lower_var(ctx, x, dim=None, *, correction=None, keepdim=False):
-    return _var(x.astype(jdt(opmath(ctx.dtype))), dim, correction, keepdim)
+    return _var(_in_opmath(x, ctx.dtype), dim, correction, keepdim)
 
 
 @lowering(aten.std.correction, ctx=True)
 def lower_std(ctx, x, dim=None, *, correction=None, keepdim=False):
-    return jnp.sqrt(_var(x.astype(jdt(opmath(ctx.dtype))), dim, correction, keepdim))
+    return jnp.sqrt(_var(_in_opmath(x, ctx.dtype), dim, correction, keepdim))
 
 
 @rule(aten.var_mean.correction, multi=True)
 def var_mean_rule(x, dim=None, *, correction=None, keepdim=False):
-    t = var_rule(x, dim, correction=correction, keepdim=keepdim)
-    return [t, t]
+    shape, real = var_rule(x, dim, correction=correction, keepdim=keepdim)
+    return [(shape, real), (shape, x.dtype if x.dtype in D.REAL_OF else real)]
 
 
 @lowering(aten.var_mean.correction, ctx=True)
 def lower_var_mean(ctx, x, dim=None, *, correction=None, keepdim=False):
-    out = jdt(ctx.dtype[0])
-    xf = x.astype(jdt(opmath(ctx.dtype[0])))
+    xf = _in_opmath(x, ctx.dtype[0])
     mean = jnp.mean(xf, axis=norm_dims(_dims_arg(dim), x.ndim), keepdims=keepdim)
-    return _var(xf, dim, correction, keepdim).astype(out), mean.astype(out)
+    return (_var(xf, dim, correction, keepdim).astype(jdt(ctx.dtype[0])),
+            mean.astype(jdt(ctx.dtype[1])))
 
 
 @decomposition(aten.var_mean.dim)
@@ -219,13 +226,17 @@ def var_mean_dim(x, dim, unbiased=True, keepdim=False):
 
 @rule(aten.linalg_vector_norm.default)
 def vector_norm_rule(x, ord=2, dim=None, keepdim=False, *, dtype=None):
+    if x.dtype in D.REAL_OF:   # the norm of complex values is real
+        if dtype is not None:
+            raise NoLowering(aten.linalg_vector_norm.default, "a dtype for a complex input")
+        dtype = D.REAL_OF[x.dtype]
     return sf.reduce_shape(tuple(x.shape), _dims_arg(dim), keepdim), dtype or x.dtype
 
 
 @lowering(aten.linalg_vector_norm.default, ctx=True)
 def lower_vector_norm(ctx, x, ord=2, dim=None, keepdim=False, *, dtype=None):
     axes = norm_dims(_dims_arg(dim), x.ndim)
-    a = jnp.abs(x.astype(jdt(opmath(ctx.dtype))))
+    a = jnp.abs(_in_opmath(x, ctx.dtype))
     if ord == float("inf"):
         return jnp.max(a, axis=axes, keepdims=keepdim)
     if ord == float("-inf"):
