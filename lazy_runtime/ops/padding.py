@@ -34,6 +34,9 @@ Rules by family:
   (so weight/bias gradients are exact).
 * nll_loss: padded targets become ``ignore_index`` (mean divides by the true count).
 * embedding: padded ids gather garbage rows; its backward zeroes their gradients.
+* complex values: conj, polar, complex, angle and bitcasts are elementwise;
+  view_as_real/view_as_complex add or drop the pair dim; the FFT along concrete dims
+  passes the others' padding through (along a padded dim it compiles exactly).
 """
 
 from __future__ import annotations
@@ -119,7 +122,32 @@ pad_rule(aten.masked_fill.Scalar, aten.masked_fill.Tensor, aten._to_copy.default
          aten.native_dropout_backward.default, aten.bernoulli.p, aten.bernoulli.default,
          aten.cumsum.default, aten.cumprod.default,
          # position-based masks: padded positions keep their indices (end padding)
-         aten.tril.default, aten.triu.default)(pad_elementwise)
+         aten.tril.default, aten.triu.default,
+         # complex values: built, conjugated or reinterpreted element by element
+         aten._conj.default, aten._conj_physical.default, aten.view.dtype,
+         aten.complex.default, aten.polar.default, aten.angle.default)(pad_elementwise)
+
+
+@pad_rule(aten.view_as_real.default, aten.view_as_complex.default)
+def pad_complex_view(node, ins, cx):
+    """A trailing dim of the (real, imaginary) pair added or removed."""
+    lay = ins[0]
+    if node.op is aten.view_as_real.default:
+        return Pad(lay + ((2,),))
+    if is_sym(lay[-1]):
+        raise NoPadRule(node.op, "a padded dim of pairs", _syms(lay))
+    return Pad(lay[:-1])
+
+
+@pad_rule(aten._fft_r2c.default, aten._fft_c2r.default, aten._fft_c2c.default)
+def pad_fft(node, ins, cx):
+    """Along concrete dims the other dims' padding passes through; a padded signal would
+    take its padding into the transform (compiled exactly)."""
+    lay = ins[0]
+    dims = norm_dims(node.args[1], len(lay))
+    if any(is_sym(lay[d]) for d in dims):
+        raise NoPadRule(node.op, "an FFT along a padded dim", _syms(lay))
+    return Pad(tuple((node.shape[d],) if d in dims else lay[d] for d in range(len(lay))))
 
 
 # ---- views --------------------------------------------------------------------------

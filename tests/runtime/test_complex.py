@@ -322,3 +322,35 @@ def test_a_spectral_model_with_complex_weights_trains_as_in_eager_torch():
     m = lr.metrics()
     assert m["fallback_ops"] == {}
     assert m["compiles"] <= 2     # the first step, then one graph for every later step
+
+
+# ---- dynamic dims --------------------------------------------------------------------
+
+
+def _spectral_features(x):
+    c = torch.fft.fft(x.to(torch.cfloat))
+    return (torch.fft.rfft(x).abs().sum(1) + torch.view_as_real(c).sum((1, 2))
+            + torch.fft.irfft(torch.fft.rfft(x), n=x.shape[1]).sum(1) + c.conj().angle().sum(1)
+            + torch.polar(x.abs(), x).imag.sum(1)
+            + torch.view_as_complex(torch.stack([x, -x], -1)).imag.sum(1)
+            + x.view(torch.int32).bitwise_and(0xFF).float().sum(1))
+
+
+def test_complex_views_and_ffts_along_concrete_dims_run_padded():
+    lr.reset_metrics()
+    for n in (5, 7, 6):   # one bucket: 8
+        x = torch.randn(n, 8)
+        xl = x.to(DEV)
+        lr.mark_dynamic(xl, 0)
+        assert_same(_spectral_features(xl), _spectral_features(x), 1e-4, 1e-4)
+    m = lr.metrics()
+    assert m["exact_compiles"] == {} and m["compiles"] == 1, m["compile_reasons"]
+
+
+def test_an_fft_along_a_padded_dim_compiles_exactly():
+    lr.reset_metrics()
+    x = torch.randn(8, 5)
+    xl = x.to(DEV)
+    lr.mark_dynamic(xl, 1)
+    assert_same(torch.fft.rfft(xl).abs(), torch.fft.rfft(x).abs(), 1e-4, 1e-5)
+    assert lr.metrics()["exact_compiles"] == {"aten._fft_r2c.default": 1}
