@@ -16,8 +16,8 @@ from jax import lax
 
 from .. import random as lrandom
 from ..errors import NoLowering, UnsupportedOperation
-from .common import HIGHEST, norm_dim, sf, vjp
-from .registry import lowering, rule
+from .common import HIGHEST, norm_dim, opmath, sf, vjp
+from .registry import decomposition, lowering, rule
 
 aten = torch.ops.aten
 
@@ -191,49 +191,75 @@ lowering(aten.max_pool2d_with_indices_backward.default)(_max_pool_backward(2))
 lowering(aten.max_pool3d_with_indices_backward.default)(_max_pool_backward(3))
 
 
+def _window_pick(v, member):
+    """Per window (``member``: [n_out, n_in]) of ``v`` ([..., 1, n_in]): the position of
+    torch's CPU pick, which scans in order, takes a value only if strictly greater (the
+    first maximum; an all -inf window its first position) and takes every NaN (the last)."""
+    nan = member & jnp.isnan(v)
+    last_nan = v.shape[-1] - 1 - jnp.argmax(nan[..., ::-1], axis=-1)
+    top = jnp.max(jnp.where(member & ~jnp.isnan(v), v, -jnp.inf), axis=-1, keepdims=True)
+    first_max = jnp.argmax(member & (v == top), axis=-1)
+    return jnp.where(nan.any(-1), last_nan, first_max)
+
+
 def _adaptive_max_axis(vals, idx, axis, n_out):
-    """Along ``axis``: each adaptive window's maximum and the flat index it came from
-    (the first in order among equal values; NaN wins)."""
+    """Along ``axis``: each adaptive window's pick (``_window_pick``) and the flat index
+    it came from."""
     n_in = vals.shape[axis]
     lo = np.array([(i * n_in) // n_out for i in range(n_out)])
     hi = np.array([-((-(i + 1) * n_in) // n_out) for i in range(n_out)])
     member = (np.arange(n_in)[None, :] >= lo[:, None]) & (np.arange(n_in)[None, :] < hi[:, None])
     v = jnp.expand_dims(jnp.moveaxis(vals, axis, -1), -2)          # [..., 1, n_in]
     i = jnp.expand_dims(jnp.moveaxis(idx, axis, -1), -2)
-    keyed = jnp.where(member, jnp.where(jnp.isnan(v), jnp.inf, v), -jnp.inf)
-    first = jnp.argmax(keyed, axis=-1)                              # [..., n_out]
-    pick = jnp.take_along_axis(jnp.broadcast_to(v, keyed.shape), first[..., None], -1)[..., 0]
-    at = jnp.take_along_axis(jnp.broadcast_to(i, keyed.shape), first[..., None], -1)[..., 0]
-    return jnp.moveaxis(pick, -1, axis), jnp.moveaxis(at, -1, axis)
+    at = _window_pick(v, member)[..., None]                         # [..., n_out, 1]
+    pick = jnp.take_along_axis(jnp.broadcast_to(v, at.shape[:-1] + (n_in,)), at, -1)[..., 0]
+    src = jnp.take_along_axis(jnp.broadcast_to(i, at.shape[:-1] + (n_in,)), at, -1)[..., 0]
+    return jnp.moveaxis(pick, -1, axis), jnp.moveaxis(src, -1, axis)
 
 
-@rule(aten.adaptive_max_pool2d.default, multi=True)
-def adaptive_max_pool2d_rule(x, output_size):
-    if not x.dtype.is_floating_point:   # torch refuses them: let it say so
-        raise NoLowering(aten.adaptive_max_pool2d.default, f"{x.dtype} input")
-    s = sf.adaptive_pool_shape(_shape(x), tuple(output_size), 2)
-    return [(s, x.dtype), (s, torch.int64)]
+def _adaptive_max_rule(n):
+    op = (aten.adaptive_max_pool2d.default, aten.adaptive_max_pool3d.default)[n - 2]
+
+    def adaptive_max_pool_rule(x, output_size):
+        if not x.dtype.is_floating_point:   # torch refuses them: let it say so
+            raise NoLowering(op, f"{x.dtype} input")
+        s = sf.adaptive_pool_shape(_shape(x), tuple(output_size), n)
+        return [(s, x.dtype), (s, torch.int64)]
+    return adaptive_max_pool_rule
 
 
-@lowering(aten.adaptive_max_pool2d.default)
-def lower_adaptive_max_pool2d(x, output_size):
-    """Separable: the maximum over a window is the maximum over its rows' maxima, and
-    taking the first maximum along W, then the first along H, is the first in row-major
-    order (torch's CPU kernel; it keeps the last NaN, we the first)."""
-    H, W = x.shape[-2:]
-    idx = jnp.broadcast_to(jnp.arange(H * W, dtype=jnp.int64).reshape(H, W), x.shape)
-    vals, idx = _adaptive_max_axis(x, idx, x.ndim - 1, output_size[1])
-    return _adaptive_max_axis(vals, idx, x.ndim - 2, output_size[0])
+rule(aten.adaptive_max_pool2d.default, multi=True)(_adaptive_max_rule(2))
+rule(aten.adaptive_max_pool3d.default, multi=True)(_adaptive_max_rule(3))
 
 
-@rule(aten.adaptive_max_pool2d_backward.default)
-def adaptive_max_pool2d_backward_rule(g, x, indices):
+@lowering(aten.adaptive_max_pool2d.default, aten.adaptive_max_pool3d.default)
+def lower_adaptive_max_pool(x, output_size):
+    """Separable: the pick over a window is the pick over its rows' picks, taken along the
+    last spatial axis first (the first maximum, or the last NaN, in row-major order: torch's
+    CPU scan)."""
+    n = len(output_size)
+    spatial = x.shape[x.ndim - n:]
+    idx = jnp.broadcast_to(jnp.arange(int(np.prod(spatial)), dtype=jnp.int64).reshape(spatial),
+                           x.shape)
+    vals = x
+    for k in reversed(range(n)):
+        vals, idx = _adaptive_max_axis(vals, idx, x.ndim - n + k, output_size[k])
+    return vals, idx
+
+
+@rule(aten.adaptive_max_pool2d_backward.default, aten.adaptive_max_pool3d_backward.default)
+def adaptive_max_pool_backward_rule(g, x, indices):
     return _shape(x), x.dtype
 
 
 @lowering(aten.adaptive_max_pool2d_backward.default)
 def lower_adaptive_max_pool2d_backward(g, x, indices):
     return _add_at_argmax(g, x, indices, 2)
+
+
+@lowering(aten.adaptive_max_pool3d_backward.default)
+def lower_adaptive_max_pool3d_backward(g, x, indices):
+    return _add_at_argmax(g, x, indices, 3)
 
 
 def _avg_pool(x, n, kernel_size, stride, padding, ceil_mode, count_include_pad,
@@ -767,20 +793,46 @@ def lower_embedding(w, indices, padding_idx=-1, scale_grad_by_freq=False, sparse
 
 @rule(aten.embedding_dense_backward.default)
 def embedding_backward_rule(g, indices, num_weights, padding_idx, scale_grad_by_freq):
-    if scale_grad_by_freq:
-        raise NoLowering(aten.embedding_dense_backward.default, "scale_grad_by_freq")
     return (num_weights,) + _shape(g)[indices.ndim:], g.dtype
 
 
 @lowering(aten.embedding_dense_backward.default)
 def lower_embedding_backward(g, indices, num_weights, padding_idx, scale_grad_by_freq):
+    """Each gradient row added to its index's row; with ``scale_grad_by_freq`` first divided
+    by how often that index occurs (torch's CPU kernel scales each row before adding)."""
     d = g.shape[indices.ndim:]
     flat_i = indices.reshape(-1)
     flat_g = _f32(g).reshape((-1,) + d)
+    if scale_grad_by_freq:
+        counts = jnp.zeros((num_weights,), flat_g.dtype).at[flat_i].add(1)
+        flat_g = flat_g * (1 / counts[flat_i]).reshape((-1,) + (1,) * len(d))
     out = jnp.zeros((num_weights,) + d, flat_g.dtype).at[flat_i].add(flat_g)
     if padding_idx is not None and padding_idx >= 0:
         out = out.at[padding_idx].set(0)
     return out
+
+
+@rule(aten.embedding_renorm.default)
+def embedding_renorm_rule(w, indices, max_norm, norm_type):
+    if w.ndim != 2 or indices.dtype not in (torch.int32, torch.int64):
+        raise NoLowering(aten.embedding_renorm.default, "torch refuses these arguments")
+    return _shape(w), w.dtype
+
+
+@lowering(aten.embedding_renorm.default)
+def lower_embedding_renorm(w, indices, max_norm, norm_type):
+    """``embedding_renorm_``'s functional form: each row that ``indices`` name and whose
+    ``norm_type``-norm exceeds ``max_norm`` is scaled by ``max_norm / (norm + 1e-7)``."""
+    named = jnp.zeros((w.shape[0],), jnp.bool_).at[indices.reshape(-1)].set(True)
+    a = jnp.abs(_f32(w))
+    if norm_type == float("inf"):
+        norm = a.max(axis=1)
+    elif norm_type == 0:
+        norm = (a != 0).sum(axis=1).astype(a.dtype)
+    else:
+        norm = (a ** norm_type).sum(axis=1) ** (1 / norm_type)
+    scale = jnp.where(named & (norm > max_norm), max_norm / (norm + 1e-7), 1)
+    return (_f32(w) * scale[:, None].astype(a.dtype)).astype(w.dtype)
 
 
 # ---- embedding_bag ------------------------------------------------------------------------
@@ -1222,18 +1274,24 @@ def lower_native_dropout_backward(g, mask, scale):
     return g * mask.astype(g.dtype) * scale
 
 
-@rule(aten.rrelu_with_noise_functional.default, multi=True)
-def rrelu_rule(x, noise, lower=0.125, upper=1 / 3, training=False, generator=None):
-    if training:
-        raise NoLowering(aten.rrelu_with_noise_functional.default,
-                         "training-mode rrelu draws its slopes from torch's generator")
-    return [(_shape(x), x.dtype), (_shape(noise), noise.dtype)]
-
-
-@lowering(aten.rrelu_with_noise_functional.default)
-def lower_rrelu(x, noise, lower=0.125, upper=1 / 3, training=False, generator=None):
-    """Evaluation mode: a leaky relu with the mean slope; the noise is left as it was."""
-    return jnp.where(x >= 0, x, x * ((lower + upper) / 2)), noise
+@decomposition(aten.rrelu_with_noise_functional.default)
+def rrelu_with_noise(x, noise, lower=0.125, upper=1 / 3, training=False, generator=None):
+    """(out, noise). Training: a slope drawn uniformly from [lower, upper] (in the compute
+    type, from the lazy stream) for each input <= 0, 1 elsewhere (torch's CPU kernel; its
+    values differ). Evaluation: a leaky relu with the mean slope, the noise untouched. A
+    decomposition, not a lowering, so that the draw is an ordinary ``uniform_`` node."""
+    op = aten.rrelu_with_noise_functional.default
+    if generator is not None:
+        raise NoLowering(op, "explicit torch.Generator")
+    if not x.dtype.is_floating_point or (training and x.dtype == torch.float16):
+        raise NoLowering(op, f"{x.dtype} input (torch's CPU kernel refuses it: its error)")
+    if not training:
+        return aten.leaky_relu.default(x, (lower + upper) / 2), aten.clone.default(noise)
+    slopes = aten.empty.memory_format(tuple(x.shape), dtype=opmath(x.dtype), device=x.device)
+    slopes = aten.uniform_.default(slopes, lower, upper)
+    neg = x <= 0
+    out = torch.where(neg, x * slopes, x).to(x.dtype)
+    return out, torch.where(neg, slopes, 1).to(noise.dtype)
 
 
 # ---- fused LSTM cell (what nn.LSTMCell calls on a non-CPU device; nn.LSTM: ops/recurrent.py) --

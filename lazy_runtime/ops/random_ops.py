@@ -1,6 +1,7 @@
 """Random ops. Each node gets an RNG leaf (``_rng``: seed and counter, runtime inputs);
 the lowering derives a JAX key from it. Values differ from torch's CPU generator; a
-user-supplied ``torch.Generator`` makes the op run eagerly instead (fallback)."""
+user-supplied ``torch.Generator`` makes the op run eagerly instead (fallback).
+``multinomial`` is a decomposition into the fills below and lowered ops."""
 
 from __future__ import annotations
 
@@ -11,7 +12,7 @@ import torch
 from ..errors import NoLowering
 from ..random import key_from
 from .common import jdt
-from .registry import lowering, rule
+from .registry import decomposition, lowering, rule
 
 aten = torch.ops.aten
 
@@ -84,6 +85,49 @@ def lower_random_to(x, hi, *, generator=None, _rng):
 @lowering(aten.exponential_.default)
 def lower_exponential_(x, lambd=1.0, *, generator=None, _rng):
     return jax.random.exponential(key_from(_rng), x.shape, _float_of(x)) / lambd
+
+
+# ---- multinomial ------------------------------------------------------------------------
+
+
+def _valid_distribution(p) -> bool:
+    """Whether torch's checks pass: every probability finite and >= 0 and each row with a
+    positive one. One read of a boolean: a barrier if ``p`` is pending, as torch's own
+    checks synchronize a GPU (folded on the host if ``p`` is device data)."""
+    ok = torch.logical_and(torch.logical_and(torch.isfinite(p), p >= 0).all(),
+                           (p > 0).any(-1).all())
+    return bool(aten._local_scalar_dense.default(ok))   # (``item`` would decompose)
+
+
+def _static_ok(p, num_samples, replacement) -> bool:
+    return (p.dim() in (1, 2) and p.dtype.is_floating_point and num_samples > 0
+            and (replacement or num_samples <= p.shape[-1]) and p.shape[-1] <= 2 ** 24
+            and p.numel() > 0)
+
+
+@decomposition(aten.multinomial.default)
+def multinomial(p, num_samples, replacement=False, *, generator=None):
+    """torch's algorithms with the lazy stream's draws. Without replacement (or for one
+    sample): the ``num_samples`` largest of ``p / q``, ``q`` exponential (Gumbel top-k: no
+    repeats; a zero probability only once every positive one is drawn, as in torch). With
+    replacement: the first category whose cumulative probability exceeds a uniform draw
+    (float64, normalized by the total, so that it reaches exactly 1: a zero probability is
+    never drawn). Arguments or probabilities torch refuses run torch (its error)."""
+    op = aten.multinomial.default
+    if generator is not None:
+        raise NoLowering(op, "explicit torch.Generator")
+    if not _static_ok(p, num_samples, replacement) or not _valid_distribution(p):
+        raise NoLowering(op, "arguments or probabilities torch refuses (its error)")
+    if not replacement or num_samples == 1:
+        keys = p / aten.exponential_.default(torch.empty_like(p))
+        if num_samples == 1:
+            return keys.argmax(-1, keepdim=True)
+        return keys.topk(num_samples, -1).indices
+    cdf = p.to(torch.float64).cumsum(-1)
+    cdf = cdf / cdf[..., -1:]
+    draws = torch.empty(tuple(p.shape[:-1]) + (num_samples,), dtype=torch.float64,
+                        device=p.device)
+    return torch.searchsorted(cdf, aten.uniform_.default(draws), right=True)
 
 
 __all__ = ["jdt"]

@@ -1,5 +1,6 @@
 """Resampling as per-axis linear maps: adaptive average pooling and the backward of
-upsampling (nearest, nearest-exact, linear, bilinear, trilinear, bicubic).
+upsampling (nearest, nearest-exact, linear, bilinear, trilinear, bicubic); and grid
+sampling (``grid_sample``, 2-D and 3-D, forward and backward; see its section).
 
 Each is separable: along every spatial axis, output = M @ input for a small (out, in)
 matrix built on the host from the static sizes, with torch's index and weight formulas
@@ -21,7 +22,8 @@ import jax.numpy as jnp
 import numpy as np
 import torch
 
-from .common import HIGHEST, sf
+from ..errors import NoLowering
+from .common import HIGHEST, sf, vjp
 from .nn import _f32
 from .registry import lowering, rule
 
@@ -228,3 +230,127 @@ def lower_upsample_linear_backward(g, output_size, input_size, align_corners, *s
 @lowering(aten.upsample_bicubic2d_backward.default)
 def lower_upsample_bicubic_backward(g, output_size, input_size, align_corners, *scales):
     return _upsample_backward("cubic", g, output_size, input_size, align_corners, scales)
+
+
+# ---- grid sampling ------------------------------------------------------------------------
+#
+# ``grid_sampler_{2,3}d``: each output point reads the input where the grid puts it (x, y[, z]
+# in [-1, 1]), with torch's formulas (GridSampler.h): unnormalize, then the padding mode's
+# transform of the position (bilinear, nearest) or of each tap (bicubic). The backward is the
+# JAX vjp, and its grid gradient is torch's: zero through rounding (nearest) and where a
+# position is clipped, borders included (torch's ``clip_coordinates_set_grad``).
+
+_NEAREST, _BICUBIC = 1, 2          # (0: bilinear)
+_BORDER, _REFLECTION = 1, 2
+
+
+def _unnormalize(c, size, align_corners):
+    """[-1, 1] to [0, size - 1] (align_corners) or [-0.5, size - 0.5]."""
+    if align_corners:
+        return (c + 1) * ((size - 1) / 2)
+    return (c + 1) * (size / 2) - 0.5
+
+
+def _clip(c, size):
+    """``c`` clipped to [0, size - 1], with derivative 1 strictly inside only."""
+    return jnp.where(c <= 0, 0, jnp.where(c >= size - 1, size - 1, c)).astype(c.dtype)
+
+
+def _reflect(c, twice_low, twice_high):
+    """``c`` reflected at the bounds until it lies in [low, high] (derivative +-1)."""
+    if twice_low == twice_high:
+        return jnp.zeros_like(c)
+    low, span = twice_low / 2, (twice_high - twice_low) / 2
+    d = c - low
+    d = jnp.where(d < 0, -d, d)     # not abs: its derivative at 0 is 0, torch's 1
+    extra = jnp.fmod(d, span)
+    even = jnp.fmod(jnp.floor(d / span), 2) == 0
+    return jnp.where(even, extra + low, span - extra + low)
+
+
+def _pad_coord(c, size, padding, align_corners):
+    if padding == _BORDER:
+        return _clip(c, size)
+    if padding == _REFLECTION:
+        twice = (0, 2 * (size - 1)) if align_corners else (-1, 2 * size - 1)
+        return _clip(_reflect(c, *twice), size)
+    return c
+
+
+def _axis_taps(c, size, mode, padding, align_corners):
+    """The positions ([..., taps]) an output point reads along one axis, and their weights
+    (None: nearest's single tap)."""
+    u = _unnormalize(c, size, align_corners)
+    if mode == _BICUBIC:
+        x0 = jnp.floor(u)
+        w = jnp.stack(_cubic_weights(u - x0, _index_dtype(u.dtype)), -1)
+        taps = x0[..., None] + jnp.arange(-1, 3, dtype=u.dtype)
+        return _pad_coord(taps, size, padding, align_corners), w
+    s = _pad_coord(u, size, padding, align_corners)
+    if mode == _NEAREST:
+        return jnp.round(s)[..., None], None      # half to even, as torch's nearbyint
+    x0 = jnp.floor(s)
+    return jnp.stack([x0, x0 + 1], -1), jnp.stack([(x0 + 1) - s, s - x0], -1)
+
+
+def grid_sample(x, grid, mode, padding, align_corners):
+    """``x`` [N, C, *S] read at ``grid`` [N, *O, n]: [N, C, *O]. Taps outside the input
+    (zeros padding) read zero. The taps of all axes are combined by broadcasting and read
+    by one gather (its vjp: one scatter-add)."""
+    n = grid.shape[-1]
+    N, C, sizes = x.shape[0], x.shape[1], x.shape[2:]
+    flat_x = jnp.moveaxis(_f32(x), 1, -1).reshape(N, -1, C)
+    g = _f32(grid).reshape(N, -1, n)
+    flat, valid, w = 0, True, None
+    for j in range(n):   # x, y, z: the spatial axes from the last (weights in torch's order)
+        k = n - 1 - j
+        pos, wj = _axis_taps(g[..., j], sizes[k], mode, padding, align_corners)
+
+        def spread(a, j=j):   # [N, M, taps] onto its own axis of [N, M, taps_x, taps_y, ...]
+            return a.reshape(a.shape[:2] + (1,) * j + a.shape[2:] + (1,) * (n - 1 - j))
+        inside = (pos >= 0) & (pos <= sizes[k] - 1)     # False for NaN too
+        valid = valid & spread(inside)
+        stride = int(np.prod(sizes[k + 1:]))
+        flat = flat + spread(jnp.where(inside, pos, 0).astype(jnp.int64) * stride)
+        w = w if wj is None else (spread(wj) if w is None else w * spread(wj))
+    taps = int(np.prod(flat.shape[2:]))
+    rows = jnp.arange(N, dtype=jnp.int64)[:, None] * flat_x.shape[1]
+    vals = flat_x.reshape(-1, C).at[(rows + flat.reshape(N, -1)).reshape(-1)].get(
+        mode="promise_in_bounds").reshape(N, -1, taps, C)
+    vals = jnp.where(valid.reshape(N, -1, taps, 1), vals, 0)
+    out = vals[:, :, 0] if w is None else (vals * w.reshape(N, -1, taps, 1)).sum(2)
+    out = jnp.moveaxis(out.reshape((N,) + grid.shape[1:-1] + (C,)), -1, 1)
+    return out.astype(x.dtype)
+
+
+def _grid_rules(forward, backward, n):
+    def grid_sampler_rule(x, grid, mode, padding, align_corners):
+        ok = (x.ndim == grid.ndim == n + 2 and grid.shape[-1] == n and x.dtype == grid.dtype
+              and x.dtype.is_floating_point and x.shape[0] == grid.shape[0]
+              and 0 not in tuple(x.shape[2:]) and mode in (0, 1, 2) and padding in (0, 1, 2)
+              and not (n == 3 and mode == _BICUBIC))
+        if not ok:   # torch's errors
+            raise NoLowering(forward, "arguments torch refuses")
+        return tuple(x.shape[:2]) + tuple(grid.shape[1:-1]), x.dtype
+
+    def grid_sampler_backward_rule(g, x, grid, mode, padding, align_corners, output_mask):
+        grid_sampler_rule(x, grid, mode, padding, align_corners)
+        return [(tuple(x.shape), x.dtype) if output_mask[0] else None,
+                (tuple(grid.shape), grid.dtype)]
+    rule(forward)(grid_sampler_rule)
+    rule(backward, multi=True)(grid_sampler_backward_rule)
+
+
+_grid_rules(aten.grid_sampler_2d.default, aten.grid_sampler_2d_backward.default, 2)
+_grid_rules(aten.grid_sampler_3d.default, aten.grid_sampler_3d_backward.default, 3)
+
+
+@lowering(aten.grid_sampler_2d.default, aten.grid_sampler_3d.default)
+def lower_grid_sampler(x, grid, mode, padding, align_corners):
+    return grid_sample(x, grid, mode, padding, align_corners)
+
+
+@lowering(aten.grid_sampler_2d_backward.default, aten.grid_sampler_3d_backward.default)
+def lower_grid_sampler_backward(g, x, grid, mode, padding, align_corners, output_mask):
+    gx, gg = vjp(lambda a, b: grid_sample(a, b, mode, padding, align_corners), (x, grid), g)
+    return (gx if output_mask[0] else None), gg

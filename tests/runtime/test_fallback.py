@@ -45,19 +45,35 @@ def test_data_dependent_shapes_fall_back():
     assert any("nonzero" in k for k in fb) and any("unique" in k for k in fb)
 
 
-def test_a_decomposition_that_declines_its_arguments_falls_back():
-    """torch's adaptive_max_pool3d decomposition returns NotImplemented when the windows
-    differ in size: the op then runs eagerly (values and grad as torch's)."""
-    x = torch.randn(2, 3, 7, 8, 5, requires_grad=True)
-    xl = x.detach().to(DEV).requires_grad_()
-    lr.reset_metrics()
-    want, got = F.adaptive_max_pool3d(x, (3, 5, 2)), F.adaptive_max_pool3d(xl, (3, 5, 2))
-    want.sin().sum().backward()
-    got.sin().sum().backward()
-    lr.mark_step()
-    assert_same(got, want.detach())
-    assert_same(xl.grad, x.grad)
-    assert lr.metrics()["fallback_ops"].get("aten.adaptive_max_pool3d.default") == 1
+def test_a_decomposition_that_declines_its_arguments_falls_back(monkeypatch):
+    """A decomposition may cover only some arguments and return NotImplemented for the
+    rest (torch's own do): the op then runs eagerly (values and grad as torch's)."""
+    from lazy_runtime import dispatch
+    from lazy_runtime.ops import registry
+    op = aten.fractional_max_pool2d.default
+    declined = []
+
+    def covers_nothing(*args, **kwargs):
+        declined.append(op)
+        return NotImplemented
+    monkeypatch.setitem(registry.DECOMPOSITIONS, op, covers_nothing)
+    dispatch.clear_handler_cache()
+    try:
+        x = torch.randn(2, 3, 7, 8, requires_grad=True)
+        xl = x.detach().to(DEV).requires_grad_()
+        samples = torch.rand(2, 3, 2)
+        lr.reset_metrics()
+        want = F.fractional_max_pool2d(x, 2, (3, 4), _random_samples=samples)
+        got = F.fractional_max_pool2d(xl, 2, (3, 4), _random_samples=samples.to(DEV))
+        want.sin().sum().backward()
+        got.sin().sum().backward()
+        lr.mark_step()
+        assert_same(got, want.detach())
+        assert_same(xl.grad, x.grad)
+        assert declined and lr.metrics()["fallback_ops"].get(str(op)) == 1
+    finally:
+        monkeypatch.undo()
+        dispatch.clear_handler_cache()
 
 
 def test_training_with_a_fallback_op_matches_eager():

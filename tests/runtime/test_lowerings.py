@@ -155,7 +155,7 @@ case("diag_embed", lambda x: torch.diag_embed(x, 1), red_input(), grad=True)
 case("sinc", torch.sinc, lambda g, r: [torch.cat([rnd(g, (5,)), torch.zeros(1)])], grad=True)
 case("bucketize", lambda x, b: torch.bucketize(x, b.sort()[0], right=True),
      lambda g, r: [rnd(g, shape(r)).round(), rnd(g, (5,)).round()])
-# (its backward, grid_sampler_2d_backward, still falls back)
+# (every mode and its backward: test_lowerings_sampling.py)
 case("grid_sample", lambda img, grid: F.grid_sample(img, grid.tanh(), align_corners=False),
      lambda g, r: [rnd(g, (2, 3, 5, 4)), rnd(g, (2, 3, 4, 2))], rtol=1e-4, atol=1e-5)
 # shifts: torch defines every amount (a negative one or one past the width: 0 or the sign)

@@ -1,5 +1,6 @@
-"""embedding_bag and ctc_loss lowerings against eager torch, at random sizes, forward and
-backward, in every argument variant the lowerings take.
+"""embedding (max_norm's renorm, scale_grad_by_freq), embedding_bag and ctc_loss lowerings
+against eager torch, at random sizes, forward and backward, in every argument variant the
+lowerings take.
 
 All cases are recorded first and computed by one barrier, so the whole file costs two XLA
 compiles (forward values, then gradients), not one per case.
@@ -23,6 +24,46 @@ MODE_ID = {"sum": 0, "mean": 1, "max": 2}
 
 def case(name, fn, make, **kw):
     CASES.append(Case(name, fn, make, **kw))
+
+
+# ---- embedding ----------------------------------------------------------------------------
+
+
+def renormed(**kw):
+    """F.embedding with max_norm: its output and the weight it renormed in place (a copy,
+    so that the gradient still reaches the input)."""
+    def fn(w, i):
+        w = w.clone()
+        return F.embedding(i, w, **kw), w
+    return fn
+
+
+def lookup(g, r, dtype=F32, idx_dtype=I64, vocab=None, many=False):
+    """[weight, indices]: a few rows, indices 1-D or 2-D (``many``: more of them than rows,
+    so that most repeat)."""
+    vocab = r.randint(3, 8) if vocab is None else vocab
+    size = (r.randint(1, 3), r.randint(vocab, 2 * vocab)) if many else shape(r, None, 1, 7)
+    return [rnd(g, (vocab, r.randint(1, 5)), dtype),
+            torch.randint(0, vocab, size, generator=g).to(idx_dtype)]
+
+
+# the rows named by the indices (repeats once) and longer than max_norm are scaled down
+for _p in (2.0, 1.0, 3.0, float("inf")):
+    case(f"embedding-max-norm-p{_p}", renormed(max_norm=2.0, norm_type=_p), lookup, grad=True)
+case("embedding-max-norm-f64-padding", renormed(max_norm=1.5, padding_idx=1),
+     lambda g, r: lookup(g, r, F64, vocab=6), grad=True)
+case("embedding-max-norm-bf16", renormed(max_norm=2.0),
+     lambda g, r: lookup(g, r, BF16), rtol=1e-2, atol=1e-2)
+case("embedding-max-norm-int32", renormed(max_norm=1.0),
+     lambda g, r: lookup(g, r, idx_dtype=I32), grad=True)
+# scale_grad_by_freq: each gradient row divided by how often its index occurs
+for _pad in (None, 0, -1):
+    case(f"embedding-scale-grad-by-freq-padding-{_pad}",
+         lambda w, i, pad=_pad: F.embedding(i, w, padding_idx=pad, scale_grad_by_freq=True),
+         lambda g, r: lookup(g, r, vocab=5, many=True), grad=(0,))
+case("embedding-scale-grad-by-freq-f64-int32",
+     lambda w, i: F.embedding(i, w, scale_grad_by_freq=True),
+     lambda g, r: lookup(g, r, F64, I32, many=True), grad=(0,))
 
 
 # ---- embedding_bag ------------------------------------------------------------------------
@@ -351,3 +392,31 @@ def test_embedding_bag_and_ctc_loss_train_like_eager():
     assert_same(got_losses, want_losses, 1e-5, 1e-5, "losses")
     for k in want_state:
         assert_same(got_state[k], want_state[k], 1e-5, 1e-5, k)
+
+
+def test_embedding_max_norm_and_scale_grad_by_freq_train_like_eager():
+    """nn.Embedding(max_norm=..., scale_grad_by_freq=True, padding_idx=0): the renorm in
+    place on the weight each step and the scaled gradient, lowered."""
+    torch.manual_seed(0)
+    model = torch.nn.Sequential(
+        torch.nn.Embedding(12, 4, max_norm=1.0, scale_grad_by_freq=True, padding_idx=0),
+        torch.nn.Linear(4, 3))
+    g = torch.Generator().manual_seed(1)
+    batches = [torch.randint(0, 12, (3, 8), generator=g) for _ in range(3)]
+    states, losses = [], []
+    lr.reset_metrics()
+    for dev in ("cpu", lr.device()):
+        m = copy.deepcopy(model).to(dev)
+        opt = torch.optim.SGD(m.parameters(), lr=0.5)
+        for tokens in batches:
+            loss = m(tokens.to(dev)).square().mean()
+            loss.backward()
+            opt.step()
+            opt.zero_grad()
+            losses.append(loss.detach().cpu())
+        states.append({k: v.detach().cpu() for k, v in m.state_dict().items()})
+    lr.mark_step()
+    assert lr.metrics()["fallback_ops"] == {}
+    assert_same(losses[3:], losses[:3], 1e-5, 1e-6, "losses")
+    for k in states[0]:
+        assert_same(states[1][k], states[0][k], 1e-5, 1e-6, k)

@@ -1,5 +1,6 @@
-"""RNG policy (seeded, deterministic, statistically right, no recompiles) and dtype
-policy (int64 and float64 stay exact; torch's promotion rules)."""
+"""RNG policy (seeded, deterministic, statistically right, no recompiles), the random ops
+built on it (multinomial, training-mode rrelu), and dtype policy (int64 and float64 stay
+exact; torch's promotion rules)."""
 
 import pytest
 import torch
@@ -97,6 +98,140 @@ def test_random_like_factories_are_lowered_with_the_right_moments():
     lr.reset_metrics()
     assert torch.randn_like(x, device="cpu").shape == x.shape   # another device: torch's
     assert lr.metrics()["fallback_ops"] == {"aten.randn_like.default": 1}
+
+
+def _error_or_value(fn, *xs):
+    try:
+        return fn(*xs)
+    except Exception as e:  # the error itself is what is compared
+        return type(e), str(e)
+
+
+# ---- multinomial ----------------------------------------------------------------------------
+
+PROBS = torch.tensor([[0.1, 0.0, 0.6, 0.3, 0.0], [0.0, 2.0, 0.0, 1.0, 1.0]])
+
+
+def _multinomial(seed, p, n, replacement):
+    torch.manual_seed(seed)
+    return torch.multinomial(p.to(DEV) * 1, n, replacement)   # pending: the checks read
+
+
+def test_multinomial_is_lowered_deterministic_and_draws_the_probabilities():
+    lr.reset_metrics()
+    draws = [_multinomial(s, PROBS, 20000, True) for s in (1, 1, 2)]
+    firsts = _multinomial(3, PROBS.repeat_interleave(10000, 0), 3, False)
+    singles = _multinomial(4, PROBS[1].expand(20000, 5), 1, False)
+    lr.mark_step()
+    assert lr.metrics()["fallback_ops"] == {}
+    a, b, c = (d.cpu() for d in draws)
+    assert torch.equal(a, b) and not torch.equal(a, c)
+    want = PROBS / PROBS.sum(1, keepdim=True)
+    for got in (a, c):
+        freq = torch.stack([torch.bincount(row, minlength=5) for row in got]) / got.shape[1]
+        assert (freq[want == 0] == 0).all()          # a zero probability is never drawn
+        torch.testing.assert_close(freq, want, rtol=0, atol=0.015)
+    # the first of each row drawn without replacement, and single draws: distributed as p
+    firsts = firsts.cpu()[:, 0].view(2, 10000)
+    freq = torch.stack([torch.bincount(row, minlength=5) for row in firsts]) / 10000
+    torch.testing.assert_close(freq, want, rtol=0, atol=0.02)
+    freq = torch.bincount(singles.cpu()[:, 0], minlength=5) / 20000
+    torch.testing.assert_close(freq, want[1], rtol=0, atol=0.015)
+
+
+@pytest.mark.parametrize("dtype", [torch.float16, torch.bfloat16, torch.float32, torch.float64])
+def test_multinomial_without_replacement_never_repeats(dtype):
+    """All positive categories come before any zero one (torch's ``p / q`` keys: a zero
+    probability is drawn only once every positive one is)."""
+    p = torch.rand(6, 7, generator=torch.Generator().manual_seed(0)).to(dtype)
+    p[:, 2] = 0
+    p[1:3, 4:] = 0
+    for n in (1, 4, 7):
+        got, want = _multinomial(5, p, n, False).cpu(), torch.multinomial(p, n)
+        assert got.shape == want.shape and got.dtype == want.dtype == torch.int64
+        for row, probs in zip(got.tolist(), p):
+            assert len(set(row)) == len(row)
+            positive = int((probs > 0).sum())
+            assert all(probs[i] > 0 for i in row[:positive])
+    one_d = _multinomial(6, p[0], 3, True).cpu()
+    assert one_d.shape == (3,) and set(one_d.tolist()) <= set(range(7)) - {2}
+
+
+@pytest.mark.parametrize("p,n,replacement", [
+    (torch.tensor([1.0, -1.0, 0.0]), 2, True),
+    (torch.tensor([1.0, float("nan")]), 2, True),
+    (torch.tensor([1.0, float("inf")]), 2, True),
+    (torch.tensor([[1.0, 1.0], [0.0, 0.0]]), 2, True),
+    (torch.tensor([1.0, -1.0, 0.0]), 1, False),
+    (torch.tensor([[0.0, 0.0], [1.0, 1.0]]), 1, False),
+    (torch.tensor([1.0, 1.0]), 3, False),
+    (torch.tensor([1.0, 1.0]), 0, True),
+    (torch.tensor([1, 1]), 1, True),
+    (torch.ones(2, 2, 2), 1, True),
+])
+def test_multinomial_raises_torchs_errors(p, n, replacement):
+    want = _error_or_value(torch.multinomial, p, n, replacement)
+    assert isinstance(want, tuple)
+    for lazy in (p.to(DEV), p.to(DEV) * 1):   # device data (folded check) and pending
+        assert _error_or_value(torch.multinomial, lazy, n, replacement) == want
+
+
+# ---- rrelu --------------------------------------------------------------------------------
+
+
+def _rrelu(seed, x, lower=0.1, upper=0.3):
+    torch.manual_seed(seed)
+    xl = x.to(DEV).requires_grad_()
+    out = F.rrelu(xl, lower, upper, training=True)
+    out.sum().backward()
+    return out, xl.grad
+
+
+def test_training_rrelu_draws_slopes_in_range_and_its_gradient_is_the_noise():
+    x = torch.randn(20000, dtype=torch.float64, generator=torch.Generator().manual_seed(0))
+    lr.reset_metrics()
+    (a, ga), (b, _), (c, _) = _rrelu(1, x), _rrelu(1, x), _rrelu(2, x)
+    lr.mark_step()
+    assert lr.metrics()["fallback_ops"] == {}
+    a, b, c, ga = (t.detach().cpu() for t in (a, b, c, ga))
+    assert torch.equal(a, b) and not torch.equal(a, c)
+    neg = x <= 0
+    slopes = a[neg] / x[neg]
+    assert torch.equal(a[~neg], x[~neg]) and torch.equal(ga[~neg], torch.ones_like(ga[~neg]))
+    torch.testing.assert_close(ga[neg], slopes)              # the saved noise
+    assert 0.1 <= slopes.min().item() and slopes.max().item() <= 0.3
+    # uniform on [0.1, 0.3]: mean 0.2, standard deviation 0.2 / sqrt(12)
+    assert abs(slopes.mean().item() - 0.2) < 0.003
+    assert abs(slopes.std().item() - 0.2 / 12 ** 0.5) < 0.003
+
+
+@pytest.mark.parametrize("dtype", [torch.bfloat16, torch.float32, torch.float64])
+def test_rrelu_dtypes_and_evaluation_mode_match_torch(dtype):
+    x = torch.randn(4, 50, generator=torch.Generator().manual_seed(1)).to(dtype)
+    out, grad = _rrelu(3, x, 0.125, 1 / 3)
+    out, grad = out.detach().cpu(), grad.cpu()
+    want = F.rrelu(x, training=True)
+    assert out.dtype == grad.dtype == want.dtype and out.shape == want.shape
+    neg = x <= 0
+    assert torch.equal(out[~neg], x[~neg])
+    slopes = grad[neg].float()
+    assert 0.12 <= slopes.min().item() and slopes.max().item() <= 0.34
+    torch.testing.assert_close(out[neg], (x[neg].float() * slopes).to(dtype), rtol=1e-2,
+                               atol=1e-2)
+    module = torch.nn.RReLU(0.1, 0.4).eval()
+    assert torch.equal(module.to(DEV)(x.to(DEV)).cpu(), module(x))
+
+
+def test_float16_training_rrelu_raises_torchs_error():
+    """torch's CPU kernel has no float16 training rrelu: its error (through the fallback);
+    evaluation mode is lowered."""
+    x = torch.randn(5).half()
+    want = _error_or_value(F.rrelu, x, 0.1, 0.3, True)
+    assert isinstance(want, tuple)
+    assert _error_or_value(F.rrelu, x.to(DEV), 0.1, 0.3, True) == want
+    lr.reset_metrics()
+    assert torch.equal(F.rrelu(x.to(DEV), 0.1, 0.3).cpu(), F.rrelu(x, 0.1, 0.3))
+    assert lr.metrics()["fallback_ops"] == {}
 
 
 def test_int64_and_float64_stay_exact():
