@@ -44,19 +44,26 @@ _DECOMP = collections.ChainMap(DECOMPOSITIONS, torch._decomp.decomposition_table
 # ---- recording ----------------------------------------------------------------------
 
 
+# argument types that are constants of the graph as they are (the common case first)
+_CONSTANT_TYPES = frozenset([int, bool, type(None), str, torch.dtype, torch.device,
+                             torch.memory_format, torch.layout])
+
+
 def _template(a, inputs: list, dyn):
     """``a`` with lazy tensors (and dynamic scalars) replaced by input markers."""
+    t = type(a)
+    if t in _CONSTANT_TYPES:
+        return a
     if isinstance(a, LazyTensor):
         inputs.append(node_of(a))
         return _marker(len(inputs) - 1)
-    t = type(a)
     if t is float and dyn:
         shared = ir.SHARED_SCALARS.get((a, math.copysign(1.0, a))) if ir.SHARED_SCALARS \
             else None
         inputs.append(shared or ir.leaf(ir.SCALAR, a, (), torch.float64))
         return _marker(len(inputs) - 1)
-    if t is list or t is tuple:
-        return tuple(_template(x, inputs, dyn) for x in a)
+    if t is list or t is tuple:   # sizes (ints) stay as they are without a call each
+        return tuple([x if type(x) is int else _template(x, inputs, dyn) for x in a])
     if isinstance(a, torch.Tensor):
         inputs.append(host_data_node(a))
         return _marker(len(inputs) - 1)
@@ -154,6 +161,7 @@ def _mutated_args(func) -> tuple:
 FUNCTIONAL_OF = {
     aten.native_batch_norm.default: aten._native_batch_norm_legit_functional.default,
     aten.rrelu_with_noise.default: aten.rrelu_with_noise_functional.default,
+    aten.rrelu_with_noise_.default: aten.rrelu_with_noise_functional.default,
 }
 # Ops that write to arguments their schema does not mark as written (a legacy quirk).
 UNMARKED_WRITES = {

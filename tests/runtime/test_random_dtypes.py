@@ -205,6 +205,19 @@ def test_training_rrelu_draws_slopes_in_range_and_its_gradient_is_the_noise():
     assert abs(slopes.std().item() - 0.2 / 12 ** 0.5) < 0.003
 
 
+def test_in_place_training_rrelu_is_lowered():
+    x = torch.randn(1000, generator=torch.Generator().manual_seed(2))
+    y = x.to(DEV)
+    lr.reset_metrics()
+    F.rrelu_(y, 0.2, 0.25, training=True)
+    got = y.cpu()
+    assert lr.metrics()["fallback_ops"] == {}
+    neg = x <= 0
+    assert torch.equal(got[~neg], x[~neg])
+    slopes = got[neg] / x[neg]
+    assert 0.2 <= slopes.min().item() and slopes.max().item() <= 0.25
+
+
 @pytest.mark.parametrize("dtype", [torch.bfloat16, torch.float32, torch.float64])
 def test_rrelu_dtypes_and_evaluation_mode_match_torch(dtype):
     x = torch.randn(4, 50, generator=torch.Generator().manual_seed(1)).to(dtype)
