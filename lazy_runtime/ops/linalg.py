@@ -19,7 +19,7 @@ from jax.lax import linalg as lax_linalg
 from ..config import config
 from ..errors import NoLowering
 from .common import HIGHEST, jdt, opmath, sf, type_name
-from .registry import decomposition, lowering, rule
+from .registry import COMPLEX_OK, decomposition, lowering, rule
 
 aten = torch.ops.aten
 
@@ -82,27 +82,36 @@ def lower_addmm(ctx, x, a, b, *, beta=1, alpha=1):
 
 
 # ---- factorizations and solvers (torch.linalg) -----------------------------------------
-# float32/float64 are lowered; integer inputs raise torch's error where torch checks the
-# dtype itself, other dtypes (half types, complex) run eagerly and torch decides.
+# float32/float64 are lowered, and complex64/complex128 for the ops in ``COMPLEX_OK``
+# (listed at the end of this section); integer inputs raise torch's error where torch
+# checks the dtype itself, other dtypes (half types) run eagerly and torch decides.
+# Transposes that LAPACK's complex routines conjugate are ``_mH`` (``_mT`` for reals).
 # LU factors and pivots are LAPACK's (getrf: partial pivoting, 1-based int32 pivots), as
 # the backward formulas hand them back to ``linalg_lu_solve``/``lu_unpack``. ``info``
 # outputs follow LAPACK too: computed on the device, read only by ``check_errors``.
 
 _LOWERED = (torch.float32, torch.float64)
+_COMPLEX = (torch.complex64, torch.complex128)
 
 
 def _floating(op, A, name=None, low_precision=True):
-    """A's dtype where it is lowered. With ``name``, torch's own check of the op first:
-    integers (and, without ``low_precision``, half types) raise its message."""
+    """A's dtype where it is lowered (complex ones for ops in ``COMPLEX_OK``). With
+    ``name``, torch's own check of the op first: integers (and, without ``low_precision``,
+    half types) raise its message."""
     d = A.dtype
-    if d in _LOWERED:
+    if d in _LOWERED or (d in _COMPLEX and op in COMPLEX_OK):
         return d
     if name is not None and not (d.is_floating_point or d.is_complex):
         raise RuntimeError(f"{name}: Expected a floating point or complex tensor as input. "
                            f"Got {type_name(d)}")
     if name is not None and not low_precision and not d.is_complex:
         raise RuntimeError(f"{name}: Low precision dtypes not supported. Got {type_name(d)}")
-    raise NoLowering(op, f"{d} (float32 and float64 are lowered)")
+    raise NoLowering(op, f"{d} (float32 and float64 are lowered, complex for some ops)")
+
+
+def _real(d):
+    """The dtype of a real result (singular values, eigenvalues, |det|) from ``d``."""
+    return d.to_real() if d.is_complex else d
 
 
 def _same_dtype(A, B, msg):
@@ -175,6 +184,11 @@ def _mT(x):
     return jnp.swapaxes(x, -1, -2)
 
 
+def _mH(x):
+    """The conjugate transpose (the transpose of a real matrix)."""
+    return jnp.conj(_mT(x)) if jnp.iscomplexobj(x) else _mT(x)
+
+
 def _eye_like(a):
     return jnp.broadcast_to(jnp.eye(a.shape[-1], dtype=a.dtype), a.shape)
 
@@ -205,17 +219,19 @@ def _lu(a):
 
 
 def _tri_solve(a, b, upper, left=True, unit=False, transpose=False):
-    """``op(a) X = b`` (``X op(a) = b`` unless ``left``) with ``a`` triangular."""
+    """``op(a) X = b`` (``X op(a) = b`` unless ``left``) with ``a`` triangular; ``op`` the
+    conjugate transpose for ``transpose``."""
     a, b = _broadcast(a, b)
     return lax_linalg.triangular_solve(a, b, left_side=left, lower=not upper,
-                                       transpose_a=transpose, unit_diagonal=unit)
+                                       transpose_a=transpose, unit_diagonal=unit,
+                                       conjugate_a=transpose and jnp.iscomplexobj(a))
 
 
 def _lu_solve(lu, piv, b, left=True, adjoint=False):
     """``A X = b`` from getrf's ``P A = L U`` (torch's pivots); ``adjoint`` solves with
-    ``A^T``, ``left=False`` solves ``X A = b``."""
-    if not left:  # X A = b  <=>  A^T X^T = b^T
-        return _mT(_lu_solve(lu, piv, _mT(b), True, not adjoint))
+    ``A^H``, ``left=False`` solves ``X A = b``."""
+    if not left:  # X A = b  <=>  A^H X^H = b^H
+        return _mH(_lu_solve(lu, piv, _mH(b), True, not adjoint))
     lu, b = _broadcast(lu, b)
     n = lu.shape[-1]
     perm = lax_linalg.lu_pivots_to_permutation(piv - 1, n)
@@ -223,7 +239,7 @@ def _lu_solve(lu, piv, b, left=True, adjoint=False):
     if not adjoint:
         y = _tri_solve(lu, jnp.take_along_axis(b, perm, axis=-2), False, unit=True)
         return _tri_solve(lu, y, True)
-    y = _tri_solve(lu, b, True, transpose=True)  # U^T L^T (P X) = b
+    y = _tri_solve(lu, b, True, transpose=True)  # U^H L^H (P X) = b
     y = _tri_solve(lu, y, False, unit=True, transpose=True)
     return jnp.take_along_axis(y, jnp.argsort(perm, axis=-2), axis=-2)
 
@@ -297,21 +313,27 @@ def _potrf_info(a, l):
     return jnp.where(failed, jnp.where(order > 0, order, a.shape[-1]), 0).astype(jnp.int32)
 
 
+def _diag_embed(a):
+    """``a`` with everything but its diagonal zeroed."""
+    return jnp.where(jnp.eye(a.shape[-1], dtype=bool), a, 0)
+
+
 def _first_bad_pivot(a):
-    """1 + the first step of symmetric Gaussian elimination whose pivot is not > 0 (NaN
-    included, as in potrf), 0 if none."""
+    """1 + the first step of Hermitian Gaussian elimination whose pivot is not > 0 (NaN
+    included, as in potrf, which reads only the real part of the diagonal), 0 if none."""
     n = a.shape[-1]
-    a = jnp.tril(a) + _mT(jnp.tril(a, -1))
+    a = jnp.tril(a, -1) + _mH(jnp.tril(a, -1)) + jnp.real(_diag_embed(a))
     rows = jnp.arange(n)
 
     def step(k, carry):
         a, pivots = carry
-        p = a[..., k, k]
+        p = jnp.real(a[..., k, k])
         c = jnp.where(rows > k, a[..., :, k], 0)
-        a = a - c[..., :, None] * c[..., None, :] / p[..., None, None]
+        a = a - c[..., :, None] * jnp.conj(c[..., None, :]) / p[..., None, None]
         return a, pivots.at[..., k].set(p)
 
-    _, pivots = jax.lax.fori_loop(0, n, step, (a, jnp.zeros(a.shape[:-1], a.dtype)))
+    pivots = jnp.zeros(a.shape[:-1], jnp.real(a).dtype)
+    _, pivots = jax.lax.fori_loop(0, n, step, (a, pivots))
     return _first_true(~(pivots > 0))
 
 
@@ -325,10 +347,10 @@ def cholesky_ex_rule(A, *, upper=False, check_errors=False):
 
 @lowering(aten.linalg_cholesky_ex.default)
 def lower_cholesky_ex(A, *, upper=False, check_errors=False):
-    """torch reads the lower triangle, or the upper one for ``upper`` (then A = U^T U)."""
-    a = _mT(A) if upper else A
+    """torch reads the lower triangle, or the upper one for ``upper`` (then A = U^H U)."""
+    a = _mH(A) if upper else A
     l = lax_linalg.cholesky(a, symmetrize_input=False)
-    return (_mT(l) if upper else l), _potrf_info(a, l)
+    return (_mH(l) if upper else l), _potrf_info(a, l)
 
 
 @rule(aten.cholesky.default)
@@ -390,7 +412,7 @@ def svd_rule(A, full_matrices=False, compute_uv=True, *, driver=None):
         raise NoLowering(op, f"driver={driver!r} (a cuSOLVER choice)")
     *batch, m, n = A.shape
     k = min(m, n)
-    s = ((*batch, k), d)
+    s = ((*batch, k), _real(d))
     if not compute_uv:
         return [((0,), d), s, ((0,), d)]
     return [((*batch, m, m if full_matrices else k), d), s,
@@ -412,21 +434,22 @@ def eigh_rule(A, UPLO="L", compute_v=True):
     if len(UPLO) != 1 or UPLO.upper() not in ("L", "U"):
         raise RuntimeError(f"Expected UPLO argument to be 'L' or 'U', but got {UPLO}")
     d = _floating(aten._linalg_eigh.default, A)
-    return [(tuple(A.shape[:-1]), d), (tuple(A.shape) if compute_v else (0,), d)]
+    return [(tuple(A.shape[:-1]), _real(d)), (tuple(A.shape) if compute_v else (0,), d)]
 
 
 @lowering(aten._linalg_eigh.default)
 def lower_eigh(A, UPLO="L", compute_v=True):
-    """Ascending eigenvalues, as torch; eigenvectors are unique up to sign (for distinct
-    eigenvalues). Only the ``UPLO`` triangle is read, as by LAPACK's syevd."""
+    """Ascending eigenvalues, as torch; eigenvectors are unique up to sign (a phase, if
+    complex; for distinct eigenvalues). Only the ``UPLO`` triangle is read, as by LAPACK's
+    syevd/heevd (and only the real part of the diagonal)."""
     v, w = lax_linalg.eigh(A, lower=UPLO.upper() == "L", symmetrize_input=False)
     return w, (v if compute_v else _empty(A.dtype))
 
 
-# det and slogdet: torch factors A^T when A is contiguous (A otherwise), and their
-# backward reads that choice back from ``A.is_contiguous()`` to solve with the LU. A
-# lowering cannot see strides, so the aten ops decompose into ``lu_det``, which takes the
-# choice as an argument.
+# det and slogdet: torch factors A^T when a real A is contiguous (A otherwise, and always
+# for complex A), and their backward reads that choice back from ``A.is_contiguous()`` to
+# solve with the LU. A lowering cannot see strides, so the aten ops decompose into
+# ``lu_det``, which takes the choice as an argument.
 _LIB = torch.library.Library("lazy_runtime", "FRAGMENT")
 _LIB.define("lu_det(Tensor A, bool transposed) -> "
             "(Tensor det, Tensor sign, Tensor logabsdet, Tensor LU, Tensor pivots)")
@@ -446,7 +469,7 @@ _LIB.impl("lu_det", _lu_det_cpu, "CPU")
 @rule(lu_det, multi=True)
 def lu_det_rule(A, transposed):
     batch = tuple(A.shape[:-2])
-    return [(batch, A.dtype)] * 3 + [(tuple(A.shape), A.dtype),
+    return [(batch, A.dtype)] * 2 + [(batch, _real(A.dtype)), (tuple(A.shape), A.dtype),
                                      (tuple(A.shape[:-1]), torch.int32)]
 
 
@@ -456,14 +479,16 @@ def lower_lu_det(A, transposed):
     diag = jnp.diagonal(lu, axis1=-2, axis2=-1)
     swaps = jnp.sum(piv != jnp.arange(1, A.shape[-1] + 1, dtype=piv.dtype), axis=-1)
     parity = (1 - 2 * (swaps % 2)).astype(A.dtype)
+    # the sign of a complex number is its phase x/|x|, as in jnp.sign
     return (parity * jnp.prod(diag, axis=-1), parity * jnp.prod(jnp.sign(diag), axis=-1),
             jnp.sum(jnp.log(jnp.abs(diag)), axis=-1), lu, piv)
 
 
 def _det_input(op, A, name, low_precision):
+    """Whether torch factors A^T (see above)."""
     _square(A, name)
     _floating(op, A, name, low_precision)
-    return A.is_contiguous()
+    return A.is_contiguous() and not A.is_complex()
 
 
 @decomposition(aten._linalg_det.default)
@@ -622,7 +647,7 @@ def cholesky_solve_rule(B, L, upper=False):
 
 @lowering(aten.cholesky_solve.default)
 def lower_cholesky_solve(B, L, upper=False):
-    """A X = B with A = L L^T (= U^T U for ``upper``): two triangular solves."""
+    """A X = B with A = L L^H (= U^H U for ``upper``): two triangular solves."""
     y = _tri_solve(L, B, upper, transpose=upper)
     return _tri_solve(L, y, upper, transpose=not upper)
 
@@ -654,20 +679,37 @@ def _pinv_tol(atol, rtol, smax, dtype, m, n):
 
 @lowering(aten.linalg_pinv.atol_rtol_tensor)
 def lower_pinv(A, *, atol=None, rtol=None, hermitian=False):
-    """V diag(1/s) U^T over the singular values above the tolerance (eigenvalues by
+    """V diag(1/s) U^H over the singular values above the tolerance (eigenvalues by
     magnitude, for ``hermitian``), as torch computes it."""
     if hermitian:
         u, s = lax_linalg.eigh(A, symmetrize_input=False)
-        size, v, uh = jnp.abs(s), u, _mT(u)
+        size, v, uh = jnp.abs(s), u, _mH(u)
         smax = jnp.max(size, axis=-1, keepdims=True)
     else:
         u, s, vh = lax_linalg.svd(A, full_matrices=False)
-        size, v, uh = s, _mT(vh), _mT(u)
+        size, v, uh = s, _mH(vh), _mH(u)
         smax = s[..., :1]
     keep = size > _pinv_tol(atol, rtol, smax, A.dtype, *A.shape[-2:])
     s_inv = jnp.where(keep, 1 / s, 0).astype(A.dtype)
     return jnp.matmul(v * s_inv[..., None, :], uh, precision=HIGHEST)
 
+
+
+# Lowerings above that are right for complex matrices too (conjugate transposes where
+# LAPACK's complex routines take them; real singular values, eigenvalues and log|det|),
+# each checked against torch in tests/runtime/test_complex.py. Still eager for complex:
+# triangular_solve and the deprecated cholesky/cholesky_inverse (not needed by any
+# backward here, left unchecked), matrix_exp (its degree table is real-only), the
+# Householder ops and lstsq (their LAPACK drivers' complex conventions are not replayed),
+# ldl_solve (hermitian=False and True differ for complex: not replayed).
+COMPLEX_OK.update([
+    aten.linalg_inv_ex.default, aten._linalg_solve_ex.default, aten._linalg_det.default,
+    aten._linalg_slogdet.default, lu_det, aten.linalg_lu_factor_ex.default,
+    aten.linalg_lu.default, aten.lu_unpack.default, aten.linalg_lu_solve.default,
+    aten.linalg_cholesky_ex.default, aten.linalg_qr.default, aten._linalg_svd.default,
+    aten._linalg_eigh.default, aten.linalg_solve_triangular.default,
+    aten.cholesky_solve.default, aten.linalg_pinv.atol_rtol_tensor,
+])
 
 # ---- matrix exponential ----------------------------------------------------------------
 # torch's algorithm (Bader, Blanes & Casas 2019: Taylor polynomials of degree 1, 2, 4, 8, 12

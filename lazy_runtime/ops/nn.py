@@ -262,6 +262,104 @@ def lower_adaptive_max_pool3d_backward(g, x, indices):
     return _add_at_argmax(g, x, indices, 3)
 
 
+# ---- fractional max pooling ----------------------------------------------------------------
+# Deterministic given ``random_samples`` (N, C, n) in the input's dtype, one sample per
+# plane and spatial dim: torch's CPU kernel starts window i of a dim at
+# int((i + u) * alpha) - int(u * alpha), alpha = (in - k) / (out - 1), computed in the
+# input's dtype, and the last window at in - k. The sample for dim d is column d in 3-D
+# (T, H, W) but reversed in 2-D (column 0 for W, 1 for H).
+
+_FRACTIONAL = {aten.fractional_max_pool2d.default: 2, aten.fractional_max_pool3d.default: 3}
+
+
+def _fractional_rule(x, kernel_size, output_size, random_samples, op):
+    """Shapes of (values, indices); arguments torch rejects (or its kernel reads past) run
+    eagerly, so that torch raises its own error."""
+    n = _FRACTIONAL[op]
+    k, out = tuple(kernel_size), tuple(output_size)
+    spatial = tuple(x.shape[x.ndim - n:])
+    planes = (x.shape[0] if x.ndim == n + 2 else 1, x.shape[x.ndim - n - 1])
+    ok = (x.ndim in (n + 1, n + 2) and len(k) == len(out) == n and x.dtype.is_floating_point
+          and all(d > 0 for d in x.shape[1:]) and random_samples.dtype == x.dtype
+          and tuple(random_samples.shape) == planes + (n,)
+          and all(o > 0 and 0 < kk and o + kk - 1 <= i - (n == 3)   # strict in 3-D
+                  for o, kk, i in zip(out, k, spatial)))
+    if not ok:
+        raise NoLowering(op, "arguments torch's kernel rejects")
+    s = tuple(x.shape[:x.ndim - n]) + out
+    return [(s, x.dtype), (s, torch.int64)]
+
+
+@rule(aten.fractional_max_pool2d.default, multi=True)
+def fractional_max_pool2d_rule(x, kernel_size, output_size, random_samples):
+    return _fractional_rule(x, kernel_size, output_size, random_samples,
+                            aten.fractional_max_pool2d.default)
+
+
+@rule(aten.fractional_max_pool3d.default, multi=True)
+def fractional_max_pool3d_rule(x, kernel_size, output_size, random_samples):
+    return _fractional_rule(x, kernel_size, output_size, random_samples,
+                            aten.fractional_max_pool3d.default)
+
+
+def _fractional_starts(u, size, out, k):
+    """The window starts (int32, [..., out]) along one dim from samples ``u`` ([...])."""
+    last = jnp.full(u.shape + (1,), size - k, jnp.int32)
+    if out == 1:
+        return last
+    alpha = jnp.asarray(size - k, u.dtype) / jnp.asarray(out - 1, u.dtype)
+    i = jnp.arange(out - 1).astype(u.dtype)
+    u = u[..., None]
+    starts = ((i + u) * alpha).astype(jnp.int32) - (u * alpha).astype(jnp.int32)
+    return jnp.concatenate([starts, last], -1)
+
+
+def _fractional_max_pool(x, kernel_size, output_size, samples):
+    """Each window gathered (its positions in row-major order), then torch's CPU pick
+    (``_window_pick``): the first maximum, or the last NaN; flat indices per plane."""
+    n = len(kernel_size)
+    batched = x.ndim == n + 2
+    x = x if batched else x[None]
+    spatial = x.shape[2:]
+    cols = (1, 0) if n == 2 else (0, 1, 2)
+    flat = jnp.zeros(samples.shape[:2] + (1,) * (2 * n), jnp.int64)
+    for d, (size, out, k) in enumerate(zip(spatial, output_size, kernel_size)):
+        pos = _fractional_starts(samples[..., cols[d]], size, out, k)[..., None] + jnp.arange(k)
+        shape = [1] * (2 * n)
+        shape[d], shape[n + d] = out, k
+        stride = int(np.prod(spatial[d + 1:]))
+        flat = flat + pos.reshape(samples.shape[:2] + tuple(shape)).astype(jnp.int64) * stride
+    window = int(np.prod(kernel_size))
+    flat = flat.reshape(flat.shape[:2 + n] + (window,))
+    planes = x.reshape(x.shape[:2] + (-1,))
+    vals = jnp.take_along_axis(planes, flat.reshape(flat.shape[:2] + (-1,)), -1)
+    vals = vals.reshape(flat.shape)
+    at = _window_pick(vals[..., None, :], np.ones((1, window), bool))[..., 0, None]
+    out = jnp.take_along_axis(vals, at, -1)[..., 0], jnp.take_along_axis(flat, at, -1)[..., 0]
+    return out if batched else (out[0][0], out[1][0])
+
+
+@lowering(aten.fractional_max_pool2d.default, aten.fractional_max_pool3d.default)
+def lower_fractional_max_pool(x, kernel_size, output_size, random_samples):
+    return _fractional_max_pool(x, tuple(kernel_size), tuple(output_size), random_samples)
+
+
+@rule(aten.fractional_max_pool2d_backward.default,
+      aten.fractional_max_pool3d_backward.default)
+def fractional_max_pool_backward_rule(g, x, kernel_size, output_size, indices):
+    return _shape(x), x.dtype
+
+
+@lowering(aten.fractional_max_pool2d_backward.default)
+def lower_fractional_max_pool2d_backward(g, x, kernel_size, output_size, indices):
+    return _add_at_argmax(g, x, indices, 2)
+
+
+@lowering(aten.fractional_max_pool3d_backward.default)
+def lower_fractional_max_pool3d_backward(g, x, kernel_size, output_size, indices):
+    return _add_at_argmax(g, x, indices, 3)
+
+
 def _avg_pool(x, n, kernel_size, stride, padding, ceil_mode, count_include_pad,
               divisor_override):
     k, s, p, d, out, high = _pool_geometry(x.shape, kernel_size, stride, padding, 1, ceil_mode,

@@ -33,8 +33,8 @@ DYNAMIC_SCALARS: dict = {}
 # The runtime's own decompositions, preferred to torch's (``torch._decomp``): an op whose
 # torch decomposition reaches prims without lowerings is expressed in lowered aten ops.
 DECOMPOSITIONS: dict = {}
-# Ops whose rule and lowering are right for complex operands (``ops/complex.py``); any other
-# op meeting a complex value runs eagerly.
+# Ops whose rule and lowering are right for complex operands (``ops/complex_ops.py``);
+# any other op meeting a complex value runs eagerly.
 COMPLEX_OK: set = set()
 # Values a lowering hands to a later lowering of the same trace (a forward's JAX pullback to
 # its backward op); the executor clears it when each trace ends.

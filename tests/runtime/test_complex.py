@@ -11,8 +11,11 @@ import lazy_runtime as lr
 import torch.nn.functional as F
 from lazy_runtime.training import train_steps
 from conftest import DEV, assert_same
+from lazy_runtime.ops import linalg
 from lazy_runtime.ops.registry import COMPLEX_OK
-from lowering_harness import BOOL, C64, C128, F32, F64, I64, Case, lowering_tests, rnd, shape
+from test_lowerings_linalg import _not_positive_definite
+from lowering_harness import (BOOL, C64, C128, F32, F64, I64, Case, check_backward,
+                              lowering_tests, rnd, run_all, shape)
 
 pytestmark = pytest.mark.filterwarnings("ignore:Casting complex values to real discards")
 aten = torch.ops.aten
@@ -86,9 +89,9 @@ for dt in (C64, C128):
                                         torch.linalg.vector_norm(a, float("inf")),
                                         a.var(), a.std(1), *torch.var_mean(a, 0), a.prod(),
                                         torch.linalg.vecdot(a, a)),
-         lambda g, r: [rnd(g, shape(r, 2, 2, 5), dt, -1, 1)], (aten.linalg_vector_norm.default, aten.var.correction,
-                          aten.std.correction, aten.var_mean.correction, aten.prod.default,
-                          torch.ops.prims.conj_physical.default),
+         lambda g, r: [rnd(g, shape(r, 2, 2, 5), dt, -1, 1)],
+         (aten.linalg_vector_norm.default, aten.var.correction, aten.std.correction,
+          aten.var_mean.correction, aten.prod.default, torch.ops.prims.conj_physical.default),
          grad=True, rtol=1e-4, atol=1e-5)
     case(f"logical-{n}", lambda a, b: (a.any(), a.all(1), (a * 0).any(), a.logical_not(),
                                        a.logical_and(b), a.logical_or(b * 0), a.bool(),
@@ -177,6 +180,147 @@ for dt in (C64, C128):
          (aten._fft_r2c.default,), grad=True, rtol=1e-4, atol=1e-4)
 
 
+# ---- torch.linalg on complex matrices ------------------------------------------------------
+# Decompositions unique up to a phase per vector (SVD, eigh) are compared through
+# phase-invariant quantities (and their gradients: torch refuses a loss depending on the
+# phases); LU, QR and Cholesky factors are LAPACK's and compared as they are.
+L = torch.linalg
+LINALG_TOL = {C64: dict(rtol=1e-4, atol=1e-4), C128: dict(rtol=1e-7, atol=1e-8)}
+
+
+def _batch(r):
+    return shape(r, r.randint(0, 2), 1, 4)
+
+
+def _dims(r, rows):
+    m, n = r.randint(1, 4), r.randint(1, 4)
+    m, n = max(m, n), min(m, n)
+    return {"tall": (m + 1, n), "wide": (n, m + 1), "square": (m, m)}[rows]
+
+
+def _general(dt, rows):
+    return lambda g, r: [rnd(g, _batch(r) + _dims(r, rows), dt, -1, 1)]
+
+
+def _invertible(g, r, dt):
+    """Entries in the unit square plus n*I: far from singular."""
+    n = r.randint(1, 5)
+    return rnd(g, _batch(r) + (n, n), dt, -1, 1) + n * torch.eye(n, dtype=dt)
+
+
+def _hpd(g, r, dt):
+    """Hermitian positive definite."""
+    a = _invertible(g, r, dt)
+    return a @ a.mH
+
+
+def _with_rhs(dt, rhs, make=_invertible):
+    def inputs(g, r):
+        a = make(g, r, dt)
+        n = a.shape[-1]
+        k = r.randint(1, 3)
+        b = {"matrix": a.shape[:-2] + (n, k), "vector": (n,), "batched-vector": a.shape[:-1],
+             "right": a.shape[:-2] + (k, n), "broadcast": (2,) + a.shape[:-2] + (n, k)}[rhs]
+        return [a, rnd(g, b, dt)]
+    return inputs
+
+
+def _cholesky_inputs(dt, upper):
+    def inputs(g, r):
+        a, b = _with_rhs(dt, "broadcast", _hpd)(g, r)
+        return [b, L.cholesky(a, upper=upper)]
+    return inputs
+
+
+def _svd_invariants(a, full=False):
+    u, s, vh = L.svd(a, full_matrices=full)
+    k = s.shape[-1]
+    u1, vh1 = u[..., :k], vh[..., :k, :]
+    out = (s, (u1 * s.unsqueeze(-2).to(a.dtype)) @ vh1, u1.abs(), vh1.abs())
+    if full:  # the complements are unique only as subspaces
+        out += (u[..., k:] @ u[..., k:].mH, vh[..., k:, :].mH @ vh[..., k:, :])
+    return out
+
+
+def _eigh_invariants(a, uplo):
+    w, v = L.eigh(a, UPLO=uplo)
+    return w, v.abs(), (v * w.unsqueeze(-2).to(a.dtype)) @ v.mH
+
+
+def _flat(*outs):
+    """The tensors of ``outs`` (tuples of them flattened)."""
+    return tuple(t for o in outs for t in (o if isinstance(o, tuple) else (o,)))
+
+
+_LU = (aten.linalg_lu_factor_ex.default,)
+_SOLVE = (aten._linalg_solve_ex.default, aten.linalg_lu_solve.default)
+_DET = (aten._linalg_det.default, aten._linalg_slogdet.default, linalg.lu_det)
+
+for dt in (C64, C128):
+    n, tol = str(dt)[6:], LINALG_TOL[dt]
+    case(f"inv-{n}", lambda a: (L.inv(a), L.inv(a.mT)), lambda g, r, dt=dt: [_invertible(g, r, dt)],
+         (aten.linalg_inv_ex.default,), grad=True, **tol)
+    for rhs in ("matrix", "vector", "batched-vector", "right", "broadcast"):
+        case(f"solve-{rhs}-{n}", lambda a, b, rhs=rhs: L.solve(a, b, left=rhs != "right"),
+             _with_rhs(dt, rhs), _SOLVE, grad=True, **tol)
+    case(f"solve_ex-lu-pivots-{n}", lambda a, b: aten._linalg_solve_ex(a, b)[:3],
+         _with_rhs(dt, "matrix"), _SOLVE, **tol)
+    for left, adjoint in ((True, False), (True, True), (False, False), (False, True)):
+        case(f"lu_solve-left={left}-adjoint={adjoint}-{n}",
+             lambda a, b, le=left, ad=adjoint: L.lu_solve(*L.lu_factor(a), b, left=le,
+                                                          adjoint=ad),
+             _with_rhs(dt, "matrix" if left else "right"), _LU + _SOLVE, grad=True, **tol)
+    for rows in ("tall", "wide", "square"):
+        case(f"lu-{rows}-{n}", lambda a: (*L.lu(a), *L.lu_factor(a)), _general(dt, rows),
+             _LU + (aten.linalg_lu.default,), grad=True, **tol)
+        case(f"qr-{rows}-{n}", L.qr, _general(dt, rows),
+             (aten.linalg_qr.default,), grad=True, **tol)
+        case(f"svd-{rows}-{n}", _svd_invariants, _general(dt, rows),
+             (aten._linalg_svd.default,), **tol)   # gradients: see below
+    case(f"qr-complete-r-{n}", lambda a: (*L.qr(a, mode="complete"), L.qr(a, mode="r")[1]),
+         _general(dt, "tall"),
+         (aten.linalg_qr.default,), **tol)
+    case(f"svd-full-svdvals-{n}", lambda a: _svd_invariants(a, True) + (L.svdvals(a),),
+         _general(dt, "tall"), (aten._linalg_svd.default,), **tol)
+    case(f"lu_unpack-{n}", lambda a: (*torch.lu_unpack(*L.lu_factor(a)),
+                                      *torch.lu_unpack(*L.lu_factor(a), False),
+                                      *torch.lu_unpack(*L.lu_factor(a), True, False)),
+         _general(dt, "tall"), _LU + (aten.lu_unpack.default,), **tol)
+    for upper in (False, True):
+        case(f"cholesky-upper={upper}-{n}", lambda a, u=upper: L.cholesky(a, upper=u),
+             lambda g, r, dt=dt: [_hpd(g, r, dt)], (aten.linalg_cholesky_ex.default,),
+             grad=True, **tol)
+        case(f"cholesky_solve-upper={upper}-{n}",
+             lambda b, c, u=upper: torch.cholesky_solve(b, c, upper=u),
+             _cholesky_inputs(dt, upper), (aten.cholesky_solve.default,), grad=True, **tol)
+    case(f"cholesky-info-{n}", lambda a: (L.cholesky_ex(a).info,
+                                          L.cholesky_ex(a.mH, upper=True).info),
+         lambda g, r, dt=dt: [_not_positive_definite(g, dt, C128)],
+         (aten.linalg_cholesky_ex.default,))
+    for uplo in ("L", "U"):  # only the UPLO triangle counts (the real part of its diagonal)
+        case(f"eigh-{uplo}-{n}", lambda a, u=uplo: _eigh_invariants(a, u),
+             lambda g, r, dt=dt: [rnd(g, _batch(r) + (r.randint(1, 5),) * 2, dt)],
+             (aten._linalg_eigh.default,), grad=True, **tol)
+    case(f"eigvalsh-{n}", L.eigvalsh, lambda g, r, dt=dt: [_hpd(g, r, dt)],
+         (aten._linalg_eigh.default,), grad=True, **tol)
+    for name, fn in (("det", L.det), ("slogdet", L.slogdet), ("logdet", torch.logdet)):
+        case(f"{name}-{n}", lambda a, f=fn: _flat(f(a), f(a.mT)),
+             lambda g, r, dt=dt: [_invertible(g, r, dt)], _DET, grad=True, **tol)
+    case(f"det-lu-pivots-{n}", lambda a: aten._linalg_det(a) + aten._linalg_slogdet(a.mT),
+         lambda g, r, dt=dt: [rnd(g, (2, 4, 4), dt)], _DET, **tol)
+    for upper, left, unit in ((True, True, False), (False, True, True), (True, False, False),
+                              (False, False, True)):
+        case(f"solve_triangular-{upper}-{left}-{unit}-{n}",
+             lambda a, b, u=upper, le=left, un=unit: L.solve_triangular(
+                 a, b, upper=u, left=le, unitriangular=un),
+             _with_rhs(dt, "matrix" if left else "right"),
+             (aten.linalg_solve_triangular.default,), grad=True, **tol)
+    case(f"pinv-{n}", lambda a: (L.pinv(a), L.pinv(a.mT)), _general(dt, "tall"),
+         (aten.linalg_pinv.atol_rtol_tensor,), grad=True, **tol)
+    case(f"pinv-hermitian-{n}", lambda a: L.pinv(a, hermitian=True),
+         lambda g, r, dt=dt: [_hpd(g, r, dt)], (aten.linalg_pinv.atol_rtol_tensor,),
+         grad=True, **tol)
+
 (forward_results, backward_results, test_lowering_matches_torch, test_backward_matches_torch,
  test_every_case_was_lowered_not_run_eagerly) = lowering_tests(CASES)
 
@@ -184,6 +328,18 @@ for dt in (C64, C128):
 def test_every_complex_op_is_checked_by_a_case():
     covered = set().union(*COVERS.values())
     assert COMPLEX_OK <= covered, sorted(map(str, COMPLEX_OK - covered))
+
+
+@pytest.mark.parametrize("dt", [C64, C128])
+def test_svd_gradients_of_complex_matrices(dt):
+    """torch's complex SVD backward checks on the host (``allclose``, run eagerly) that the
+    loss does not depend on the singular vectors' phases; everything else is lowered."""
+    cases = [Case(f"svd-grad-{rows}-{dt}", _svd_invariants, _general(dt, rows), grad=True,
+                  **LINALG_TOL[dt]) for rows in ("tall", "wide", "square")]
+    results = run_all(cases, grad=True)
+    for c in cases:
+        check_backward(c, results)
+    assert set(results["__fallbacks__"]) == {"aten.allclose.default"}
 
 
 # ---- views written through, ops without a complex lowering, errors --------------------
@@ -221,7 +377,7 @@ def test_an_op_without_a_complex_lowering_runs_eagerly_with_torchs_result_or_err
     lc = c.to(DEV)
     lr.reset_metrics()
     assert_same(torch.logsumexp(lc, 1), torch.logsumexp(c, 1), 1e-5, 1e-5)
-    assert_same(torch.linalg.det(lc[:3]), torch.linalg.det(c[:3]), 1e-5, 1e-5)
+    assert_same(torch.linalg.matrix_exp(lc[:3]), torch.linalg.matrix_exp(c[:3]), 1e-5, 1e-5)
     assert lr.metrics()["fallback_ops"]
     with pytest.raises(RuntimeError, match="not implemented for 'ComplexFloat'|complex"):
         (lc < lc).cpu()

@@ -100,14 +100,14 @@ def _singular_batch(g, dt):
     return a
 
 
-def _not_positive_definite(g, dt):
-    """L D L^T with L unit lower triangular: the elimination's pivots are D, whose first
-    negative entry is at 0, 2, 3 or nowhere."""
+def _not_positive_definite(g, dt, exact=F64):
+    """L D L^H with L unit lower triangular (entries of dtype ``exact``): the elimination's
+    pivots are D, whose first negative entry is at 0, 2, 3 or nowhere."""
     n = 4
-    low = torch.tril(rnd(g, (4, n, n), F64, -1, 1), -1) + torch.eye(n, dtype=F64)
+    low = torch.tril(rnd(g, (4, n, n), exact, -1, 1), -1) + torch.eye(n, dtype=exact)
     d = torch.rand((4, n), generator=g, dtype=F64) + 1
     d[0, 0] = d[1, 2] = d[2, 3] = -1
-    return ((low * d.unsqueeze(-2)) @ low.mT).to(dt)
+    return ((low * d.unsqueeze(-2)) @ low.mH).to(dt)
 
 
 # matrix_exp's scales, from its Taylor degree 1 (float32) or 2 (float64) to 18 with

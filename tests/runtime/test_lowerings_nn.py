@@ -273,8 +273,83 @@ for _concat in (False, True):
     case(f"ctc-aten-outputs-concat-{_concat}", _fn, _mk)
 
 
+# ---- fractional max pooling: windows from explicit samples, torch's CPU pick ------------------
+
+
+def fractional(n, kernel, shrink=0, ratio=None):
+    """F.fractional_max_pool{n}d with the case's samples: ``shrink`` windows fewer than fit
+    along each dim (at least one), or ``output_ratio``."""
+    pool = (F.fractional_max_pool2d, F.fractional_max_pool3d)[n - 2]
+
+    def fn(x, u):
+        if ratio is not None:
+            return pool(x, kernel, output_ratio=ratio, _random_samples=u, return_indices=True)
+        out = tuple(max(1, s - kernel + 1 - shrink) for s in x.shape[-n:])
+        return pool(x, kernel, out, _random_samples=u, return_indices=True)
+    return fn
+
+
+def pool_input(n, kernel, dtype=F32, batched=True, ties=False, special=False):
+    """[x, samples]: random spatial sizes from ``kernel`` up; ``ties``: small integers
+    (windows with equal maxima); ``special``: NaN and -inf entries, and all -inf windows."""
+    def make(g, r):
+        lead = (r.randint(1, 3), r.randint(1, 3))
+        hi = 9 if n == 2 else 6
+        x = rnd(g, (lead if batched else lead[1:]) + tuple(r.randint(kernel + 1, hi)
+                                                          for _ in range(n)), dtype)
+        if ties:
+            x = x.round()
+        if special:
+            x = torch.where(x > 2, float("nan"), torch.where(x < -1, float("-inf"), x))
+        u = torch.rand(lead[:1] + lead[1:] + (n,), generator=g, dtype=F64).to(dtype)
+        return [x, u if batched else u[:1]]
+    return make
+
+
+for _n in (2, 3):
+    for _dt in (F32, F64):
+        _t = str(_dt)[6:]
+        case(f"fractional{_n}d-{_t}", fractional(_n, 2, shrink=1), pool_input(_n, 2, _dt),
+             grad=(0,))
+        # every window that fits (in 3-D, torch's check is strict: one fewer)
+        case(f"fractional{_n}d-k3-most-{_t}", fractional(_n, 3, shrink=_n - 2),
+             pool_input(_n, 3, _dt), grad=(0,))
+    case(f"fractional{_n}d-ties", fractional(_n, 2, shrink=2),
+         pool_input(_n, 2, ties=True), grad=(0,))
+    case(f"fractional{_n}d-nan-inf", fractional(_n, 2, shrink=1),
+         pool_input(_n, 2, special=True))
+    case(f"fractional{_n}d-unbatched-k1", fractional(_n, 1, shrink=1),
+         pool_input(_n, 1, batched=False), grad=(0,))
+    case(f"fractional{_n}d-ratio", fractional(_n, 2, ratio=(0.5,) * _n), pool_input(_n, 2),
+         grad=(0,))
+    case(f"fractional{_n}d-bf16", fractional(_n, 2, shrink=1), pool_input(_n, 2, BF16))
+
+
 (forward_results, backward_results, test_lowering_matches_torch, test_backward_matches_torch,
  test_every_case_was_lowered_not_run_eagerly) = lowering_tests(CASES)
+
+
+@pytest.mark.parametrize("n", [2, 3])
+def test_fractional_max_pool_module_draws_from_the_lazy_stream(n):
+    """The module draws its samples with ``torch.rand`` on the input's device: the lazy
+    random stream (no fallback). The same draw, repeated after reseeding, and handed to
+    eager torch gives the module's output and gradient."""
+    module = (torch.nn.FractionalMaxPool2d, torch.nn.FractionalMaxPool3d)[n - 2]
+    x = torch.randn((2, 3) + (7,) * n)
+    xl = x.to(lr.device()).requires_grad_()
+    lr.manual_seed(5)
+    lr.reset_metrics()
+    got = module(2, output_ratio=0.6)(xl)
+    got.sin().sum().backward()
+    lr.mark_step()
+    assert lr.metrics()["fallback_ops"] == {}
+    lr.manual_seed(5)
+    u = torch.rand(2, 3, n, device=lr.device()).cpu()
+    x.requires_grad_()
+    want = module(2, output_ratio=0.6, _random_samples=u)(x)
+    want.sin().sum().backward()
+    assert_same(got, want.detach())
+    assert_same(xl.grad, x.grad)
 
 
 # ---- declined variants: torch's result (or error) through the fallback -----------------------
