@@ -53,23 +53,28 @@ def host_constant(shape, dtype, fill):
     return new_base(filled_node(tuple(shape), dtype, fill))
 
 
-# 0-d and empty filled device arrays by shape, dtype and fill (``ir.value_key``: -0.0 is
-# not 0.0): immutable, so a new leaf each step can hold the same one (autograd seeds every
-# backward with ``ones_like(loss)``, batch norm makes an empty reserve each call; a
-# transfer costs ~10 us here).
-_FILLED_SCALARS: dict = {}
+# Filled device arrays by shape, dtype and fill (``ir.value_key``: -0.0 is not 0.0):
+# immutable, so a new leaf each step can hold the same one (autograd seeds every backward
+# with ``ones_like(loss)``, batch norm makes an empty reserve each call, a model its
+# ``zeros_like`` buffers; making one costs a host fill and a transfer). Bounded in count
+# and bytes; arrays over ``_FILLED_MAX_BYTES`` are made each time.
+_FILLED: dict = {}
+_FILLED_MAX_BYTES = 16 << 20
+_filled_bytes = [0]
 
 
 def filled_node(shape, dtype, fill) -> ir.Node:
     def make():
-        key = (shape, dtype, ir.value_key(fill)) if not shape or 0 in shape else None
-        arr = _FILLED_SCALARS.get(key) if key else None
+        key = (shape, dtype, ir.value_key(fill))
+        arr = _FILLED.get(key)
         if arr is None:
             arr = dynamic.put_host(np.full(shape, fill, dtype=dtypes.to_numpy_dtype(dtype)))
-            if key:
-                if len(_FILLED_SCALARS) >= 256:
-                    _FILLED_SCALARS.clear()
-                _FILLED_SCALARS[key] = arr
+            if arr.nbytes <= _FILLED_MAX_BYTES:
+                if len(_FILLED) >= 256 or _filled_bytes[0] + arr.nbytes > 4 * _FILLED_MAX_BYTES:
+                    _FILLED.clear()
+                    _filled_bytes[0] = 0
+                _FILLED[key] = arr
+                _filled_bytes[0] += arr.nbytes
         n = ir.leaf(ir.DATA, arr, shape, dtype)
         ir.HOST_RECIPES[n] = (filled_node, (shape, dtype, fill), ())
         return n
