@@ -73,7 +73,8 @@ def batches(n, batch, length, t=0.002):
     for s in range(n):
         g = torch.Generator().manual_seed(s)
         a, b = torch.randn(batch, 8, generator=g) / k, torch.randn(batch, 8, generator=g) / k
-        u = a @ torch.sin(2 * math.pi * k[:, None] * x) + b @ torch.cos(2 * math.pi * k[:, None] * x)
+        phase = 2 * math.pi * k[:, None] * x
+        u = a @ torch.sin(phase) + b @ torch.cos(phase)
         out.append((u, torch.fft.irfft(torch.fft.rfft(u) * damp, n=length)))
     return out
 
@@ -94,7 +95,8 @@ def jax_fno(model):
         for i in range(layers):
             w = p[f"spectral.{i}.weight"]
             hf = jnp.fft.rfft(h)
-            mixed = jnp.einsum("bim,iom->bom", hf[..., :modes], jax.lax.complex(w[..., 0], w[..., 1]))
+            weight = jax.lax.complex(w[..., 0], w[..., 1])
+            mixed = jnp.einsum("bim,iom->bom", hf[..., :modes], weight)
             s = jnp.fft.irfft(jnp.zeros_like(hf).at[..., :modes].set(mixed), n=L)
             pw = jnp.einsum("oi,bil->bol", p[f"pointwise.{i}.weight"][..., 0], h)
             h = jax.nn.gelu(s + pw + p[f"pointwise.{i}.bias"][:, None], approximate=False)
