@@ -37,7 +37,7 @@ class Storage:
     def __init__(self, node: ir.Node):
         self.node = node
         self.version = 0
-        self.frozen = None   # why it must not be written (see ``freeze``), or None
+        self.frozen = None   # why it must not be written (a fallback's copy of a view), or None
         if node.op not in ir.SETTLED:
             _register(self)
 
