@@ -44,19 +44,12 @@ _DECOMP = collections.ChainMap(DECOMPOSITIONS, torch._decomp.decomposition_table
 # ---- recording ----------------------------------------------------------------------
 
 
-# argument types that are constants of the graph as they are (the common case first)
-_CONSTANT_TYPES = frozenset([int, bool, type(None), str, torch.dtype, torch.device,
-                             torch.memory_format, torch.layout])
-
-
 def _template(a, inputs: list, dyn):
     """``a`` with lazy tensors (and dynamic scalars) replaced by input markers."""
-    t = type(a)
-    if t in _CONSTANT_TYPES:
-        return a
     if isinstance(a, LazyTensor):
         inputs.append(node_of(a))
         return _marker(len(inputs) - 1)
+    t = type(a)
     if t is float and dyn:
         shared = ir.SHARED_SCALARS.get((a, math.copysign(1.0, a))) if ir.SHARED_SCALARS \
             else None
