@@ -275,6 +275,7 @@ def _can_cast(src, dst) -> bool:
 
 
 def convert(n: ir.Node, dtype) -> ir.Node:
+    D.note_dtype(dtype)
     return ir.make_node(aten._to_copy.default, (_marker(0),), (("dtype", dtype),), (n,), n.shape,
                         dtype)
 

@@ -33,8 +33,7 @@ NUMPY_TO_TORCH = {v: k for k, v in TORCH_TO_NUMPY.items()}
 
 def to_numpy_dtype(dtype: torch.dtype) -> np.dtype:
     """The numpy dtype of ``dtype`` (of every value entering the device)."""
-    if dtype in REAL_OF:
-        COMPLEX_IN_USE[0] = True
+    note_dtype(dtype)
     try:
         return TORCH_TO_NUMPY[dtype]
     except KeyError:
@@ -109,6 +108,13 @@ COMPLEX_OF = {v: k for k, v in REAL_OF.items()}
 # whether any complex value has reached the lazy device (until then ops skip the check
 # that keeps complex operands away from lowerings written for real ones)
 COMPLEX_IN_USE = [False]
+
+
+def note_dtype(dtype: torch.dtype) -> None:
+    """Record that a value of ``dtype`` now exists on the device (every place that makes
+    one without ``dispatch.record``'s check calls this)."""
+    if dtype in REAL_OF:
+        COMPLEX_IN_USE[0] = True
 
 
 def result_type(*operands) -> torch.dtype:

@@ -314,6 +314,7 @@ _RETYPE = {"as_real": (aten.view_as_real.default, aten.view_as_complex.default),
 
 
 def _retyped(op, n: ir.Node, shape, dtype) -> ir.Node:
+    dtypes.note_dtype(dtype)   # (a complex view of a real tensor)
     args = (_IN0, dtype) if op is aten.view.dtype else (_IN0,)
     return ir.make_node(op, args, (), (n,), shape, dtype)
 

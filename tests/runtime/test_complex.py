@@ -383,6 +383,23 @@ def test_an_op_without_a_complex_lowering_runs_eagerly_with_torchs_result_or_err
         (lc < lc).cpu()
 
 
+@pytest.mark.parametrize("make", [lambda d: torch.view_as_complex(torch.randn(3, 2).to(d)),
+                                  lambda d: torch.randn(3).to(d).to(torch.cfloat)],
+                         ids=["complex-view-of-real", "conversion"])
+def test_complex_values_made_without_a_recorded_op_are_still_checked(make):
+    """A complex view of a real tensor and a conversion make complex values without a
+    recorded op: the first complex operand of the process may come from them."""
+    from lazy_runtime import dtypes
+    seen = dtypes.COMPLEX_IN_USE[0]
+    dtypes.COMPLEX_IN_USE[0] = False
+    try:
+        c = make(DEV)
+        with pytest.raises(RuntimeError, match="not implemented for 'ComplexFloat'"):
+            torch.lt(c, c).cpu()
+    finally:
+        dtypes.COMPLEX_IN_USE[0] = seen or dtypes.COMPLEX_IN_USE[0]
+
+
 def test_a_copy_standing_for_a_view_refuses_writes():
     lx = torch.randn(4).to(DEV)
     y = lx.view(torch.uint8)                       # a different item size: runs eagerly
