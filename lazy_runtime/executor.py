@@ -60,7 +60,6 @@ def host_constant(shape, dtype, fill):
 # and bytes; arrays over ``_FILLED_MAX_BYTES`` are made each time.
 _FILLED: dict = {}
 _FILLED_MAX_BYTES = 16 << 20
-_filled_bytes = [0]
 
 
 def filled_node(shape, dtype, fill) -> ir.Node:
@@ -70,11 +69,10 @@ def filled_node(shape, dtype, fill) -> ir.Node:
         if arr is None:
             arr = dynamic.put_host(np.full(shape, fill, dtype=dtypes.to_numpy_dtype(dtype)))
             if arr.nbytes <= _FILLED_MAX_BYTES:
-                if len(_FILLED) >= 256 or _filled_bytes[0] + arr.nbytes > 4 * _FILLED_MAX_BYTES:
+                held = sum(a.nbytes for a in _FILLED.values())
+                if len(_FILLED) >= 256 or held + arr.nbytes > 4 * _FILLED_MAX_BYTES:
                     _FILLED.clear()
-                    _filled_bytes[0] = 0
                 _FILLED[key] = arr
-                _filled_bytes[0] += arr.nbytes
         n = ir.leaf(ir.DATA, arr, shape, dtype)
         ir.HOST_RECIPES[n] = (filled_node, (shape, dtype, fill), ())
         return n
