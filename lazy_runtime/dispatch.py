@@ -275,7 +275,7 @@ def _can_cast(src, dst) -> bool:
 
 
 def convert(n: ir.Node, dtype) -> ir.Node:
-    D.note_dtype(dtype)
+    D.to_numpy_dtype(dtype)   # refused at once if the device cannot hold it (complex32)
     return ir.make_node(aten._to_copy.default, (_marker(0),), (("dtype", dtype),), (n,), n.shape,
                         dtype)
 
@@ -285,6 +285,27 @@ def convert(n: ir.Node, dtype) -> ir.Node:
 
 def _norm_dim(d, n):
     return d + n if d < 0 else d
+
+
+def _check_in_storage(x, size, stride, offset):
+    """torch's bounds check of ``as_strided`` (its error): the lazy storage is the base's
+    elements (in ``x``'s dtype); a ``.to(dev)`` copy of a view holds only the view's, as on
+    CUDA."""
+    if any(s < 0 for s in stride):
+        raise RuntimeError("as_strided: Negative strides are not supported at the moment, "
+                           f"got strides: {list(stride)}")
+    if offset < 0:
+        raise RuntimeError(f"Tensor: invalid storage offset {offset}")
+    base = x._st.node
+    have = math.prod(base.shape) * base.dtype.itemsize // x.dtype.itemsize
+    if all(n > 0 for n in size):
+        need = offset + 1 + sum((n - 1) * s for n, s in zip(size, stride))
+        if need > have:
+            item = x.element_size()
+            raise RuntimeError(
+                f"setStorage: sizes {list(size)}, strides {list(stride)}, storage offset "
+                f"{offset}, and itemsize {item} requiring a storage size of {need * item} are "
+                f"out of bounds for storage of size {have * item}")
 
 
 def _view_steps(func, args, kwargs, out_shape, dtype):
@@ -323,8 +344,17 @@ def _view_steps(func, args, kwargs, out_shape, dtype):
     if func is aten.as_strided.default:
         stride = tuple(args[2])
         off = args[3] if len(args) > 3 and args[3] is not None else x.storage_offset()
+        _check_in_storage(x, out_shape, stride, off)
         return ("as_strided", out_shape, stride, off)
     if func is aten.unfold.default:
+        if not shape:   # a 0-d tensor: one window of its one element, i.e. a reshape
+            if args[1] not in (-1, 0):
+                raise IndexError("Dimension out of range (expected to be in range of [-1, 0], "
+                                 f"but got {args[1]})")
+            if args[2] > 1:
+                raise RuntimeError(f"maximum size for tensor at dimension 0 is 1 but size is "
+                                   f"{args[2]}")
+            return ("reshape", out_shape)
         return ("unfold", out_shape, _norm_dim(args[1], len(shape)), args[2], args[3])
     if func in _RETYPE_VIEWS:
         return (_RETYPE_VIEWS[func], out_shape, dtype)

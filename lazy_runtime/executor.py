@@ -18,7 +18,7 @@ import torch
 
 from . import dtypes, dynamic, fold, ir, replay
 from .config import config
-from .errors import LazyRuntimeError, PaddedLoweringError
+from .errors import LazyRuntimeError, PaddedLoweringError, UnsupportedOperation
 from .metrics import METRICS
 from .ops.registry import LOWERINGS, TRACE_SCRATCH, LowerCtx
 from .tensor import new_base, take_pending, apply_step_numpy
@@ -34,6 +34,11 @@ def device_put(t: torch.Tensor):
 
 
 def data_node_from_cpu(t: torch.Tensor) -> ir.Node:
+    if t.layout != torch.strided or t.is_nested:
+        kind = "nested" if t.is_nested else str(t.layout).replace("torch.", "")
+        raise UnsupportedOperation(
+            f"a {kind} tensor cannot live on the lazy device (its tensors are dense and "
+            "strided): keep it on the CPU, or convert it with .to_dense() first")
     marks = dynamic.marks_of_cpu(t)
     if t.numel() == 0 and not marks:
         # no values: one made with its recipe, so traces of a whole step that copy an

@@ -123,6 +123,15 @@ class LazyTensor(torch.Tensor):
         from .executor import to_cpu
         return to_cpu(self).tolist()
 
+    def numpy(self, *, force: bool = False):
+        """As for a CUDA tensor: refused (values live on the device) unless ``force``,
+        which copies to the CPU first (a barrier); ``np.asarray(t)`` answers the same."""
+        if not force:
+            raise TypeError(f"can't convert {DEVICE} device type tensor to numpy. Use "
+                            "Tensor.cpu() to copy the tensor to host memory first.")
+        from .executor import to_cpu
+        return to_cpu(self.detach()).resolve_conj().resolve_neg().numpy()
+
     def __format__(self, spec):
         if self.dim() == 0:
             return format(self.item(), spec)

@@ -348,6 +348,8 @@ def cholesky_ex_rule(A, *, upper=False, check_errors=False):
 @lowering(aten.linalg_cholesky_ex.default)
 def lower_cholesky_ex(A, *, upper=False, check_errors=False):
     """torch reads the lower triangle, or the upper one for ``upper`` (then A = U^H U)."""
+    if A.shape[-1] == 0:   # 0 x 0 matrices: nothing to factor (JAX's replay cannot index)
+        return A, jnp.zeros(A.shape[:-2], jnp.int32)
     a = _mH(A) if upper else A
     l = lax_linalg.cholesky(a, symmetrize_input=False)
     return (_mH(l) if upper else l), _potrf_info(a, l)
@@ -661,7 +663,7 @@ def pinv_rule(A, *, atol=None, rtol=None, hermitian=False):
     d = _floating(aten.linalg_pinv.atol_rtol_tensor, A)
     batch = tuple(A.shape[:-2])
     for tol in (atol, rtol):  # per-matrix tolerances broadcast with the batch
-        if tol is not None:
+        if tol is not None and A.numel() > 0:   # (torch returns an empty A's shape as is)
             batch = _batch(batch + (1, 1), tuple(tol.shape) + (1, 1))
     return batch + (A.shape[-1], A.shape[-2]), d
 
@@ -681,6 +683,8 @@ def _pinv_tol(atol, rtol, smax, dtype, m, n):
 def lower_pinv(A, *, atol=None, rtol=None, hermitian=False):
     """V diag(1/s) U^H over the singular values above the tolerance (eigenvalues by
     magnitude, for ``hermitian``), as torch computes it."""
+    if A.size == 0:   # as torch: no tolerance broadcast (nor the max of no eigenvalue)
+        return jnp.zeros(A.shape[:-2] + (A.shape[-1], A.shape[-2]), A.dtype)
     if hermitian:
         u, s = lax_linalg.eigh(A, symmetrize_input=False)
         size, v, uh = jnp.abs(s), u, _mH(u)

@@ -64,8 +64,12 @@ def _conv_any(x, w, stride, padding, dilation, transposed, output_padding, group
     if not transposed:
         return _conv(x, w, stride, padding, dilation, groups)
     # A transposed conv is the input-gradient of the conv that maps its output to its input.
+    # That conv gives floor(output_padding / stride) more positions per dim than the input
+    # has (output_padding may reach the dilation): they meet no input, so they are cut.
     z = jnp.zeros(out_shape, x.dtype)
-    return vjp(lambda z_: _conv(z_, w, stride, padding, dilation, groups), (z,), x)[0]
+    n = w.ndim - 2
+    keep = (Ellipsis,) + tuple(slice(0, k) for k in x.shape[-n:])
+    return vjp(lambda z_: _conv(z_, w, stride, padding, dilation, groups)[keep], (z,), x)[0]
 
 
 @lowering(aten.convolution.default, ctx=True)

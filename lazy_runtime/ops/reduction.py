@@ -167,6 +167,24 @@ def lower_all(x, dim=None, keepdim=False):
     return jnp.all(x != 0, axis=norm_dims(_dims_arg(dim), x.ndim), keepdims=keepdim)
 
 
+def _bool_only(op, x):
+    if x.dtype != torch.bool:
+        raise NoLowering(op, f"{x.dtype} input (torch's error)")
+
+
+# What ``torch.distributions`` validates its arguments with: a 0-d bool.
+@decomposition(aten._is_all_true.default)
+def is_all_true(x):
+    _bool_only(aten._is_all_true.default, x)
+    return torch.all(x)
+
+
+@decomposition(aten._is_any_true.default)
+def is_any_true(x):
+    _bool_only(aten._is_any_true.default, x)
+    return torch.any(x)
+
+
 # ---- variance, norms, logsumexp, cumulative ----------------------------------------
 
 

@@ -69,6 +69,38 @@ def test_torch_save_and_load_as_torch_does_for_storage_less_devices():
 def test_an_unsupported_dtype_is_refused():
     with pytest.raises(lr.UnsupportedOperation, match="dtype torch.complex32 is not supported"):
         (torch.zeros(3, dtype=torch.complex32).to(DEV) * 2).cpu()
+    # a conversion on the device: refused when recorded (it once failed the barrier)
+    x = torch.randn(3).to(DEV)
+    with pytest.raises(lr.UnsupportedOperation, match="dtype torch.complex32 is not supported"):
+        x.chalf()
+    assert torch.equal((x * 2).cpu(), x.cpu() * 2)
+
+
+def test_numpy_is_refused_as_for_a_cuda_tensor_unless_forced():
+    x = torch.randn(2, 3)
+    lazy = (x.to(DEV) * 2).requires_grad_()
+    for read in (lambda t: t.numpy(), lambda t: t.detach().numpy(), np_asarray):
+        with pytest.raises(TypeError, match="lazy_jax:0 device type tensor to numpy.*cpu()"):
+            read(lazy)
+    assert (lazy.numpy(force=True) == (x * 2).numpy()).all()
+    assert (lazy.detach().cpu().numpy() == (x * 2).numpy()).all()
+
+
+def np_asarray(t):
+    import numpy
+    return numpy.asarray(t)
+
+
+@pytest.mark.parametrize("make", [
+    lambda: torch.randn(3, 4).to_sparse().to(DEV),
+    lambda: torch.randn(3, 4).to(DEV).to_sparse(),
+    lambda: torch.randn(3, 4).to(DEV).to_sparse_csr(),
+    lambda: torch.nested.as_nested_tensor([torch.randn(2, 3).to(DEV)] * 2),
+    lambda: torch.randn(2, 3).to(DEV).to_mkldnn(),
+], ids=["sparse-to-device", "to_sparse", "to_sparse_csr", "nested", "mkldnn"])
+def test_non_strided_layouts_are_refused_clearly(make):
+    with pytest.raises(lr.UnsupportedOperation, match="cannot live on the lazy device"):
+        make()
 
 
 def test_a_failing_lowering_poisons_its_graph_not_the_runtime(monkeypatch):

@@ -114,6 +114,40 @@ def test_as_strided_view_and_write():
     both(f, torch.randn(3, 4))
 
 
+
+@pytest.mark.parametrize("size,stride,offset", [((2, 2), (1, 2), 7), ((2, 2), (1, 2), 10),
+                                                ((3,), (5,), 0), ((2,), (-1,), 3)])
+def test_as_strided_past_the_storage_raises_torchs_error(size, stride, offset):
+    """It once read past the storage (clipped or uninitialized values); torch refuses."""
+    x = torch.arange(10.0)
+    with pytest.raises(RuntimeError) as want:
+        x.as_strided(size, stride, offset)
+    with pytest.raises(RuntimeError) as got:
+        x.to(DEV).as_strided(size, stride, offset)
+    assert str(got.value) == str(want.value).split("\n")[0]
+
+
+def test_as_strided_of_a_real_view_of_complex_counts_the_storage_in_real_parts():
+    c = torch.randn(5, dtype=torch.complex64)
+    real = torch.view_as_real(c.to(DEV))
+    assert torch.equal(real.as_strided((10,), (1,), 0).cpu(),
+                       torch.view_as_real(c).as_strided((10,), (1,), 0))
+    with pytest.raises(RuntimeError, match="out of bounds for storage of size 40"):
+        real.as_strided((11,), (1,), 0)
+
+
+def test_unfold_of_a_0d_tensor_is_a_view_of_its_one_element():
+    for dim, size, step in [(0, 1, 1), (-1, 1, 3)]:
+        x = torch.tensor(3.0).to(DEV)
+        w = x.unfold(dim, size, step)
+        assert w.shape == (1,) and w.stride() == (1,)
+        w.mul_(2)
+        assert x.cpu().item() == 6.0
+    with pytest.raises(RuntimeError, match="maximum size for tensor at dimension 0 is 1"):
+        torch.tensor(3.0).to(DEV).unfold(0, 2, 1)
+    with pytest.raises(IndexError, match="Dimension out of range"):
+        torch.tensor(3.0).to(DEV).unfold(1, 1, 1)
+
 @pytest.mark.parametrize("rows,op", [
     (slice(1, None), lambda t: t.t_()), (slice(1, None), lambda t: t.transpose_(0, 1)),
     (slice(1, None), lambda t: t.swapdims_(1, 0)), (slice(1, None), lambda t: t.unsqueeze_(1)),

@@ -268,6 +268,17 @@ case("conv1d", lambda x, w: F.conv1d(x, w, stride=2), lambda g, r: [rnd(g, (2, 3
 case("conv_transpose2d", lambda x, w: F.conv_transpose2d(x, w, stride=2, padding=1,
                                                          output_padding=1),
      lambda g, r: [rnd(g, (2, 3, 4, 5)), rnd(g, (3, 2, 3, 3))], rtol=1e-4, atol=1e-5, grad=True)
+# output_padding up to the dilation, past the stride (its lowering once failed to build)
+case("conv_transpose2d-output-padding-past-stride",
+     lambda x, w, b: F.conv_transpose2d(x, w, b, stride=(3, 2), padding=(1, 2),
+                                        output_padding=(2, 3), groups=2, dilation=(4, 4)),
+     lambda g, r: [rnd(g, (2, 2, 4, 4)), rnd(g, (2, 2, 4, 5)), rnd(g, (4,))],
+     rtol=1e-4, atol=1e-5, grad=True)
+case("conv_transpose3d-output-padding-past-stride",
+     lambda x, w: F.conv_transpose3d(x, w, stride=(1, 2, 1), output_padding=(2, 1, 1),
+                                     dilation=(3, 2, 2)),
+     lambda g, r: [rnd(g, (2, 3, 3, 4)), rnd(g, (2, 2, 2, 3, 2))], rtol=1e-4, atol=1e-5,
+     grad=True)
 for _dt in (BF16, F16):   # computed in float32, rounded once (its backward's vjp once failed)
     case(f"conv_transpose2d-{_dt}", lambda x, w: F.conv_transpose2d(x, w, stride=2),
          lambda g, r, dt=_dt: [rnd(g, (1, 3, 4, 3), dt), rnd(g, (3, 2, 3, 3), dt)],

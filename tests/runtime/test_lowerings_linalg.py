@@ -331,6 +331,14 @@ for _dt in (F32, F64):
              lambda ld, piv, b, h=_herm: L.ldl_solve(ld, piv, b, hermitian=h),
              lambda g, r, dt=_dt: _ldl_inputs(g, r, dt), **_tol)
 
+    # ---- empty matrices (their lowerings once failed to build) -------------------------------
+    for _shape in ((0, 0), (2, 0, 0)):
+        case(f"empty-{_shape}-{_t}",
+             lambda a: (L.cholesky(a), L.cholesky_ex(a, upper=True), L.pinv(a, hermitian=True),
+                        L.pinv(a, atol=torch.zeros((3,) + a.shape[:-2]).to(a.device)),
+                        L.inv(a), L.det(a), L.eigvalsh(a)),
+             lambda g, r, dt=_dt, s=_shape: [torch.zeros(s, dtype=dt)])
+
 
 (forward_results, backward_results, test_lowering_matches_torch, test_backward_matches_torch,
  test_every_case_was_lowered_not_run_eagerly) = lowering_tests(CASES)
