@@ -76,6 +76,8 @@ for _name in _HOST_FACTORIES:
     _packet, _, _ov = _name.partition(".")
     _lib.impl(_name, _host_factory(getattr(getattr(torch.ops.aten, _packet), _ov or "default")),
               "PrivateUse1")
+# autograd's zero gradients (sgn's of a real input, ...): plain zeros on this device
+_lib.impl("_efficientzerotensor", _host_factory(torch.ops.aten.zeros.default), "PrivateUse1")
 _lib.impl("empty.memory_format", _empty, "PrivateUse1")
 _lib.impl("empty_strided", _empty_strided, "PrivateUse1")
 

@@ -70,12 +70,14 @@ def lower_view_as_complex(x):
     return lax.complex(x[..., 0], x[..., 1])
 
 
-@rule(aten._conj.default, aten._conj_physical.default)
+# (prims.conj_physical: what torch's decompositions of vdot/vecdot reach)
+@rule(aten._conj.default, aten._conj_physical.default, torch.ops.prims.conj_physical.default)
 def conj_rule(x):
     return tuple(x.shape), x.dtype
 
 
-@lowering(aten._conj.default, aten._conj_physical.default)
+@lowering(aten._conj.default, aten._conj_physical.default,
+          torch.ops.prims.conj_physical.default)
 def lower_conj(x):
     return jnp.conj(x)
 
@@ -160,7 +162,9 @@ COMPLEX_OK.update([
     aten.std.correction, aten.var_mean.correction, aten.prod.default,
     torch.ops.prims.conj_physical.default, aten.any.default, aten.all.dim,
     aten.logical_not.default, aten.logical_and.default, aten.logical_or.default,
-    aten.nan_to_num.default,
+    aten.nan_to_num.default, aten.zero.default, aten.masked_fill.Tensor, aten.all.default,
+    aten.all.dims, aten.any.dim, aten.any.dims, aten.logical_xor.default, aten.addmv.default,
+    aten.baddbmm.default,
 ])
 COMPLEX_OK.update([
     aten.view_as_real.default, aten.view_as_complex.default, aten._conj.default,

@@ -121,13 +121,22 @@ def _mish(x):
     return x * jnp.tanh(_softplus(x))
 
 
+def _sign(x):
+    return x if x.dtype == jnp.bool_ else jnp.sign(x)   # a bool is its own sign, as in torch
+
+
+def _digamma(x):
+    """torch's values at the pole 0 (-inf at +0, +inf at -0), where JAX gives NaN."""
+    return jnp.where(x == 0, jnp.copysign(jnp.inf, -x).astype(x.dtype), lax.digamma(x))
+
+
 # ---- unary --------------------------------------------------------------------------
 
 _UNARY = [
     (aten.neg.default, jnp.negative, D.DEFAULT),
     (aten.abs.default, jnp.abs, D.COMPLEX_TO_FLOAT),
-    (aten.sign.default, jnp.sign, D.DEFAULT),
-    (aten.sgn.default, jnp.sign, D.DEFAULT),
+    (aten.sign.default, _sign, D.DEFAULT),
+    (aten.sgn.default, _sign, D.DEFAULT),
     (aten.sqrt.default, jnp.sqrt, D.INT_TO_FLOAT),
     (aten.rsqrt.default, lax.rsqrt, D.INT_TO_FLOAT),
     (aten.exp.default, jnp.exp, D.INT_TO_FLOAT),
@@ -154,7 +163,7 @@ _UNARY = [
     (aten.erfc.default, lax.erfc, D.INT_TO_FLOAT),
     (aten.erfinv.default, lax.erf_inv, D.INT_TO_FLOAT),
     (aten.lgamma.default, lax.lgamma, D.INT_TO_FLOAT),
-    (aten.digamma.default, lax.digamma, D.INT_TO_FLOAT),
+    (aten.digamma.default, _digamma, D.INT_TO_FLOAT),
     (aten.reciprocal.default, lambda x: 1 / x, D.INT_TO_FLOAT),
     (aten.floor.default, _keep_int(jnp.floor), D.DEFAULT),
     (aten.ceil.default, _keep_int(jnp.ceil), D.DEFAULT),

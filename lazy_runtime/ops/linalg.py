@@ -64,15 +64,45 @@ def lower_mm(ctx, a, b):
     return _mm(a, b, ctx.dtype)
 
 
-@rule(aten.addmm.default, aten.baddbmm.default, aten.addmv.default)
-def addmm_rule(x, a, b, *, beta=1, alpha=1):
-    out = sf.matmul_shape(tuple(a.shape), tuple(b.shape))
-    sf.broadcast_shapes(tuple(x.shape), out)
-    return out, _check_dtypes("addmm", x, a, b)
+def _addmm_rule(kernel: str):
+    """The rule of addmm, addmv or baddbmm (``kernel``: torch's CPU kernel, in its error)."""
+    def addmm_rule(x, a, b, *, beta=1, alpha=1):
+        out = sf.matmul_shape(tuple(a.shape), tuple(b.shape))
+        sf.broadcast_shapes(tuple(x.shape), out)
+        dtype = _check_dtypes("addmm", x, a, b)
+        if dtype == torch.bool:
+            raise RuntimeError(f'"{kernel}" not implemented for \'Bool\'')
+        scalar_as(dtype, beta), scalar_as(dtype, alpha)   # torch's overflow error, if any
+        return out, dtype
+    return addmm_rule
+
+
+rule(aten.addmm.default)(_addmm_rule("addmm_impl_cpu_"))
+rule(aten.addmv.default)(_addmm_rule("addmv_impl_cpu"))
+rule(aten.baddbmm.default)(_addmm_rule("baddbmm"))
+
+
+def scalar_as(dtype, v):
+    """A Scalar argument as torch's integer kernels take it: converted to the tensors' type
+    (``alpha=0.6`` with int64 tensors is 0)."""
+    if dtype.is_floating_point or dtype.is_complex:
+        return v
+    if dtype == torch.bool:
+        return bool(v)
+    info = torch.iinfo(dtype)
+    if not info.min <= v <= info.max:
+        raise RuntimeError(f"value cannot be converted to type {_C_NAMES.get(dtype, dtype)} "
+                           "without overflow")
+    return int(v)
+
+
+_C_NAMES = {torch.uint8: "uint8_t", torch.int8: "int8_t", torch.int16: "int16_t",
+            torch.int32: "int32_t", torch.int64: "int64_t"}
 
 
 @lowering(aten.addmm.default, aten.baddbmm.default, aten.addmv.default, ctx=True)
 def lower_addmm(ctx, x, a, b, *, beta=1, alpha=1):
+    beta, alpha = scalar_as(ctx.dtype, beta), scalar_as(ctx.dtype, alpha)
     p = _mm(a, b, ctx.dtype)
     if alpha != 1:
         p = p * alpha

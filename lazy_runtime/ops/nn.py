@@ -43,6 +43,9 @@ def _tup(v, n):
 
 @rule(aten.convolution.default)
 def convolution_rule(x, w, b, stride, padding, dilation, transposed, output_padding, groups):
+    if transposed and not (x.dtype.is_floating_point or x.dtype.is_complex):
+        # lowered as a JAX vjp, which has no integer form: torch's integer kernel runs
+        raise NoLowering(aten.convolution.default, f"transposed {x.dtype} convolution")
     return sf.conv_shape(_shape(x), _shape(w), tuple(stride), tuple(padding), tuple(dilation),
                          groups, transposed, tuple(output_padding)), x.dtype
 
@@ -535,6 +538,26 @@ def lower_batch_norm(x, w, b, rm, rv, training, momentum, eps):
     return out, mean, invstd, new_rm, new_rv
 
 
+@decomposition(aten._native_batch_norm_legit.no_stats)
+def batch_norm_no_stats(x, w, b, training, momentum, eps):
+    """Batch statistics without running ones: the functional op with none (torch's own
+    decomposition returns float32 statistics for 16-bit inputs, its kernel their dtype)."""
+    if not training:
+        raise NoLowering(aten._native_batch_norm_legit.no_stats, "evaluation without running "
+                         "statistics (torch's error)")
+    return aten._native_batch_norm_legit_functional.default(x, w, b, None, None, True,
+                                                             momentum, eps)[:3]
+
+
+@decomposition(aten._batch_norm_with_update_functional.default)
+def batch_norm_with_update(x, w, b, rm, rv, momentum, eps):
+    """Training batch norm returning the new running statistics (and torch's empty
+    ``reserve``), statistics in the input's dtype as torch's kernel gives them."""
+    out, mean, invstd, new_rm, new_rv = aten._native_batch_norm_legit_functional.default(
+        x, w, b, rm, rv, True, momentum, eps)
+    return out, mean, invstd, torch.empty(0, dtype=torch.uint8, device=x.device), new_rm, new_rv
+
+
 @rule(aten.native_batch_norm_backward.default, multi=True)
 def batch_norm_backward_rule(g, x, w, rm, rv, save_mean, save_invstd, train, eps, output_mask):
     c = _shape(x)[1]
@@ -814,13 +837,11 @@ def _replicate(x, pad):
     """torch's replication padding: ``pad`` is (left, right) per dim, last dim first; a
     negative amount crops."""
     n = len(pad) // 2
-    for k in range(n):
+    for k in range(n):   # output position o reads input clamp(o - lo): a crop may empty it
         axis = x.ndim - 1 - k
         lo, hi = pad[2 * k], pad[2 * k + 1]
-        x = lax.slice_in_dim(x, max(-lo, 0), x.shape[axis] - max(-hi, 0), axis=axis)
-        widths = [(0, 0)] * x.ndim
-        widths[axis] = (max(lo, 0), max(hi, 0))
-        x = jnp.pad(x, widths, mode="edge")
+        src = np.clip(np.arange(x.shape[axis] + lo + hi) - lo, 0, x.shape[axis] - 1)
+        x = jnp.take(x, jnp.asarray(src), axis=axis)
     return x
 
 

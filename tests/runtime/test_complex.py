@@ -98,6 +98,22 @@ for dt in (C64, C128):
                                        a.nan_to_num(), torch.count_nonzero(a * 0 + b, 1)),
          two(dt), (aten.any.default, aten.all.dim, aten.logical_not.default,
                    aten.logical_and.default, aten.logical_or.default, aten.nan_to_num.default))
+    case(f"logical-more-{n}", lambda a, b: (a.all(), a.all((0, 1)), (a * 0).any(1),
+                                            (a * 0).any((0,)), a.logical_xor(b * 0),
+                                            a.clone().zero_()),
+         two(dt), (aten.all.default, aten.all.dims, aten.any.dim, aten.any.dims,
+                   aten.logical_xor.default, aten.zero.default))
+    case(f"vdot-{n}", lambda a, b: (torch.vdot(a, b), torch.linalg.vecdot(a, b)),
+         lambda g, r: [rnd(g, (5,), dt), rnd(g, (5,), dt)],
+         (torch.ops.prims.conj_physical.default,), grad=True, rtol=1e-4, atol=1e-5)
+    case(f"masked-fill-tensor-{n}", lambda a, m, v: a.masked_fill(m, v),
+         lambda g, r: [rnd(g, (3, 4), dt), rnd(g, (3, 4), BOOL), rnd(g, (), dt)],
+         (aten.masked_fill.Tensor,), grad=(0, 2))
+    case(f"addmv-baddbmm-{n}", lambda x, m, v, c: (torch.addmv(x, m, v, beta=0.5, alpha=2j),
+                                                   torch.baddbmm(c, c, c, alpha=0.5 - 1j)),
+         lambda g, r: [rnd(g, (3,), dt), rnd(g, (3, 4), dt), rnd(g, (4,), dt),
+                       rnd(g, (2, 3, 3), dt)],
+         (aten.addmv.default, aten.baddbmm.default), grad=True, rtol=1e-4, atol=1e-5)
     case(f"pow-{n}", lambda a, b: (a ** 2, a ** b, 2 ** a, a ** 0.5),
          lambda g, r: [rnd(g, (3, 4), dt, 0.5, 2), rnd(g, (3, 4), dt, -1, 1)],
          (aten.pow.Tensor_Scalar, aten.pow.Tensor_Tensor, aten.pow.Scalar), grad=True,

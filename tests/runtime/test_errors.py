@@ -76,6 +76,20 @@ def test_an_unsupported_dtype_is_refused():
     assert torch.equal((x * 2).cpu(), x.cpu() * 2)
 
 
+@pytest.mark.parametrize("fn", [
+    lambda x: torch.addmm(x, x, x), lambda x: torch.addmv(x[0], x, x[0]),
+    lambda x: torch.baddbmm(x[None], x[None], x[None]),
+    lambda x: torch.addmm(x.to(torch.uint8), x.to(torch.uint8), x.to(torch.uint8), beta=-1.5),
+], ids=["addmm-bool", "addmv-bool", "baddbmm-bool", "addmm-uint8-negative-beta"])
+def test_integer_matmul_refusals_are_torchs_when_recorded(fn):
+    x = torch.ones(2, 2, dtype=torch.bool)
+    with pytest.raises(RuntimeError) as want:
+        fn(x)
+    with pytest.raises(RuntimeError) as got:
+        fn(x.to(DEV))
+    assert str(got.value) == str(want.value).split("\n")[0]
+
+
 def test_numpy_is_refused_as_for_a_cuda_tensor_unless_forced():
     x = torch.randn(2, 3)
     lazy = (x.to(DEV) * 2).requires_grad_()

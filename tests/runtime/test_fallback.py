@@ -45,6 +45,17 @@ def test_data_dependent_shapes_fall_back():
     assert any("nonzero" in k for k in fb) and any("unique" in k for k in fb)
 
 
+def test_integer_transposed_convolution_runs_torchs_kernel():
+    """Its lowering is a JAX vjp, which integers do not have (it once failed the barrier)."""
+    g = torch.Generator().manual_seed(0)
+    x = torch.randint(-3, 3, (2, 2, 4, 5), generator=g)
+    w = torch.randint(-3, 3, (2, 3, 3, 2), generator=g)
+    lr.reset_metrics()
+    got = F.conv_transpose2d(x.to(DEV), w.to(DEV), stride=2, output_padding=1) + 1
+    assert_same(got, F.conv_transpose2d(x, w, stride=2, output_padding=1) + 1)
+    assert lr.metrics()["fallback_ops"] == {"aten.convolution.default": 1}
+
+
 def test_a_decomposition_that_declines_its_arguments_falls_back(monkeypatch):
     """A decomposition may cover only some arguments and return NotImplemented for the
     rest (torch's own do): the op then runs eagerly (values and grad as torch's)."""

@@ -1,0 +1,299 @@
+"""Conformance sweep: torch's own op database (OpInfo) run on the lazy device against eager.
+
+For every entry of ``torch.testing._internal.common_methods_invocations.op_db`` (about 700
+op variants) and each dtype asked for, the sweep takes the op's first sample inputs, runs
+them eagerly on the CPU and on the lazy device (all samples of an op in one graph), and
+compares structure, shapes, dtypes and values (exact for integers and bools; for floats a
+tolerance by the result's dtype). With ``--grad`` it compares gradients instead (float64):
+d(sum(out * w))/d(inputs) for a fixed weighting ``w``. Each op variant ends as:
+
+- ``match``: every sample agrees with torch and nothing ran eagerly;
+- ``fallback``: every sample agrees, some ATen op ran eagerly (listed: `fallback_ops`);
+- ``differs``: some value differs from torch (``known`` gives the reason where torch's
+  result is unspecified or random, see ``KNOWN``);
+- ``lazy_error``: the lazy device raised where torch did not (``known`` where intended);
+- ``barrier_error``: recording went through but the graph failed (a lowering bug);
+- ``crashed``/``timeout``: the worker died or overran; the sweep carries on after it.
+
+Workers are subprocesses (a crash loses one op, not the sweep). torch's test utilities
+import ``expecttest``: install the ``bench`` extra (``pip install -c constraints.txt -e
+".[bench]"``).
+
+Usage: python benchmarks/opinfo_sweep.py [--dtypes float32,float64,int64,bool,complex64]
+           [--grad] [--samples 4] [--only add,matmul] [--json benchmarks/opinfo_sweep.json]
+"""
+
+from __future__ import annotations
+
+import argparse
+import json
+import math
+import signal
+import subprocess
+import sys
+from collections import Counter
+from pathlib import Path
+
+ROOT = Path(__file__).resolve().parent.parent
+sys.path.insert(0, str(ROOT))
+
+# Ops whose values cannot equal torch's, with the reason (substring of the OpInfo name).
+RANDOM = ("rand", "normal", "bernoulli", "dropout", "multinomial", "uniform", "exponential",
+          "cauchy", "geometric", "log_normal", "poisson", "lowrank", "fractional_max_pool",
+          "rrelu", "empty")
+KNOWN = {
+    "scaled_dot_product_attention": "samples with dropout_p > 0 (the lazy random stream)",
+    "multi_head_attention_forward": "samples with dropout in training mode (random)",
+    "linalg.eigh": "eigenvectors are unique up to sign; LAPACK and XLA choose differently",
+    "sort": "ties: torch's stable=False CPU sort leaves their order unspecified",
+    "argsort": "ties: torch's stable=False CPU sort leaves their order unspecified",
+    "topk": "ties: which of equal values' indices torch returns is unspecified",
+    "kthvalue": "ties: which of equal values' indices torch returns is unspecified",
+    "as_strided.partial_views": "a .to(device) copy of a view holds only the view's "
+                                "elements (as on CUDA): offsets into the CPU base differ",
+    "tensor_split": "torch wants tensor indices on the CPU (as for CUDA tensors)",
+    "resize_": "refused: lazy storage cannot be resized (UnsupportedOperation)",
+    "resize_as_": "refused: lazy storage cannot be resized (UnsupportedOperation)",
+    "to_sparse": "refused: sparse layouts have no lazy form",
+    "sparse.": "refused: sparse layouts have no lazy form",
+    "chalf": "refused: complex32 is not supported on the device",
+    "hash_tensor": "refused: uint64 is not supported on the device",
+}
+
+
+def _known(name: str) -> str | None:
+    if any(r in name for r in RANDOM):
+        return "random: values come from the lazy random stream, not torch's CPU generator"
+    for key, why in KNOWN.items():
+        if name == key or name.startswith(key) or key.endswith(".") and key in name:
+            return why
+    return None
+
+
+def _tolerance(dtype) -> float:
+    import torch
+    return {torch.float16: 1e-2, torch.bfloat16: 2e-2, torch.float32: 1e-4,
+            torch.complex64: 1e-4}.get(dtype, 1e-7)
+
+
+def _compare(want, got) -> str | None:
+    """None when ``got`` (lazy) agrees with ``want`` (eager), else what differs."""
+    import torch
+    if isinstance(want, torch.Tensor):
+        if not isinstance(got, torch.Tensor):
+            return f"type {type(got).__name__}"
+        got = got.cpu()
+        if want.shape != got.shape or want.dtype != got.dtype:
+            return f"{got.dtype}{list(got.shape)} where torch gives {want.dtype}{list(want.shape)}"
+        if want.numel() == 0:
+            return None
+        if not (want.is_floating_point() or want.is_complex()):
+            n = int((want != got).sum())
+            return None if n == 0 else f"{n} of {want.numel()} values differ (exact)"
+        tol = _tolerance(want.dtype)
+        close = torch.isclose(got, want, rtol=tol, atol=tol, equal_nan=True)
+        if bool(close.all()):
+            return None
+        return f"{int((~close).sum())} of {want.numel()} values differ (tolerance {tol})"
+    if isinstance(want, (list, tuple)):
+        if not isinstance(got, (list, tuple)) or len(want) != len(got):
+            return "structure"
+        return next((r for r in map(_compare, want, got) if r), None)
+    if isinstance(want, float) and isinstance(got, float):
+        same = (math.isnan(want) and math.isnan(got)) or math.isclose(want, got, rel_tol=1e-6)
+        return None if same else f"{got} where torch gives {want}"
+    return None if want == got else f"{got!r} where torch gives {want!r}"
+
+
+def _weighted_grads(op, sample, device):
+    """Gradients of sum(out_i * (w + i)) w.r.t. the sample's tensors that require grad."""
+    import torch
+    from torch.utils._pytree import tree_flatten, tree_map
+    leaves = []
+
+    def prep(x):
+        if not isinstance(x, torch.Tensor) or x.layout != torch.strided or x.is_nested:
+            return x
+        y = x.detach().clone().to(device)
+        if x.requires_grad:
+            leaves.append(y.requires_grad_(True))
+        return y
+    out = op(tree_map(prep, sample.input), *tree_map(prep, sample.args),
+             **tree_map(prep, sample.kwargs))
+    outs = [t for t in tree_flatten(out)[0] if isinstance(t, torch.Tensor) and t.requires_grad]
+    if not outs or not leaves:
+        return None
+    total = 0
+    for i, t in enumerate(outs):
+        t = torch.view_as_real(t) if t.is_complex() else t
+        w = torch.linspace(-1, 1, t.numel(), dtype=t.dtype).reshape(t.shape).to(t.device)
+        total = total + (t * (w + i)).sum()
+    return torch.autograd.grad(total, leaves, allow_unused=True)
+
+
+def _run_op(op, dtype, grad: bool, n_samples: int) -> dict:
+    import torch
+    from torch.utils._pytree import tree_map
+    import lazy_runtime as lr
+    dev = lr.device()
+
+    def to_dev(x):
+        dense = isinstance(x, torch.Tensor) and x.layout == torch.strided and not x.is_nested
+        return x.to(dev) if dense else x
+
+    samples = list(op.sample_inputs("cpu", dtype, requires_grad=grad))[:n_samples]
+    lr.reset_metrics()
+    pairs, errors = [], []
+    for s in samples:
+        try:
+            torch.manual_seed(0)
+            want = _weighted_grads(op, s, "cpu") if grad else op(s.input, *s.args, **s.kwargs)
+        except Exception:
+            continue   # a sample torch itself refuses
+        if want is None:
+            continue
+        try:
+            torch.manual_seed(0)
+            got = (_weighted_grads(op, s, dev) if grad else
+                   op(tree_map(to_dev, s.input), *tree_map(to_dev, s.args),
+                      **tree_map(to_dev, s.kwargs)))
+            pairs.append((want, got))
+        except Exception as e:
+            errors.append(f"{type(e).__name__}: {str(e)[:200]}")
+    rec = {"samples": len(pairs) + len(errors)}
+    try:
+        lr.mark_step()
+    except Exception as e:
+        rec.update(status="barrier_error", detail=f"{type(e).__name__}: {str(e)[:300]}")
+        return rec
+    diffs = [d for d in (_compare(w, g) for w, g in pairs) if d]
+    fallbacks = dict(lr.metrics()["fallback_ops"])
+    if errors:
+        rec.update(status="lazy_error", detail=errors[0])
+    elif diffs:
+        rec.update(status="differs", detail=diffs[0])
+    else:
+        rec["status"] = "fallback" if fallbacks else "match"
+    if fallbacks:
+        rec["fallback_ops"] = fallbacks
+    return rec
+
+
+def _names(op) -> str:
+    return op.name + (f".{op.variant_test_name}" if op.variant_test_name else "")
+
+
+def worker(dtype_name: str, grad: bool, start: int, stop: int, n_samples: int, only) -> None:
+    """Sweep op_db[start:stop], one JSON line per op (flushed, so a crash loses one op)."""
+    import torch
+    from torch.testing._internal.common_methods_invocations import op_db
+    import lazy_runtime as lr
+    dtype = getattr(torch, dtype_name)
+
+    def overrun(*_):
+        raise TimeoutError("over 120 s")
+    signal.signal(signal.SIGALRM, overrun)
+    for i in range(start, min(stop, len(op_db))):
+        op, name = op_db[i], _names(op_db[i])
+        if only and name not in only and op.name not in only:
+            continue
+        if grad and not (op.supports_autograd and dtype in op.supported_backward_dtypes("cpu")):
+            continue
+        if not grad and dtype not in op.supported_dtypes("cpu"):
+            continue
+        print(json.dumps({"i": i, "op": name, "dtype": dtype_name, "started": True}), flush=True)
+        signal.alarm(120)
+        try:
+            rec = _run_op(op, dtype, grad, n_samples)
+        except TimeoutError:
+            rec = {"status": "timeout"}
+        except Exception as e:   # the sweep's own failure on this op (sample generation)
+            rec = {"status": "skipped", "detail": f"{type(e).__name__}: {str(e)[:200]}"}
+        finally:
+            signal.alarm(0)
+        try:
+            lr.sync()
+        except Exception:
+            pass
+        rec.update(i=i, op=name, dtype=dtype_name)
+        print(json.dumps(rec), flush=True)
+
+
+def _sweep(dtype: str, grad: bool, n_samples: int, only, total: int) -> list[dict]:
+    """Workers over op_db from the start; after a crash, a new one from the next op."""
+    out, start = [], 0
+    while start < total:
+        cmd = [sys.executable, __file__, "--worker", dtype, str(start), str(total),
+               "--samples", str(n_samples)] + (["--grad"] if grad else []) + \
+              (["--only", ",".join(only)] if only else [])
+        proc = subprocess.run(cmd, capture_output=True, text=True, cwd=ROOT)
+        started = None
+        for line in proc.stdout.splitlines():
+            rec = json.loads(line)
+            if rec.pop("started", False):
+                started = rec
+            else:
+                out.append(rec)
+                started = None
+                print(f"{dtype:9s} {rec['i']:4d} {rec['op']:45s} {rec['status']}", flush=True)
+        if proc.returncode == 0 and started is None:
+            break
+        if started is None:   # died before its first op
+            raise RuntimeError(f"sweep worker failed:\n{proc.stderr[-2000:]}")
+        out.append(dict(started, status="crashed", detail=proc.stderr[-300:]))
+        start = started["i"] + 1
+    return out
+
+
+def _summary(records: list[dict]) -> str:
+    lines = []
+    for dtype in sorted({r["dtype"] for r in records}):
+        rs = [r for r in records if r["dtype"] == dtype]
+        counts = Counter(r["status"] for r in rs)
+        lines.append(f"{dtype}: {len(rs)} op variants: " + ", ".join(
+            f"{k} {counts[k]}" for k in ("match", "fallback", "differs", "lazy_error",
+                                         "barrier_error", "crashed", "timeout", "skipped")
+            if counts[k]))
+        for r in rs:
+            if r["status"] in ("differs", "lazy_error", "barrier_error", "crashed", "timeout"):
+                why = r.get("known") or "UNEXPLAINED"
+                lines.append(f"    {r['status']:13s} {r['op']}: {why} ({r.get('detail', '')[:90]})")
+    falls = Counter()
+    for r in records:
+        for k in r.get("fallback_ops", {}):
+            falls[k] += 1
+    if falls:
+        lines.append("ops that ran eagerly (number of op variants reaching each):")
+        lines.extend(f"    {n:3d} {k}" for k, n in falls.most_common())
+    return "\n".join(lines)
+
+
+def main(argv=None) -> int:
+    p = argparse.ArgumentParser(description=__doc__.split("\n")[0])
+    p.add_argument("--dtypes", default="float32")
+    p.add_argument("--grad", action="store_true", help="compare gradients (float64)")
+    p.add_argument("--samples", type=int, default=4, help="sample inputs per op")
+    p.add_argument("--only", default="", help="comma-separated OpInfo names")
+    p.add_argument("--json", default="", help="write every record here")
+    p.add_argument("--worker", nargs=3, metavar=("DTYPE", "START", "STOP"), help=argparse.SUPPRESS)
+    a = p.parse_args(argv)
+    only = [s for s in a.only.split(",") if s]
+    if a.worker:
+        worker(a.worker[0], a.grad, int(a.worker[1]), int(a.worker[2]), a.samples, only)
+        return 0
+    from torch.testing._internal.common_methods_invocations import op_db
+    dtypes = ["float64"] if a.grad else a.dtypes.split(",")
+    records = []
+    for dtype in dtypes:
+        records += _sweep(dtype, a.grad, a.samples, only, len(op_db))
+    for r in records:
+        if r["status"] in ("differs", "lazy_error") and _known(r["op"]):
+            r["known"] = _known(r["op"])
+    print(_summary(records))
+    if a.json:
+        Path(a.json).write_text(json.dumps(records, indent=1) + "\n")
+    return 0
+
+
+if __name__ == "__main__":
+    sys.exit(main())
