@@ -125,11 +125,6 @@ def _sign(x):
     return x if x.dtype == jnp.bool_ else jnp.sign(x)   # a bool is its own sign, as in torch
 
 
-def _digamma(x):
-    """torch's values at the pole 0 (-inf at +0, +inf at -0), where JAX gives NaN."""
-    return jnp.where(x == 0, jnp.copysign(jnp.inf, -x).astype(x.dtype), lax.digamma(x))
-
-
 # ---- unary --------------------------------------------------------------------------
 
 _UNARY = [
@@ -163,7 +158,6 @@ _UNARY = [
     (aten.erfc.default, lax.erfc, D.INT_TO_FLOAT),
     (aten.erfinv.default, lax.erf_inv, D.INT_TO_FLOAT),
     (aten.lgamma.default, lax.lgamma, D.INT_TO_FLOAT),
-    (aten.digamma.default, _digamma, D.INT_TO_FLOAT),
     (aten.reciprocal.default, lambda x: 1 / x, D.INT_TO_FLOAT),
     (aten.floor.default, _keep_int(jnp.floor), D.DEFAULT),
     (aten.ceil.default, _keep_int(jnp.ceil), D.DEFAULT),
