@@ -21,7 +21,7 @@ from .config import config
 from .device import device
 from .dynamic import mark_dynamic
 from .compile import compile, compile_optimizer  # noqa: A004
-from .errors import LazyRuntimeError, UnsupportedOperation
+from .errors import IndexCheckError, LazyRuntimeError, UnsupportedOperation
 from .step import compile_step
 from .executor import cache_info, clear_cache, mark_step, sync
 from .metrics import metrics, metrics_report, reset_metrics
@@ -30,7 +30,8 @@ from .tensor import LazyTensor
 
 __all__ = ["device", "mark_step", "sync", "metrics", "metrics_report", "reset_metrics",
            "manual_seed", "config", "cache_info", "clear_cache", "force_fallback",
-           "LazyTensor", "LazyRuntimeError", "UnsupportedOperation", "is_lazy",
+           "LazyTensor", "LazyRuntimeError", "UnsupportedOperation", "IndexCheckError",
+           "is_lazy",
            "mark_dynamic", "compile", "compile_optimizer", "compile_step"]
 
 

@@ -153,6 +153,8 @@ def _mutated_args(func) -> tuple:
 # Mutating ops whose functional form is not found by name.
 FUNCTIONAL_OF = {
     aten.native_batch_norm.default: aten._native_batch_norm_legit_functional.default,
+    aten._native_batch_norm_legit.default: aten._native_batch_norm_legit_functional.default,
+    aten._batch_norm_with_update.default: aten._batch_norm_with_update_functional.default,
     aten.rrelu_with_noise.default: aten.rrelu_with_noise_functional.default,
     aten.rrelu_with_noise_.default: aten.rrelu_with_noise_functional.default,
 }
@@ -574,7 +576,10 @@ def _read_direct(x):
     n = x._st.node
     if not x._vw and n.op is ir.DATA and n.aux is None and n.value.size == 1 and \
             n.value.dtype in _ITEM_DIRECT:
-        from .executor import host_value
+        from .executor import PENDING_CHECKS, host_value, verify_checks
+        if PENDING_CHECKS:
+            verify_checks()
+            return _read_direct(x)   # (its value may have become the check's error)
         return host_value(n).item()
     return None
 

@@ -32,3 +32,8 @@ class PaddedLoweringError(LazyRuntimeError):
     def __init__(self, op, message: str):
         super().__init__(f"padded lowering of {op} failed: {message}")
         self.op = op
+
+
+class IndexCheckError(LazyRuntimeError, IndexError):
+    """An index out of bounds, found on the device after its graph ran (XLA would clamp it
+    and give a wrong value; torch raises at once on the CPU, at the next sync on CUDA)."""

@@ -11,16 +11,18 @@ from __future__ import annotations
 
 import collections
 import time
+import weakref
 
 import jax
+import jax.numpy as jnp
 import numpy as np
 import torch
 
 from . import dtypes, dynamic, fold, ir, replay
 from .config import config
-from .errors import LazyRuntimeError, PaddedLoweringError, UnsupportedOperation
+from .errors import IndexCheckError, LazyRuntimeError, PaddedLoweringError, UnsupportedOperation
 from .metrics import METRICS
-from .ops.registry import LOWERINGS, TRACE_SCRATCH, LowerCtx
+from .ops.registry import CHECKING, LOWERINGS, TRACE_CHECKS, TRACE_SCRATCH, LowerCtx
 from .tensor import new_base, take_pending, apply_step_numpy
 
 _x64 = jax.enable_x64
@@ -103,6 +105,7 @@ def to_cpu(t) -> torch.Tensor:
         a = fold.fold(st.node, host_value)   # a small integer value computed from data
         if a is None:
             sync("read")
+    verify_checks()   # (of the graph that just ran too: a value leaves the device here)
     if st.node.op is ir.ERROR:
         raise LazyRuntimeError(f"this tensor has no value: the graph computing it failed "
                                f"({st.node.value})") from st.node.value
@@ -121,11 +124,59 @@ def to_cpu(t) -> torch.Tensor:
 
 
 class Executable:
-    __slots__ = ("compiled", "n_ops")
+    """A compiled graph. ``compiled`` returns (results, flags): ``flags`` are its index
+    checks' outcomes, ``checks`` their messages (see ``registry.check``)."""
 
-    def __init__(self, compiled, n_ops):
+    __slots__ = ("compiled", "n_ops", "checks")
+
+    def __init__(self, compiled, n_ops, checks=()):
         self.compiled = compiled
         self.n_ops = n_ops
+        self.checks = checks
+
+    def run(self, *args):
+        """The results; the checks' flags wait in ``PENDING_CHECKS`` until ``written``."""
+        results, flags = self.compiled(*args)
+        if self.checks:
+            if len(PENDING_CHECKS) >= _MAX_PENDING_CHECKS:   # (steps that never read)
+                verify_checks()
+            PENDING_CHECKS.append((flags, self.checks, []))
+        return results
+
+
+# Index checks of graphs that ran, not yet read: (flags, messages, [(storage, version)] the
+# graph wrote). Verified before any value reaches the host and at the next barrier, as a
+# CUDA device-side assert surfaces at the next synchronization.
+PENDING_CHECKS: list = []
+_MAX_PENDING_CHECKS = 8
+
+
+def written(storages) -> None:
+    """Record the storages the last executable run wrote (poisoned if a check fails)."""
+    if PENDING_CHECKS and not PENDING_CHECKS[-1][2]:   # (weakly: a value nobody holds
+        # any more need not be poisoned, and a whole-step capture sees no extra holder)
+        PENDING_CHECKS[-1][2].extend((weakref.ref(st), st.version) for st in storages)
+
+
+def verify_checks() -> None:
+    """Raise the first failed index check of the graphs that ran; the values those graphs
+    wrote (unless overwritten since) become that error."""
+    if not PENDING_CHECKS:
+        return
+    pending = PENDING_CHECKS[:]
+    PENDING_CHECKS.clear()
+    for flags, messages, wrote in pending:
+        bad = np.asarray(flags)
+        if bad.any():
+            err = IndexCheckError(messages[int(np.argmax(bad))] + " (checked on the device "
+                                  "when its graph ran: the values that graph computed are "
+                                  "unusable)")
+            for ref, version in wrote:
+                st = ref()
+                if st is not None and st.version == version:
+                    st.node = ir.leaf(ir.ERROR, err, st.node.shape, st.node.dtype)
+                    st.version += 1
+            raise err
 
 
 _cache: "collections.OrderedDict[tuple, Executable]" = collections.OrderedDict()
@@ -219,6 +270,21 @@ def _check1(op, x, shape, dtype):
     return x
 
 
+def _with_checks(fn, messages: list):
+    """``fn`` returning (results, flags of the index checks its lowerings made); their
+    messages land in ``messages`` when it is traced."""
+    def checked(*args):
+        TRACE_CHECKS.clear()
+        try:
+            results = fn(*args)
+            flags = [f for f, _ in TRACE_CHECKS]
+            messages[:] = [m for _, m in TRACE_CHECKS]
+        finally:
+            TRACE_CHECKS.clear()
+        return results, (jnp.stack(flags) if flags else jnp.zeros((0,), jnp.bool_))
+    return checked
+
+
 def _compile(g: ir.Graph) -> Executable:
     plan = _plan(g.nodes)
     fn = _make_fn(plan, g.outputs)
@@ -236,14 +302,16 @@ def _jit_compile(g: ir.Graph, fn, datas, *more_avals) -> Executable:
              jax.ShapeDtypeStruct((len(g.scalars),), np.float64),
              jax.ShapeDtypeStruct((len(g.rngs), 2), np.int64)) + more_avals
     t0 = time.perf_counter()
+    messages: list = []
     try:
         with _x64(True):
-            compiled = jax.jit(fn).lower(*avals).compile()
+            compiled = jax.jit(_with_checks(fn, messages)).lower(*avals).compile()
     finally:
         TRACE_SCRATCH.clear()   # what lowerings handed each other in this trace
     METRICS.compile_seconds += time.perf_counter() - t0
     METRICS.compiles += 1
-    return Executable(compiled, sum(1 for n in g.nodes if n.op not in ir.LEAVES))
+    return Executable(compiled, sum(1 for n in g.nodes if n.op not in ir.LEAVES),
+                      tuple(messages))
 
 
 def _padded_plan(g: ir.Graph, plan) -> list:
@@ -318,7 +386,11 @@ def _compile_padded(g: ir.Graph, plan) -> tuple:
     entries = _padded_plan(g, plan)
     fn = _make_padded_fn(entries, g.outputs, plan)
     datas = dynamic.padded_inputs(g, plan)
-    exe = _jit_compile(g, fn, datas, jax.ShapeDtypeStruct((len(plan.syms),), np.int64))
+    CHECKING[0] = False   # (padded positions hold anything; only exact graphs check)
+    try:
+        exe = _jit_compile(g, fn, datas, jax.ShapeDtypeStruct((len(plan.syms),), np.int64))
+    finally:
+        CHECKING[0] = True
     dynamic.note_compile(plan)
     return exe, datas
 
@@ -350,9 +422,9 @@ def _run_padded(g: ir.Graph, plan):
         datas = dynamic.padded_inputs(g, plan)
     t0 = time.perf_counter()
     with _x64(True):
-        results = exe.compiled(datas, np.asarray(g.scalars, dtype=np.float64),
-                               np.asarray(g.rngs, dtype=np.int64).reshape(-1, 2),
-                               np.asarray(plan.sizes, dtype=np.int64))
+        results = exe.run(datas, np.asarray(g.scalars, dtype=np.float64),
+                          np.asarray(g.rngs, dtype=np.int64).reshape(-1, 2),
+                          np.asarray(plan.sizes, dtype=np.int64))
     METRICS.padded_executions += 1
     return exe, results, t0
 
@@ -403,6 +475,7 @@ def sync(reason: str = "mark_step") -> None:
         err = DEFERRED_ERRORS[0]
         DEFERRED_ERRORS.clear()
         raise err
+    verify_checks()
     storages = take_pending()
     ir.clear_interned()
     METRICS.syncs += 1
@@ -441,9 +514,9 @@ def sync(reason: str = "mark_step") -> None:
             plan = None
             t0 = time.perf_counter()
             with _x64(True):
-                results = exe.compiled(dynamic.exact_inputs(g),
-                                       np.asarray(g.scalars, dtype=np.float64),
-                                       np.asarray(g.rngs, dtype=np.int64).reshape(-1, 2))
+                results = exe.run(dynamic.exact_inputs(g),
+                                  np.asarray(g.scalars, dtype=np.float64),
+                                  np.asarray(g.rngs, dtype=np.int64).reshape(-1, 2))
     except Exception as e:
         # Nothing is left half-done: every tensor of this graph now holds the error, and
         # reading one raises it; later graphs do not include them.
@@ -475,6 +548,8 @@ def sync(reason: str = "mark_step") -> None:
                               else dynamic.result_leaf(n, results[j], outs_lay[j], plan))
         st.node = leaf
         st.version += 1
+    if exe.checks:
+        written(storages)
 
 
 def mark_step() -> None:

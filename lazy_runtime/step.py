@@ -487,10 +487,9 @@ class StepReplayer:
         t0 = time.perf_counter()
         with executor._x64(True):
             if tr.sizes_on_device is None:
-                results = tr.exe.compiled(datas, tr.scalars_on_device, rngs)
+                results = tr.exe.run(datas, tr.scalars_on_device, rngs)
             else:
-                results = tr.exe.compiled(datas, tr.scalars_on_device, rngs,
-                                          tr.sizes_on_device)
+                results = tr.exe.run(datas, tr.scalars_on_device, rngs, tr.sizes_on_device)
         if stamp is not None and not stamp.holds():
             self._stamp = None   # recomputed by the caller's full path
             return None
@@ -529,6 +528,10 @@ class StepReplayer:
                     shape, dtype = tr.out_leaves[x]
                     n = ir.computed_leaf(value, shape, dtype)
                 leaves[x] = tensor.new_base(n)
+        if tr.exe.checks:   # what the step wrote, made unusable if an index check fails
+            executor.written([owned[x]._st for x, _ in tr.state_writes]
+                             + [owned[x]._st for _, xs, _ in tr.shared_writes for x in xs]
+                             + [t._st for t in leaves if isinstance(t, LazyTensor)])
         return pytree.tree_unflatten(leaves, tr.out_spec)
 
 

@@ -77,3 +77,10 @@ def vjp(f, primals, cotangent):
 
 __all__ = ["jnp", "jax", "sf", "D", "HIGHEST", "jdt", "is_array", "cast", "bshape", "norm_dim",
            "norm_dims", "opmath", "vjp"]
+
+
+def check_index(index, size: int, message: str, wraps: bool = False) -> None:
+    """``index`` must lie in [0, size), or in [-size, size) where torch wraps negative
+    indices; otherwise the graph raises ``message`` after it runs (``registry.check``)."""
+    from .registry import check
+    check((index < (-size if wraps else 0)) | (index >= size), message)

@@ -11,7 +11,7 @@ from jax import lax
 
 from .. import dtypes as D
 from ..errors import NoLowering
-from .common import cast, is_array, jdt, norm_dim, sf
+from .common import cast, check_index, is_array, jdt, norm_dim, sf
 from .registry import lowering, rule
 
 aten = torch.ops.aten
@@ -370,8 +370,21 @@ def _jnp_index(indices, ndim):
         (slice(None),) * (ndim - len(indices))
 
 
+def _check_indices(op: str, x, indices) -> None:
+    """Integer index tensors (one per leading dim, None for a full one): in bounds,
+    negative ones counting from the end."""
+    for d, i in enumerate(indices):
+        if i is not None:
+            check_index(i, x.shape[d], _out_of_bounds(op, d, x.shape[d]), wraps=True)
+
+
+def _out_of_bounds(op: str, dim: int, size: int) -> str:
+    return f"{op}: index out of bounds for dimension {dim} with size {size}"
+
+
 @lowering(aten.index.Tensor)
 def lower_index(x, indices):
+    _check_indices("index", x, indices)
     return x[_jnp_index(indices, x.ndim)]
 
 
@@ -390,8 +403,50 @@ def lower_index_put(x, indices, values, accumulate=False):
     if len(indices) == 1 and indices[0] is not None and indices[0].dtype == jnp.bool_:
         v = values.reshape(())
         return jnp.where(indices[0], x + v if accumulate else v, x)
+    _check_indices("index_put", x, indices)
     idx = _jnp_index(indices, x.ndim)
-    return x.at[idx].add(values) if accumulate else x.at[idx].set(values)
+    return _add_at(x.at[idx], values) if accumulate else x.at[idx].set(values)
+
+
+def _add_at(at, v):
+    """``x.at[i].add(v)``; for bools a logical or (XLA has no bool add; torch's sum of
+    bools is their or)."""
+    return at.max(v) if v.dtype == jnp.bool_ else at.add(v)
+
+
+# torch's CPU put_ writes serially below its parallel grain (``at::internal::GRAIN_SIZE``):
+# the last write to an element wins. Above it the threads race (with accumulate=False the
+# result depends on the thread count): that case runs eagerly.
+_PUT_SERIAL = 32768
+
+
+@rule(aten.put.default)
+def put_rule(x, index, source, accumulate=False):
+    op = aten.put.default
+    if index.dtype != torch.int64 or source.dtype != x.dtype or \
+            index.numel() != source.numel() or (x.numel() == 0 and index.numel()):
+        raise NoLowering(op, "arguments torch refuses (its error)")
+    if accumulate and x.dtype == torch.bool:
+        raise NoLowering(op, "accumulating booleans")
+    if not accumulate and (index.numel() >= _PUT_SERIAL or not index.is_contiguous()
+                           or not source.is_contiguous()):
+        # (torch's order of writes follows the operands' memory layout)
+        raise NoLowering(op, "which of several writes wins depends on torch's threads/strides")
+    return _shape(x), x.dtype
+
+
+@lowering(aten.put.default)
+def lower_put(x, index, source, accumulate=False):
+    """Flat (row-major) indices, negative ones from the end. Without ``accumulate`` each
+    element takes its last write: the largest position writing it (a max, order-free)."""
+    flat, idx, vals = x.reshape(-1), index.reshape(-1), source.reshape(-1)
+    if idx.size == 0:
+        return x
+    idx = jnp.where(idx < 0, idx + flat.size, idx)
+    if accumulate:
+        return flat.at[idx].add(vals).reshape(x.shape)
+    last = jnp.full(flat.shape, -1, idx.dtype).at[idx].max(jnp.arange(idx.size, dtype=idx.dtype))
+    return jnp.where(last >= 0, vals[jnp.maximum(last, 0)], flat).reshape(x.shape)
 
 
 @rule(aten.index_select.default)
@@ -404,9 +459,17 @@ def index_select_rule(x, dim, index):
 
 @lowering(aten.index_select.default)
 def lower_index_select(x, dim, index):
+    _check_dim_index("index_select", x, dim, index)
     if x.ndim == 0:
         return x
     return jnp.take(x, index.reshape(-1), axis=norm_dim(dim, x.ndim))
+
+
+def _check_dim_index(op: str, x, dim, index) -> None:
+    """Indices along ``dim`` in [0, size) (a 0-d tensor counts as one element)."""
+    d = norm_dim(dim, x.ndim) if x.ndim else 0
+    n = x.shape[d] if x.ndim else 1
+    check_index(index, n, _out_of_bounds(op, d, n))
 
 
 @rule(aten.gather.default)
@@ -422,6 +485,7 @@ def _full_index(index, dim):
 
 @lowering(aten.gather.default)
 def lower_gather(x, dim, index, *, sparse_grad=False):
+    _check_dim_index("gather", x, dim, index)
     if x.ndim == 0:
         return x.reshape(index.shape)
     return x[_full_index(index, norm_dim(dim, x.ndim))]
@@ -435,6 +499,7 @@ def scatter_rule(x, dim, index, src, **kwargs):
 
 
 def _scatter(x, dim, index, src, add):
+    _check_dim_index("scatter_add" if add else "scatter", x, dim, index)
     if x.ndim == 0:   # every index is 0: the values land in order on the one element
         n = index.size
         if n == 0:
@@ -448,7 +513,7 @@ def _scatter(x, dim, index, src, add):
     if hasattr(src, "shape") and src.ndim:
         src = src[tuple(slice(0, n) for n in index.shape)]
     src = cast(src, x.dtype) if is_array(src) else jnp.asarray(src, x.dtype)   # a number
-    return x.at[idx].add(src) if add else x.at[idx].set(src)
+    return _add_at(x.at[idx], src) if add else x.at[idx].set(src)
 
 
 @lowering(aten.scatter.src, aten.scatter.value)
@@ -468,6 +533,7 @@ def index_add_rule(x, dim, index, source, *, alpha=1):
 
 @lowering(aten.index_add.default)
 def lower_index_add(x, dim, index, source, *, alpha=1):
+    _check_dim_index("index_add", x, dim, index)
     if x.ndim == 0:
         return x + source.reshape(()).astype(x.dtype) * alpha
     d = norm_dim(dim, x.ndim)
@@ -476,4 +542,4 @@ def lower_index_add(x, dim, index, source, *, alpha=1):
     src = source.astype(x.dtype)
     if not (isinstance(alpha, (int, float)) and alpha == 1):
         src = src * cast(alpha, x.dtype)
-    return x.at[tuple(idx)].add(src)
+    return _add_at(x.at[tuple(idx)], src)

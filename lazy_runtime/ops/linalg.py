@@ -111,6 +111,41 @@ def lower_addmm(ctx, x, a, b, *, beta=1, alpha=1):
     return p + (x if beta == 1 else x * beta).astype(p.dtype)
 
 
+def _expandable(shape, out) -> bool:
+    return len(shape) <= len(out) and all(
+        s in (1, o) for s, o in zip(reversed(shape), reversed(out)))
+
+
+@rule(aten.addbmm.default)
+def addbmm_rule(x, a, b, *, beta=1, alpha=1):
+    op = aten.addbmm.default
+    out = (a.shape[1], b.shape[2]) if a.ndim == 3 and b.ndim == 3 else None
+    if out is None or a.shape[0] != b.shape[0] or a.shape[2] != b.shape[1] \
+            or not x.dtype == a.dtype == b.dtype or x.dtype == torch.bool \
+            or not _expandable(tuple(x.shape), out):
+        raise NoLowering(op, "arguments torch refuses (its error)")
+    scalar_as(x.dtype, beta), scalar_as(x.dtype, alpha)   # torch's overflow error, if any
+    return out, x.dtype
+
+
+@lowering(aten.addbmm.default, ctx=True)
+def lower_addbmm(ctx, x, a, b, *, beta=1, alpha=1):
+    """The sum of the batch's products is one product over the batch and inner dims
+    together; beta=0 ignores ``x`` (NaN included), as torch's first addmm does."""
+    n, m = a.shape[0], a.shape[2]
+    if n and a.dtype in (jnp.float16, jnp.bfloat16):
+        # torch adds one batch's product at a time (in float32: alpha * a @ b + beta * r),
+        # rounding each sum to the 16-bit type
+        r = jnp.broadcast_to(x, (a.shape[1], b.shape[2]))
+        for i in range(n):
+            p = alpha * _mm(a[i], b[i], ctx.dtype)
+            scale = beta if i == 0 else 1
+            r = (p if scale == 0 else p + scale * r.astype(p.dtype)).astype(a.dtype)
+        return r
+    a2 = jnp.moveaxis(a, 0, 1).reshape(a.shape[1], n * m)
+    return lower_addmm(ctx, x, a2, b.reshape(n * m, b.shape[2]), beta=beta, alpha=alpha)
+
+
 # ---- factorizations and solvers (torch.linalg) -----------------------------------------
 # float32/float64 are lowered, and complex64/complex128 for the ops in ``COMPLEX_OK``
 # (listed at the end of this section); integer inputs raise torch's error where torch

@@ -16,7 +16,7 @@ from jax import lax
 
 from .. import random as lrandom
 from ..errors import NoLowering, UnsupportedOperation
-from .common import HIGHEST, norm_dim, opmath, sf, vjp
+from .common import HIGHEST, check_index, norm_dim, opmath, sf, vjp
 from .registry import decomposition, lowering, rule
 
 aten = torch.ops.aten
@@ -667,6 +667,9 @@ def _nll_parts(x, target, weight, ignore_index):
 
 @lowering(aten.nll_loss_forward.default, aten.nll_loss2d_forward.default)
 def lower_nll_loss(x, target, weight, reduction, ignore_index):
+    n_classes = x.shape[1 if x.ndim >= 2 else 0]
+    check_index(jnp.where(target == ignore_index, 0, target), n_classes,
+                f"nll_loss: a target is out of bounds (not in [0, {n_classes}))")
     _, _, lp, w = _nll_parts(x, target, weight, ignore_index)
     loss = -lp * w
     if reduction == 0:
@@ -911,6 +914,8 @@ def embedding_rule(w, indices, padding_idx=-1, scale_grad_by_freq=False, sparse=
 
 @lowering(aten.embedding.default)
 def lower_embedding(w, indices, padding_idx=-1, scale_grad_by_freq=False, sparse=False):
+    check_index(indices, w.shape[0], f"embedding: index out of range in self (not in "
+                                     f"[0, {w.shape[0]}))")
     return jnp.take(w, indices, axis=0)
 
 

@@ -2,13 +2,15 @@
 
 from __future__ import annotations
 
+import math
+
 import jax
 import jax.numpy as jnp
 import torch
 
 from .. import dtypes as D
 from ..errors import NoLowering
-from .common import jdt, norm_dim, norm_dims, opmath, sf, type_name
+from .common import check_index, jdt, norm_dim, norm_dims, opmath, sf, type_name
 from .layout import _full_index
 from .registry import decomposition, lowering, rule
 
@@ -669,6 +671,8 @@ def lower_scatter_reduce(x, dim, index, src, reduce, *, include_self=True):
     shape = x.shape
     x, index, src = (t.reshape(t.shape or (1,)) for t in (x, index, src))
     d = norm_dim(dim, x.ndim)
+    check_index(index, x.shape[d], f"scatter_reduce: index out of bounds for dimension {d} "
+                                   f"with size {x.shape[d]}")
     reduce = _SCATTER_REDUCE[reduce]
     idx = _full_index(index, d)
     src = src[tuple(slice(0, n) for n in index.shape)]
@@ -683,6 +687,37 @@ def lower_scatter_reduce(x, dim, index, src, reduce, *, include_self=True):
     else:
         out = {"sum": at.add, "prod": at.multiply, "amax": at.max, "amin": at.min}[reduce](src)
     return out.astype(x.dtype).reshape(shape)
+
+
+def _index_reduce_ok(x, dim, index, source, reduce) -> bool:
+    """The arguments torch's ``index_reduce`` accepts (others: its error, eagerly)."""
+    if reduce not in ("prod", "mean", "amax", "amin") or source.ndim != x.ndim:
+        return False
+    if index.dtype not in (torch.int32, torch.int64) or index.ndim > 1 or x.dtype == torch.bool:
+        return False
+    if x.dtype != source.dtype or not -x.ndim <= dim < max(x.ndim, 1):
+        return False
+    if x.ndim == 0:   # one element, as if of shape [1]
+        return index.numel() == 1
+    d = norm_dim(dim, x.ndim)
+    return all(s == (index.numel() if k == d else n)
+               for k, (s, n) in enumerate(zip(source.shape, x.shape)))
+
+
+@decomposition(aten.index_reduce.default)
+def index_reduce(x, dim, index, source, reduce, *, include_self=True):
+    """``scatter_reduce`` with the index repeated along every other dim: the same
+    reductions, the same ``include_self`` start and mean count, untouched rows kept."""
+    if not _index_reduce_ok(x, dim, index, source, reduce):
+        raise NoLowering(aten.index_reduce.default, "arguments torch refuses (its error)")
+    if x.ndim == 0:
+        return index_reduce(x.reshape(1), 0, index.reshape(1), source.reshape(1), reduce,
+                            include_self=include_self).reshape(())
+    d = norm_dim(dim, x.ndim)
+    shape = [1] * x.ndim
+    shape[d] = index.numel()
+    idx = index.reshape(shape).expand(tuple(source.shape))
+    return aten.scatter_reduce.two(x, d, idx, source, reduce, include_self=include_self)
 
 
 # ---- cdist ----------------------------------------------------------------------------
@@ -765,3 +800,207 @@ def lower_cdist_backward(grad, x1, x2, p, cdist):
     if p not in (0, 1, float("inf")):
         terms = jnp.where(zero, 0, terms)
     return jnp.sum(terms, axis=-2).astype(x1.dtype)
+
+
+# ---- histc / histogram ----------------------------------------------------------------
+#
+# torch's CPU kernel (HistogramKernel.cpp): an element outside [edges[0], edges[-1]] or NaN
+# is skipped; otherwise its bin is ``trunc((x - left) * bins / (right - left))``, in the
+# input's type (each step rounded to it for the 16-bit types), the last bin keeping its
+# right edge. ``histogram`` then corrects that bin against its linspace edges (a binary
+# search over the neighbouring three, ``std::upper_bound``); with a tensor of edges it
+# searches them all. The edges are torch's linspace: ``start + step * i`` below halfway,
+# ``end - step * (steps - 1 - i)`` from there, each one fused multiply-add (one rounding),
+# as torch's compiled kernel computes them. Without a range, the range is the data's min
+# and max: torch raises if either is not finite, so that case reads one boolean (a barrier
+# if the data is pending, as torch's own ``.item()`` synchronizes a GPU). Counts sum in
+# float32 for the 16-bit types (torch's per-thread 16-bit sums agree while exact: up to
+# 2048 per bin for float16, 256 for bfloat16); weighted 16-bit histograms run eagerly.
+
+_HIST_LIB = torch.library.Library("lazy_runtime", "FRAGMENT")
+_HIST_LIB.define("histogram_linear(Tensor x, int bins, float[] range, bool data_range, "
+                 "Tensor? weight, bool density, bool histc) -> (Tensor hist, Tensor edges)")
+histogram_linear = torch.ops.lazy_runtime.histogram_linear.default
+_HALF = {jnp.dtype(jnp.float16): (5, 10), jnp.dtype(jnp.bfloat16): (8, 7)}
+
+
+def _histogram_linear_cpu(x, bins, range, data_range, weight, density, histc):
+    """The op on the CPU (where it falls back, under ``force_fallback``)."""
+    rng = None if data_range else tuple(range)
+    if histc:
+        lo, hi = rng or (0.0, 0.0)
+        return torch.histc(x, bins, lo, hi), torch.empty(bins + 1, dtype=x.dtype)
+    return torch.histogram(x, bins, range=rng, weight=weight, density=density)
+
+
+_HIST_LIB.impl("histogram_linear", _histogram_linear_cpu, "CPU")
+
+
+def _all_finite(x) -> bool:
+    """One read of a boolean (``item`` would decompose)."""
+    return bool(aten._local_scalar_dense.default(torch.isfinite(x).all()))
+
+
+def _hist_checks(op, x, bins_ok, weight):
+    ok = x.dtype in (torch.float32, torch.float64) or (
+        x.dtype in (torch.float16, torch.bfloat16) and weight is None)
+    if not ok or not bins_ok or (weight is not None and (
+            weight.dtype != x.dtype or weight.numel() != x.numel())):
+        raise NoLowering(op, "arguments torch refuses (its error), or a weighted 16-bit one")
+
+
+@decomposition(aten.histc.default)
+def histc(x, bins=100, min=0, max=0):
+    op = aten.histc.default
+    _hist_checks(op, x, bins > 0, None)
+    lo, hi = float(min), float(max)
+    data = lo == hi and x.numel() > 0
+    if not data and lo == hi:
+        lo, hi = lo - 1, hi + 1
+    if (data and not _all_finite(x)) or not (data or -math.inf < lo < hi < math.inf):
+        raise NoLowering(op, "a range torch refuses (its error)")
+    return histogram_linear(x, bins, [lo, hi], data, None, False, True)[0]
+
+
+@decomposition(aten.histogram.bin_ct)
+def histogram(x, bins=100, *, range=None, weight=None, density=False):
+    op = aten.histogram.bin_ct
+    _hist_checks(op, x, bins > 0 and (range is None or len(range) == 2), weight)
+    data = range is None and x.numel() > 0
+    lo, hi = (0.0, 1.0) if range is None else map(float, range)
+    if x.dtype in (torch.float16, torch.bfloat16) and range is None:
+        raise NoLowering(op, "16-bit input without a range (torch's error)")
+    if (data and not _all_finite(x)) or not (data or -math.inf < lo <= hi < math.inf):
+        raise NoLowering(op, "a range torch refuses (its error)")
+    if not data and lo == hi:
+        lo, hi = lo - 0.5, hi + 0.5
+    return histogram_linear(x, bins, [lo, hi], data, weight, density, False)
+
+
+@rule(histogram_linear, multi=True)
+def histogram_linear_rule(x, bins, range, data_range, weight, density, histc):
+    return [((bins,), x.dtype), ((bins + 1,), x.dtype)]
+
+
+def _two_sum(a, b):
+    s = a + b
+    bb = s - a
+    return s, (a - (s - bb)) + (b - bb)
+
+
+def _round_odd(h, err):
+    """Round to odd of ``h + err`` (``h`` its nearest double): the odd neighbour when inexact."""
+    even = (jax.lax.bitcast_convert_type(h, jnp.int64) & 1) == 0
+    step = jnp.nextafter(h, jnp.where(err > 0, jnp.inf, -jnp.inf))
+    return jnp.where((err != 0) & even, step, h)
+
+
+def _fma(a, i, c, dt):
+    """``c + a * i`` rounded once to ``dt`` (float32 or float64; ``i`` integers below 2**26):
+    the product is split exactly (``a`` in halves of 27 and 26 bits), the sum done without
+    error and rounded to odd before the last rounding (Boldo and Melquiond's emulated FMA),
+    whether or not XLA fuses the arithmetic itself."""
+    a, c, i = a.astype(jnp.float64), c.astype(jnp.float64), i.astype(jnp.float64)
+    bits = jax.lax.bitcast_convert_type(a, jnp.int64)
+    a_hi = jax.lax.bitcast_convert_type(bits & ~((1 << 26) - 1), jnp.float64)
+    s, t = _two_sum(c, a_hi * i)
+    u, e = _two_sum(t, (a - a_hi) * i)
+    v = _round_odd(u, e)
+    if dt == jnp.float64:
+        return s + v
+    w, e2 = _two_sum(s, v)
+    return _round_odd(w, e2).astype(dt)
+
+
+def _linspace(start, end, steps, dt):
+    """torch's CPU linspace of ``steps`` values between the ``dt`` scalars (see above)."""
+    i = jnp.arange(steps)
+    if dt in _HALF:   # c10::Half/BFloat16 arithmetic: each operation rounded (no fusing)
+        start, end = start.astype(jnp.float32), end.astype(jnp.float32)
+        step = _rounded(_rounded(end - start, dt) / _rounded(jnp.float32(steps - 1), dt), dt)
+
+        def part(base, k, sign):
+            return _rounded(base + sign * _rounded(step * _rounded(k.astype(jnp.float32), dt),
+                                                   dt), dt)
+        return jnp.where(i < steps // 2, part(start, i, 1), part(end, steps - 1 - i, -1)
+                         ).astype(dt)
+    step = _exact_div(end - start, jnp.asarray(steps - 1, dt))
+    return jnp.where(i < steps // 2, _fma(step, i, start, dt),
+                     _fma(-step, steps - 1 - i, end, dt))
+
+
+def _exact_div(a, b):
+    """``a / b`` correctly rounded: XLA divides by a broadcast scalar (or a constant) as a
+    product with its reciprocal, unless the divisor is opaque to it."""
+    return a / jax.lax.optimization_barrier(jnp.broadcast_to(b, jnp.shape(a)))
+
+
+def _upper_bound(edges, v, lo, hi):
+    """libstdc++'s ``std::upper_bound`` over ``edges[lo:hi]`` for each ``v``, step by step
+    (so also for unsorted edges)."""
+    first, n = lo, hi - lo
+    for _ in range(edges.shape[0].bit_length()):
+        half = n // 2
+        mid = first + half
+        right = (n > 0) & ~(v < edges[jnp.clip(mid, 0, edges.shape[0] - 1)])
+        first = jnp.where(right, mid + 1, first)
+        n = jnp.where(n > 0, jnp.where(right, n - half - 1, half), n)
+    return first
+
+
+def _rounded(v, dt):
+    """``v`` (computed in float32) rounded to the 16-bit ``dt``, as each of torch's steps is."""
+    return jax.lax.reduce_precision(v, *_HALF[dt]) if dt in _HALF else v
+
+
+def _linear_bin(v, left, right, bins, dt):
+    """torch's ``(x - left) * bins / (right - left)``, truncated (in ``dt``'s arithmetic)."""
+    ct = jnp.float32 if dt in _HALF else dt
+    v, left, right = v.astype(ct), left.astype(ct), right.astype(ct)
+    nb = _rounded(jnp.asarray(bins, ct), dt)
+    q = _rounded(_exact_div(_rounded(_rounded(v - left, dt) * nb, dt),
+                            _rounded(right - left, dt)), dt)
+    return jnp.clip(jnp.trunc(jnp.where(jnp.isfinite(q), q, 0)), 0, bins).astype(jnp.int64)
+
+
+def _histogram_sum(v, pos, edges, weight, density, dt):
+    """Sum each in-range element's weight into its bin (the last keeps its right edge)."""
+    nbins = edges.shape[0] - 1
+    valid = (v >= edges[0]) & (v <= edges[-1])
+    pos = jnp.clip(jnp.where(pos == nbins, nbins - 1, pos), 0, max(nbins - 1, 0))
+    acc = jnp.float32 if dt in _HALF else dt
+    w = jnp.ones(v.shape, acc) if weight is None else weight.reshape(-1).astype(acc)
+    hist = jnp.zeros((nbins,), acc).at[pos].add(jnp.where(valid, w, 0)).astype(dt)
+    if density:
+        hist = _exact_div(_exact_div(hist, jnp.sum(hist)), jnp.diff(edges))
+    return hist
+
+
+@lowering(histogram_linear)
+def lower_histogram_linear(x, bins, range, data_range, weight, density, histc):
+    dt, v = x.dtype, x.reshape(-1)
+    if data_range:   # the range of the data (in float64, widened when empty), then in dt
+        lo, hi = jnp.min(v).astype(jnp.float64), jnp.max(v).astype(jnp.float64)
+        pad = jnp.where(lo == hi, 1.0 if histc else 0.5, 0.0)
+        start, end = (lo - pad).astype(dt), (hi + pad).astype(dt)
+    else:
+        start, end = (jnp.asarray(r, jnp.float64).astype(dt) for r in range)
+    edges = _linspace(start, end, bins + 1, dt)
+    pos = _linear_bin(v, edges[0], edges[-1], bins, dt)
+    if not histc:   # histogram: the neighbouring edges decide
+        pos = _upper_bound(edges, v, jnp.maximum(pos - 1, 0), jnp.minimum(pos + 2, bins + 1)) - 1
+    return _histogram_sum(v, pos, edges, weight, density, dt), edges
+
+
+@rule(aten.histogram.bins_tensor, multi=True)
+def histogram_bins_rule(x, bins, *, weight=None, density=False):
+    _hist_checks(aten.histogram.bins_tensor, x,
+                 bins.dtype == x.dtype and bins.ndim == 1 and bins.numel() > 1, weight)
+    return [((bins.numel() - 1,), x.dtype), (tuple(bins.shape), x.dtype)]
+
+
+@lowering(aten.histogram.bins_tensor)
+def lower_histogram_bins(x, bins, *, weight=None, density=False):
+    v = x.reshape(-1)
+    pos = _upper_bound(bins, v, jnp.zeros(v.shape, jnp.int64), bins.shape[0]) - 1
+    return _histogram_sum(v, pos, bins, weight, density, x.dtype), bins

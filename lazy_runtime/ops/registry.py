@@ -39,6 +39,19 @@ COMPLEX_OK: set = set()
 # Values a lowering hands to a later lowering of the same trace (a forward's JAX pullback to
 # its backward op); the executor clears it when each trace ends.
 TRACE_SCRATCH: dict = {}
+# Index checks of the trace being lowered: (bool scalar, message) pairs that ``check``
+# adds; the executable returns the flags beside its results (see ``executor``).
+TRACE_CHECKS: list = []
+CHECKING = [True]   # off while a padded executable is traced (its padding is not checked)
+
+
+def check(bad, message: str) -> None:
+    """Make the graph raise ``message`` after it runs if ``bad`` (a JAX bool array) has a
+    true element: what torch checks on the host, or as a device-side assert on CUDA (an
+    index out of bounds), where XLA would clamp and give a wrong value."""
+    if CHECKING[0]:
+        import jax.numpy as jnp
+        TRACE_CHECKS.append((jnp.any(bad), message))
 
 
 @dataclass(frozen=True)

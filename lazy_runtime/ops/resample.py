@@ -354,3 +354,128 @@ def lower_grid_sampler(x, grid, mode, padding, align_corners):
 def lower_grid_sampler_backward(g, x, grid, mode, padding, align_corners, output_mask):
     gx, gg = vjp(lambda a, b: grid_sample(a, b, mode, padding, align_corners), (x, grid), g)
     return (gx if output_mask[0] else None), gg
+
+
+# ---- antialiased resampling (``F.interpolate(..., antialias=True)``) ---------------------
+#
+# torch's CPU kernel (UpSampleKernel.cpp, after Pillow): along each axis, output i reads the
+# inputs within ``support`` of its centre ``scale * (i + 0.5)`` (align_corners changes only
+# the scale), weighted by the filter (triangle, or Keys' cubic with A = -0.5) stretched by
+# the scale when downsampling, and normalized. The weights are computed on the host with
+# its formulas and types (float32 or float64, C++'s double intermediates included); each
+# output sums only its own window, so inf/NaN elsewhere do not reach it. The forward
+# resamples the last axis, then the one before, and skips an axis whose size is unchanged;
+# the backward kernel applies every axis's weights (even a given scale on an unchanged
+# size), so its lowering is the pullback of that unskipped map.
+
+def _aa_filter(x, cubic, dt):
+    x = np.abs(x)
+    if not cubic:
+        return np.where(x < 1, dt(1) - x, dt(0)).astype(dt)
+    a = dt(-0.5)
+    near = ((a + 2) * x - (a + 3)) * x * x + 1
+    far = ((a * x - 5 * a) * x + 8 * a) * x - 4 * a
+    return np.where(x < 1, near, np.where(x < 2, far, dt(0))).astype(dt)
+
+
+@functools.lru_cache(maxsize=256)
+def _aa_taps(n_in, n_out, align_corners, scale, cubic, dt):
+    """(indices, weights, in-window mask), each (n_out, taps): torch's
+    ``_compute_indices_min_size_weights_aa``."""
+    s = _scale(n_in, n_out, align_corners, scale, dt)
+    half = 2.0 if cubic else 1.0                       # interp_size * 0.5
+    support = dt(half * float(s)) if s >= 1 else dt(half)
+    taps = int(np.ceil(support)) * 2 + 1
+    invscale = dt(1.0 / float(s)) if s >= 1 else dt(1)
+    i = np.arange(n_out)
+    center = (float(s) * (i + 0.5)).astype(dt)
+    lo = np.maximum(np.trunc((center - support).astype(np.float64) + 0.5), 0).astype(np.int64)
+    hi = np.trunc((center + support).astype(np.float64) + 0.5).astype(np.int64)
+    size = np.clip(np.minimum(hi, n_in) - lo, 0, taps)
+    j = np.arange(taps)
+    pos = (lo[:, None] + j).astype(dt) - center[:, None]
+    w = _aa_filter(((pos.astype(np.float64) + 0.5) * float(invscale)).astype(dt), cubic, dt)
+    mask = j < size[:, None]
+    w = np.where(mask, w, dt(0))
+    total = np.zeros(n_out, dt)
+    for k in range(taps):                              # torch's sum, in order
+        total = (total + w[:, k]).astype(dt)
+    w = np.where(total[:, None] != 0, w / np.where(total == 0, dt(1), total)[:, None], w)
+    return np.minimum(lo[:, None] + j, n_in - 1), w.astype(dt), mask
+
+
+def _aa_axis(x, axis, taps):
+    idx, w, mask = taps
+    t = jnp.moveaxis(x, axis, -1)[..., idx]            # [..., out, taps]
+    y = jnp.sum(jnp.where(mask, t * jnp.asarray(w, x.dtype), 0), axis=-1)
+    return jnp.moveaxis(y, -1, axis)
+
+
+def _aa_resample(x, out_size, align_corners, scales, cubic, skip_same):
+    dt = _index_dtype(x.dtype)
+    for axis in (-1, -2):
+        n_in, n_out = x.shape[axis], out_size[axis]
+        if skip_same and n_in == n_out:
+            continue
+        taps = _aa_taps(n_in, n_out, align_corners, scales[axis], cubic, dt)
+        if skip_same and axis == -2 and x.shape[-1] == 1:
+            taps = tuple(np.broadcast_to(t[:1], t.shape) for t in taps)   # see _aa_row_zero
+        x = _aa_axis(x, axis, taps)
+    return x
+
+
+def _aa_row_zero(x, out) -> bool:
+    """Whether torch's forward gives every output row the window of row 0: its vertical pass
+    reads each row's weights at the start of the innermost loop, which is the rows
+    themselves when the width is 1 (in the contiguous layout; channels-last is right)."""
+    return out[-1] == 1 and out[-2] != x.shape[-2]
+
+
+_AA = {aten._upsample_bilinear2d_aa.default: False, aten._upsample_bicubic2d_aa.default: True}
+_AA_BACKWARD = {aten._upsample_bilinear2d_aa_backward.default: False,
+                aten._upsample_bicubic2d_aa_backward.default: True}
+
+
+def _aa_lowered(op, dtype, sizes) -> None:
+    # uint8 takes torch's fixed-point path (int16 weights), other dtypes torch refuses
+    if dtype not in (torch.float32, torch.float64) or len(sizes) != 4 or 0 in sizes:
+        raise NoLowering(op, "uint8, refused dtypes or empty tensors (torch decides)")
+
+
+@rule(*_AA)
+def upsample_aa_rule(x, output_size, align_corners, scales_h=None, scales_w=None):
+    out = tuple(x.shape[:2]) + tuple(output_size)
+    _aa_lowered(aten._upsample_bilinear2d_aa.default, x.dtype, tuple(x.shape))
+    _aa_lowered(aten._upsample_bilinear2d_aa.default, x.dtype, out)
+    if _aa_row_zero(x, out) and not x.is_contiguous():
+        raise NoLowering(aten._upsample_bilinear2d_aa.default, "a width of 1 in channels-last")
+    return out, x.dtype
+
+
+@rule(*_AA_BACKWARD)
+def upsample_aa_backward_rule(g, output_size, input_size, align_corners, scales_h=None,
+                              scales_w=None):
+    _aa_lowered(aten._upsample_bilinear2d_aa_backward.default, g.dtype, tuple(input_size))
+    return _upsample_backward_rule(g, output_size, input_size)
+
+
+def _lower_aa(cubic):
+    def lower(x, output_size, align_corners, scales_h=None, scales_w=None):
+        return _aa_resample(x, tuple(output_size), align_corners, (scales_h, scales_w), cubic,
+                            skip_same=True)
+    return lower
+
+
+def _lower_aa_backward(cubic):
+    def lower(g, output_size, input_size, align_corners, scales_h=None, scales_w=None):
+        def f(x):
+            return _aa_resample(x, tuple(output_size), align_corners, (scales_h, scales_w),
+                                cubic, skip_same=False)
+        return vjp(f, (jnp.zeros(tuple(input_size), g.dtype),), g)[0]
+    return lower
+
+
+for _op, _cubic_mode in _AA.items():
+    lowering(_op)(_lower_aa(_cubic_mode))
+for _op, _cubic_mode in _AA_BACKWARD.items():
+    lowering(_op)(_lower_aa_backward(_cubic_mode))

@@ -265,6 +265,12 @@ case("index_put", lambda x: x.index_put((torch.tensor([0, 2]),), torch.tensor(9.
      lambda g, r: [rnd(g, (3, 4))])
 case("index_put_acc", lambda x: x.index_put((torch.tensor([0, 0]),), torch.ones(2, 4),
                                             accumulate=True), lambda g, r: [rnd(g, (3, 4))])
+# booleans accumulate as a logical or (their lowering once failed: XLA has no bool add)
+case("bool-accumulate", lambda x, v: (
+    x.index_put((torch.tensor([0, 2, 2]),), v, accumulate=True),
+    x.index_add(1, torch.tensor([1, 1, 3, 0]), x),
+    x.scatter_add(1, torch.tensor([[0, 0, 3, 3]] * 3), x)),
+     lambda g, r: [rnd(g, (3, 4), BOOL), rnd(g, (3, 4), BOOL)])
 case("embedding", lambda w, i: F.embedding(i, w), lambda g, r: [rnd(g, (7, 3)), rnd(
     g, (2, 5), I64, 0, 7)], grad=True)
 case("one_hot", lambda i: F.one_hot(i, 6), lambda g, r: [rnd(g, (4,), I64, 0, 6)])

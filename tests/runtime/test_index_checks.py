@@ -1,0 +1,99 @@
+"""Indices out of bounds: XLA clamps them (a wrong value, silently); torch raises. The
+lowerings of indexing ops check their indices on the device, and the error is raised when
+the graph's values are first read or at the next barrier, as a CUDA device-side assert
+surfaces at the next synchronization. The values that graph computed are unusable."""
+
+import pytest
+import torch
+import torch.nn.functional as F
+
+import lazy_runtime as lr
+from conftest import DEV, assert_same
+from lazy_runtime import IndexCheckError
+
+X = torch.arange(10.0).reshape(2, 5)
+# (name, fn(x, index), indices torch accepts, indices torch refuses)
+CASES = [
+    ("index", lambda x, i: x[:, i] * 1, [[0, -5, 4]], [[0, 5], [-6]]),
+    ("index_put", lambda x, i: x.index_put((torch.zeros_like(i), i), i.to(x.dtype)),
+     [[-1, 3]], [[0, 7]]),
+    ("index_select", lambda x, i: x.index_select(1, i), [[4, 0]], [[-1], [5]]),
+    ("gather", lambda x, i: x.gather(1, i.expand(2, -1)), [[[4, 1]]], [[[-1, 0]], [[0, 5]]]),
+    ("scatter", lambda x, i: x.scatter(1, i.expand(2, -1), 7.0), [[[4, 1]]], [[[5, 0]]]),
+    ("scatter_add", lambda x, i: x.scatter_add(1, i.expand(2, -1), x[:, :i.shape[1]]),
+     [[[4, 1]]], [[[-1, 0]]]),
+    ("scatter_reduce", lambda x, i: x.scatter_reduce(1, i.expand(2, -1), x[:, :i.shape[1]],
+                                                    "amax"), [[[2, 2]]], [[[9, 0]]]),
+    ("index_add", lambda x, i: x.index_add(1, i, x[:, :i.shape[0]]), [[3, 3]], [[0, 5]]),
+    ("embedding", lambda x, i: F.embedding(i, x.t()), [[4, 0, 2]], [[5], [-1]]),
+    ("nll_loss", lambda x, i: F.nll_loss(x, i), [[4, 0]], [[4, 5], [-1, 0]]),
+    ("cross_entropy", lambda x, i: F.cross_entropy(x, i, ignore_index=-100),
+     [[-100, 2]], [[2, 9]]),
+]
+
+
+def _lazy_index(i):
+    return torch.tensor(i).to(DEV)
+
+
+@pytest.mark.parametrize("name,fn,good,bad", CASES, ids=[c[0] for c in CASES])
+def test_indices_in_bounds_give_torchs_values(name, fn, good, bad):
+    for i in good:
+        assert_same(fn(X.to(DEV), _lazy_index(i)), fn(X, torch.tensor(i)), what=name)
+
+
+@pytest.mark.parametrize("name,fn,good,bad", CASES, ids=[c[0] for c in CASES])
+def test_indices_out_of_bounds_raise_at_the_first_read(name, fn, good, bad):
+    for i in bad:
+        with pytest.raises((IndexError, RuntimeError)):
+            fn(X, torch.tensor(i))   # torch refuses them too
+        out = fn(X.to(DEV), _lazy_index(i))   # recorded: nothing is known yet
+        with pytest.raises(IndexCheckError, match="out of"):
+            out.cpu()
+        with pytest.raises(lr.LazyRuntimeError):   # its values stay unusable
+            out.cpu()
+        # the device goes on: the next graph runs
+        assert_same(X.to(DEV) * 2, X * 2)
+
+
+def test_a_failed_check_is_raised_by_the_next_barrier_too():
+    out = X.to(DEV).index_select(1, _lazy_index([7]))
+    other = X.to(DEV) + 1
+    lr.mark_step()   # runs the graph without waiting for it
+    with pytest.raises(IndexCheckError, match="out of"):
+        lr.mark_step()
+    assert isinstance(IndexCheckError("x"), IndexError)   # caught as torch's would be
+    with pytest.raises(lr.LazyRuntimeError):
+        out.cpu()
+    with pytest.raises(lr.LazyRuntimeError):   # same graph: computed before the check ran
+        other.cpu()
+    assert_same(X.to(DEV) + 1, X + 1)
+
+
+def test_graphs_without_index_ops_carry_no_checks():
+    from lazy_runtime import executor
+    y = (X.to(DEV) * 3).sum()
+    lr.mark_step()
+    assert executor.PENDING_CHECKS == []
+    assert y.item() == pytest.approx(135.0)
+
+
+def test_a_replayed_step_checks_its_indices():
+    emb = torch.nn.Embedding(5, 3).to(DEV)
+    opt = torch.optim.SGD(emb.parameters(), lr=0.1)
+
+    def train_step(ids):
+        loss = emb(ids).sum()
+        loss.backward()
+        opt.step()
+        opt.zero_grad()
+        return loss
+
+    step = lr.compile_step(train_step, emb, opt)
+    for _ in range(4):   # traced, then replayed
+        step(torch.tensor([1, 4])).item()
+    loss = step(torch.tensor([1, 5]))
+    with pytest.raises(IndexCheckError, match="out of"):
+        loss.item()
+    with pytest.raises(lr.LazyRuntimeError):   # the update the step made is unusable
+        emb.weight.cpu()
