@@ -16,8 +16,7 @@ d(sum(out * w))/d(inputs) for a fixed weighting ``w``. Each op variant ends as:
 - ``crashed``/``timeout``: the worker died or overran; the sweep carries on after it.
 
 Workers are subprocesses (a crash loses one op, not the sweep). torch's test utilities
-import ``expecttest``: install the ``bench`` extra (``pip install -c constraints.txt -e
-".[bench]"``).
+import ``expecttest``, which the ``dev`` extra installs (``make test`` does).
 
 Usage: python benchmarks/opinfo_sweep.py [--dtypes float32,float64,int64,bool,complex64]
            [--grad] [--samples 4] [--only add,matmul] [--json benchmarks/opinfo_sweep.json]
@@ -31,6 +30,7 @@ import math
 import signal
 import subprocess
 import sys
+import tempfile
 from collections import Counter
 from pathlib import Path
 
@@ -226,21 +226,26 @@ def _sweep(dtype: str, grad: bool, n_samples: int, only, total: int) -> list[dic
         cmd = [sys.executable, __file__, "--worker", dtype, str(start), str(total),
                "--samples", str(n_samples)] + (["--grad"] if grad else []) + \
               (["--only", ",".join(only)] if only else [])
-        proc = subprocess.run(cmd, capture_output=True, text=True, cwd=ROOT)
         started = None
-        for line in proc.stdout.splitlines():
-            rec = json.loads(line)
-            if rec.pop("started", False):
-                started = rec
-            else:
+        # (stderr to a file: warnings would fill a pipe nobody reads while stdout streams)
+        with tempfile.TemporaryFile("w+") as errors, subprocess.Popen(
+                cmd, stdout=subprocess.PIPE, stderr=errors, text=True, cwd=ROOT) as proc:
+            for line in proc.stdout:   # one op at a time: progress as it goes
+                rec = json.loads(line)
+                if rec.pop("started", False):
+                    started = rec
+                    continue
                 out.append(rec)
                 started = None
                 print(f"{dtype:9s} {rec['i']:4d} {rec['op']:45s} {rec['status']}", flush=True)
+            proc.wait()
+            errors.seek(0)
+            err = errors.read()
         if proc.returncode == 0 and started is None:
             break
         if started is None:   # died before its first op
-            raise RuntimeError(f"sweep worker failed:\n{proc.stderr[-2000:]}")
-        out.append(dict(started, status="crashed", detail=proc.stderr[-300:]))
+            raise RuntimeError(f"sweep worker failed:\n{err[-2000:]}")
+        out.append(dict(started, status="crashed", detail=err[-300:]))
         start = started["i"] + 1
     return out
 

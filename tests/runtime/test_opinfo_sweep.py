@@ -1,0 +1,53 @@
+"""The OpInfo conformance sweep's judgement (benchmarks/opinfo_sweep.py): what counts as
+agreeing with torch, and which differences it explains, and a sweep of three ops (torch's
+test utilities import ``expecttest``: the ``dev`` extra)."""
+
+import math
+import sys
+from pathlib import Path
+
+import pytest
+import torch
+
+sys.path.insert(0, str(Path(__file__).resolve().parents[2] / "benchmarks"))
+
+import opinfo_sweep as S  # noqa: E402
+
+
+def test_integers_and_bools_must_agree_exactly():
+    a = torch.tensor([1, 2, 3])
+    assert S._compare(a, a.clone()) is None
+    assert "1 of 3" in S._compare(a, torch.tensor([1, 2, 4]))
+    assert S._compare(torch.tensor([True]), torch.tensor([False])) is not None
+
+
+def test_floats_agree_within_their_dtypes_tolerance_nan_included():
+    a = torch.tensor([1.0, float("nan"), -float("inf")])
+    assert S._compare(a, a + torch.tensor([1e-6, 0, 0])) is None
+    assert "tolerance 0.0001" in S._compare(a, a + torch.tensor([1e-2, 0, 0]))
+    d = a.double()
+    assert S._compare(d, d + torch.tensor([1e-6, 0, 0], dtype=torch.float64)) is not None
+
+
+def test_structure_shape_and_dtype_are_compared_first():
+    a = torch.zeros(2, 3)
+    assert "float32[3, 2]" in S._compare(a, torch.zeros(3, 2))
+    assert "float64" in S._compare(a, a.double())
+    assert S._compare((a, 1), (a, 1)) is None
+    assert S._compare((a, 1), (a,)) == "structure"
+    assert S._compare(2.0, 2.0 + 1e-9) is None and S._compare(math.nan, math.nan) is None
+
+
+@pytest.mark.parametrize("name,known", [
+    ("nn.functional.dropout", True), ("bernoulli", True), ("linalg.eigh", True),
+    ("sparse.sampled_addmm", True), ("resize_as_", True), ("add", False),
+    ("linalg.eigvalsh", False), ("index_select", False)])
+def test_only_named_differences_are_explained(name, known):
+    assert (S._known(name) is not None) == known
+
+
+def test_a_small_sweep_runs_where_torchs_test_utilities_are_installed(capsys):
+    pytest.importorskip("expecttest")
+    assert S.main(["--only", "add,index_select,histc", "--dtypes", "float32"]) == 0
+    out = capsys.readouterr().out
+    assert "float32: 3 op variants: match 3" in out
