@@ -16,7 +16,7 @@ from jax import lax
 
 from .. import dtypes as D
 from .common import bshape, cast, is_array, jdt, vjp
-from .registry import ELEMENTWISE, lowering, rule
+from .registry import ELEMENTWISE, RULES, lowering, rule
 
 aten = torch.ops.aten
 
@@ -227,7 +227,14 @@ def _div_mode(a, b, rounding_mode=None):
 def _pow(a, b):
     if isinstance(b, int) and not isinstance(b, bool) and b >= 0:
         return lax.integer_pow(a, b)
-    return jnp.power(a, b)
+    if not jnp.issubdtype(jnp.result_type(a, b), jnp.integer):
+        return jnp.power(a, b)
+    # integers: a negative power is 1 / a**n truncated (0 unless a is 1 or -1), as in torch;
+    # XLA's integer power gives garbage for negative exponents
+    neg = b < 0
+    r = jnp.power(a, jnp.where(neg, 0, b))
+    unit = jnp.where(a == 1, 1, jnp.where(a == -1, jnp.where(b % 2 != 0, -1, 1), 0))
+    return jnp.where(neg, unit, r).astype(r.dtype)
 
 
 def _lerp(a, b, w):
@@ -248,6 +255,20 @@ elementwise(aten.remainder.Tensor, aten.remainder.Scalar, fn=jnp.remainder, oper
 elementwise(aten.fmod.Tensor, aten.fmod.Scalar, fn=jnp.fmod, operands=(0, 1))
 elementwise(aten.pow.Tensor_Tensor, aten.pow.Scalar, fn=_pow, operands=(0, 1))
 elementwise(aten.pow.Tensor_Scalar, fn=_pow, operands=(0, 1), static=(1,))
+_pow_scalar_rule = RULES[aten.pow.Tensor_Scalar][0]
+
+
+def _int_pow_scalar_rule(x, exponent):
+    """torch refuses an integer tensor to a negative Python integer power (a tensor of
+    negative exponents is allowed)."""
+    out = _pow_scalar_rule(x, exponent)
+    if type(exponent) is int and exponent < 0 and not (
+            out[1].is_floating_point or out[1].is_complex):
+        raise RuntimeError("Integers to negative integer powers are not allowed.")
+    return out
+
+
+RULES[aten.pow.Tensor_Scalar] = (_int_pow_scalar_rule, False)
 elementwise(aten.maximum.default, fn=jnp.maximum, operands=(0, 1))
 elementwise(aten.minimum.default, fn=jnp.minimum, operands=(0, 1))
 elementwise(aten.fmax.default, fn=jnp.fmax, operands=(0, 1))

@@ -1394,7 +1394,9 @@ def lower_native_dropout(x, p, train, _rng):
 
 @rule(aten.native_dropout_backward.default)
 def native_dropout_backward_rule(g, mask, scale):
-    return _shape(g), g.dtype
+    # (integers times the float scale: torch's default float type)
+    float_g = g.dtype.is_floating_point or g.dtype.is_complex
+    return _shape(g), g.dtype if float_g else torch.get_default_dtype()
 
 
 @lowering(aten.native_dropout_backward.default)

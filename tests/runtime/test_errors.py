@@ -80,7 +80,9 @@ def test_an_unsupported_dtype_is_refused():
     lambda x: torch.addmm(x, x, x), lambda x: torch.addmv(x[0], x, x[0]),
     lambda x: torch.baddbmm(x[None], x[None], x[None]),
     lambda x: torch.addmm(x.to(torch.uint8), x.to(torch.uint8), x.to(torch.uint8), beta=-1.5),
-], ids=["addmm-bool", "addmv-bool", "baddbmm-bool", "addmm-uint8-negative-beta"])
+    lambda x: x.long() ** -1,
+], ids=["addmm-bool", "addmv-bool", "baddbmm-bool", "addmm-uint8-negative-beta",
+        "int-to-negative-python-power"])
 def test_integer_matmul_refusals_are_torchs_when_recorded(fn):
     x = torch.ones(2, 2, dtype=torch.bool)
     with pytest.raises(RuntimeError) as want:

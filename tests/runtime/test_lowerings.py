@@ -45,6 +45,12 @@ _POLES = [0.0, -0.0, -1.0, -2.0, 1.0, -1.5, 0.5, float("inf"), -float("inf"), fl
 for _name, _fn in (("digamma", torch.digamma), ("lgamma", torch.lgamma)):
     case(f"{_name}-poles", _fn, lambda g, r: [torch.tensor(_POLES, dtype=F64)])
     case(f"{_name}-int", _fn, lambda g, r: [rnd(g, (12,), I64, -3, 6)])
+# integer powers with negative exponents: 1 / a**n truncated, as torch (XLA gave garbage)
+case("pow-int-negative-exponents", lambda a, e: (a ** e, 3 ** e, (-1) ** e, a ** 3),
+     lambda g, r: [torch.tensor([6, 2, -1, -1, 1, 0, 3, -2]), torch.tensor([-8, -1, -3, -2, -5,
+                                                                           -1, 2, 3])])
+case("native_dropout_backward-int", lambda g, m: torch.ops.aten.native_dropout_backward(
+    g, m, 2.0), lambda g, r: [rnd(g, (3, 4), I64), rnd(g, (3, 4), BOOL)])
 case("sign-bool", lambda x: (torch.sign(x), torch.sgn(x)), lambda g, r: [rnd(g, (6,), BOOL)])
 # sgn's gradient of a real input is an efficient zero tensor (once no lazy kernel made one)
 case("sgn-grad", lambda x: torch.sgn(x) * 3 + x, lambda g, r: [rnd(g, shape(r), F64)],
