@@ -20,6 +20,7 @@ corrections do not recompile. Ints and bools stay compile-time constants.
 from __future__ import annotations
 
 import collections
+import contextlib
 import functools
 import math
 
@@ -754,7 +755,8 @@ def fallback(func, args, kwargs, reason: str = ""):
 
     hargs = to_host(args)
     hkw = {k: to_host(v) for k, v in kwargs.items()}
-    out = func(*hargs, **hkw)
+    with _cpu_view_keys():
+        out = func(*hargs, **hkw)
     # Write back what the op mutated.
     back = {}
     pos, names = _mutated_args(func)
@@ -782,6 +784,26 @@ def fallback(func, args, kwargs, reason: str = ""):
         return o
 
     return to_lazy(out)
+
+
+_VIEW_KEYS = tuple(getattr(torch._C.DispatchKey, k) for k in ("Conjugate", "Negative",
+                                                              "ZeroTensor"))
+
+
+@contextlib.contextmanager
+def _cpu_view_keys():
+    """Inside ``__torch_dispatch__`` torch excludes the keys above Python, the conjugate and
+    negative bits' among them: a CPU kernel run there that conjugates through a view
+    (``x * x.conj()``) silently would not (complex lstsq's residuals came out negative).
+    They are on again while a fallback runs torch's kernel."""
+    excluded = [torch._C._dispatch_tls_is_dispatch_key_excluded(k) for k in _VIEW_KEYS]
+    for k in _VIEW_KEYS:
+        torch._C._dispatch_tls_set_dispatch_key_excluded(k, False)
+    try:
+        yield
+    finally:
+        for k, was in zip(_VIEW_KEYS, excluded):
+            torch._C._dispatch_tls_set_dispatch_key_excluded(k, was)
 
 
 @functools.lru_cache(maxsize=None)

@@ -609,6 +609,8 @@ def lower_cummin(x, dim):
 
 @rule(aten.logcumsumexp.default)
 def logcumsumexp_rule(x, dim):
+    if x.dtype.is_complex:   # torch computes it (its complex form is not lowered)
+        raise NoLowering(aten.logcumsumexp.default, "complex input")
     if not x.dtype.is_floating_point:
         raise NotImplementedError(f'"logcumsumexp_out_cpu" not implemented for '
                                   f"'{type_name(x.dtype)}'")

@@ -543,3 +543,27 @@ def test_an_fft_along_a_padded_dim_compiles_exactly():
     lr.mark_dynamic(xl, 1)
     assert_same(torch.fft.rfft(xl).abs(), torch.fft.rfft(x).abs(), 1e-4, 1e-5)
     assert lr.metrics()["exact_compiles"] == {"aten._fft_r2c.default": 1}
+
+
+# ---- what runs eagerly ------------------------------------------------------------------
+
+
+def test_an_eager_fallback_conjugates_through_views_as_torch_does():
+    """Inside ``__torch_dispatch__`` torch excludes the conjugate bit's key: a CPU kernel run
+    there by a fallback ignored ``x.conj()`` views (complex lstsq's residuals, sums of
+    squared magnitudes, came out negative)."""
+    g = torch.Generator().manual_seed(4)
+    a = torch.randn(5, 3, dtype=C64, generator=g)
+    b = torch.randn(5, 2, dtype=C64, generator=g)
+    lr.reset_metrics()
+    got = torch.linalg.lstsq(a.to(DEV), b.to(DEV), driver="gels")
+    want = torch.linalg.lstsq(a, b, driver="gels")
+    assert_same(got.residuals, want.residuals, 1e-4, 1e-5)
+    assert_same(got.solution, want.solution, 1e-4, 1e-5)
+    assert bool((got.residuals.cpu() >= 0).all())
+    assert lr.metrics()["fallback_ops"] == {"aten.linalg_lstsq.default": 1}
+
+
+def test_complex_logcumsumexp_runs_torchs_kernel():
+    x = torch.randn(3, 4, dtype=C64, generator=torch.Generator().manual_seed(5))
+    assert_same(torch.logcumsumexp(x.to(DEV), 1), torch.logcumsumexp(x, 1), 1e-5, 1e-6)
