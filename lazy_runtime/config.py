@@ -28,6 +28,11 @@ class Config:
         # them. Off, their results hold inf/NaN instead, as on XLA devices.
         self.check_linalg_errors: bool = os.environ.get(
             "LAZY_RUNTIME_CHECK_LINALG_ERRORS", "0").lower() in ("1", "true", "yes")
+        # Check indices on the device (out of bounds: IndexCheckError at the next read)
+        # where XLA would clamp them. Read when a graph compiles. Costs one small output and
+        # its read per graph with indexing ops (10-20 us a step on this CPU).
+        self.check_indices: bool = os.environ.get(
+            "LAZY_RUNTIME_CHECK_INDICES", "1").lower() in ("1", "true", "yes")
 
     def jax_device(self):
         import jax

@@ -144,18 +144,26 @@ class Executable:
         return results
 
 
-# Index checks of graphs that ran, not yet read: (flags, messages, [(storage, version)] the
-# graph wrote). Verified before any value reaches the host and at the next barrier, as a
-# CUDA device-side assert surfaces at the next synchronization.
+# Index checks of graphs that ran, not yet read: (flags, messages, [weak references to the
+# storages the graph wrote]). Verified before any value reaches the host and at the next
+# barrier, as a CUDA device-side assert surfaces at the next synchronization.
 PENDING_CHECKS: list = []
 _MAX_PENDING_CHECKS = 8
 
 
-def written(storages) -> None:
-    """Record the storages the last executable run wrote (poisoned if a check fails)."""
-    if PENDING_CHECKS and not PENDING_CHECKS[-1][2]:   # (weakly: a value nobody holds
-        # any more need not be poisoned, and a whole-step capture sees no extra holder)
-        PENDING_CHECKS[-1][2].extend((weakref.ref(st), st.version) for st in storages)
+def refs_of(storages) -> list:
+    """Weak references (a value nobody holds any more need not be poisoned, and a whole-step
+    capture sees no extra holder)."""
+    return [weakref.ref(st) for st in storages]
+
+
+def written(refs: list, storages=()) -> None:
+    """Record what the last executable run wrote (``refs``, and ``storages``), poisoned if
+    one of its checks fails. A value computed later from a poisoned one is as wrong: no
+    version is compared."""
+    if PENDING_CHECKS and not PENDING_CHECKS[-1][2]:
+        PENDING_CHECKS[-1][2].extend(refs)
+        PENDING_CHECKS[-1][2].extend(map(weakref.ref, storages))
 
 
 def verify_checks() -> None:
@@ -171,9 +179,9 @@ def verify_checks() -> None:
             err = IndexCheckError(messages[int(np.argmax(bad))] + " (checked on the device "
                                   "when its graph ran: the values that graph computed are "
                                   "unusable)")
-            for ref, version in wrote:
+            for ref in wrote:
                 st = ref()
-                if st is not None and st.version == version:
+                if st is not None:
                     st.node = ir.leaf(ir.ERROR, err, st.node.shape, st.node.dtype)
                     st.version += 1
             raise err
@@ -549,7 +557,7 @@ def sync(reason: str = "mark_step") -> None:
         st.node = leaf
         st.version += 1
     if exe.checks:
-        written(storages)
+        written((), storages)
 
 
 def mark_step() -> None:

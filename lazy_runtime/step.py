@@ -90,7 +90,7 @@ class _Trace:
                  "out_spec", "out_leaves", "consts", "state_pos", "state_sigs", "arg_pos",
                  "perm", "aliases", "scalars_on_device", "no_rngs", "layouts", "sizes",
                  "sizes_on_device", "state_writes", "shared_writes", "host_buffers",
-                 "state_aliases", "other_aliases")
+                 "state_aliases", "other_aliases", "state_refs")
 
 
 class _Entry:
@@ -529,9 +529,12 @@ class StepReplayer:
                     n = ir.computed_leaf(value, shape, dtype)
                 leaves[x] = tensor.new_base(n)
         if tr.exe.checks:   # what the step wrote, made unusable if an index check fails
-            executor.written([owned[x]._st for x, _ in tr.state_writes]
-                             + [owned[x]._st for _, xs, _ in tr.shared_writes for x in xs]
-                             + [t._st for t in leaves if isinstance(t, LazyTensor)])
+            refs = getattr(tr, "state_refs", None)
+            if refs is None:   # (the model's and optimizer's storages: the same every call)
+                refs = tr.state_refs = executor.refs_of(
+                    [owned[x]._st for x, _ in tr.state_writes]
+                    + [owned[x]._st for _, xs, _ in tr.shared_writes for x in xs])
+            executor.written(refs, [t._st for t in leaves if isinstance(t, LazyTensor)])
         return pytree.tree_unflatten(leaves, tr.out_spec)
 
 

@@ -97,3 +97,16 @@ def test_a_replayed_step_checks_its_indices():
         loss.item()
     with pytest.raises(lr.LazyRuntimeError):   # the update the step made is unusable
         emb.weight.cpu()
+
+
+def test_checks_can_be_turned_off(monkeypatch):
+    """``config.check_indices`` off: no flags, XLA's clamped values (the graph compiles anew:
+    the setting is read when a graph compiles)."""
+    from lazy_runtime import executor
+    monkeypatch.setattr(lr.config, "check_indices", False)
+    lr.clear_cache()
+    out = X.to(DEV).index_select(1, _lazy_index([7]))
+    lr.mark_step()
+    assert executor.PENDING_CHECKS == []
+    assert out.cpu().shape == (2, 1)
+    lr.clear_cache()
