@@ -179,12 +179,15 @@ def verify_checks() -> None:
             err = IndexCheckError(messages[int(np.argmax(bad))] + " (checked on the device "
                                   "when its graph ran: the values that graph computed are "
                                   "unusable)")
-            for ref in wrote:
-                st = ref()
-                if st is not None:
-                    st.node = ir.leaf(ir.ERROR, err, st.node.shape, st.node.dtype)
-                    st.version += 1
+            _poison([st for st in (ref() for ref in wrote) if st is not None], err)
             raise err
+
+
+def _poison(storages, err) -> None:
+    """Every one of ``storages`` now holds ``err``: reading it raises it."""
+    for st in storages:
+        st.node = ir.leaf(ir.ERROR, err, st.node.shape, st.node.dtype)
+        st.version += 1
 
 
 _cache: "collections.OrderedDict[tuple, Executable]" = collections.OrderedDict()
@@ -530,10 +533,7 @@ def sync(reason: str = "mark_step") -> None:
         # reading one raises it; later graphs do not include them.
         err = e if isinstance(e, LazyRuntimeError) else LazyRuntimeError(
             f"the graph failed to compile or run: {type(e).__name__}: {e}")
-        for st in storages:
-            n = st.node
-            st.node = ir.leaf(ir.ERROR, err, n.shape, n.dtype)
-            st.version += 1
+        _poison(storages, err)
         if err is e:
             raise
         raise err from e

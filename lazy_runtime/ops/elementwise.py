@@ -16,7 +16,7 @@ from jax import lax
 
 from .. import dtypes as D
 from .common import bshape, cast, is_array, jdt, vjp
-from .registry import ELEMENTWISE, RULES, lowering, rule
+from .registry import ELEMENTWISE, lowering, refuse, rule
 
 aten = torch.ops.aten
 
@@ -255,20 +255,10 @@ elementwise(aten.remainder.Tensor, aten.remainder.Scalar, fn=jnp.remainder, oper
 elementwise(aten.fmod.Tensor, aten.fmod.Scalar, fn=jnp.fmod, operands=(0, 1))
 elementwise(aten.pow.Tensor_Tensor, aten.pow.Scalar, fn=_pow, operands=(0, 1))
 elementwise(aten.pow.Tensor_Scalar, fn=_pow, operands=(0, 1), static=(1,))
-_pow_scalar_rule = RULES[aten.pow.Tensor_Scalar][0]
-
-
-def _int_pow_scalar_rule(x, exponent):
-    """torch refuses an integer tensor to a negative Python integer power (a tensor of
-    negative exponents is allowed)."""
-    out = _pow_scalar_rule(x, exponent)
-    if type(exponent) is int and exponent < 0 and not (
-            out[1].is_floating_point or out[1].is_complex):
-        raise RuntimeError("Integers to negative integer powers are not allowed.")
-    return out
-
-
-RULES[aten.pow.Tensor_Scalar] = (_int_pow_scalar_rule, False)
+# an integer tensor to a negative Python power: torch refuses it (a tensor of negative
+# exponents is allowed)
+refuse((aten.pow.Tensor_Scalar,), lambda args, dt: type(args[1]) is int and args[1] < 0
+       and not (dt.is_floating_point or dt.is_complex), "integer to a negative power")
 elementwise(aten.maximum.default, fn=jnp.maximum, operands=(0, 1))
 elementwise(aten.minimum.default, fn=jnp.minimum, operands=(0, 1))
 elementwise(aten.fmax.default, fn=jnp.fmax, operands=(0, 1))

@@ -10,8 +10,8 @@ import torch
 
 from .. import dtypes as D
 from ..errors import NoLowering
-from .common import check_index, jdt, norm_dim, norm_dims, opmath, sf, type_name
-from .layout import _full_index
+from .common import jdt, norm_dim, norm_dims, opmath, sf, type_name
+from .layout import _check_dim_index, _full_index
 from .registry import decomposition, lowering, rule
 
 aten = torch.ops.aten
@@ -673,8 +673,7 @@ def lower_scatter_reduce(x, dim, index, src, reduce, *, include_self=True):
     shape = x.shape
     x, index, src = (t.reshape(t.shape or (1,)) for t in (x, index, src))
     d = norm_dim(dim, x.ndim)
-    check_index(index, x.shape[d], f"scatter_reduce: index out of bounds for dimension {d} "
-                                   f"with size {x.shape[d]}")
+    _check_dim_index("scatter_reduce", x, d, index)
     reduce = _SCATTER_REDUCE[reduce]
     idx = _full_index(index, d)
     src = src[tuple(slice(0, n) for n in index.shape)]

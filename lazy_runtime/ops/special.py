@@ -22,25 +22,11 @@ from .. import dtypes as D
 from ..errors import NoLowering
 from .common import is_array
 from .elementwise import elementwise
-from .registry import RULES, lowering, rule
+from .registry import lowering, refuse, rule
 
 aten = torch.ops.aten
 prims = torch.ops.prims
 _HALF = (torch.float16, torch.bfloat16)
-
-
-def _refuse(ops, bad, reason):
-    """Wrap the rules of ``ops``: where ``bad(args, result dtype)``, the op runs eagerly and
-    torch raises its own error (a kernel torch does not build for that dtype, say)."""
-    for op in ops:
-        fn, multi = RULES[op]
-
-        def checked(*args, _fn=fn, _op=op, **kwargs):
-            out = _fn(*args, **kwargs)
-            if bad(args, out[1]):
-                raise NoLowering(_op, reason)
-            return out
-        RULES[op] = (checked, multi)
 
 
 def _special(*ops, fn, operands=(0,), kind=D.INT_TO_FLOAT, half=False, integral=True):
@@ -48,10 +34,10 @@ def _special(*ops, fn, operands=(0,), kind=D.INT_TO_FLOAT, half=False, integral=
     ``integral``: torch accepts integer and bool inputs (promoted to float)."""
     elementwise(*ops, fn=fn, kind=kind, operands=operands)
     if not half:
-        _refuse(ops, lambda args, dt: dt in (torch.float16, torch.bfloat16),
+        refuse(ops, lambda args, dt: dt in (torch.float16, torch.bfloat16),
                 "torch has no 16-bit kernel for it")
     if not integral:
-        _refuse(ops, lambda args, dt: not dt.is_floating_point,
+        refuse(ops, lambda args, dt: not dt.is_floating_point,
                 "torch's kernel is for floating-point tensors only")
 
 
@@ -438,7 +424,7 @@ def _polygamma(n, x):
 # (digamma here, not with the other unary ops: lax.digamma loses accuracy near the poles)
 _special(aten.digamma.default, fn=_digamma, half=True)
 _special(aten.polygamma.default, fn=_polygamma, operands=(1,), half=True)
-_refuse((aten.polygamma.default,), lambda args, dt: args[0] < 0, "negative n: torch's error")
+refuse((aten.polygamma.default,), lambda args, dt: args[0] < 0, "negative n: torch's error")
 
 
 _special(prims.zeta.default, aten.special_zeta.default, fn=_zeta, operands=(0, 1))
