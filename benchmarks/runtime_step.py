@@ -2,9 +2,11 @@
 written directly with jax.jit; tracing overhead per recorded op; time to first result.
 
     python benchmarks/runtime_step.py [--steps 20] [--rounds 10] [--write]
+    python benchmarks/runtime_step.py --eager-device cuda [--write]   # on a GPU machine
 
 ``--write`` puts the table into benchmarks/RESULTS.md under "## lazy_runtime" (replacing
-only that section). Eager torch, the whole step replayed and jax.jit run side by side in
+only that section), or "## lazy_runtime on a GPU" with ``--eager-device cuda`` (eager torch
+on CUDA; lazy_runtime and jax.jit then run on jax's default device, XLA:GPU). Eager torch, the whole step replayed and jax.jit run side by side in
 alternating blocks of ``--steps`` steps (``--rounds`` each); the traced and replayed lazy
 modes run after them. Medians after warm-up; every timed step ends with the loss read
 back to the host, so asynchronous execution is not flattered.
@@ -13,7 +15,8 @@ back to the host, so asynchronous execution is not flattered.
 from __future__ import annotations
 
 import argparse
-import importlib.util
+import json
+import subprocess
 import statistics
 import sys
 import time
@@ -27,53 +30,28 @@ sys.path.insert(0, str(ROOT))
 sys.path.insert(0, str(ROOT / "benchmarks"))
 
 import lazy_runtime as lr  # noqa: E402
+from step_configs import WARMUP, configs, training_step  # noqa: E402
 import runtime_jax_models as jm  # noqa: E402
 from results_file import replace_section  # noqa: E402
 
 DATE = "2026-11-22"
 
 
-def load_example(name):
-    spec = importlib.util.spec_from_file_location(f"ex_{name}", ROOT / "examples" / f"train_{name}.py")
-    mod = importlib.util.module_from_spec(spec)
-    spec.loader.exec_module(mod)
-    return mod
-
-
-class Config:
-    """One benchmark row: a torch model + optimizer + batches, and its JAX twin."""
-
-    def __init__(self, name, example, make_model, batches, jax_kwargs, note):
-        self.name, self.ex, self.make_model, self.batches = name, example, make_model, batches
-        self.jax_kwargs, self.note = jax_kwargs, note
-
-
-def configs(steps):
-    out = []
-    for name in ("mlp", "cnn", "lstm", "gpt"):
-        ex = load_example(name)
-        make = (lambda ex=ex: ex.make_model(dropout=0.0)) if name == "gpt" else ex.make_model
-        batches = [ex.make_batch(s) for s in range(steps + 5)]
-        out.append(Config(name, ex, make, batches, {}, "example defaults"))
-    # A wider MLP: the same code, more arithmetic per recorded op.
-    ex = load_example("mlp")
-    gen = torch.Generator().manual_seed(0)
-    wide = dict(d_in=512, hidden=2048, classes=10)
-    batches = [(torch.randn(256, 512, generator=gen), torch.randint(0, 10, (256,), generator=gen))
-               for _ in range(steps + 5)]
-
-    def make_wide(ex=ex):
-        torch.manual_seed(0)
-        return ex.MLP(**wide)
-    out.append(Config("mlp-wide", ex, make_wide, batches, wide, "512-2048-2048-10, batch 256"))
-    return out
-
-
 def _median_ms(ts):
     return statistics.median(ts) * 1e3
 
 
-def bench_side_by_side(cfg, rounds):
+def eager_in_own_process(steps, rounds):
+    """``eager_step``'s medians on ``EAGER_DEVICE``, from a process without lazy_runtime
+    (a CUDA backward fails in this one: see there). Run before this process's contenders,
+    not alternated with them: on a GPU machine of one's own, little else moves."""
+    cmd = [sys.executable, str(ROOT / "benchmarks" / "eager_step.py"), "--device",
+           EAGER_DEVICE, "--steps", str(steps), "--rounds", str(rounds)]
+    done = subprocess.run(cmd, capture_output=True, text=True, check=True)
+    return json.loads(done.stdout.strip().splitlines()[-1])
+
+
+def bench_side_by_side(cfg, rounds, eager_elsewhere=None):
     """Eager torch, the whole step replayed (``lr.compile_step``) and jax.jit, in
     alternating blocks: each block one pass over the timed batches, ``rounds`` blocks each,
     after warm-up. A noisy moment of this shared machine lands on all three alike (run one
@@ -82,12 +60,10 @@ def bench_side_by_side(cfg, rounds):
     model = cfg.make_model()
     opt = cfg.ex.make_optimizer(model)
 
+    eager_step = training_step(cfg, model, opt, "cpu")
+
     def eager(x, y):
-        loss = cfg.ex.loss_fn(model(x), y)
-        loss.backward()
-        opt.step()
-        opt.zero_grad()
-        loss.item()
+        eager_step(x, y).item()
 
     whole = lr.compile_step(*lazy_step(cfg, "whole"))
     lr.clear_cache()
@@ -105,7 +81,9 @@ def bench_side_by_side(cfg, rounds):
         float(loss)
         state[:3] = params, opt_state, model_state
 
-    contenders = {"eager": eager, "whole": lazy, "jax": jitted}
+    contenders = {"whole": lazy, "jax": jitted}
+    if eager_elsewhere is None:
+        contenders = {"eager": eager, **contenders}
     first = {}
     for name, f in contenders.items():
         for i, (x, y) in enumerate(cfg.batches[:WARMUP]):
@@ -121,6 +99,8 @@ def bench_side_by_side(cfg, rounds):
                 times[name].append(time.perf_counter() - t0)
     m = lr.metrics()
     out = {name: _median_ms(ts) for name, ts in times.items()}
+    if eager_elsewhere is not None:
+        out["eager"] = eager_elsewhere[cfg.name]["eager"]
     out.update(jax_first_s=first["jax"], step_replays=m["step_replays"],
                whole_compiles=m["compiles"],
                whole_steps=WARMUP + rounds * (len(cfg.batches) - WARMUP))
@@ -138,7 +118,7 @@ def shape_only(cfg) -> bool:
     return plan.shape_only
 
 
-WARMUP = 5   # whole-step replay starts at step 5 (state made, optimizer capture, 2 traces)
+EAGER_DEVICE = "cpu"   # --eager-device
 
 
 def lazy_step(cfg, mode):
@@ -154,14 +134,7 @@ def lazy_step(cfg, mode):
     if mode != "plain":
         opt = lr.compile_optimizer(opt)
 
-    def train_step(x, y):
-        x, y = x.to(dev), y.to(dev)
-        loss = cfg.ex.loss_fn(model(x), y)
-        loss.backward()
-        opt.step()
-        opt.zero_grad()
-        return loss
-    return train_step, model, opt
+    return training_step(cfg, model, opt, dev), model, opt
 
 
 def bench_lazy(cfg, steps, mode="plain"):
@@ -232,8 +205,9 @@ def dispatch_us_per_op(cfg, steps):
 
 def run(steps, rounds):
     rows = []
+    elsewhere = None if EAGER_DEVICE == "cpu" else eager_in_own_process(steps, rounds)
     for cfg in configs(steps):
-        side = bench_side_by_side(cfg, rounds)
+        side = bench_side_by_side(cfg, rounds, elsewhere)
         lazy = bench_lazy(cfg, steps)
         lazy["dispatch_us_per_op"] = dispatch_us_per_op(cfg, steps)
         verdict = shape_only(cfg)
@@ -310,18 +284,34 @@ def micro_overhead(n=5000):
     return res
 
 
+def _title():
+    return "## lazy_runtime" + ("" if EAGER_DEVICE == "cpu" else " on a GPU")
+
+
 def table(rows, micro, steps, rounds):
-    lines = [f"## lazy_runtime ({DATE})", "",
-             f"`python benchmarks/runtime_step.py --steps {steps} --rounds {rounds} --write`. "
+    where = f"XLA:{jax.devices()[0].platform.upper()}"
+    flag = "" if EAGER_DEVICE == "cpu" else f" --eager-device {EAGER_DEVICE}"
+    lines = [f"{_title()} ({DATE})", "",
+             f"`python benchmarks/runtime_step.py --steps {steps} --rounds {rounds}{flag} "
+             f"--write`: {platform_line()}. "
              "One training step (forward, backward, optimizer) per row; each timed step ends "
-             "with `loss.item()`. eager: torch on the CPU; whole step: "
-             "`lr.compile_step(train_step, model, opt)` with `compile_optimizer` on XLA:CPU: "
+             f"with `loss.item()`. eager: torch on `{EAGER_DEVICE}`"
+             + ("" if EAGER_DEVICE == "cpu" else
+                " (`benchmarks/eager_step.py`, in a process of its own before the others: "
+                "with lazy_runtime imported torch takes the lazy device for the process's "
+                "accelerator and a CUDA backward fails, pytorch/pytorch#161129; the batch "
+                "copied to the GPU in the step, as the lazy and jax steps copy theirs)")
+             + "; whole step: "
+             f"`lr.compile_step(train_step, model, opt)` with `compile_optimizer` on {where}: "
              "the whole step (input copies, forward, loss, backward, optimizer, zero_grad) "
              "replayed without its Python from step 5 on; jax.jit: the same model hand-written "
-             "in JAX (`benchmarks/runtime_jax_models.py`). These three run side by side "
+             "in JAX (`benchmarks/runtime_jax_models.py`). "
+             + ("These three" if EAGER_DEVICE == "cpu" else "The whole step and jax.jit")
+             + " run side by side "
              f"(`bench_side_by_side`): in alternating blocks of {steps} steps, {rounds} blocks "
-             f"each after {WARMUP} warm-up steps, medians of all; run one after another, the "
-             "small steps' medians moved by up to 2x between runs on this shared machine. "
+             f"each after {WARMUP} warm-up steps, medians of all"
+             + ("; run one after another, the small steps' medians moved by up to 2x between "
+                "runs on this shared machine. " if EAGER_DEVICE == "cpu" else ". ") +
              f"lazy: traced every step (trace + `mark_step` + read), median of {steps} steps "
              f"after {WARMUP} warm-up; replay: `lr.compile(model, replay=True)` where the "
              "analyzer finds the example's forward shape-only (all five) and "
@@ -371,7 +361,14 @@ def executables_table(exes) -> str:
 
 
 def write_results(text):
-    replace_section("## lazy_runtime", text)
+    replace_section(_title(), text)
+
+
+def platform_line():
+    dev = jax.devices()[0]
+    cuda = (f", {torch.cuda.get_device_name()}" if EAGER_DEVICE.startswith("cuda") else "")
+    return (f"jax {jax.__version__} on {dev.platform} ({dev.device_kind}), "
+            f"torch {torch.__version__}{cuda}")
 
 
 def main():
@@ -379,9 +376,13 @@ def main():
     p.add_argument("--steps", type=int, default=20)
     p.add_argument("--rounds", type=int, default=10,
                    help="blocks of --steps steps per side-by-side contender")
+    p.add_argument("--eager-device", default="cpu",
+                   help="torch device of the eager contender (cuda on a GPU machine)")
     p.add_argument("--write", action="store_true")
     args = p.parse_args()
-    print(f"jax {jax.__version__} on {jax.devices()[0].platform}, torch {torch.__version__}")
+    global EAGER_DEVICE
+    EAGER_DEVICE = args.eager_device
+    print(platform_line())
     rows = run(args.steps, args.rounds)
     micro = micro_overhead()
     text = table(rows, micro, args.steps, args.rounds)

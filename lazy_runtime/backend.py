@@ -70,6 +70,26 @@ def ensure_backend() -> None:
                            f"needs it as {NAME!r}")
     from torch.utils.backend_registration import _setup_privateuseone_for_python_backend
     _setup_privateuseone_for_python_backend(rename=NAME, backend_module=_BackendModule())
+    warn_if_cuda()
+
+
+CUDA_WARNING = (
+    "lazy_runtime named torch's PrivateUse1 backend 'lazy_jax', and torch now takes it for "
+    "this process's accelerator (its rule for a named PrivateUse1 backend, "
+    "pytorch/pytorch#161129): a backward over CUDA tensors in this process fails torch's "
+    "internal assert 'opt_ready_stream && opt_parent_stream' (seen with torch 2.11 on an "
+    "H100). Run eager CUDA training in a process that does not import lazy_runtime; "
+    "lazy_runtime itself runs on the GPU through XLA (lr.config.platform = 'gpu').")
+
+
+def warn_if_cuda() -> bool:
+    """Warn where CUDA is usable: eager CUDA autograd breaks once the device is named.
+    Asked only of a CUDA build (``is_available`` on a CPU build costs nothing anyway)."""
+    if torch.backends.cuda.is_built() and torch.cuda.is_available():
+        import warnings
+        warnings.warn(CUDA_WARNING, RuntimeWarning, stacklevel=3)
+        return True
+    return False
 
 
 ensure_backend()

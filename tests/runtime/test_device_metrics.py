@@ -97,14 +97,33 @@ def _gpus():
 
 
 @pytest.mark.skipif(not _gpus(), reason="no XLA:GPU device (jax.devices('gpu') is empty)")
-def test_example_trains_on_xla_gpu():
+@pytest.mark.parametrize("name", ["mlp", "cnn", "lstm", "gpt"])
+def test_example_trains_on_xla_gpu(name):
     old = lr.config.platform
     lr.config.platform = "gpu"
     try:
-        ex = load_example("mlp")
+        ex = load_example(name)
         model = ex.make_model().to(DEV)
         losses = ex.train(model, ex.make_optimizer(model), 3, DEV)
         assert all(l == l for l in losses)
-        assert model.fc1.weight._st.node.value.devices().pop().platform == "gpu"
+        weight = next(model.parameters())
+        assert weight._st.node.value.devices().pop().platform == "gpu"
     finally:
         lr.config.platform = old
+
+
+def test_torch_takes_the_lazy_device_for_its_accelerator():
+    """The torch rule behind the CUDA warning: a named PrivateUse1 backend is the process's
+    accelerator (so CUDA autograd, which asks it for streams, breaks). If a torch release
+    stops doing this, the warning below is stale."""
+    assert torch.accelerator.current_accelerator().type == "lazy_jax"
+
+
+def test_warns_where_cuda_is_usable(monkeypatch):
+    from lazy_runtime import backend
+    monkeypatch.setattr(torch.backends.cuda, "is_built", lambda: True)
+    monkeypatch.setattr(torch.cuda, "is_available", lambda: True)
+    with pytest.warns(RuntimeWarning, match=r"pytorch/pytorch#161129"):
+        assert backend.warn_if_cuda()
+    monkeypatch.setattr(torch.cuda, "is_available", lambda: False)
+    assert not backend.warn_if_cuda()

@@ -110,3 +110,21 @@ def test_checks_can_be_turned_off(monkeypatch):
     assert executor.PENDING_CHECKS == []
     assert out.cpu().shape == (2, 1)
     lr.clear_cache()
+
+
+def test_flags_copied_at_launch_are_verified_as_well(monkeypatch):
+    """Off the CPU the flags' copy to the host starts when the graph is launched
+    (``Executable.copy_flags``); forced on here, the checks still judge right."""
+    from lazy_runtime import executor
+    real = executor.Executable.run
+
+    def run_copying(self, *args):
+        self.copy_flags = bool(self.checks)
+        return real(self, *args)
+    monkeypatch.setattr(executor.Executable, "run", run_copying)
+    x = torch.randn(3, 4)
+    assert_same(x.to(DEV).index_select(1, _lazy_index([3, 0])) + 1,
+                x.index_select(1, torch.tensor([3, 0])) + 1)
+    out = x.to(DEV).index_select(1, _lazy_index([4])) + 1
+    with pytest.raises(IndexCheckError, match="out of"):
+        out.cpu()
