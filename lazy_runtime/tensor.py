@@ -119,6 +119,12 @@ class LazyTensor(torch.Tensor):
                 f", grad_fn=<{type(self.grad_fn).__name__}>"
         return s[:-1] + extra + ")" if s.endswith(")") else s + extra
 
+    def __setitem__(self, key, value):
+        if isinstance(value, LazyTensor) and value.requires_grad and torch.is_grad_enabled():
+            if _mask_write(self, key, value):
+                return
+        torch.Tensor.__setitem__(self, key, value)
+
     def tolist(self):
         from .executor import to_cpu
         return to_cpu(self).tolist()
@@ -445,3 +451,28 @@ def view_strides(oldshape, oldstride, newshape):
     if view_d != -1:
         return None
     return tuple(newstride)
+
+
+def _mask_write(x, key, value) -> bool:
+    """``x[mask] = value`` (or ``x[:, mask]``, ...) with ``value`` requiring grad, written
+    as ``x.copy_(where(mask, value, x))`` where the value broadcasts over the selected
+    elements (a mask token: wav2vec2's ``h[mask] = self.masked_spec_embed``). Its backward
+    is then a ``where`` and a sum; torch's own for the mask write indexes the gradient by
+    the mask, a data-dependent shape that runs eagerly every step. False: not such a
+    write (torch's ``__setitem__`` does it)."""
+    from .errors import NoLowering
+    from .ops.layout import _mask_position, mask_write_shapes
+    lead = key[:-1] if type(key) is tuple else ()
+    mask = key[-1] if type(key) is tuple and key else key
+    if not isinstance(mask, torch.Tensor) or mask.dtype != torch.bool or \
+            any(type(k) is not slice or k != slice(None) for k in lead):
+        return False
+    value = value.to(x.dtype)
+    p = len(lead)
+    try:
+        _mask_position(x, [None] * p + [mask], value, False)
+    except NoLowering:
+        return False
+    m, v = mask_write_shapes(x.shape, p, mask.shape, value.shape)
+    x.copy_(torch.where(mask.reshape(m), value.reshape(v), x))
+    return True

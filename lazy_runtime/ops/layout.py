@@ -4,6 +4,8 @@ copying shape ops (cat, stack, repeat, pad, flip, indexing, gather/scatter, tril
 
 from __future__ import annotations
 
+import math
+
 import numpy as np
 import jax.numpy as jnp
 import torch
@@ -390,22 +392,74 @@ def lower_index(x, indices):
 
 @rule(aten.index_put.default)
 def index_put_rule(x, indices, values, accumulate=False):
-    for i in indices:
-        if i is not None and i.dtype in (torch.bool, torch.uint8):
-            if not (len(indices) == 1 and _shape(i) == _shape(x) and values.numel() == 1):
-                raise NoLowering(aten.index_put.default, "boolean mask index with values")
+    if any(i is not None and i.dtype in (torch.bool, torch.uint8) for i in indices):
+        _mask_position(x, indices, values, accumulate)
+    elif values.dtype != x.dtype:
+        raise NoLowering(aten.index_put.default, "source and destination dtypes differ "
+                                                 "(torch's error)")
     return _shape(x), x.dtype
+
+
+def _mask_position(x, indices, values, accumulate) -> int:
+    """Where index_put's one boolean mask starts, when the write needs no count of the
+    elements it selects (then it is a ``where``): one value (torch's ``masked_fill``, any
+    dtype), or values of x's dtype broadcasting over the selected elements. Values given
+    one per element (their count is data), and what torch refuses (its errors; its
+    deprecated uint8 masks), run eagerly."""
+    op = aten.index_put.default
+    given = [k for k, i in enumerate(indices) if i is not None]
+    if len(given) != 1 or indices[given[0]].dtype != torch.bool:
+        raise NoLowering(op, "a boolean mask beside other indices, or a uint8 mask")
+    shape, p = _shape(x), given[0]
+    mask = _shape(indices[p])
+    if not mask or tuple(shape[p:p + len(mask)]) != tuple(mask):
+        raise NoLowering(op, "a 0-d mask, or a mask shape other than the indexed dims' "
+                             "(torch's errors)")
+    if len(indices) == 1 and values.numel() == 1 and not accumulate:
+        return p
+    if values.dtype != x.dtype:
+        raise NoLowering(op, "source and destination dtypes differ (torch's error)")
+    selected = tuple(shape[:p]) + (None,) + tuple(shape[p + len(mask):])  # None: the count
+    v = _shape(values)
+    if len(v) > len(selected):
+        raise NoLowering(op, "values of more dims than the indexing result (torch's error)")
+    for want, got in zip(selected[len(selected) - len(v):], v):
+        if got != 1 and (want is None or got != want):
+            raise NoLowering(op, "values per selected element (a data-dependent count), or "
+                                 "not broadcastable (torch's error)")
+    return p
 
 
 @lowering(aten.index_put.default)
 def lower_index_put(x, indices, values, accumulate=False):
+    given = [k for k, i in enumerate(indices) if i is not None]
+    if len(given) == 1 and indices[given[0]].dtype == jnp.bool_:
+        return _mask_put(x, given[0], indices[given[0]], values, accumulate)
     values = values.astype(x.dtype)
-    if len(indices) == 1 and indices[0] is not None and indices[0].dtype == jnp.bool_:
-        v = values.reshape(())
-        return jnp.where(indices[0], x + v if accumulate else v, x)
     _check_indices("index_put", x, indices)
     idx = _jnp_index(indices, x.ndim)
     return _add_at(x.at[idx], values) if accumulate else x.at[idx].set(values)
+
+
+def mask_write_shapes(x_shape, p, mask_shape, v_shape) -> tuple:
+    """(mask shape, values shape) that broadcast against x for a boolean-mask write over
+    dims p.. (see ``_mask_position``): the mask gains x's trailing dims, the values one
+    axis per mask dim in place of the selection's count axis."""
+    trailing = len(x_shape) - p - len(mask_shape)
+    mask = tuple(mask_shape) + (1,) * trailing
+    if math.prod(v_shape) == 1:
+        return mask, ()
+    full = (1,) * (p + 1 + trailing - len(v_shape)) + tuple(v_shape)
+    return mask, full[:p] + (1,) * len(mask_shape) + full[p + 1:]
+
+
+def _mask_put(x, p, mask, values, accumulate):
+    """index_put with a boolean mask over dims p.. : a ``where``."""
+    m, v = mask_write_shapes(x.shape, p, mask.shape, values.shape)
+    v = values.astype(x.dtype).reshape(v)
+    if accumulate:
+        v = jnp.logical_or(x, v) if x.dtype == jnp.bool_ else x + v
+    return jnp.where(mask.reshape(m), v, x)
 
 
 def _add_at(at, v):

@@ -271,6 +271,35 @@ case("index_put", lambda x: x.index_put((torch.tensor([0, 2]),), torch.tensor(9.
      lambda g, r: [rnd(g, (3, 4))])
 case("index_put_acc", lambda x: x.index_put((torch.tensor([0, 0]),), torch.ones(2, 4),
                                             accumulate=True), lambda g, r: [rnd(g, (3, 4))])
+def _setitem(x, index, v):
+    x = x.clone()
+    x[index] = v
+    return x
+
+
+# boolean-mask writes that need no count of the selected elements are a ``where`` (they
+# ran eagerly): one value, or values broadcasting over the selection; leading full dims
+case("mask-put", lambda x, a, b, row, col: (
+    x.index_put((a > 0,), torch.tensor(9.0)),                       # masked_fill
+    x.index_put((a[:, 0] > 0,), torch.tensor(-2.0, dtype=torch.float64)),  # rows, cast
+    x.index_put((a[:, 0] > 0,), row),                               # a row per selected row
+    x.index_put((a[:, 0] > 0,), row[None] * 2, accumulate=True),
+    _setitem(x, (slice(None), b[0] > 0), col),                      # x[:, mask] = col
+    x.index_put((a > 0,), torch.ones(1) * 3, accumulate=True)),
+     lambda g, r: [rnd(g, (4, 5)), rnd(g, (4, 5)), rnd(g, (4, 5)), rnd(g, (5,)),
+                   rnd(g, (4, 1))])
+# ... and ``x[mask] = v`` with v requiring grad (a mask token) is ``x.copy_(where(..))``, so
+# its backward needs no count either (torch's indexes the gradient by the mask)
+case("mask-setitem", lambda x, x3, a, row, col, s: (
+    _setitem(x * 1, a[:, 0] > 0, row), _setitem(x * 1, (slice(None), a[0] > 0), col),
+    _setitem(x * 1, a > 0, s), _setitem(x3 * 1, a[:3, :4] > 0, row),
+    _setitem(x3 * 1, (slice(None), a[:4, :5] > 0), s.reshape(1))),
+     lambda g, r: [rnd(g, (4, 5)), rnd(g, (3, 4, 5)), rnd(g, (4, 5)), rnd(g, (5,)),
+                   rnd(g, (4, 1)), rnd(g, ())], grad=True)
+case("mask-put-int-bool", lambda x, m, b: (
+    x.index_put((m,), torch.tensor(7)), x.index_put((m[:, 1],), x[0] * 0 + 5, accumulate=True),
+    b.index_put((m,), torch.tensor(True)), b.index_put((m[:, 0],), b[1], accumulate=True)),
+     lambda g, r: [rnd(g, (3, 4), I64), rnd(g, (3, 4), BOOL), rnd(g, (3, 4), BOOL)])
 # booleans accumulate as a logical or (their lowering once failed: XLA has no bool add)
 case("bool-accumulate", lambda x, v: (
     x.index_put((torch.tensor([0, 2, 2]),), v, accumulate=True),
