@@ -546,14 +546,14 @@ def lower_gather(x, dim, index, *, sparse_grad=False):
 
 
 @rule(aten.scatter.src, aten.scatter.value, aten.scatter_add.default, dynamic_scalars=True)
-def scatter_rule(x, dim, index, src, **kwargs):
-    if kwargs.get("reduce") is not None:
-        raise NoLowering(aten.scatter.src, "scatter with reduce=")
+def scatter_rule(x, dim, index, src):
     return _shape(x), x.dtype
 
 
-def _scatter(x, dim, index, src, add):
-    _check_dim_index("scatter_add" if add else "scatter", x, dim, index)
+def _scatter(op, x, dim, index, src, how="set"):
+    """``x`` with ``src`` (a tensor or a number) written at ``index`` along ``dim``: set,
+    or combined with what is there (``how``: "add", "multiply")."""
+    _check_dim_index(op, x, dim, index)
     if x.ndim == 0:   # every index is 0: the values land in order on the one element
         n = index.size
         if n == 0:
@@ -561,23 +561,43 @@ def _scatter(x, dim, index, src, add):
         vals = jnp.ravel(src)[:n] if hasattr(src, "shape") and src.ndim else \
             jnp.full((n,), src)
         vals = cast(vals, x.dtype)
-        return x + jnp.sum(vals).astype(x.dtype) if add else vals[-1]
+        if how == "set":
+            return vals[-1]
+        fold = jnp.sum if how == "add" else jnp.prod
+        return (x + fold(vals) if how == "add" else x * fold(vals)).astype(x.dtype)
     d = norm_dim(dim, x.ndim)
     idx = _full_index(index, d)
     if hasattr(src, "shape") and src.ndim:
         src = src[tuple(slice(0, n) for n in index.shape)]
     src = cast(src, x.dtype) if is_array(src) else jnp.asarray(src, x.dtype)   # a number
-    return _add_at(x.at[idx], src) if add else x.at[idx].set(src)
+    if how == "add":
+        return _add_at(x.at[idx], src)
+    return x.at[idx].multiply(src) if how == "multiply" else x.at[idx].set(src)
 
 
 @lowering(aten.scatter.src, aten.scatter.value)
 def lower_scatter(x, dim, index, src):
-    return _scatter(x, dim, index, src, add=False)
+    return _scatter("scatter", x, dim, index, src)
 
 
 @lowering(aten.scatter_add.default)
 def lower_scatter_add(x, dim, index, src):
-    return _scatter(x, dim, index, src, add=True)
+    return _scatter("scatter_add", x, dim, index, src, "add")
+
+
+@rule(aten.scatter.reduce, aten.scatter.value_reduce, dynamic_scalars=True)
+def scatter_reduce_arg_rule(x, dim, index, src, *, reduce):
+    if reduce not in ("add", "multiply") or x.dtype == torch.bool:
+        raise NoLowering(aten.scatter.reduce, f"reduce={reduce!r} of {x.dtype} (torch's error "
+                                              "or its kernel)")
+    return _shape(x), x.dtype
+
+
+@lowering(aten.scatter.reduce, aten.scatter.value_reduce)
+def lower_scatter_reduce_arg(x, dim, index, src, *, reduce):
+    """``scatter(..., reduce="add"|"multiply")``: each written element combined with what
+    is there (the older form of ``scatter_reduce``)."""
+    return _scatter("scatter", x, dim, index, src, reduce)
 
 
 @rule(aten.index_add.default, dynamic_scalars=True)

@@ -267,6 +267,17 @@ case("scatter", lambda x: torch.zeros(3, 4).scatter(1, torch.tensor([[0], [2], [
      lambda g, r: [rnd(g, (3, 1))])
 case("scatter_add", lambda x: torch.ones(3, 4).scatter_add(0, torch.tensor([[0, 1, 2, 0]]), x),
      lambda g, r: [rnd(g, (1, 4))])
+# the older reduce= form of scatter (it ran eagerly); duplicate indices combine
+_DUP = torch.tensor([[0, 2, 0], [1, 1, 3], [3, 0, 3]])
+_DUP0 = torch.tensor([[0, 2, 0, 1], [2, 2, 1, 1]])
+case("scatter-reduce-arg", lambda x, s: (
+    x.scatter(1, _DUP, s, reduce="add"), x.scatter(1, _DUP, s, reduce="multiply"),
+    x.scatter(0, _DUP0, 2.5, reduce="multiply"), x.scatter(1, _DUP, -1.5, reduce="add")),
+     lambda g, r: [rnd(g, (3, 4)), rnd(g, (3, 3))])
+case("scatter-reduce-arg-int", lambda x, s: (
+    x.scatter(1, _DUP, s, reduce="add"), x.scatter(1, _DUP, s, reduce="multiply"),
+    x.scatter(0, _DUP0, 3, reduce="multiply")),
+     lambda g, r: [rnd(g, (3, 4), I64), rnd(g, (3, 3), I64)])
 case("index_put", lambda x: x.index_put((torch.tensor([0, 2]),), torch.tensor(9.0)),
      lambda g, r: [rnd(g, (3, 4))])
 case("index_put_acc", lambda x: x.index_put((torch.tensor([0, 0]),), torch.ones(2, 4),
