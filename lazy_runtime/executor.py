@@ -22,6 +22,7 @@ from . import dtypes, dynamic, fold, ir, replay
 from .config import config
 from .errors import IndexCheckError, LazyRuntimeError, PaddedLoweringError, UnsupportedOperation
 from .metrics import METRICS
+from .ops.padding import index_check_pre
 from .ops.registry import CHECKING, LOWERINGS, TRACE_CHECKS, TRACE_SCRATCH, LowerCtx
 from .tensor import new_base, take_pending, apply_step_numpy
 
@@ -353,7 +354,8 @@ def _padded_plan(g: ir.Graph, plan) -> list:
             shape = dynamic.lsize(lay, buckets)
         ctx = LowerCtx(shape, n.dtype, n.aux, tuple(x.dtype for x in n.inputs))
         in_lays = tuple(plan.layouts[j] for j in ins)
-        out.append((_lowering(n.op), p.args, dict(p.kwargs), ctx, ins, n, p, in_lays))
+        out.append((_lowering(n.op), p.args, dict(p.kwargs), ctx, ins, n, p, in_lays,
+                    index_check_pre(n, in_lays)))
     return out
 
 
@@ -380,12 +382,14 @@ def _make_padded_fn(plan_entries, outputs, plan):
         env = dynamic.Env(syms, bks, sizes)
 
         def apply_op(entry, vals):
-            low, targs, tkw, ctx, ins, node, p, in_lays = entry
+            low, targs, tkw, ctx, ins, node, p, in_lays, checked = entry
             ivals = [vals[i] for i in ins]
-            for j, axes, fill in p.pre:
+            for j, axes, fill in p.pre + (checked or ()):
                 ivals[j] = dynamic.sanitize(env, ivals[j], in_lays[j], axes, fill)
             args = _fill_sym(targs, ivals, env)
             kw = {k: _fill_sym(v, ivals, env) for k, v in tkw.items()}
+            # index checks only where they hold here (``padding.index_check_pre``)
+            CHECKING[0] = checked is not None
             try:
                 if p.fn is not None:
                     r = p.fn(ctx, env, in_lays, *args, **kw)
@@ -393,6 +397,8 @@ def _make_padded_fn(plan_entries, outputs, plan):
                     r = low.fn(ctx, *args, **kw) if low.ctx else low.fn(*args, **kw)
             except Exception as e:
                 raise PaddedLoweringError(node.op, str(e)) from e
+            finally:
+                CHECKING[0] = False
             return _check(node, r, ctx.shape)
 
         return _run_plan(plan_entries, outputs, datas, scalars, rngs, apply_op)
@@ -403,7 +409,7 @@ def _compile_padded(g: ir.Graph, plan) -> tuple:
     entries = _padded_plan(g, plan)
     fn = _make_padded_fn(entries, g.outputs, plan)
     datas = dynamic.padded_inputs(g, plan)
-    CHECKING[0] = False   # (padded positions hold anything; only exact graphs check)
+    CHECKING[0] = False   # (padded positions hold anything: per op, see ``apply_op``)
     try:
         exe = _jit_compile(g, fn, datas, jax.ShapeDtypeStruct((len(plan.syms),), np.int64))
     finally:

@@ -1274,3 +1274,66 @@ def pad_gather(node, ins, cx):
     d = norm_dim(dim, len(xl))
     _same_but(node.op, xl, il, d)
     return Pad(il)
+
+
+# ---- index checks in padded graphs ----------------------------------------------------
+
+
+def _zero_padded(marker, lay) -> tuple:
+    """Sanitizing of an index operand's padded positions to 0, an index in bounds (they
+    gather into, or write to, padded positions of the result either way)."""
+    axes = tuple(a for a in range(len(lay)) if is_sym(lay[a]))
+    return ((_i(marker), axes, 0),) if axes else ()
+
+
+def _dim_indexed(node, ins):
+    """index_select, gather, scatter's family: x indexed along ``dim``."""
+    x, dim, index = node.args[:3]
+    xl, il = ins[_i(x)], ins[_i(index)]
+    if xl and is_sym(xl[norm_dim(dim, len(xl))]):
+        return None
+    return _zero_padded(index, il)
+
+
+def _leading_indexed(node, ins):
+    """x[i0, i1, ...] and its index_put: x's leading dims indexed (boolean masks are not
+    checked)."""
+    x, indices = node.args[:2]
+    xl = ins[_i(x)]
+    out = ()
+    for k, i in enumerate(indices):
+        if i is None:
+            continue
+        if k < len(xl) and is_sym(xl[k]):
+            return None
+        if node.inputs[_i(i)].dtype != torch.bool:
+            out += _zero_padded(i, ins[_i(i)])
+    return out
+
+
+def _embedding_indexed(node, ins):
+    w, indices = node.args[:2]
+    return None if is_sym(ins[_i(w)][0]) else _zero_padded(indices, ins[_i(indices)])
+
+
+_INDEXED = {
+    aten.index.Tensor: _leading_indexed, aten.index_put.default: _leading_indexed,
+    aten.gather.default: _dim_indexed, aten.scatter.src: _dim_indexed,
+    aten.scatter.value: _dim_indexed, aten.scatter_add.default: _dim_indexed,
+    aten.embedding.default: _embedding_indexed,
+    # the rule's own sanitizing makes padded targets ignore_index; its class dim is
+    # concrete (a padded one has no rule)
+    aten.nll_loss_forward.default: lambda node, ins: (),
+    aten.nll_loss2d_forward.default: lambda node, ins: (),
+}
+
+
+def index_check_pre(node, ins):
+    """How ``node``'s index checks (``registry.check``) stay right in a padded graph: the
+    sanitizing its index operands need first ((input, axes, fill), ...; () for none), or
+    None where they cannot (an op indexing a padded dim: its bound would be the padded
+    size; an op without such a plan). Nothing padded flowing in: its values are exact."""
+    if not any(has_sym(lay) for lay in ins if lay is not None):
+        return ()
+    plan = _INDEXED.get(node.op)
+    return None if plan is None else plan(node, ins)

@@ -128,3 +128,32 @@ def test_flags_copied_at_launch_are_verified_as_well(monkeypatch):
     out = x.to(DEV).index_select(1, _lazy_index([4])) + 1
     with pytest.raises(IndexCheckError, match="out of"):
         out.cpu()
+
+
+W = torch.randn(7, 3)
+# (name, fn(table, ids)) over ids of a dynamic length: padded graphs check too, their
+# padded positions first made index 0 (``padding.index_check_pre``)
+PADDED = [
+    ("embedding", lambda w, i: F.embedding(i, w).sum(-1)),
+    ("index", lambda w, i: w[i].sum(-1)),
+    ("gather", lambda w, i: w.t().gather(1, i[1:].expand(3, -1))),
+    ("scatter_add", lambda w, i: (i[:1].float() * 0).expand(7, -1).scatter_add(
+        0, i, i.float())),
+    ("nll_loss", lambda w, i: F.nll_loss((i[1].float()[:, None] * w[:, 0]).log_softmax(-1),
+                                         i[1], reduction="none")),
+]
+
+
+@pytest.mark.parametrize("name,fn", PADDED, ids=[p[0] for p in PADDED])
+def test_padded_graphs_check_their_indices(name, fn):
+    for length in (5, 6):   # one bucket (8): the second run replays the padded executable
+        ids = torch.randint(0, 7, (2, length))
+        padded0 = lr.metrics()["padded_executions"]
+        got = fn(W.to(DEV), lr.mark_dynamic(ids.to(DEV), 1, "T"))
+        assert_same(got, fn(W, ids), rtol=1e-5, atol=1e-6, what=name)
+        assert lr.metrics()["padded_executions"] > padded0, "the graph ran padded"
+        bad = ids.clone()
+        bad[1, -1] = 7
+        out = fn(W.to(DEV), lr.mark_dynamic(bad.to(DEV), 1, "T"))
+        with pytest.raises(IndexCheckError, match="out of|index"):
+            out.cpu()
