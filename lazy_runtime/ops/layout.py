@@ -563,8 +563,7 @@ def _scatter(op, x, dim, index, src, how="set"):
         vals = cast(vals, x.dtype)
         if how == "set":
             return vals[-1]
-        fold = jnp.sum if how == "add" else jnp.prod
-        return (x + fold(vals) if how == "add" else x * fold(vals)).astype(x.dtype)
+        return (x + jnp.sum(vals) if how == "add" else x * jnp.prod(vals)).astype(x.dtype)
     d = norm_dim(dim, x.ndim)
     idx = _full_index(index, d)
     if hasattr(src, "shape") and src.ndim:

@@ -261,7 +261,11 @@ for _name, _fn in LAYOUT.items():
 case("scatter-0d", lambda x, src: (x.scatter(0, torch.zeros(3, dtype=torch.long), src),
                                    x.scatter_add(0, torch.zeros(3, dtype=torch.long), src),
                                    x.scatter(0, torch.zeros(2, dtype=torch.long), 7.0),
-                                   x.scatter(0, torch.zeros(0, dtype=torch.long), src)),
+                                   x.scatter(0, torch.zeros(0, dtype=torch.long), src),
+                                   x.scatter(0, torch.zeros(3, dtype=torch.long), src,
+                                             reduce="multiply"),
+                                   x.scatter(0, torch.zeros(2, dtype=torch.long), 1.5,
+                                             reduce="add")),
      lambda g, r: [rnd(g, ()), rnd(g, (r.randint(3, 5),))])   # (torch's backward fails here)
 case("scatter", lambda x: torch.zeros(3, 4).scatter(1, torch.tensor([[0], [2], [3]]), x),
      lambda g, r: [rnd(g, (3, 1))])
