@@ -14,7 +14,7 @@ from jax import lax
 from .. import dtypes as D
 from ..errors import NoLowering
 from .common import cast, check_index, is_array, jdt, norm_dim, sf
-from .registry import lowering, rule
+from .registry import check, lowering, rule
 
 aten = torch.ops.aten
 
@@ -460,6 +460,52 @@ def _mask_put(x, p, mask, values, accumulate):
     if accumulate:
         v = jnp.logical_or(x, v) if x.dtype == jnp.bool_ else x + v
     return jnp.where(mask.reshape(m), v, x)
+
+
+@rule(aten.masked_scatter.default)
+def masked_scatter_rule(x, mask, source):
+    if mask.dtype != torch.bool or source.dtype != x.dtype:
+        raise NoLowering(aten.masked_scatter.default, "a non-bool mask or another source "
+                                                      "dtype (torch's errors)")
+    return sf.broadcast_shapes(_shape(x), _shape(mask)), x.dtype
+
+
+def _scatter_positions(mask, shape):
+    """The flattened mask broadcast to ``shape``, and for each position the element of the
+    source it takes: masked positions number the source's elements in row-major order."""
+    m = jnp.broadcast_to(mask, shape).reshape(-1)
+    return m, jnp.cumsum(m, dtype=jnp.int64) - 1
+
+
+@lowering(aten.masked_scatter.default)
+def lower_masked_scatter(x, mask, source):
+    """x with the masked positions taking source's elements in order (a static shape: a
+    running count of the mask picks each one, as multimodal models merge image features
+    into token embeddings)."""
+    shape = jnp.broadcast_shapes(x.shape, mask.shape)
+    m, pos = _scatter_positions(mask, shape)
+    flat = source.reshape(-1)
+    check(pos[-1:] >= flat.size, "Number of elements of source < number of ones in mask")
+    if flat.size == 0:
+        return jnp.broadcast_to(x, shape)
+    taken = flat[jnp.clip(pos, 0, flat.size - 1)]
+    return jnp.where(m, taken, jnp.broadcast_to(x, shape).reshape(-1)).reshape(shape)
+
+
+@rule(aten.masked_scatter_backward.default)
+def masked_scatter_backward_rule(grad, mask, sizes):
+    return tuple(sizes), grad.dtype
+
+
+@lowering(aten.masked_scatter_backward.default)
+def lower_masked_scatter_backward(grad, mask, sizes):
+    """The source's gradient: each masked position's gradient to the source element it
+    took, zeros for the elements it did not take."""
+    n = math.prod(sizes)
+    m, pos = _scatter_positions(mask, grad.shape)
+    out = jnp.zeros((n,), grad.dtype).at[jnp.where(m, pos, n)].add(grad.reshape(-1),
+                                                                     mode="drop")
+    return out.reshape(tuple(sizes))
 
 
 def _add_at(at, v):

@@ -157,3 +157,14 @@ def test_padded_graphs_check_their_indices(name, fn):
         out = fn(W.to(DEV), lr.mark_dynamic(bad.to(DEV), 1, "T"))
         with pytest.raises(IndexCheckError, match="out of|index"):
             out.cpu()
+
+
+def test_masked_scatter_with_too_few_source_elements_raises_torchs_error():
+    mask = X > 3   # six positions
+    with pytest.raises(RuntimeError, match="Number of elements of source"):
+        X.masked_scatter(mask, torch.arange(5.0))
+    assert_same(X.to(DEV).masked_scatter(mask.to(DEV), torch.arange(6.0).to(DEV)),
+                X.masked_scatter(mask, torch.arange(6.0)))
+    out = X.to(DEV).masked_scatter(mask.to(DEV), torch.arange(5.0).to(DEV))
+    with pytest.raises(RuntimeError, match="Number of elements of source"):
+        out.cpu()

@@ -315,6 +315,13 @@ case("mask-put-int-bool", lambda x, m, b: (
     x.index_put((m,), torch.tensor(7)), x.index_put((m[:, 1],), x[0] * 0 + 5, accumulate=True),
     b.index_put((m,), torch.tensor(True)), b.index_put((m[:, 0],), b[1], accumulate=True)),
      lambda g, r: [rnd(g, (3, 4), I64), rnd(g, (3, 4), BOOL), rnd(g, (3, 4), BOOL)])
+# masked_scatter: the masked positions take the source's elements in order (it ran
+# eagerly: the count is data, the shape is not); multimodal models merge features so
+case("masked_scatter", lambda x, a, src, row: (
+    x.masked_scatter(a > 0, src), x.masked_scatter(a[:1] > 0, src),     # a broadcast mask
+    row.masked_scatter(a > 0, src),                                      # a broadcast x
+    x.masked_scatter(a > 5, src[:0])),                                   # nothing masked
+     lambda g, r: [rnd(g, (4, 5)), rnd(g, (4, 5)), rnd(g, (25,)), rnd(g, (5,))], grad=True)
 # booleans accumulate as a logical or (their lowering once failed: XLA has no bool add)
 case("bool-accumulate", lambda x, v: (
     x.index_put((torch.tensor([0, 2, 2]),), v, accumulate=True),
