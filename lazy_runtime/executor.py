@@ -22,6 +22,7 @@ from . import dtypes, dynamic, fold, ir, replay
 from .config import config
 from .errors import IndexCheckError, LazyRuntimeError, PaddedLoweringError, UnsupportedOperation
 from .metrics import METRICS
+from .ops.common import check_index
 from .ops.padding import index_check_pre
 from .ops.registry import CHECKING, LOWERINGS, TRACE_CHECKS, TRACE_SCRATCH, LowerCtx
 from .tensor import new_base, take_pending, apply_step_numpy
@@ -383,14 +384,17 @@ def _make_padded_fn(plan_entries, outputs, plan):
 
         def apply_op(entry, vals):
             low, targs, tkw, ctx, ins, node, p, in_lays, checked = entry
+            # index checks only where they hold here (``padding.index_check_pre``)
+            pre, bounds = checked if checked is not None else ((), ())
             ivals = [vals[i] for i in ins]
-            for j, axes, fill in p.pre + (checked or ()):
+            for j, axes, fill in p.pre + pre:
                 ivals[j] = dynamic.sanitize(env, ivals[j], in_lays[j], axes, fill)
             args = _fill_sym(targs, ivals, env)
             kw = {k: _fill_sym(v, ivals, env) for k, v in tkw.items()}
-            # index checks only where they hold here (``padding.index_check_pre``)
             CHECKING[0] = checked is not None
             try:
+                for j, dim, message in bounds:
+                    check_index(ivals[j], env.count((dim,), (0,)), message)
                 if p.fn is not None:
                     r = p.fn(ctx, env, in_lays, *args, **kw)
                 else:

@@ -1250,6 +1250,15 @@ def _same_but(op, a, b, d):
         raise NoPadRule(op, f"layouts {a} and {b} differ", _syms(a, b))
 
 
+def _indexable(op, dim) -> None:
+    """Index values (true positions) address a padded dim directly only when its padded
+    factor is its most major one: in (3, T) true position i sits elsewhere once T is
+    padded (a gather along a flattened (3, T) read the wrong elements)."""
+    if is_sym(dim) and any(type(f) is not int for f in dim[1:]):
+        raise NoPadRule(op, f"index values into a dim whose padded factor is not its major "
+                            f"one ({dim})", retry=False)
+
+
 @pad_rule(aten.scatter.src, aten.scatter.value, aten.scatter_add.default)
 def pad_scatter(node, ins, cx):
     """Writes stay in their row: padded rows of the index write into padded rows of the
@@ -1260,6 +1269,7 @@ def pad_scatter(node, ins, cx):
     if is_sym(il[d]):
         raise NoPadRule(node.op, "scatter from a padded index dim", retry=False)
     _same_but(node.op, xl, il, d)
+    _indexable(node.op, xl[d])
     src = node.args[3] if len(node.args) > 3 else None
     if type(src).__name__ == "Input" and ins[_i(src)] != il and len(ins[_i(src)]):
         _same_but(node.op, ins[_i(src)], il, -1)
@@ -1273,6 +1283,7 @@ def pad_gather(node, ins, cx):
     xl, il = ins[_i(x)], ins[_i(index)]
     d = norm_dim(dim, len(xl))
     _same_but(node.op, xl, il, d)
+    _indexable(node.op, xl[d])
     return Pad(il)
 
 
@@ -1287,12 +1298,17 @@ def _zero_padded(marker, lay) -> tuple:
 
 
 def _dim_indexed(node, ins):
-    """index_select, gather, scatter's family: x indexed along ``dim``."""
+    """gather, scatter's family: x indexed along ``dim``; along a padded dim (its padded
+    factor major: ``_indexable``) the bound is its true size, checked here."""
     x, dim, index = node.args[:3]
     xl, il = ins[_i(x)], ins[_i(index)]
-    if xl and is_sym(xl[norm_dim(dim, len(xl))]):
-        return None
-    return _zero_padded(index, il)
+    pre = _zero_padded(index, il)
+    if not xl or not is_sym(xl[norm_dim(dim, len(xl))]):
+        return pre, ()
+    d = norm_dim(dim, len(xl))
+    name = node.op._schema.name.split("::")[-1]
+    return pre, ((_i(index), xl[d], f"{name}: index out of bounds for dimension {d} "
+                                     f"(a dynamic dim: checked against its true size)"),)
 
 
 def _leading_indexed(node, ins):
@@ -1300,20 +1316,20 @@ def _leading_indexed(node, ins):
     checked)."""
     x, indices = node.args[:2]
     xl = ins[_i(x)]
-    out = ()
+    pre = ()
     for k, i in enumerate(indices):
         if i is None:
             continue
         if k < len(xl) and is_sym(xl[k]):
             return None
         if node.inputs[_i(i)].dtype != torch.bool:
-            out += _zero_padded(i, ins[_i(i)])
-    return out
+            pre += _zero_padded(i, ins[_i(i)])
+    return pre, ()
 
 
 def _embedding_indexed(node, ins):
     w, indices = node.args[:2]
-    return None if is_sym(ins[_i(w)][0]) else _zero_padded(indices, ins[_i(indices)])
+    return None if is_sym(ins[_i(w)][0]) else (_zero_padded(indices, ins[_i(indices)]), ())
 
 
 _INDEXED = {
@@ -1323,17 +1339,18 @@ _INDEXED = {
     aten.embedding.default: _embedding_indexed,
     # the rule's own sanitizing makes padded targets ignore_index; its class dim is
     # concrete (a padded one has no rule)
-    aten.nll_loss_forward.default: lambda node, ins: (),
-    aten.nll_loss2d_forward.default: lambda node, ins: (),
+    aten.nll_loss_forward.default: lambda node, ins: ((), ()),
+    aten.nll_loss2d_forward.default: lambda node, ins: ((), ()),
 }
 
 
 def index_check_pre(node, ins):
-    """How ``node``'s index checks (``registry.check``) stay right in a padded graph: the
-    sanitizing its index operands need first ((input, axes, fill), ...; () for none), or
-    None where they cannot (an op indexing a padded dim: its bound would be the padded
-    size; an op without such a plan). Nothing padded flowing in: its values are exact."""
+    """How ``node``'s index checks (``registry.check``) stay right in a padded graph:
+    (the sanitizing its index operands need first, ((input, axes, fill), ...); the bounds
+    to check against a padded dim's true size, ((input, dim, message), ...)), or None where
+    they cannot (an op without such a plan: its checks are off). Nothing padded flowing
+    in: its values are exact, its own checks right."""
     if not any(has_sym(lay) for lay in ins if lay is not None):
-        return ()
+        return (), ()
     plan = _INDEXED.get(node.op)
     return None if plan is None else plan(node, ins)

@@ -186,6 +186,21 @@ def test_padding_never_leaks_into_outputs_of_a_view():
     assert_same(y.sum(0), (x * 2).reshape(10, 4).sum(0), rtol=1e-5, atol=1e-5)
 
 
+def test_gather_and_scatter_into_a_flattened_padded_dim_compile_exactly():
+    """Index values are true positions: in a (3, T) dim flattened, position i sits
+    elsewhere once T is padded (this gather once read the wrong elements, silently)."""
+    lr.reset_metrics()
+    for length in (5, 6):
+        x = torch.randn(2, 3, length)
+        idx = torch.randint(0, 3 * length, (2, 4))
+
+        def f(x, i):
+            flat = x.reshape(2, -1)
+            return flat.gather(1, i), flat.scatter_add(1, i, torch.ones(2, 4))
+        assert_same(f(lr.mark_dynamic(x.to(DEV), 2, "T"), idx.to(DEV)), f(x, idx))
+    assert lr.metrics()["exact_compiles"].get("aten.gather.default") == 2
+
+
 def test_op_without_padding_rule_compiles_exactly_and_is_counted():
     lr.reset_metrics()
     x = torch.randn(2, 5)

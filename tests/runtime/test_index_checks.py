@@ -168,3 +168,22 @@ def test_masked_scatter_with_too_few_source_elements_raises_torchs_error():
     out = X.to(DEV).masked_scatter(mask.to(DEV), torch.arange(5.0).to(DEV))
     with pytest.raises(RuntimeError, match="Number of elements of source"):
         out.cpu()
+
+
+def test_padded_gather_along_the_dynamic_dim_checks_its_true_length():
+    def f(x, i):
+        return x.gather(1, i) * 2
+
+    for length in (5, 6):   # padded to 8: index `length` reads padding unless checked
+        x = torch.randn(2, length)
+        idx = torch.tensor([[0, length - 1], [1, 2]])
+        padded0 = lr.metrics()["padded_executions"]
+        assert_same(f(lr.mark_dynamic(x.to(DEV), 1, "T"), idx.to(DEV)), f(x, idx))
+        assert lr.metrics()["padded_executions"] > padded0, "the graph ran padded"
+        bad = idx.clone()
+        bad[0, 1] = length
+        with pytest.raises(RuntimeError):
+            f(x, bad)
+        out = f(lr.mark_dynamic(x.to(DEV), 1, "T"), bad.to(DEV))
+        with pytest.raises(IndexCheckError, match="dynamic dim"):
+            out.cpu()
