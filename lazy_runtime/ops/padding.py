@@ -564,6 +564,7 @@ def pad_arg_reduce(node, ins, cx):
     fill = "min" if node.op in (aten.max.dim, aten.argmax.default) else "max"
     out = _reduce_layout(lay, (d,), _keep(node))
     pre = ((0, (d,), fill),) if is_sym(lay[d]) else ()
+    _indexable(node.op, lay[d])   # the index found is a padded position
     if isinstance(node.dtype, tuple):
         return Pad((out, out), pre=pre)
     return Pad(out, pre=pre)
@@ -1253,7 +1254,8 @@ def _same_but(op, a, b, d):
 def _indexable(op, dim) -> None:
     """Index values (true positions) address a padded dim directly only when its padded
     factor is its most major one: in (3, T) true position i sits elsewhere once T is
-    padded (a gather along a flattened (3, T) read the wrong elements)."""
+    padded (a gather along a flattened (3, T) read the wrong elements, argmax gave
+    padded positions)."""
     if is_sym(dim) and any(type(f) is not int for f in dim[1:]):
         raise NoPadRule(op, f"index values into a dim whose padded factor is not its major "
                             f"one ({dim})", retry=False)

@@ -199,6 +199,14 @@ def test_gather_and_scatter_into_a_flattened_padded_dim_compile_exactly():
             return flat.gather(1, i), flat.scatter_add(1, i, torch.ones(2, 4))
         assert_same(f(lr.mark_dynamic(x.to(DEV), 2, "T"), idx.to(DEV)), f(x, idx))
     assert lr.metrics()["exact_compiles"].get("aten.gather.default") == 2
+    for length in (5, 6):   # argmax's answer there is a padded position
+        x = torch.randn(2, 3, length)
+
+        def g(x):
+            flat = x.reshape(2, -1)
+            return flat.argmax(1), flat.max(1).indices, flat.argmin(-1)
+        assert_same(g(lr.mark_dynamic(x.to(DEV), 2, "T")), g(x))
+    assert lr.metrics()["exact_compiles"].get("aten.argmax.default") == 2
 
 
 def test_op_without_padding_rule_compiles_exactly_and_is_counted():
