@@ -9,7 +9,8 @@ multiplying by a mask, which would keep NaN). An op whose inputs carry no dynami
 needs no rule; an op with no rule that sees one makes the graph compile exactly.
 
 Rules by family:
-* elementwise (and dropout, masked_fill, copies, cumsum/cumprod: end padding is safe):
+* elementwise (and dropout, masked_fill, copies; cumsum/cumprod and tril/triu where
+  the padding is at the dim's end, ``_end_padded``):
   padding passes through; broadcasting a dynamic dim against another size is refused.
 * views: view/reshape regroup the factors of the input dims in order (a dynamic factor is
   never split); permute permutes; expand/slice read sizes through ``Cx.symbolize``.
@@ -96,6 +97,16 @@ def broadcast_layouts(op, layouts, out_ndim):
 _SIZE_ARGS = {aten.div.Scalar, aten.div.Tensor}
 
 
+def _end_padded(op, dim) -> None:
+    """Ops that read positions along ``dim`` (index values, cumulative sums, triangles,
+    argmax's answer) see a padded dim as the true one only when its padding is at its end:
+    its padded factor is its most major one. In a flattened (3, T) the padding sits
+    between the rows (a gather there read the wrong elements, a cumprod ran through it,
+    argmax answered a padded position): those compile exactly."""
+    if is_sym(dim) and any(type(f) is not int for f in dim[1:]):
+        raise NoPadRule(op, f"positions along a dim padded inside ({dim})", retry=False)
+
+
 def pad_elementwise(node, ins, cx):
     lays = [l for l in ins if l is not None]
     if node.op in _SIZE_ARGS and any(type(a) is int and a > 1 for a in node.args):
@@ -120,12 +131,25 @@ for _op in ELEMENTWISE:
 pad_rule(aten.masked_fill.Scalar, aten.masked_fill.Tensor, aten._to_copy.default,
          aten.fill.Scalar, aten.fill.Tensor, aten.zero.default, aten.native_dropout.default,
          aten.native_dropout_backward.default, aten.bernoulli.p, aten.bernoulli.default,
-         aten.cumsum.default, aten.cumprod.default,
-         # position-based masks: padded positions keep their indices (end padding)
-         aten.tril.default, aten.triu.default,
          # complex values: built, conjugated or reinterpreted element by element
          aten._conj.default, aten._conj_physical.default, aten.view.dtype,
          aten.complex.default, aten.polar.default, aten.angle.default)(pad_elementwise)
+
+
+@pad_rule(aten.cumsum.default, aten.cumprod.default)
+def pad_cumulative(node, ins, cx):
+    """Along a dim padded at its end the true positions come first: padding passes."""
+    if ins[0]:
+        _end_padded(node.op, ins[0][norm_dim(node.args[1], len(ins[0]))])
+    return pad_elementwise(node, ins, cx)
+
+
+@pad_rule(aten.tril.default, aten.triu.default)
+def pad_triangle(node, ins, cx):
+    """Position-based masks: padded positions keep their indices (end padding)."""
+    for dim in ins[0][-2:]:
+        _end_padded(node.op, dim)
+    return pad_elementwise(node, ins, cx)
 
 
 @pad_rule(aten.view_as_real.default, aten.view_as_complex.default)
@@ -564,7 +588,7 @@ def pad_arg_reduce(node, ins, cx):
     fill = "min" if node.op in (aten.max.dim, aten.argmax.default) else "max"
     out = _reduce_layout(lay, (d,), _keep(node))
     pre = ((0, (d,), fill),) if is_sym(lay[d]) else ()
-    _indexable(node.op, lay[d])   # the index found is a padded position
+    _end_padded(node.op, lay[d])   # the index found is a padded position
     if isinstance(node.dtype, tuple):
         return Pad((out, out), pre=pre)
     return Pad(out, pre=pre)
@@ -1251,16 +1275,6 @@ def _same_but(op, a, b, d):
         raise NoPadRule(op, f"layouts {a} and {b} differ", _syms(a, b))
 
 
-def _indexable(op, dim) -> None:
-    """Index values (true positions) address a padded dim directly only when its padded
-    factor is its most major one: in (3, T) true position i sits elsewhere once T is
-    padded (a gather along a flattened (3, T) read the wrong elements, argmax gave
-    padded positions)."""
-    if is_sym(dim) and any(type(f) is not int for f in dim[1:]):
-        raise NoPadRule(op, f"index values into a dim whose padded factor is not its major "
-                            f"one ({dim})", retry=False)
-
-
 @pad_rule(aten.scatter.src, aten.scatter.value, aten.scatter_add.default)
 def pad_scatter(node, ins, cx):
     """Writes stay in their row: padded rows of the index write into padded rows of the
@@ -1271,7 +1285,7 @@ def pad_scatter(node, ins, cx):
     if is_sym(il[d]):
         raise NoPadRule(node.op, "scatter from a padded index dim", retry=False)
     _same_but(node.op, xl, il, d)
-    _indexable(node.op, xl[d])
+    _end_padded(node.op, xl[d])
     src = node.args[3] if len(node.args) > 3 else None
     if type(src).__name__ == "Input" and ins[_i(src)] != il and len(ins[_i(src)]):
         _same_but(node.op, ins[_i(src)], il, -1)
@@ -1285,7 +1299,7 @@ def pad_gather(node, ins, cx):
     xl, il = ins[_i(x)], ins[_i(index)]
     d = norm_dim(dim, len(xl))
     _same_but(node.op, xl, il, d)
-    _indexable(node.op, xl[d])
+    _end_padded(node.op, xl[d])
     return Pad(il)
 
 
@@ -1300,8 +1314,8 @@ def _zero_padded(marker, lay) -> tuple:
 
 
 def _dim_indexed(node, ins):
-    """gather, scatter's family: x indexed along ``dim``; along a padded dim (its padded
-    factor major: ``_indexable``) the bound is its true size, checked here."""
+    """gather, scatter's family: x indexed along ``dim``; along a padded dim (padded at
+    its end: ``_end_padded``) the bound is its true size, checked here."""
     x, dim, index = node.args[:3]
     xl, il = ins[_i(x)], ins[_i(index)]
     pre = _zero_padded(index, il)

@@ -207,6 +207,15 @@ def test_gather_and_scatter_into_a_flattened_padded_dim_compile_exactly():
             return flat.argmax(1), flat.max(1).indices, flat.argmin(-1)
         assert_same(g(lr.mark_dynamic(x.to(DEV), 2, "T")), g(x))
     assert lr.metrics()["exact_compiles"].get("aten.argmax.default") == 2
+    for length in (5, 6):   # running sums and triangles ran through the padding
+        x = torch.randn(2, 3, length)
+
+        def h(x):
+            flat = (x.exp() + 1).reshape(2, -1)   # padding computed: anything
+            outer = flat[:, :, None] * flat[:, None, :]
+            return flat.cumsum(1), flat.cumprod(1) * 1e-3, outer.tril(1).sum(1), \
+                outer.triu(2).sum(2)
+        assert_same(h(lr.mark_dynamic(x.to(DEV), 2, "T")), h(x), rtol=1e-5, atol=1e-5)
 
 
 def test_op_without_padding_rule_compiles_exactly_and_is_counted():
