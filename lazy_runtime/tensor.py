@@ -461,7 +461,7 @@ def _mask_write(x, key, value) -> bool:
     the mask, a data-dependent shape that runs eagerly every step. False: not such a
     write (torch's ``__setitem__`` does it)."""
     from .errors import NoLowering
-    from .ops.layout import _mask_position, mask_write_shapes
+    from .ops.layout import mask_position, mask_write_shapes
     lead = key[:-1] if type(key) is tuple else ()
     mask = key[-1] if type(key) is tuple and key else key
     if not isinstance(mask, torch.Tensor) or mask.dtype != torch.bool or \
@@ -470,7 +470,7 @@ def _mask_write(x, key, value) -> bool:
     value = value.to(x.dtype)
     p = len(lead)
     try:
-        _mask_position(x, [None] * p + [mask], value, False)
+        mask_position(x, [None] * p + [mask], value, False)
     except NoLowering:
         return False
     m, v = mask_write_shapes(x.shape, p, mask.shape, value.shape)

@@ -393,14 +393,14 @@ def lower_index(x, indices):
 @rule(aten.index_put.default)
 def index_put_rule(x, indices, values, accumulate=False):
     if any(i is not None and i.dtype in (torch.bool, torch.uint8) for i in indices):
-        _mask_position(x, indices, values, accumulate)
+        mask_position(x, indices, values, accumulate)
     elif values.dtype != x.dtype:
         raise NoLowering(aten.index_put.default, "source and destination dtypes differ "
                                                  "(torch's error)")
     return _shape(x), x.dtype
 
 
-def _mask_position(x, indices, values, accumulate) -> int:
+def mask_position(x, indices, values, accumulate) -> int:
     """Where index_put's one boolean mask starts, when the write needs no count of the
     elements it selects (then it is a ``where``): one value (torch's ``masked_fill``, any
     dtype), or values of x's dtype broadcasting over the selected elements. Values given
@@ -443,7 +443,7 @@ def lower_index_put(x, indices, values, accumulate=False):
 
 def mask_write_shapes(x_shape, p, mask_shape, v_shape) -> tuple:
     """(mask shape, values shape) that broadcast against x for a boolean-mask write over
-    dims p.. (see ``_mask_position``): the mask gains x's trailing dims, the values one
+    dims p.. (see ``mask_position``): the mask gains x's trailing dims, the values one
     axis per mask dim in place of the selection's count axis."""
     trailing = len(x_shape) - p - len(mask_shape)
     mask = tuple(mask_shape) + (1,) * trailing
