@@ -218,6 +218,33 @@ def test_gather_and_scatter_into_a_flattened_padded_dim_compile_exactly():
         assert_same(h(lr.mark_dynamic(x.to(DEV), 2, "T")), h(x), rtol=1e-5, atol=1e-5)
 
 
+# Ops reading along a dim padded *inside* (a flattened (3, T): the padding sits between
+# its rows, and computed padding holds anything): each stays padded where that is right
+# and compiles exactly where not (``padding._end_padded``); torch is the oracle either way.
+INSIDE = {
+    "select": lambda f: f[:, 7], "slice": lambda f: f[:, 2:9], "last": lambda f: f[:, -4:],
+    "narrow": lambda f: f.narrow(1, 4, 3), "split": lambda f: f.split(4, 1)[1],
+    "unfold": lambda f: f.unfold(1, 3, 2), "diff": lambda f: torch.diff(f, dim=1),
+    "shift": lambda f: f[:, 1:] - f[:, :-1], "sum": lambda f: f.sum(1),
+    "softmax": lambda f: f.softmax(1), "mm": lambda f: f @ f.t(),
+    "unflatten": lambda f: f.reshape(2, 3, -1)[:, 1], "cumsum": lambda f: f.cumsum(1),
+    "cumprod": lambda f: f.cumprod(1) * 1e-3, "argmax": lambda f: f.argmax(1),
+    "max": lambda f: f.max(1).indices, "flip": lambda f: f.flip(1),
+    "tril": lambda f: (f[:, :, None] * f[:, None, :]).tril(1).sum(1),
+    "gather": lambda f: f.gather(1, torch.tensor([[0, 5, 7]]).to(f.device).expand(2, -1)),
+}
+
+
+@pytest.mark.parametrize("name", sorted(INSIDE))
+def test_ops_along_a_dim_padded_inside_match_torch(name):
+    def f(x):
+        return INSIDE[name]((x.exp() + 1).reshape(2, -1))
+    for length in (5, 6):   # one bucket: the second replays the first's executable
+        x = torch.randn(2, 3, length)
+        assert_same(f(lr.mark_dynamic(x.to(DEV), 2, "T")), f(x), rtol=1e-5, atol=1e-5,
+                    what=name)
+
+
 def test_op_without_padding_rule_compiles_exactly_and_is_counted():
     lr.reset_metrics()
     x = torch.randn(2, 5)
