@@ -6,9 +6,10 @@ written directly with jax.jit; tracing overhead per recorded op; time to first r
 
 ``--write`` puts the table into benchmarks/RESULTS.md under "## lazy_runtime" (replacing
 only that section), or "## lazy_runtime on a GPU" with ``--eager-device cuda`` (eager torch
-on CUDA; lazy_runtime and jax.jit then run on jax's default device, XLA:GPU). Eager torch, the whole step replayed and jax.jit run side by side in
-alternating blocks of ``--steps`` steps (``--rounds`` each); the traced and replayed lazy
-modes run after them. Medians after warm-up; every timed step ends with the loss read
+on CUDA; lazy_runtime and jax.jit then run on jax's default device, XLA:GPU). Eager torch,
+the whole step replayed and jax.jit run side by side in alternating blocks of ``--steps``
+steps (``--rounds`` each; eager CUDA runs first, in a process of its own:
+``eager_step``); the traced and replayed lazy modes run after them. Medians after warm-up; every timed step ends with the loss read
 back to the host, so asynchronous execution is not flattered.
 """
 

@@ -14,7 +14,8 @@ WARMUP = 5   # whole-step replay starts at step 5 (state made, optimizer capture
 
 
 def load_example(name):
-    spec = importlib.util.spec_from_file_location(f"ex_{name}", ROOT / "examples" / f"train_{name}.py")
+    path = ROOT / "examples" / f"train_{name}.py"
+    spec = importlib.util.spec_from_file_location(f"ex_{name}", path)
     mod = importlib.util.module_from_spec(spec)
     spec.loader.exec_module(mod)
     return mod

@@ -171,7 +171,7 @@ def written(refs: list, storages=()) -> None:
     version is compared."""
     if PENDING_CHECKS and not PENDING_CHECKS[-1][2]:
         PENDING_CHECKS[-1][2].extend(refs)
-        PENDING_CHECKS[-1][2].extend(map(weakref.ref, storages))
+        PENDING_CHECKS[-1][2].extend(refs_of(storages))
 
 
 def verify_checks() -> None:
