@@ -8,9 +8,12 @@ written directly with jax.jit; tracing overhead per recorded op; time to first r
 only that section), or "## lazy_runtime on a GPU" with ``--eager-device cuda`` (eager torch
 on CUDA; lazy_runtime and jax.jit then run on jax's default device, XLA:GPU). Eager torch,
 the whole step replayed and jax.jit run side by side in alternating blocks of ``--steps``
-steps (``--rounds`` each; eager CUDA runs first, in a process of its own:
-``eager_step``); the traced and replayed lazy modes run after them. Medians after warm-up; every timed step ends with the loss read
-back to the host, so asynchronous execution is not flattered.
+steps (``--rounds`` each); eager torch runs first, in a process of its own
+(``eager_step``: on the CPU, its OpenMP workers spin on after each block and slowed the
+lazy block that followed; on CUDA, torch breaks a backward in a process that imported
+lazy_runtime); the traced and replayed lazy modes run after them. Medians after warm-up;
+every timed step ends with the loss read back to the host, so asynchronous execution is
+not flattered.
 """
 
 from __future__ import annotations
@@ -43,9 +46,14 @@ def _median_ms(ts):
 
 
 def eager_in_own_process(steps, rounds):
-    """``eager_step``'s medians on ``EAGER_DEVICE``, from a process without lazy_runtime
-    (a CUDA backward fails in this one: see there). Run before this process's contenders,
-    not alternated with them: on a GPU machine of one's own, little else moves."""
+    """``eager_step``'s medians on ``EAGER_DEVICE``, from a process without lazy_runtime,
+    run before this process's contenders. Not alternated with them, on purpose. On the
+    CPU, torch's OpenMP workers spin-wait after its ops (libgomp's default) and took the
+    cores from the next contender's XLA threads: alternated with eager torch, the MLP's
+    whole step measured 1.22-1.43x of jax.jit, where without eager in the rotation, or
+    with ``OMP_WAIT_POLICY=PASSIVE``, it measured 0.91-1.09x (four runs each, 2026-11-22).
+    On CUDA, a backward fails in a process that imported lazy_runtime (see
+    ``eager_step``)."""
     cmd = [sys.executable, str(ROOT / "benchmarks" / "eager_step.py"), "--device",
            EAGER_DEVICE, "--steps", str(steps), "--rounds", str(rounds)]
     done = subprocess.run(cmd, capture_output=True, text=True, check=True)
@@ -53,11 +61,11 @@ def eager_in_own_process(steps, rounds):
 
 
 def bench_side_by_side(cfg, rounds, eager_elsewhere=None):
-    """Eager torch, the whole step replayed (``lr.compile_step``) and jax.jit, in
-    alternating blocks: each block one pass over the timed batches, ``rounds`` blocks each,
-    after warm-up. A noisy moment of this shared machine lands on all three alike (run one
-    after another, the small steps' medians moved by 2x from run to run). Medians in ms;
-    jax's first call (trace and compile) in s."""
+    """The whole step replayed (``lr.compile_step``) and jax.jit (and eager torch unless
+    ``eager_elsewhere`` has its numbers) in alternating blocks: each block one pass over
+    the timed batches, ``rounds`` blocks each, after warm-up. A noisy moment of this shared
+    machine lands on all alike (run one after another, the small steps' medians moved by
+    2x from run to run). Medians in ms; jax's first call (trace and compile) in s."""
     model = cfg.make_model()
     opt = cfg.ex.make_optimizer(model)
 
@@ -206,7 +214,7 @@ def dispatch_us_per_op(cfg, steps):
 
 def run(steps, rounds):
     rows = []
-    elsewhere = None if EAGER_DEVICE == "cpu" else eager_in_own_process(steps, rounds)
+    elsewhere = eager_in_own_process(steps, rounds)
     for cfg in configs(steps):
         side = bench_side_by_side(cfg, rounds, elsewhere)
         lazy = bench_lazy(cfg, steps)
@@ -297,7 +305,10 @@ def table(rows, micro, steps, rounds):
              f"--write`: {platform_line()}. "
              "One training step (forward, backward, optimizer) per row; each timed step ends "
              f"with `loss.item()`. eager: torch on `{EAGER_DEVICE}`"
-             + ("" if EAGER_DEVICE == "cpu" else
+             + (" (`benchmarks/eager_step.py`, in a process of its own before the others: "
+                "torch's OpenMP workers spin on after its ops and, alternated with it, the "
+                "lazy block after it ran up to 1.4x slower (see `eager_in_own_process`))"
+                if EAGER_DEVICE == "cpu" else
                 " (`benchmarks/eager_step.py`, in a process of its own before the others: "
                 "with lazy_runtime imported torch takes the lazy device for the process's "
                 "accelerator and a CUDA backward fails, pytorch/pytorch#161129; the batch "
@@ -307,12 +318,11 @@ def table(rows, micro, steps, rounds):
              "the whole step (input copies, forward, loss, backward, optimizer, zero_grad) "
              "replayed without its Python from step 5 on; jax.jit: the same model hand-written "
              "in JAX (`benchmarks/runtime_jax_models.py`). "
-             + ("These three" if EAGER_DEVICE == "cpu" else "The whole step and jax.jit")
-             + " run side by side "
+             + "The whole step and jax.jit run side by side "
              f"(`bench_side_by_side`): in alternating blocks of {steps} steps, {rounds} blocks "
              f"each after {WARMUP} warm-up steps, medians of all"
-             + ("; run one after another, the small steps' medians moved by up to 2x between "
-                "runs on this shared machine. " if EAGER_DEVICE == "cpu" else ". ") +
+             + "; run one after another, the small steps' medians moved by up to 2x between "
+             "runs on this shared machine. " +
              f"lazy: traced every step (trace + `mark_step` + read), median of {steps} steps "
              f"after {WARMUP} warm-up; replay: `lr.compile(model, replay=True)` where the "
              "analyzer finds the example's forward shape-only (all five) and "

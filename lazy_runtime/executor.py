@@ -10,6 +10,7 @@ key (first difference: an input shape, a dtype, an op, an argument) and recorded
 from __future__ import annotations
 
 import collections
+import functools
 import time
 import weakref
 
@@ -22,9 +23,10 @@ from . import dtypes, dynamic, fold, ir, replay
 from .config import config
 from .errors import IndexCheckError, LazyRuntimeError, PaddedLoweringError, UnsupportedOperation
 from .metrics import METRICS
-from .ops.common import check_index
+from .ops.common import check_index, is_array
 from .ops.padding import index_check_pre
-from .ops.registry import CHECKING, LOWERINGS, TRACE_CHECKS, TRACE_SCRATCH, LowerCtx
+from .ops.registry import (CHECKING, LOWERINGS, TRACE_CHECKS, TRACE_INPUT_CHECKS, TRACE_INPUTS,
+                           TRACE_SCRATCH, LowerCtx)
 from .tensor import new_base, take_pending, apply_step_numpy
 
 _x64 = jax.enable_x64
@@ -127,34 +129,80 @@ def to_cpu(t) -> torch.Tensor:
 
 class Executable:
     """A compiled graph. ``compiled`` returns (results, flags): ``flags`` are its index
-    checks' outcomes, ``checks`` their messages (see ``registry.check``)."""
+    checks' outcomes (None without any), ``checks`` their messages (see
+    ``registry.check``); ``input_checks`` are the checks on its inputs' own values
+    (``registry.InputCheck``), judged when it runs."""
 
-    __slots__ = ("compiled", "n_ops", "checks", "copy_flags")
+    __slots__ = ("compiled", "n_ops", "checks", "input_checks", "copy_flags", "_on_device")
 
-    def __init__(self, compiled, n_ops, checks=()):
+    def __init__(self, compiled, n_ops, checks=(), input_checks=()):
         self.compiled = compiled
         self.n_ops = n_ops
         self.checks = checks
+        self.input_checks = input_checks
         # Off the CPU the flags' copy to the host starts at launch, so a read that verifies
         # them finds it done: one round trip less per read (on an H100, the checks' cost on
         # the MLP step went from 1.31x to 1.14x). On the CPU it would only add ~17 µs.
-        self.copy_flags = bool(checks) and config.jax_device().platform != "cpu"
+        self.copy_flags = config.jax_device().platform != "cpu"
+        # per input check, the last device array checked (a weak reference) and its flag:
+        # a device array is immutable, so a constant input (a model's positions) is
+        # checked once
+        self._on_device = [(_DEAD, None)] * len(input_checks)
+
+    @property
+    def checked(self) -> bool:
+        return bool(self.checks or self.input_checks)
 
     def run(self, *args):
-        """The results; the checks' flags wait in ``PENDING_CHECKS`` until ``written``."""
+        """The results; the checks' outcomes wait in ``PENDING_CHECKS`` until ``written``."""
         results, flags = self.compiled(*args)
-        if self.checks:
-            if self.copy_flags:
-                flags.copy_to_host_async()
+        if self.checks or self.input_checks:
+            parts = []
+            if self.checks:
+                if self.copy_flags:
+                    flags.copy_to_host_async()
+                parts.append((flags, self.checks))
+            for i, c in enumerate(self.input_checks):
+                parts.append((self._input_outside(i, c, args[0][c.position]), (c.message,)))
             if len(PENDING_CHECKS) >= _MAX_PENDING_CHECKS:   # (steps that never read)
                 verify_checks()
-            PENDING_CHECKS.append((flags, self.checks, []))
+            PENDING_CHECKS.append((parts, []))
         return results
 
+    def _input_outside(self, i: int, c, value):
+        """Whether an element of ``value`` breaks check ``c``: judged on the host for a host
+        array (a whole step's CPU argument), as a flag computed on the device for a device
+        array."""
+        if isinstance(value, np.ndarray):
+            if value.size == 0 or (c.low <= value.min() and value.max() < c.high):
+                return False
+            bad = (value < c.low) | (value >= c.high)
+            if c.ignore is not None:
+                bad &= value != c.ignore
+            return bool(bad.any())
+        seen, flag = self._on_device[i]
+        if seen() is not value:
+            flag = _outside_on_device(value, c.low, c.high, c.ignore)
+            if self.copy_flags:
+                flag.copy_to_host_async()
+            self._on_device[i] = (weakref.ref(value), flag)
+        return flag
 
-# Index checks of graphs that ran, not yet read: (flags, messages, [weak references to the
-# storages the graph wrote]). Verified before any value reaches the host and at the next
-# barrier, as a CUDA device-side assert surfaces at the next synchronization.
+
+def _DEAD():
+    return None
+
+
+@functools.partial(jax.jit, static_argnums=(1, 2, 3))
+def _outside_on_device(value, low, high, ignore):
+    bad = (value < low) | (value >= high)
+    return jnp.any(bad if ignore is None else bad & (value != ignore))
+
+
+# Index checks of graphs that ran, not yet read: ([(flags, their messages)], [weak
+# references to the storages the graph wrote]). Verified before any value reaches the host
+# and at the next barrier, as a CUDA device-side assert surfaces at the next
+# synchronization.
 PENDING_CHECKS: list = []
 _MAX_PENDING_CHECKS = 8
 
@@ -169,9 +217,9 @@ def written(refs: list, storages=()) -> None:
     """Record what the last executable run wrote (``refs``, and ``storages``), poisoned if
     one of its checks fails. A value computed later from a poisoned one is as wrong: no
     version is compared."""
-    if PENDING_CHECKS and not PENDING_CHECKS[-1][2]:
-        PENDING_CHECKS[-1][2].extend(refs)
-        PENDING_CHECKS[-1][2].extend(refs_of(storages))
+    if PENDING_CHECKS and not PENDING_CHECKS[-1][1]:
+        PENDING_CHECKS[-1][1].extend(refs)
+        PENDING_CHECKS[-1][1].extend(refs_of(storages))
 
 
 def verify_checks() -> None:
@@ -181,14 +229,15 @@ def verify_checks() -> None:
         return
     pending = PENDING_CHECKS[:]
     PENDING_CHECKS.clear()
-    for flags, messages, wrote in pending:
-        bad = np.asarray(flags)
-        if bad.any():
-            err = IndexCheckError(messages[int(np.argmax(bad))] + " (checked on the device "
-                                  "when its graph ran: the values that graph computed are "
-                                  "unusable)")
-            _poison([st for st in (ref() for ref in wrote) if st is not None], err)
-            raise err
+    for parts, wrote in pending:
+        for flags, messages in parts:
+            bad = np.asarray(flags)
+            if bad.any():
+                err = IndexCheckError(messages[int(np.argmax(bad))] + " (checked when its "
+                                      "graph ran: the values that graph computed are "
+                                      "unusable)")
+                _poison([st for st in (ref() for ref in wrote) if st is not None], err)
+                raise err
 
 
 def _poison(storages, err) -> None:
@@ -262,11 +311,36 @@ def _make_fn(plan, outputs):
             r = low.fn(ctx, *args, **kw) if low.ctx else low.fn(*args, **kw)
         except Exception as e:
             raise LazyRuntimeError(f"lowering of {node.op} failed: {e}") from e
-        return _check(node, r)
+        r = _check(node, r)
+        if node.op in _SAME_ELEMENTS and ivals:
+            _same_elements(ivals[0], r)
+        return r
 
     def fn(datas, scalars, rngs):
+        for k, d in enumerate(datas):
+            TRACE_INPUTS[id(d)] = (k, d)
         return _run_plan(plan, outputs, datas, scalars, rngs, apply_op)
     return fn
+
+
+# Ops whose result holds exactly its first input's elements, rearranged or repeated (an
+# index check on the result is one on that input: ``registry.check_input``).
+_SAME_ELEMENTS = frozenset((torch.ops.aten.view.default, torch.ops.aten._unsafe_view.default,
+                            torch.ops.aten._reshape_alias.default,
+                            torch.ops.aten.permute.default, torch.ops.aten.expand.default,
+                            torch.ops.aten.clone.default, torch.ops.aten._to_copy.default))
+
+
+def _same_elements(x, r) -> None:
+    """Note ``r`` as the input ``x`` is (if it is one) where it has every element of ``x``
+    at an unchanged value: as many elements or more (an expand of a non-empty tensor), and
+    the same dtype or a widening to int64."""
+    hit = TRACE_INPUTS.get(id(x))
+    if hit is None or hit[1] is not x or not is_array(r) or r.size < x.size:
+        return
+    if r.dtype == x.dtype or (r.dtype == np.int64 and x.dtype.kind in "biu"
+                              and x.dtype != np.uint64):
+        TRACE_INPUTS[id(r)] = (hit[0], r)
 
 
 def _check(node: ir.Node, r, shape=None):
@@ -289,18 +363,23 @@ def _check1(op, x, shape, dtype):
     return x
 
 
-def _with_checks(fn, messages: list):
-    """``fn`` returning (results, flags of the index checks its lowerings made); their
-    messages land in ``messages`` when it is traced."""
+def _with_checks(fn, messages: list, input_checks: list):
+    """``fn`` returning (results, flags of the index checks its lowerings made, or None);
+    their messages land in ``messages`` when it is traced, the checks on its inputs' own
+    values in ``input_checks``."""
     def checked(*args):
         TRACE_CHECKS.clear()
+        TRACE_INPUT_CHECKS.clear()
         try:
             results = fn(*args)
             flags = [f for f, _ in TRACE_CHECKS]
             messages[:] = [m for _, m in TRACE_CHECKS]
+            input_checks[:] = dict.fromkeys(TRACE_INPUT_CHECKS)   # (each once)
         finally:
             TRACE_CHECKS.clear()
-        return results, (jnp.stack(flags) if flags else jnp.zeros((0,), jnp.bool_))
+            TRACE_INPUT_CHECKS.clear()
+            TRACE_INPUTS.clear()
+        return results, (jnp.stack(flags) if flags else None)
     return checked
 
 
@@ -322,15 +401,18 @@ def _jit_compile(g: ir.Graph, fn, datas, *more_avals) -> Executable:
              jax.ShapeDtypeStruct((len(g.rngs), 2), np.int64)) + more_avals
     t0 = time.perf_counter()
     messages: list = []
+    input_checks: list = []
     try:
         with _x64(True):
-            compiled = jax.jit(_with_checks(fn, messages)).lower(*avals).compile()
+            compiled = jax.jit(_with_checks(fn, messages, input_checks)).lower(
+                *avals).compile()
     finally:
         TRACE_SCRATCH.clear()   # what lowerings handed each other in this trace
+        TRACE_INPUTS.clear()
     METRICS.compile_seconds += time.perf_counter() - t0
     METRICS.compiles += 1
     return Executable(compiled, sum(1 for n in g.nodes if n.op not in ir.LEAVES),
-                      tuple(messages))
+                      tuple(messages), tuple(input_checks))
 
 
 def _padded_plan(g: ir.Graph, plan) -> list:
@@ -572,7 +654,7 @@ def sync(reason: str = "mark_step") -> None:
                               else dynamic.result_leaf(n, results[j], outs_lay[j], plan))
         st.node = leaf
         st.version += 1
-    if exe.checks:
+    if exe.checked:
         written((), storages)
 
 

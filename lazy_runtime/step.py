@@ -528,7 +528,7 @@ class StepReplayer:
                     shape, dtype = tr.out_leaves[x]
                     n = ir.computed_leaf(value, shape, dtype)
                 leaves[x] = tensor.new_base(n)
-        if tr.exe.checks:   # what the step wrote, made unusable if an index check fails
+        if tr.exe.checked:   # what the step wrote, made unusable if an index check fails
             refs = getattr(tr, "state_refs", None)
             if refs is None:   # (the model's and optimizer's storages: the same every call)
                 refs = tr.state_refs = executor.refs_of(

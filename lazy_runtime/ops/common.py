@@ -79,8 +79,14 @@ __all__ = ["jnp", "jax", "sf", "D", "HIGHEST", "jdt", "is_array", "cast", "bshap
            "norm_dims", "opmath", "vjp"]
 
 
-def check_index(index, size: int, message: str, wraps: bool = False) -> None:
+def check_index(index, size: int, message: str, wraps: bool = False, ignore=None) -> None:
     """``index`` must lie in [0, size), or in [-size, size) where torch wraps negative
-    indices; otherwise the graph raises ``message`` after it runs (``registry.check``)."""
-    from .registry import check
-    check((index < (-size if wraps else 0)) | (index >= size), message)
+    indices (elements equal to ``ignore`` aside); otherwise the graph raises ``message``
+    after it runs (``registry.check``; ``registry.check_input`` where ``index`` is an
+    input's own elements)."""
+    from .registry import check, check_input
+    low = -size if wraps else 0
+    if check_input(index, low, size, ignore, message):
+        return
+    bad = (index < low) | (index >= size)
+    check(bad if ignore is None else bad & (index != ignore), message)

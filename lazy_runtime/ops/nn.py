@@ -668,8 +668,9 @@ def _nll_parts(x, target, weight, ignore_index):
 @lowering(aten.nll_loss_forward.default, aten.nll_loss2d_forward.default)
 def lower_nll_loss(x, target, weight, reduction, ignore_index):
     n_classes = x.shape[1 if x.ndim >= 2 else 0]
-    check_index(jnp.where(target == ignore_index, 0, target), n_classes,
-                f"nll_loss: a target is out of bounds (not in [0, {n_classes}))")
+    check_index(target, n_classes,
+                f"nll_loss: a target is out of bounds (not in [0, {n_classes}))",
+                ignore=ignore_index)
     _, _, lp, w = _nll_parts(x, target, weight, ignore_index)
     loss = -lp * w
     if reduction == 0:

@@ -43,6 +43,23 @@ TRACE_SCRATCH: dict = {}
 # adds; the executable returns the flags beside its results (see ``executor``).
 TRACE_CHECKS: list = []
 CHECKING = [True]   # off while a padded executable is traced (its padding is not checked)
+# The trace's inputs, and values holding exactly an input's elements (a view, a reshape),
+# by id: id -> (input position, value). An index check on one of them (``check_index``)
+# needs no flag from the device: it becomes an ``InputCheck`` of the executable.
+TRACE_INPUTS: dict = {}
+TRACE_INPUT_CHECKS: list = []
+
+
+@dataclass(frozen=True)
+class InputCheck:
+    """Every element of input ``position`` lies in [low, high) or equals ``ignore``;
+    otherwise ``message``. Judged on the host where the input arrives as a host array
+    (a whole step's CPU arguments: no flag to return and read back)."""
+    position: int
+    low: int
+    high: int
+    ignore: int | None
+    message: str
 
 
 def check(bad, message: str) -> None:
@@ -53,6 +70,18 @@ def check(bad, message: str) -> None:
     if CHECKING[0] and config.check_indices:
         import jax.numpy as jnp
         TRACE_CHECKS.append((jnp.any(bad), message))
+
+
+def check_input(value, low: int, high: int, ignore, message: str) -> bool:
+    """Whether ``value`` holds exactly the elements of one of the trace's inputs (then
+    the check is recorded as an ``InputCheck``)."""
+    from ..config import config
+    hit = TRACE_INPUTS.get(id(value))
+    if hit is None or hit[1] is not value:
+        return False
+    if CHECKING[0] and config.check_indices:
+        TRACE_INPUT_CHECKS.append(InputCheck(hit[0], low, high, ignore, message))
+    return True
 
 
 @dataclass(frozen=True)

@@ -187,3 +187,96 @@ def test_padded_gather_along_the_dynamic_dim_checks_its_true_length():
         out = f(lr.mark_dynamic(x.to(DEV), 1, "T"), bad.to(DEV))
         with pytest.raises(IndexCheckError, match="dynamic dim"):
             out.cpu()
+
+
+def _embedding_step(pick):
+    """A whole training step of an embedding table of five rows, looked up at
+    ``pick(ids)``: (the step, the lazy table, the same table on the CPU)."""
+    torch.manual_seed(0)
+    emb = torch.nn.Embedding(5, 3)
+    cpu = torch.nn.Embedding(5, 3)
+    cpu.load_state_dict(emb.state_dict())
+    emb = emb.to(DEV)
+    opt = torch.optim.SGD(emb.parameters(), lr=0.1)
+
+    def train_step(ids):
+        loss = emb(pick(ids)).sum()
+        loss.backward()
+        opt.step()
+        opt.zero_grad()
+        return loss
+    return lr.compile_step(train_step, emb, opt), emb, cpu
+
+
+# (name, pick, ids torch accepts, ids torch refuses): the step's argument is a host array;
+# where the ids are its elements unchanged (a view, a transpose, a widening) the check is
+# judged on the host, where not (a slice, a narrowing cast) on the device
+PICKS = [
+    ("view", lambda i: i.view(2, 2).t(), [[0, 4, 1, 2]], [4, 0, 5, 1]),
+    ("widened", lambda i: i.long(), [[0, 4, 1, 2]], [4, 0, 5, 1]),
+    ("sliced", lambda i: i[1:], [[7, 4, 1, 2], [-3, 0, 0, 0]], [0, 5, 1, 2]),
+    ("narrowed", lambda i: i.int(), [[2 ** 32 + 1, 4, 0, 3]], [0, 2 ** 32 + 5, 1, 2]),
+]
+
+
+@pytest.mark.parametrize("name,pick,good,bad", PICKS, ids=[p[0] for p in PICKS])
+def test_a_replayed_step_checks_the_ids_it_uses(name, pick, good, bad):
+    dtype = torch.int32 if name == "widened" else torch.int64
+    step, emb, cpu = _embedding_step(pick)
+    for _ in range(3):   # traced, then replayed
+        for ids in good:
+            ids = torch.tensor(ids, dtype=dtype)
+            assert step(ids).item() == pytest.approx(cpu(pick(ids)).sum().item(), rel=1e-5)
+            cpu.weight.data -= 0.1 * torch.autograd.grad(cpu(pick(ids)).sum(), cpu.weight)[0]
+    exe = step._last[2].ready.exe
+    on_host = name in ("view", "widened")
+    assert (exe.checks == ()) is on_host and bool(exe.input_checks) is on_host
+    ids = torch.tensor(bad, dtype=dtype)
+    with pytest.raises(IndexError):
+        cpu(pick(ids))
+    loss = step(ids)
+    with pytest.raises(IndexCheckError, match="index out of range"):
+        loss.item()
+    with pytest.raises(lr.LazyRuntimeError):   # the update the step made is unusable
+        emb.weight.cpu()
+
+
+def test_a_replayed_step_checks_targets_beside_the_ignored_ones():
+    torch.manual_seed(0)
+    lin = torch.nn.Linear(3, 4).to(DEV)
+    opt = torch.optim.SGD(lin.parameters(), lr=0.1)
+
+    def train_step(x, y):
+        loss = F.cross_entropy(lin(x), y.view(-1), ignore_index=-100)
+        loss.backward()
+        opt.step()
+        opt.zero_grad()
+        return loss
+    step = lr.compile_step(train_step, lin, opt)
+    x = torch.randn(4, 3)
+    for _ in range(3):
+        assert step(x, torch.tensor([[-100, 3], [0, -100]])).item() > 0
+    assert not step._last[2].ready.exe.checks, "judged on the host"
+    loss = step(x, torch.tensor([[-100, 4], [0, 1]]))
+    with pytest.raises(IndexCheckError, match="target is out of bounds"):
+        loss.item()
+
+
+def test_a_device_input_is_checked_once_per_array(monkeypatch):
+    """A device array is immutable: an executable checks one it ran on before (a model's
+    positions, made once) no more."""
+    from lazy_runtime import executor
+    calls = []
+    real = executor._outside_on_device
+    monkeypatch.setattr(executor, "_outside_on_device",
+                        lambda *a: calls.append(a) or real(*a))
+    pos = torch.tensor([0, 2]).to(DEV)
+    lr.mark_step()
+    for scale in (1.0, 2.0, 3.0):
+        assert_same(F.embedding(pos, W.to(DEV) * scale),
+                    F.embedding(torch.tensor([0, 2]), W * scale))
+    assert len(calls) == 1
+    out = F.embedding(torch.tensor([1, 7]).to(DEV), W.to(DEV) * 4.0)
+    with pytest.raises(IndexCheckError, match="index out of range"):
+        out.cpu()
+    assert len(calls) == 2
