@@ -64,6 +64,56 @@ def lower_mm(ctx, a, b):
     return _mm(a, b, ctx.dtype)
 
 
+# ---- grouped products (``torch._grouped_mm``: mixture-of-experts layers) ------------------
+#
+# ``offs`` holds each group's end along the ragged dim (cumulative, int32): 2-D x 3-D splits
+# the rows of ``a`` among ``b``'s groups, 3-D x 2-D the columns of ``b`` among ``a``'s, and
+# 2-D x 2-D the contracted dim (one product per group, the weight gradient of the first);
+# 3-D x 3-D is a batched product. Positions past the last offset belong to no group: zero
+# rows or columns (as torch's CPU kernel leaves them), nothing summed.
+
+_GROUPED = (torch.float32, torch.float64, torch.bfloat16, torch.float16)
+
+
+@rule(aten._grouped_mm.default)
+def grouped_mm_rule(a, b, offs=None, bias=None, out_dtype=None):
+    op = aten._grouped_mm.default
+    if bias is not None or out_dtype not in (None, a.dtype) or a.dtype != b.dtype or \
+            a.dtype not in _GROUPED or (offs is None) != (a.ndim == 3 and b.ndim == 3) or \
+            (offs is not None and (offs.ndim != 1 or offs.dtype != torch.int32)):
+        raise NoLowering(op, "a bias, another output dtype, or arguments torch refuses")
+    k_a, k_b = a.shape[-1], b.shape[-2]
+    if (a.ndim, b.ndim) == (2, 3) and k_a == k_b and offs.shape[0] == b.shape[0]:
+        return (a.shape[0], b.shape[2]), a.dtype
+    if (a.ndim, b.ndim) == (3, 2) and k_a == k_b and offs.shape[0] == a.shape[0]:
+        return (a.shape[1], b.shape[1]), a.dtype
+    if (a.ndim, b.ndim) == (2, 2) and k_a == k_b:
+        return (offs.shape[0], a.shape[0], b.shape[1]), a.dtype
+    if (a.ndim, b.ndim) == (3, 3) and k_a == k_b and a.shape[0] == b.shape[0]:
+        return (a.shape[0], a.shape[1], b.shape[2]), a.dtype
+    raise NoLowering(op, "shapes torch refuses (its error)")
+
+
+@lowering(aten._grouped_mm.default, ctx=True)
+def lower_grouped_mm(ctx, a, b, offs=None, bias=None, out_dtype=None):
+    acc = jdt(opmath(ctx.dtype))
+    kw = dict(precision=HIGHEST, preferred_element_type=acc)
+    if offs is None:
+        return jnp.matmul(a, b, **kw).astype(a.dtype)
+    ends = offs.astype(jnp.int32)
+    sizes = jnp.diff(ends, prepend=jnp.zeros((1,), jnp.int32))
+    if b.ndim == 3:   # rows of a among b's groups
+        out = jax.lax.ragged_dot(a, b, sizes, **kw)
+    elif a.ndim == 3:   # columns of b among a's groups: the transposed product
+        out = jax.lax.ragged_dot(b.T, jnp.swapaxes(a, 1, 2), sizes, **kw).T
+    else:   # the contracted dim split: one product per group
+        dims = jax.lax.RaggedDotDimensionNumbers(
+            dot_dimension_numbers=(([1], [0]), ([], [])), lhs_ragged_dimensions=[1],
+            rhs_group_dimensions=[])
+        out = jax.lax.ragged_dot_general(a, b, sizes, dims, **kw)
+    return out.astype(a.dtype)
+
+
 def _addmm_rule(kernel: str):
     """The rule of addmm, addmv or baddbmm (``kernel``: torch's CPU kernel, in its error)."""
     def addmm_rule(x, a, b, *, beta=1, alpha=1):

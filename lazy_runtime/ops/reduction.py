@@ -830,6 +830,9 @@ def _histogram_linear_cpu(x, bins, range, data_range, weight, density, histc):
     rng = None if data_range else tuple(range)
     if histc:
         lo, hi = rng or (0.0, 0.0)
+        if not x.is_floating_point():   # (CUDA's integer histc: the same bins, see ``histc``)
+            return (torch.histc(x.double(), bins, lo, hi).to(x.dtype),
+                    torch.empty(bins + 1, dtype=x.dtype))
         return torch.histc(x, bins, lo, hi), torch.empty(bins + 1, dtype=x.dtype)
     return torch.histogram(x, bins, range=rng, weight=weight, density=density)
 
@@ -850,9 +853,14 @@ def _hist_checks(op, x, bins_ok, weight):
         raise NoLowering(op, "arguments torch refuses (its error), or a weighted 16-bit one")
 
 
+_HISTC_INTS = (torch.uint8, torch.int8, torch.int16, torch.int32, torch.int64)
+
+
 @decomposition(aten.histc.default)
 def histc(x, bins=100, min=0, max=0):
     op = aten.histc.default
+    if x.dtype in _HISTC_INTS:
+        return _histc_int(x, bins, min, max)
     _hist_checks(op, x, bins > 0, None)
     lo, hi = float(min), float(max)
     data = lo == hi and x.numel() > 0
@@ -861,6 +869,25 @@ def histc(x, bins=100, min=0, max=0):
     if (data and not _all_finite(x)) or not (data or -math.inf < lo < hi < math.inf):
         raise NoLowering(op, "a range torch refuses (its error)")
     return histogram_linear(x, bins, [lo, hi], data, None, False, True)[0]
+
+
+def _histc_int(x, bins, min, max):
+    """``histc`` of integers, as torch's CUDA kernel counts them (its CPU kernel refuses
+    them; transformers' MoE layers count tokens per expert this way off the CPU): the
+    bounds converted to the type (truncated), the data's own where they are equal, widened
+    by one where still equal; element ``v`` in [lo, hi] goes to bin
+    ``(v - lo) * bins // (hi - lo)`` in int64 (the last bin keeps ``hi``); counts in the
+    input's type."""
+    op = aten.histc.default
+    lo, hi = (int(float(b)) for b in (min, max))   # (torch compares them in int64)
+    if bins <= 0 or not all(-2 ** 63 <= b < 2 ** 63 for b in (lo, hi)):
+        raise NoLowering(op, "arguments torch refuses (its error)")
+    data = lo == hi and x.numel() > 0
+    if not data and lo == hi:
+        lo, hi = lo - 1, hi + 1
+    if not data and lo > hi:
+        raise NoLowering(op, "max below min (torch's error)")
+    return histogram_linear(x, bins, [float(lo), float(hi)], data, None, False, True)[0]
 
 
 @decomposition(aten.histogram.bin_ct)
@@ -977,9 +1004,24 @@ def _histogram_sum(v, pos, edges, weight, density, dt):
     return hist
 
 
+def _histc_int_counts(v, bins, range, data_range, dt):
+    """``_histc_int``'s counts (``v`` flat integers)."""
+    v = v.astype(jnp.int64)
+    if data_range:
+        lo, hi = jnp.min(v), jnp.max(v)
+        lo, hi = jnp.where(lo == hi, lo - 1, lo), jnp.where(lo == hi, hi + 1, hi)
+    else:
+        lo, hi = (jnp.asarray(int(r), jnp.int64) for r in range)
+    valid = (v >= lo) & (v <= hi)
+    pos = jnp.clip((v - lo) * bins // (hi - lo), 0, bins - 1)
+    return jnp.zeros((bins,), jnp.int64).at[pos].add(valid.astype(jnp.int64)).astype(dt)
+
+
 @lowering(histogram_linear)
 def lower_histogram_linear(x, bins, range, data_range, weight, density, histc):
     dt, v = x.dtype, x.reshape(-1)
+    if jnp.issubdtype(dt, jnp.integer):   # (``_histc_int``; its edges output is unused)
+        return _histc_int_counts(v, bins, range, data_range, dt), jnp.zeros((bins + 1,), dt)
     if data_range:   # the range of the data (in float64, widened when empty), then in dt
         lo, hi = jnp.min(v).astype(jnp.float64), jnp.max(v).astype(jnp.float64)
         pad = jnp.where(lo == hi, 1.0 if histc else 0.5, 0.0)

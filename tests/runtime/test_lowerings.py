@@ -233,6 +233,29 @@ for _beta, _alpha in ((0.2, 0.6), (-1.5, 2.7), (3, 2)):
          mats((2, 3, 5), (2, 3, 4), (2, 4, 5), dt=I64))
 case("mm-bf16", torch.mm, mats((8, 16), (16, 4), dt=BF16), rtol=2e-2, atol=5e-2)
 
+
+def grouped(kind):
+    """Inputs of ``torch._grouped_mm`` (a mixture-of-experts layer's product): random group
+    sizes, empty ones included, covering the ragged dim (torch leaves positions past the
+    last offset undefined); sizes of 4s (torch's CPU kernel wants 16-byte strides)."""
+    def make(g, r):
+        sizes = [r.choice((0, 1, 3, 4, 6)) for _ in range(r.randint(1, 3))]
+        sizes[-1] += -sum(sizes) % 4 or (4 if not sum(sizes) else 0)
+        offs = torch.tensor(sizes, dtype=torch.int32).cumsum(0).to(torch.int32)
+        n, k, m = 4 * r.randint(1, 3), 4 * r.randint(1, 3), r.randint(1, 5)
+        total, G = int(offs[-1]), len(sizes)
+        a, b = {"2d3d": ((total, k), (G, k, n)), "3d2d": ((G, m, k), (k, total)),
+                "2d2d": ((m, total), (total, n))}[kind]
+        return [rnd(g, a), rnd(g, b), offs]
+    return make
+
+
+for _k in range(3):
+    for _kind in ("2d3d", "3d2d", "2d2d"):
+        case(f"grouped_mm-{_kind}-{_k}", lambda a, b, o: torch._grouped_mm(a, b, offs=o),
+             grouped(_kind), grad=(0, 1))
+case("grouped_mm-3d3d", torch._grouped_mm, mats((3, 2, 4), (3, 4, 8)), grad=True)
+
 # ---- layout and indexing ---------------------------------------------------------------------
 
 LAYOUT = {

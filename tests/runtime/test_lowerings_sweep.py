@@ -98,6 +98,33 @@ for _dt in FLOATS + HALVES:
           lambda g, r, dt=_dt: [rnd(g, shape(r, 2, 2, 9), dt)])
 
 
+@pytest.mark.parametrize("dt", [torch.uint8, torch.int8, torch.int32, torch.int64])
+def test_histc_of_integers_counts_as_torchs_cuda_kernel(dt):
+    """torch's CPU kernel refuses integers; its CUDA kernel (what code written for a GPU,
+    transformers' MoE routing among it, calls) truncates the bounds to integers, takes the
+    data's own where they are equal, and bins in integer arithmetic: for these small values
+    the same bins as the float kernel on the truncated bounds, the oracle here."""
+    g = torch.Generator().manual_seed(dt.itemsize)
+    lo = 0 if dt == torch.uint8 else -20
+    cases = [(4, 0, 3), (5, 0, 0), (7, -2, 9), (3, 2, 2), (6, 1.7, 8.9), (9, -300, 300),
+             (1, 0, 30), (16, 2.5, 2.9)]
+    lazy, want = [], []
+    lr.reset_metrics()
+    for bins, *bounds in cases:
+        x = torch.randint(lo, 40, (int(torch.randint(1, 60, (1,), generator=g)),),
+                          generator=g).to(dt)
+        ints = [int(b) for b in bounds]
+        want.append(torch.histc(x.double(), bins, *ints).to(dt))
+        # (through a float op: integer ops on data alone would be folded on the host)
+        on_device = (x.to(lr.device()).double() * 1).to(dt)
+        lazy.append(torch.histc(on_device, bins, *bounds))
+    with pytest.raises(RuntimeError, match="not implemented"):
+        torch.histc(x, 4)   # torch's CPU kernel
+    for case_, got, expected in zip(cases, lazy, want):
+        assert torch.equal(got.cpu(), expected), case_
+    assert lr.metrics()["fallback_ops"] == {} and lr.metrics()["host_folds"] == 0
+
+
 def test_histc_refuses_a_non_finite_data_range():
     """torch's error (the range is read from the data: the case runs torch)."""
     for v in (float("inf"), float("nan")):
