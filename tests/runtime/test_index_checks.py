@@ -114,12 +114,13 @@ def test_checks_can_be_turned_off(monkeypatch):
 
 def test_flags_copied_at_launch_are_verified_as_well(monkeypatch):
     """Off the CPU the flags' copy to the host starts when the graph is launched
-    (``Executable.copy_flags``); forced on here, the checks still judge right."""
+    (``Executable.copy_flags``), and an input's own indices are checked by a flag computed
+    on the device; forced on here, the checks still judge right."""
     from lazy_runtime import executor
     real = executor.Executable.run
 
     def run_copying(self, *args):
-        self.copy_flags = bool(self.checks)
+        self.copy_flags = True
         return real(self, *args)
     monkeypatch.setattr(executor.Executable, "run", run_copying)
     x = torch.randn(3, 4)
@@ -128,6 +129,9 @@ def test_flags_copied_at_launch_are_verified_as_well(monkeypatch):
     out = x.to(DEV).index_select(1, _lazy_index([4])) + 1
     with pytest.raises(IndexCheckError, match="out of"):
         out.cpu()
+    computed = x.to(DEV).index_select(1, (_lazy_index([2, 0]) * 2) - 1) + 1   # a device flag
+    with pytest.raises(IndexCheckError, match="out of"):
+        computed.cpu()
 
 
 W = torch.randn(7, 3)
@@ -267,9 +271,10 @@ def test_a_device_input_is_checked_once_per_array(monkeypatch):
     positions, made once) no more."""
     from lazy_runtime import executor
     calls = []
-    real = executor._outside_on_device
-    monkeypatch.setattr(executor, "_outside_on_device",
-                        lambda *a: calls.append(a) or real(*a))
+    for where in ("_outside_on_device", "_outside_on_host"):   # (XLA:CPU: on the host)
+        real = getattr(executor, where)
+        monkeypatch.setattr(executor, where,
+                            lambda *a, real=real: calls.append(a) or real(*a))
     pos = torch.tensor([0, 2]).to(DEV)
     lr.mark_step()
     for scale in (1.0, 2.0, 3.0):
