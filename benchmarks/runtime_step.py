@@ -60,20 +60,13 @@ def eager_in_own_process(steps, rounds):
     return json.loads(done.stdout.strip().splitlines()[-1])
 
 
-def bench_side_by_side(cfg, rounds, eager_elsewhere=None):
-    """The whole step replayed (``lr.compile_step``) and jax.jit (and eager torch unless
-    ``eager_elsewhere`` has its numbers) in alternating blocks: each block one pass over
-    the timed batches, ``rounds`` blocks each, after warm-up. A noisy moment of this shared
-    machine lands on all alike (run one after another, the small steps' medians moved by
-    2x from run to run). Medians in ms; jax's first call (trace and compile) in s."""
-    model = cfg.make_model()
-    opt = cfg.ex.make_optimizer(model)
-
-    eager_step = training_step(cfg, model, opt, "cpu")
-
-    def eager(x, y):
-        eager_step(x, y).item()
-
+def bench_side_by_side(cfg, rounds, eager_elsewhere):
+    """The whole step replayed (``lr.compile_step``) and jax.jit in alternating blocks: each
+    block one pass over the timed batches, ``rounds`` blocks each, after warm-up. A noisy
+    moment of this shared machine lands on both alike (run one after another, the small
+    steps' medians moved by 2x from run to run). Eager torch's numbers come from
+    ``eager_elsewhere`` (its own process: ``eager_in_own_process``). Medians in ms; jax's
+    first call (trace and compile) in s."""
     whole = lr.compile_step(*lazy_step(cfg, "whole"))
     lr.clear_cache()
     lr.reset_metrics()
@@ -91,8 +84,6 @@ def bench_side_by_side(cfg, rounds, eager_elsewhere=None):
         state[:3] = params, opt_state, model_state
 
     contenders = {"whole": lazy, "jax": jitted}
-    if eager_elsewhere is None:
-        contenders = {"eager": eager, **contenders}
     first = {}
     for name, f in contenders.items():
         for i, (x, y) in enumerate(cfg.batches[:WARMUP]):
@@ -108,8 +99,7 @@ def bench_side_by_side(cfg, rounds, eager_elsewhere=None):
                 times[name].append(time.perf_counter() - t0)
     m = lr.metrics()
     out = {name: _median_ms(ts) for name, ts in times.items()}
-    if eager_elsewhere is not None:
-        out["eager"] = eager_elsewhere[cfg.name]["eager"]
+    out["eager"] = eager_elsewhere[cfg.name]["eager"]
     out.update(jax_first_s=first["jax"], step_replays=m["step_replays"],
                whole_compiles=m["compiles"],
                whole_steps=WARMUP + rounds * (len(cfg.batches) - WARMUP))

@@ -23,7 +23,7 @@ from . import dtypes, dynamic, fold, ir, replay
 from .config import config
 from .errors import IndexCheckError, LazyRuntimeError, PaddedLoweringError, UnsupportedOperation
 from .metrics import METRICS
-from .ops.common import check_index, is_array
+from .ops.common import check_index, is_array, out_of_range
 from .ops.padding import index_check_pre
 from .ops.registry import (CHECKING, LOWERINGS, TRACE_CHECKS, TRACE_INPUT_CHECKS, TRACE_INPUTS,
                            TRACE_SCRATCH, LowerCtx)
@@ -190,10 +190,7 @@ class Executable:
 def _outside_on_host(value: np.ndarray, c) -> bool:
     if value.size == 0 or (c.low <= value.min() and value.max() < c.high):
         return False
-    bad = (value < c.low) | (value >= c.high)
-    if c.ignore is not None:
-        bad &= value != c.ignore
-    return bool(bad.any())
+    return bool(out_of_range(value, c.low, c.high, c.ignore).any())
 
 
 def _DEAD():
@@ -202,8 +199,7 @@ def _DEAD():
 
 @functools.partial(jax.jit, static_argnums=(1, 2, 3))
 def _outside_on_device(value, low, high, ignore):
-    bad = (value < low) | (value >= high)
-    return jnp.any(bad if ignore is None else bad & (value != ignore))
+    return jnp.any(out_of_range(value, low, high, ignore))
 
 
 # Index checks of graphs that ran, not yet read: ([(flags, their messages)], [weak

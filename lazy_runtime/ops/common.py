@@ -86,7 +86,12 @@ def check_index(index, size: int, message: str, wraps: bool = False, ignore=None
     input's own elements)."""
     from .registry import check, check_input
     low = -size if wraps else 0
-    if check_input(index, low, size, ignore, message):
-        return
-    bad = (index < low) | (index >= size)
-    check(bad if ignore is None else bad & (index != ignore), message)
+    if not check_input(index, low, size, ignore, message):
+        check(out_of_range(index, low, size, ignore), message)
+
+
+def out_of_range(index, low: int, high: int, ignore=None):
+    """Elementwise: ``index`` outside [low, high) and not ``ignore`` (a JAX or a numpy
+    array: the device's checks and the host's judge alike)."""
+    bad = (index < low) | (index >= high)
+    return bad if ignore is None else bad & (index != ignore)

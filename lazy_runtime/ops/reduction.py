@@ -830,10 +830,9 @@ def _histogram_linear_cpu(x, bins, range, data_range, weight, density, histc):
     rng = None if data_range else tuple(range)
     if histc:
         lo, hi = rng or (0.0, 0.0)
-        if not x.is_floating_point():   # (CUDA's integer histc: the same bins, see ``histc``)
-            return (torch.histc(x.double(), bins, lo, hi).to(x.dtype),
-                    torch.empty(bins + 1, dtype=x.dtype))
-        return torch.histc(x, bins, lo, hi), torch.empty(bins + 1, dtype=x.dtype)
+        # (integers: CUDA's integer histc, the same bins as on exact doubles; see ``histc``)
+        counts = torch.histc(x if x.is_floating_point() else x.double(), bins, lo, hi)
+        return counts.to(x.dtype), torch.empty(bins + 1, dtype=x.dtype)
     return torch.histogram(x, bins, range=rng, weight=weight, density=density)
 
 

@@ -3,7 +3,9 @@
 op falling back and one graph (forward, loss and backward) per model."""
 
 import copy
+import sys
 import warnings
+from pathlib import Path
 
 import pytest
 import torch
@@ -12,12 +14,15 @@ import lazy_runtime as lr
 from conftest import DEV, assert_same
 
 T = pytest.importorskip("transformers")
+sys.path.insert(0, str(Path(__file__).resolve().parents[2] / "benchmarks"))
+from runtime_hf_sweep import models  # noqa: E402
+
+SWEEP = models(T)
 
 
-def _decoder(cls, config_cls, intermediate_size=37, **extra):
+def _decoder(cls, config_cls):
     config = config_cls(vocab_size=99, hidden_size=32, num_hidden_layers=2, num_attention_heads=4,
-                        num_key_value_heads=2, intermediate_size=intermediate_size,
-                        max_position_embeddings=64, **extra)
+                        num_key_value_heads=2, intermediate_size=37, max_position_embeddings=64)
     return cls(config)
 
 
@@ -36,27 +41,12 @@ MODELS = {
     # decoder with rotary embeddings, RMSNorm and grouped-query attention
     "llama": (lambda: _decoder(T.LlamaForCausalLM, T.LlamaConfig),
               lambda g: (lambda ids: dict(input_ids=ids, labels=ids))(_ids(g))),
-    # mixture of experts: top-2 routing, tokens counted per expert (an integer histc, as
-    # off the CPU), grouped products (``torch._grouped_mm``; widths of 4s: torch's CPU
-    # kernel wants 16-byte strides)
-    "mixtral": (lambda: _decoder(T.MixtralForCausalLM, T.MixtralConfig, intermediate_size=40,
-                                 num_local_experts=4, num_experts_per_tok=2),
-                lambda g: (lambda ids: dict(input_ids=ids, labels=ids))(_ids(g))),
-    # state-space model: a selective scan over time, a depthwise causal convolution
-    "mamba": (lambda: T.MambaForCausalLM(T.MambaConfig(
-        vocab_size=99, hidden_size=32, num_hidden_layers=2, state_size=8, expand=2,
-        conv_kernel=4)), lambda g: (lambda ids: dict(input_ids=ids, labels=ids))(_ids(g))),
-    # shifted-window attention (rolls, window partitions, relative position bias)
-    "swin": (lambda: T.SwinForImageClassification(T.SwinConfig(
-        image_size=32, patch_size=4, embed_dim=16, depths=[1, 1], num_heads=[2, 2],
-        window_size=4, num_labels=3)),
-        lambda g: dict(pixel_values=torch.randn(2, 3, 32, 32, generator=g),
-                       labels=torch.tensor([0, 2]))),
-    # token mixing by a 2-D Fourier transform (complex values inside the graph)
-    "fnet": (lambda: T.FNetForSequenceClassification(T.FNetConfig(
-        vocab_size=99, hidden_size=32, num_hidden_layers=2, intermediate_size=37,
-        max_position_embeddings=64, num_labels=3)),
-        lambda g: dict(input_ids=_ids(g), labels=torch.tensor([0, 2]))),
+    # from the sweep's table (``benchmarks/runtime_hf_sweep.py``): mixture of experts
+    # (top-2 routing, tokens counted per expert by an integer histc as off the CPU, grouped
+    # products), a state-space model (a selective scan, a depthwise causal convolution),
+    # shifted-window attention (rolls, window partitions), Fourier token mixing (complex
+    # values inside the graph)
+    **{name: SWEEP[name][:2] for name in ("mixtral", "mamba", "swin", "fnet")},
     # encoder-decoder with relative position buckets
     "t5": (lambda: T.T5ForConditionalGeneration(T.T5Config(
         vocab_size=99, d_model=32, d_kv=8, d_ff=37, num_layers=2, num_heads=4, dropout_rate=0.0,
