@@ -13,7 +13,7 @@ import torch
 from . import dtypes
 from .backend import NAME
 from . import ir
-from .executor import data_node_from_cpu, data_tensor, host_constant
+from .executor import data_node_from_cpu, data_tensor, filled_node, host_constant
 from .metrics import METRICS
 from .tensor import DEVICE, new_base
 
@@ -47,12 +47,19 @@ def _empty_strided(size, stride, dtype=None, layout=None, device=None, pin_memor
     return host_constant(tuple(size), dtype or torch.get_default_dtype(), 0)
 
 
-def _host_factory(op):
+def _host_factory(op, uniform=False):
     """A factory with deterministic values: made on the host by torch, copied as data
-    (with its recipe: a replay at other sizes makes it again)."""
+    (with its recipe: a replay at other sizes makes it again). A ``uniform`` one (every
+    element the same: ``zeros``, ``ones``, ``full``) is a filled leaf instead, whose device
+    array is shared by every call of that shape, dtype and value (no copy each step: an
+    LSTM's zero initial states are made every call)."""
     def make(*args, **kwargs):
         items = tuple(sorted(kwargs.items()))
         t = op(*args, **kwargs)
+        if uniform:
+            METRICS.host_ops += 1
+            fill = t.reshape(-1)[0].item() if t.numel() else 0
+            return filled_node(tuple(t.shape), t.dtype, fill)
 
         def fresh():
             METRICS.host_ops += 1
@@ -70,14 +77,16 @@ def _host_factory(op):
 _HOST_FACTORIES = ["arange", "arange.start", "arange.start_step", "full", "zeros", "ones",
                    "eye", "eye.m", "linspace", "logspace", "scalar_tensor", "tril_indices",
                    "triu_indices"]
+_UNIFORM = ("full", "zeros", "ones")
 
 _lib.impl("_to_copy", _to_copy, "PrivateUse1")
 for _name in _HOST_FACTORIES:
     _packet, _, _ov = _name.partition(".")
-    _lib.impl(_name, _host_factory(getattr(getattr(torch.ops.aten, _packet), _ov or "default")),
-              "PrivateUse1")
+    _lib.impl(_name, _host_factory(getattr(getattr(torch.ops.aten, _packet), _ov or "default"),
+                                   uniform=_name in _UNIFORM), "PrivateUse1")
 # autograd's zero gradients (sgn's of a real input, ...): plain zeros on this device
-_lib.impl("_efficientzerotensor", _host_factory(torch.ops.aten.zeros.default), "PrivateUse1")
+_lib.impl("_efficientzerotensor", _host_factory(torch.ops.aten.zeros.default, uniform=True),
+          "PrivateUse1")
 _lib.impl("empty.memory_format", _empty, "PrivateUse1")
 _lib.impl("empty_strided", _empty_strided, "PrivateUse1")
 

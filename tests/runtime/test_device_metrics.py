@@ -89,6 +89,35 @@ def test_filled_scalars_are_shared_across_steps_and_keep_their_sign():
     torch.testing.assert_close(x.grad.cpu(), 4 * x.detach().cpu())
 
 
+@pytest.mark.parametrize("make", [
+    lambda **k: torch.zeros(3, 4, **k),
+    lambda **k: torch.ones(2, 5, dtype=torch.int32, **k),
+    lambda **k: torch.full((4,), 2.7, dtype=torch.int64, **k),   # truncated, as torch does
+    lambda **k: torch.full((2, 3), -0.0, **k),
+    lambda **k: torch.full((3,), float("nan"), dtype=torch.float64, **k),
+    lambda **k: torch.full((2, 2), 1 + 2j, **k),
+    lambda **k: torch.full((3,), 1.5, dtype=torch.bfloat16, **k),
+    lambda **k: torch.zeros(0, 3, dtype=torch.bool, **k),
+    lambda **k: torch.ones((), dtype=torch.float16, **k),
+], ids=["zeros", "ones-int32", "full-int-truncated", "full-neg-zero", "full-nan-f64",
+        "full-complex", "full-bf16", "zeros-empty-bool", "ones-0d-f16"])
+def test_uniform_factories_match_torch_and_copy_once(make):
+    """``zeros``/``ones``/``full`` on the device: torch's values, dtypes and signs, from
+    one shared device array per shape, dtype and value (an LSTM makes its zero states each
+    call: no copy each step)."""
+    want = make()
+    copies = []
+    for _ in range(2):
+        before = lr.metrics()["transfers_to_device"]
+        got = make(device=DEV)
+        assert (got.shape, got.dtype) == (want.shape, want.dtype)
+        got = got.cpu()
+        copies.append(lr.metrics()["transfers_to_device"] - before)
+        torch.testing.assert_close(got, want, equal_nan=True, rtol=0, atol=0)
+        assert torch.equal(torch.signbit(got.real), torch.signbit(want.real))
+    assert copies[1] == 0, copies
+
+
 def _gpus():
     try:
         return jax.devices("gpu")
