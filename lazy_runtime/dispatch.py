@@ -112,11 +112,11 @@ def _check_complex(func, inputs, meta, multi) -> None:
 
 
 def host_data_node(t: torch.Tensor) -> ir.Node:
-    """A CPU tensor entering the lazy world: copied to the device as graph data."""
+    """A CPU tensor entering the lazy world: copied as graph data (``executor.staged``)."""
     if t.device.type != "cpu":
         raise UnsupportedOperation(f"cannot mix a lazy tensor with a tensor on {t.device}")
-    from .executor import device_put
-    return ir.leaf(ir.DATA, device_put(t), tuple(t.shape), t.dtype)
+    from .executor import staged
+    return ir.leaf(ir.DATA, staged(t), tuple(t.shape), t.dtype)
 
 
 def _returns_list(func) -> bool:

@@ -742,7 +742,7 @@ def padded_value(n: ir.Node, lay, sizes: dict, buckets: dict):
     if p is not None and p[1] == lay and all(buckets.get(s) == b for s, b in p[3]):
         return n.value
     if not has_sym(lay):
-        return n.value if p is None else put_host(true_value(n))
+        return settle(n) if p is None else put_host(true_value(n))
     return put_host(pad_host(true_value(n), lay, sizes, buckets))
 
 
@@ -753,11 +753,20 @@ def put_host(a: np.ndarray):
     return transfer.put(a)
 
 
+def settle(n: ir.Node):
+    """DATA leaf ``n``'s value on the device: put there now (once: the leaf keeps the
+    device array) if it was a host copy staged by ``executor.staged``."""
+    if type(n.value) is np.ndarray:
+        n.value = put_host(n.value)
+    return n.value
+
+
 def exact_inputs(g: ir.Graph):
     """The data arrays at their true shapes (padded results are unpadded)."""
     out = []
     for n, v in zip((n for n in g.nodes if n.op is ir.DATA), g.data):
-        out.append(v if leaf_pad(n) is None else put_host(true_value(n)))
+        out.append((settle(n) if type(v) is np.ndarray else v) if leaf_pad(n) is None
+                   else put_host(true_value(n)))
     return out
 
 

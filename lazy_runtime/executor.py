@@ -35,8 +35,12 @@ _x64 = jax.enable_x64
 # ---- host <-> device ----------------------------------------------------------------
 
 
-def device_put(t: torch.Tensor):
-    return dynamic.put_host(dtypes.tensor_to_numpy(t))
+def staged(t: torch.Tensor) -> np.ndarray:
+    """A DATA leaf's value for CPU tensor ``t``: a host copy, put on the device by the
+    first barrier whose graph reads it (``dynamic.settle``), with the step's other copies.
+    A transfer at the copy made each of a traced step's ``.to(dev)`` 50-150 µs slower
+    (jax's Python per transfer, and a wait for the first after the device was idle)."""
+    return dtypes.tensor_to_numpy(t)
 
 
 def data_node_from_cpu(t: torch.Tensor) -> ir.Node:
@@ -50,7 +54,7 @@ def data_node_from_cpu(t: torch.Tensor) -> ir.Node:
         # no values: one made with its recipe, so traces of a whole step that copy an
         # empty tensor (transformers' caches start as ``torch.tensor([])``) agree
         return filled_node(tuple(t.shape), t.dtype, 0)
-    return ir.leaf(ir.DATA, device_put(t), tuple(t.shape), t.dtype,
+    return ir.leaf(ir.DATA, staged(t), tuple(t.shape), t.dtype,
                    aux=("mark", marks) if marks else None)
 
 

@@ -5,7 +5,8 @@ A ``Node`` is (op, args, kwargs, inputs) plus its output type (shape, dtype, aux
 marker, so they are hashable constants. Nodes are interned: building the same node twice
 returns the same object, so identity is structural equality and a graph is a DAG.
 
-Leaves are never interned: ``DATA`` holds a device array, ``SCALAR`` a Python number that
+Leaves are never interned: ``DATA`` holds a device array (or a host copy staged for the
+next barrier that reads it: ``executor.staged``), ``SCALAR`` a Python number that
 enters the graph as a runtime input (so changing it does not recompile), ``RNG`` a random
 stream position. The structural key of a graph (``linearize``) is the compile-cache key.
 """

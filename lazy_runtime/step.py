@@ -374,8 +374,8 @@ class StepReplayer:
                     also[id(n)].append(place)
                 else:
                     slot_of[id(n)] = place
-                if place[0] == "arg":
-                    arg_values.setdefault(id(n.value), place)
+                if place[0] == "arg":   # (settled now: a barrier would change its value)
+                    arg_values.setdefault(id(dynamic.settle(n)), place)
         rng0 = random.position()
         syncs0, folds0 = METRICS.syncs, METRICS.host_folds
         seen = []

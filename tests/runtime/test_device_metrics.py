@@ -118,6 +118,39 @@ def test_uniform_factories_match_torch_and_copy_once(make):
     assert copies[1] == 0, copies
 
 
+
+def test_copies_to_the_device_are_staged_until_a_graph_reads_them():
+    """``.to(dev)`` copies on the host; the first barrier reading the copy puts it on the
+    device, once: the source may change afterwards, a second graph reuses the array."""
+    src = torch.randn(4, 3)
+    want = src.clone()
+    lr.mark_step()
+    before = lr.metrics()["transfers_to_device"]
+    x = src.to(DEV)
+    src.add_(100.0)   # the copy was taken at .to(dev)
+    assert lr.metrics()["transfers_to_device"] == before
+    torch.testing.assert_close((x * 2).cpu(), want * 2)
+    assert lr.metrics()["transfers_to_device"] == before + 1
+    torch.testing.assert_close((x + 1).cpu(), want + 1)
+    torch.testing.assert_close(x.cpu(), want)
+    assert lr.metrics()["transfers_to_device"] == before + 1
+
+
+def test_a_staged_input_of_a_padded_graph_is_padded_on_the_host():
+    """A dynamic input staged on the host is padded there and copied once (not copied,
+    read back and copied again padded)."""
+    lr.reset_metrics()
+    for T in (5, 7):
+        src = torch.randn(2, T)
+        x = lr.mark_dynamic(src.to(DEV), 1, "T")
+        before = lr.metrics()["transfers_to_device"], lr.metrics()["transfers_to_host"]
+        got = (x.exp() * 3).sum(1)
+        lr.mark_step()
+        after = lr.metrics()["transfers_to_device"], lr.metrics()["transfers_to_host"]
+        assert (after[0] - before[0], after[1] - before[1]) == (1, 0), (T, before, after)
+        torch.testing.assert_close(got.cpu(), (src.exp() * 3).sum(1))
+    assert lr.metrics()["compiles"] >= 1 and not lr.metrics()["exact_compiles"]
+
 def _gpus():
     try:
         return jax.devices("gpu")
