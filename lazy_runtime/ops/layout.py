@@ -293,6 +293,35 @@ def lower_repeat(x, repeats):
     return jnp.tile(x, repeats)
 
 
+@rule(aten.repeat_interleave.Tensor)
+def repeat_interleave_rule(repeats, *, output_size=None):
+    """The indices ``repeat_interleave`` repeats (``x.repeat_interleave(r, dim)`` selects with
+    them): a static shape only where ``output_size`` is given; without it the length is
+    the repeats' sum, a value (that case runs eagerly)."""
+    op = aten.repeat_interleave.Tensor
+    if repeats.ndim != 1 or repeats.dtype not in (torch.int32, torch.int64):
+        raise NoLowering(op, "repeats not a 1-d int32/int64 tensor (torch's error)")
+    if repeats.numel() == 0:   # (torch ignores output_size then)
+        return (0,), repeats.dtype
+    if output_size is None or output_size < 0:
+        raise NoLowering(op, "no output_size: the length is the repeats' sum (data)")
+    return (output_size,), repeats.dtype
+
+
+@lowering(aten.repeat_interleave.Tensor, ctx=True)
+def lower_repeat_interleave(ctx, repeats, *, output_size=None):
+    """Position j takes the index of the first repeat whose running sum exceeds j; torch's
+    checks on the sum and the signs raise at the next read."""
+    n = ctx.shape[0]
+    if repeats.size == 0:
+        return jnp.zeros((0,), repeats.dtype)
+    ends = jnp.cumsum(repeats.astype(jnp.int64))
+    check(ends[-1] != n, "allocated size does not match required size")
+    check(jnp.any(repeats < 0), "repeats can not be negative")
+    return jnp.searchsorted(ends, jnp.arange(n, dtype=jnp.int64), side="right"
+                            ).astype(repeats.dtype)
+
+
 @rule(aten.flip.default)
 def flip_rule(x, dims):
     return _shape(x), x.dtype
@@ -514,6 +543,11 @@ def _add_at(at, v):
     return at.max(v) if v.dtype == jnp.bool_ else at.add(v)
 
 
+def _multiply_at(at, v):
+    """``x.at[i].multiply(v)``; for bools a logical and (torch's product of bools)."""
+    return at.min(v) if v.dtype == jnp.bool_ else at.multiply(v)
+
+
 # torch's CPU put_ writes serially below its parallel grain (``at::internal::GRAIN_SIZE``):
 # the last write to an element wins. Above it the threads race (with accumulate=False the
 # result depends on the thread count): that case runs eagerly.
@@ -572,6 +606,27 @@ def _check_dim_index(op: str, x, dim, index) -> None:
     check_index(index, n, _out_of_bounds(op, d, n))
 
 
+@rule(aten.take.default)
+def take_rule(x, index):
+    """Flat (row-major) indices, lowered directly: torch's decomposition (``x.flatten()[i]``)
+    reads a 0-d index on the host."""
+    if index.dtype != torch.int64 or (x.numel() == 0 and index.numel() > 0):
+        raise NoLowering(aten.take.default, "a non-int64 index, or taking from an empty tensor "
+                                            "(torch's errors)")
+    return _shape(index), x.dtype
+
+
+@lowering(aten.take.default)
+def lower_take(x, index):
+    flat = x.reshape(-1)
+    n = flat.shape[0]
+    check_index(index, n, f"out of range: tried to access an index outside [-{n}, {n}) on a "
+                          f"tensor of {n} elements.", wraps=True)
+    if n == 0:   # (then no index either)
+        return jnp.zeros(index.shape, x.dtype)
+    return flat[jnp.where(index < 0, index + n, index)]
+
+
 @rule(aten.gather.default)
 def gather_rule(x, dim, index, *, sparse_grad=False):
     return _shape(index), x.dtype
@@ -593,7 +648,15 @@ def lower_gather(x, dim, index, *, sparse_grad=False):
 
 @rule(aten.scatter.src, aten.scatter.value, aten.scatter_add.default, dynamic_scalars=True)
 def scatter_rule(x, dim, index, src):
+    _same_src_dtype(aten.scatter.src, x, src)
     return _shape(x), x.dtype
+
+
+def _same_src_dtype(op, x, src) -> None:
+    """torch refuses a source tensor of another dtype (its error, where a cast would
+    silently give a value)."""
+    if isinstance(src, torch.Tensor) and src.dtype != x.dtype:
+        raise NoLowering(op, "source and destination dtypes differ (torch's error)")
 
 
 def _scatter(op, x, dim, index, src, how="set"):
@@ -609,6 +672,8 @@ def _scatter(op, x, dim, index, src, how="set"):
         vals = cast(vals, x.dtype)
         if how == "set":
             return vals[-1]
+        if x.dtype == jnp.bool_:   # torch's bool add is an or, its product an and
+            return x | jnp.any(vals) if how == "add" else x & jnp.all(vals)
         return (x + jnp.sum(vals) if how == "add" else x * jnp.prod(vals)).astype(x.dtype)
     d = norm_dim(dim, x.ndim)
     idx = _full_index(index, d)
@@ -617,7 +682,7 @@ def _scatter(op, x, dim, index, src, how="set"):
     src = cast(src, x.dtype) if is_array(src) else jnp.asarray(src, x.dtype)   # a number
     if how == "add":
         return _add_at(x.at[idx], src)
-    return x.at[idx].multiply(src) if how == "multiply" else x.at[idx].set(src)
+    return _multiply_at(x.at[idx], src) if how == "multiply" else x.at[idx].set(src)
 
 
 @lowering(aten.scatter.src, aten.scatter.value)
@@ -632,9 +697,9 @@ def lower_scatter_add(x, dim, index, src):
 
 @rule(aten.scatter.reduce, aten.scatter.value_reduce, dynamic_scalars=True)
 def scatter_reduce_arg_rule(x, dim, index, src, *, reduce):
-    if reduce not in ("add", "multiply") or x.dtype == torch.bool:
-        raise NoLowering(aten.scatter.reduce, f"reduce={reduce!r} of {x.dtype} (torch's error "
-                                              "or its kernel)")
+    if reduce not in ("add", "multiply"):
+        raise NoLowering(aten.scatter.reduce, f"reduce={reduce!r} (torch's error)")
+    _same_src_dtype(aten.scatter.reduce, x, src)
     return _shape(x), x.dtype
 
 

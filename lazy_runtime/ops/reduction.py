@@ -12,7 +12,7 @@ from .. import dtypes as D
 from ..errors import NoLowering
 from .common import jdt, norm_dim, norm_dims, opmath, sf, type_name
 from .layout import _check_dim_index, _full_index
-from .registry import decomposition, lowering, rule
+from .registry import check, decomposition, lowering, rule
 
 aten = torch.ops.aten
 
@@ -573,6 +573,20 @@ def lower_searchsorted(ctx, seq, values, *, out_int32=False, right=False, side=N
     return found.astype(jdt(ctx.dtype))
 
 
+@rule(aten.bucketize.Tensor, aten.bucketize.Scalar, dynamic_scalars=True)
+def bucketize_rule(x, boundaries, *, out_int32=False, right=False):
+    """``searchsorted`` with the arguments swapped and 1-d boundaries (torch's decomposition
+    reads an index on the host for a 0-d input or a number)."""
+    if boundaries.ndim != 1:
+        raise NoLowering(aten.bucketize.Tensor, "boundaries of other than 1 dim (torch's error)")
+    return searchsorted_rule(boundaries, x, out_int32=out_int32, right=right)
+
+
+@lowering(aten.bucketize.Tensor, aten.bucketize.Scalar, ctx=True)
+def lower_bucketize(ctx, x, boundaries, *, out_int32=False, right=False):
+    return lower_searchsorted(ctx, boundaries, x, out_int32=out_int32, right=right)
+
+
 # ---- cummax / cummin / logcumsumexp ----------------------------------------------------
 
 
@@ -1046,3 +1060,331 @@ def lower_histogram_bins(x, bins, *, weight=None, density=False):
     v = x.reshape(-1)
     pos = _upper_bound(bins, v, jnp.zeros(v.shape, jnp.int64), bins.shape[0]) - 1
     return _histogram_sum(v, pos, bins, weight, density, x.dtype), bins
+
+
+# ---- segment_reduce -------------------------------------------------------------------
+#
+# torch's CPU kernel (SegmentReduce.cpp): along ``axis``, consecutive segments of the given
+# lengths (or from each offset to the next) reduce from ``initial`` (else 0 for sum and
+# mean, 1 for prod, -inf/inf for max/min), NaN sticking for max/min; a mean divides by the
+# length, and an empty segment's mean is NaN without ``initial``. The number of segments is
+# static (the last dim of lengths, offsets' less one); which segment an element joins is
+# data: the number of segment starts at or before its position (a cumsum), on the device.
+# torch checks the lengths on the host (here: at the next read, as an index check).
+
+_SEGMENT_REDUCTIONS = ("sum", "mean", "max", "min", "prod")
+_SEGMENT_FLOATS = (torch.float16, torch.bfloat16, torch.float32, torch.float64)
+_SEGMENT_SUMS = ("segment_reduce(): Expected all rows of lengths along axis to sum to "
+                 "data.size(lengths.dim()-1) when !unsafe.")
+_SEGMENT_NEGATIVE = "Expected segment_length >= 0 to be true, but got false."
+
+
+def _segment_axis(op, data, reduce, lengths, offsets, indices=None) -> int:
+    """The number of segments; what torch refuses (its errors) runs eagerly, as does giving
+    both lengths and offsets (torch then silently takes the offsets)."""
+    given = offsets if offsets is not None else lengths
+    if reduce not in _SEGMENT_REDUCTIONS or indices is not None or \
+            (lengths is None) == (offsets is None) or data.dtype not in _SEGMENT_FLOATS or \
+            given.dtype not in (torch.int32, torch.int64) or not 1 <= given.ndim <= data.ndim:
+        raise NoLowering(op, "arguments torch refuses (its error), or both lengths and offsets")
+    if offsets is not None and offsets.shape[-1] == 0:
+        raise NoLowering(op, "no offsets (torch's error)")
+    return given.shape[-1] - (offsets is not None)
+
+
+def _segment_dim(op, data, given, axis) -> int:
+    d = norm_dim(axis, data.ndim)
+    if d != given.ndim - 1 or tuple(given.shape[:-1]) != tuple(data.shape[:d]):
+        raise NoLowering(op, "axis not the last dim of lengths/offsets, or other batch dims "
+                             "(torch's errors)")
+    return d
+
+
+@rule(aten.segment_reduce.default)
+def segment_reduce_rule(data, reduce, *, lengths=None, indices=None, offsets=None, axis=0,
+                        unsafe=False, initial=None):
+    op = aten.segment_reduce.default
+    n = _segment_axis(op, data, reduce, lengths, offsets, indices)
+    given = offsets if offsets is not None else lengths
+    d = _segment_dim(op, data, given, axis)
+    if lengths is not None and not unsafe and lengths.numel() == 0:
+        raise NoLowering(op, "no lengths to check (torch's error)")
+    return tuple(data.shape[:d]) + (n,) + tuple(data.shape[d + 1:]), data.dtype
+
+
+@rule(aten._segment_reduce_backward.default)
+def segment_reduce_backward_rule(grad, output, data, reduce, *, lengths=None, offsets=None,
+                                 axis=0, initial=None):
+    op = aten._segment_reduce_backward.default
+    _segment_axis(op, data, reduce, lengths, offsets)
+    _segment_dim(op, data, offsets if offsets is not None else lengths, axis)
+    return tuple(data.shape), grad.dtype
+
+
+def _segments(shape, d, lengths, offsets):
+    """For data of ``shape`` reduced along ``d``, seen as [B, N, I]: each position's segment
+    id (``-1`` before the first, ``S`` after the last), [B, N]; the segment lengths [B, S]."""
+    b, n = math.prod(shape[:d]), shape[d]
+    if offsets is None:
+        lens = lengths.reshape(b, lengths.shape[-1]).astype(jnp.int64)
+        offs = jnp.concatenate([jnp.zeros((b, 1), jnp.int64), jnp.cumsum(lens, axis=1)], axis=1)
+    else:
+        offs = offsets.reshape(b, offsets.shape[-1]).astype(jnp.int64)
+        lens = jnp.diff(offs, axis=1)
+    rows = jnp.arange(b)[:, None]
+    starts = jnp.zeros((b, n + 1), jnp.int64).at[rows, jnp.clip(offs, 0, n)].add(1)
+    return jnp.cumsum(starts[:, :n], axis=1) - 1, lens
+
+
+def _flat_segments(ids, s):
+    """Ids over all batch rows (row-major [B, S]); elements of no segment get ``B * S``,
+    which ``jax.ops.segment_*`` drop."""
+    b = ids.shape[0]
+    inside = (ids >= 0) & (ids < s)
+    return jnp.where(inside, ids + s * jnp.arange(b)[:, None], b * s).reshape(-1)
+
+
+def _segment_initial(initial, reduce, dt, ct):
+    """``initial`` as torch converts it (``Scalar::to<scalar_t>``; for the 16-bit types
+    through float), else the reduction's identity; in the compute type ``ct``."""
+    if initial is None:
+        return jnp.asarray({"max": -math.inf, "min": math.inf, "prod": 1.0}.get(reduce, 0.0), ct)
+    via = jnp.float32 if dt in _HALF else dt
+    return jnp.asarray(float(initial), jnp.float64).astype(via).astype(dt).astype(ct)
+
+
+def _segment_values(v, seg, num, lens, reduce, initial, dt):
+    """The reduction of rows ``v`` [B*N, I] (compute type) into ``num`` segments."""
+    init = _segment_initial(initial, reduce, dt, v.dtype)
+    if reduce in ("max", "min"):
+        ext = jax.ops.segment_max if reduce == "max" else jax.ops.segment_min
+        pick = jnp.maximum if reduce == "max" else jnp.minimum
+        nan = jax.ops.segment_sum(jnp.isnan(v).astype(jnp.int32), seg, num_segments=num) > 0
+        return jnp.where(nan, jnp.nan, pick(init, ext(v, seg, num_segments=num)))
+    if reduce == "prod":
+        return init * jax.ops.segment_prod(v, seg, num_segments=num)
+    total = init + jax.ops.segment_sum(v, seg, num_segments=num)
+    if reduce == "sum":
+        return total
+    lens = lens.reshape(-1, 1)
+    empty = init if initial is not None else jnp.nan
+    return jnp.where(lens == 0, empty, total / jnp.maximum(lens, 1).astype(v.dtype))
+
+
+def _segment_rows(x, d):
+    """``x`` as [B, N, I] around dim ``d``."""
+    s = x.shape
+    return x.reshape(math.prod(s[:d]), s[d], math.prod(s[d + 1:]))
+
+
+@lowering(aten.segment_reduce.default)
+def lower_segment_reduce(data, reduce, *, lengths=None, indices=None, offsets=None, axis=0,
+                         unsafe=False, initial=None):
+    d = norm_dim(axis, data.ndim)
+    ids, lens = _segments(data.shape, d, lengths, offsets)
+    if offsets is None and not unsafe:
+        check(jnp.any(lens < 0), "lengths contains negative value!")
+        check(jnp.any(jnp.sum(lens, axis=1) != data.shape[d]), _SEGMENT_SUMS)
+    else:   # (the kernel itself refuses a negative length)
+        check(jnp.any(lens < 0), _SEGMENT_NEGATIVE)
+    x = _segment_rows(data, d)
+    b, n, inner = x.shape
+    s = lens.shape[1]
+    ct = jnp.float32 if data.dtype in _HALF else data.dtype
+    out = _segment_values(x.reshape(b * n, inner).astype(ct), _flat_segments(ids, s), b * s,
+                          lens, reduce, initial, data.dtype)
+    return out.astype(data.dtype).reshape(data.shape[:d] + (s,) + data.shape[d + 1:])
+
+
+def _segmented_cumprod(v, first):
+    """Inclusive running product along axis 1, restarting where ``first``."""
+    def combine(a, b):
+        return jnp.where(b[1], b[0], a[0] * b[0]), a[1] | b[1]
+    return jax.lax.associative_scan(combine, (v, jnp.broadcast_to(first, v.shape)), axis=1)[0]
+
+
+def _exclusive_segment_prod(x, ids):
+    """For each element [B, N, I], the product of the others of its segment (in two
+    running products: the elements before it and those after it)."""
+    def before(v, ids):
+        first = jnp.concatenate([jnp.ones_like(ids[:, :1], bool), ids[:, 1:] != ids[:, :-1]],
+                                axis=1)[:, :, None]
+        shifted = jnp.concatenate([jnp.ones_like(v[:, :1]), v[:, :-1]], axis=1)
+        return _segmented_cumprod(jnp.where(first, 1, shifted), first)
+    after = jnp.flip(before(jnp.flip(x, 1), jnp.flip(ids, 1)), 1)
+    return before(x, ids) * after
+
+
+@lowering(aten._segment_reduce_backward.default)
+def lower_segment_reduce_backward(grad, output, data, reduce, *, lengths=None, offsets=None,
+                                  axis=0, initial=None):
+    """torch's CPU backward: sum passes the gradient, mean divides it by the length; max and
+    min give it to every element equal to the result (or NaN), divided among them only
+    where it is positive (as torch's kernel does); prod gives ``grad * out / x``, or for a
+    zero or NaN element ``grad`` times the product of the others and ``initial``."""
+    d = norm_dim(axis, data.ndim)
+    ids, lens = _segments(data.shape, d, lengths, offsets)
+    ct = jnp.float32 if data.dtype in _HALF else data.dtype
+    x = _segment_rows(data, d).astype(ct)
+    b, n, inner = x.shape
+    s = lens.shape[1]
+    if b * n * inner == 0 or s == 0:
+        return jnp.zeros(data.shape, grad.dtype)
+    rows, at = jnp.arange(b)[:, None], jnp.clip(ids, 0, s - 1)
+
+    def spread(t):   # [B, S, I] -> each element's segment's value [B, N, I]
+        return t.reshape(b, s, inner)[rows, at]
+
+    g = spread(grad.astype(ct))
+    if reduce == "sum":
+        r = g
+    elif reduce == "mean":
+        r = g / jnp.maximum(lens, 1).astype(ct)[rows, at][:, :, None]
+    elif reduce in ("max", "min"):
+        hit = jnp.isnan(x) | (x == spread(output.astype(ct)))
+        r = jnp.where(hit, g, 0)
+        count = jax.ops.segment_sum(hit.reshape(b * n, inner).astype(ct),
+                                    _flat_segments(ids, s), num_segments=b * s)
+        count = spread(count)
+        r = jnp.where((count >= 2) & (r > 0), r / count, r)
+    else:
+        init = _segment_initial(initial, "prod", data.dtype, ct)
+        others = init * _exclusive_segment_prod(x, ids)
+        r = jnp.where(jnp.isnan(x) | (x == 0), g * others, g * spread(output.astype(ct)) / x)
+    inside = ((ids >= 0) & (ids < s))[:, :, None]
+    return jnp.where(inside, r, 0).astype(grad.dtype).reshape(data.shape)
+
+
+# ---- linspace / logspace with tensor ends -----------------------------------------------
+#
+# torch reads 0-d tensor ends on the host (``item()``) and runs its Scalar kernel. Here they
+# stay on the device, and the values are that kernel's: linspace's are ``_linspace``'s (in
+# two halves, each value one fused multiply-add), integers computed in float64 the same way
+# and truncated. logspace computes ``pow(base, start + step * i)`` in float64 (two
+# roundings: that file is built without FMA) and stores it in the type (integers
+# truncated). XLA's float64 pow of a base that is a runtime value agreed with libm's bit
+# for bit (5 * 10^4 exponents, twelve bases, integers and their neighbours among them); a
+# constant power-of-two base it rewrites (one unit in the last place off for 0.1% of the
+# exponents), so the base is a runtime input (a float argument: ``dynamic_scalars``; the
+# default 10 stays a constant, bit for bit too). An end that does not fit the type raises
+# torch's error at the next read.
+
+_SPACE_INTS = (torch.uint8, torch.int8, torch.int16, torch.int32, torch.int64)
+_SCALAR_NAMES = {torch.float32: "float", torch.float64: "double", torch.float16: "c10::Half",
+                 torch.bfloat16: "c10::BFloat16", torch.uint8: "uint8_t", torch.int8: "int8_t",
+                 torch.int16: "int16_t", torch.int32: "int", torch.int64: "int64_t"}
+
+
+def _space_rule(op, start, end, steps, dtype):
+    for v in (start, end):
+        if isinstance(v, torch.Tensor) and (v.ndim != 0 or v.dtype.is_complex) or \
+                isinstance(v, complex):
+            raise NoLowering(op, "an end of more dims (torch's error), or complex")
+    out = dtype if dtype is not None else torch.get_default_dtype()
+    if steps < 0 or out not in _SEGMENT_FLOATS + _SPACE_INTS:
+        raise NoLowering(op, f"{out} values or negative steps (torch's error), or complex")
+    return (steps,), out
+
+
+@rule(aten.linspace.Tensor_Tensor, aten.linspace.Tensor_Scalar, aten.linspace.Scalar_Tensor)
+def linspace_rule(start, end, steps, *, dtype=None, layout=None, device=None,
+                  pin_memory=None):
+    return _space_rule(aten.linspace.Tensor_Tensor, start, end, steps, dtype)
+
+
+@rule(aten.logspace.Tensor_Tensor, aten.logspace.Tensor_Scalar, aten.logspace.Scalar_Tensor,
+      dynamic_scalars=True)
+def logspace_rule(start, end, steps, base=10.0, *, dtype=None, layout=None, device=None,
+                  pin_memory=None):
+    return _space_rule(aten.logspace.Tensor_Tensor, start, end, steps, dtype)
+
+
+def _scalar_to(v, dt, torch_dt):
+    """``Scalar::to<scalar_t>`` of a 0-d value: 16-bit types through float, integers
+    truncated; a value out of the type's range raises torch's error at the next read."""
+    v = jnp.asarray(v)
+    wide = v.astype(jnp.float64)
+    if jnp.issubdtype(dt, jnp.integer):
+        info = jnp.iinfo(dt)
+        bad = jnp.isnan(wide) | (wide < info.min) | (wide > info.max)
+    else:
+        bad = jnp.isfinite(wide) & (jnp.abs(wide) > float(jnp.finfo(dt).max))
+    check(bad, f"value cannot be converted to type {_SCALAR_NAMES[torch_dt]} without overflow")
+    return (v.astype(jnp.float32) if dt in _HALF else v).astype(dt)
+
+
+def _int_linspace(start, end, steps, dt):
+    """torch's integer linspace: a float64 step, each value one fused multiply-add from
+    its half's end, truncated."""
+    s, e = start.astype(jnp.float64), end.astype(jnp.float64)
+    step = _exact_div(e - s, jnp.asarray(steps - 1, jnp.float64))
+    i = jnp.arange(steps)
+    v = jnp.where(i < steps // 2, _fma(step, i, s, jnp.float64),
+                  _fma(-step, steps - 1 - i, e, jnp.float64))
+    return v.astype(dt)
+
+
+@lowering(aten.linspace.Tensor_Tensor, aten.linspace.Tensor_Scalar,
+          aten.linspace.Scalar_Tensor, ctx=True)
+def lower_linspace(ctx, start, end, steps, *, dtype=None, layout=None, device=None,
+                   pin_memory=None):
+    dt = jnp.dtype(jdt(ctx.dtype))
+    if steps == 0:
+        return jnp.zeros((0,), dt)
+    s = _scalar_to(start, dt, ctx.dtype)
+    if steps == 1:   # torch fills with start
+        return s.reshape(1)
+    e = _scalar_to(end, dt, ctx.dtype)
+    if jnp.issubdtype(dt, jnp.integer):
+        return _int_linspace(s, e, steps, dt)
+    if dt in _HALF:
+        return _linspace(s, e, steps, dt)
+    # (``_fma`` splits finite values; with an infinite end, plain arithmetic gives torch's
+    # infinities and NaNs)
+    i = jnp.arange(steps)
+    step = (e - s) / jnp.asarray(steps - 1, dt)
+    plain = jnp.where(i < steps // 2, s + step * i, e - step * (steps - 1 - i))
+    return jnp.where(jnp.isfinite(step), _linspace(s, e, steps, dt), plain)
+
+
+def _rounded_to(v, dt):
+    """A float64 value stored into ``dt`` (the 16-bit types through float, as C++ does;
+    integers truncated)."""
+    return (v.astype(jnp.float32) if dt in _HALF else v).astype(dt)
+
+
+@lowering(aten.logspace.Tensor_Tensor, aten.logspace.Tensor_Scalar,
+          aten.logspace.Scalar_Tensor, ctx=True)
+def lower_logspace(ctx, start, end, steps, base=10.0, *, dtype=None, layout=None, device=None,
+                   pin_memory=None):
+    dt = jnp.dtype(jdt(ctx.dtype))
+    base = jnp.asarray(base, jnp.float64)
+    if steps == 0:
+        return jnp.zeros((0,), dt)
+    if steps == 1:   # torch fills with pow(base, start), start taken as a double
+        v = jnp.power(base, jnp.asarray(start).astype(jnp.float64))
+        return _scalar_to(v, dt, ctx.dtype).reshape(1)
+    s, e = _scalar_to(start, dt, ctx.dtype), _scalar_to(end, dt, ctx.dtype)
+    if jnp.issubdtype(dt, jnp.integer):   # (C++ subtracts small integers as int)
+        diff = e.astype(jnp.int64) - s.astype(jnp.int64)
+    elif dt in _HALF:
+        diff = _rounded(e.astype(jnp.float32) - s.astype(jnp.float32), dt)
+    else:
+        diff = e - s
+    step = _exact_div(diff.astype(jnp.float64), jnp.asarray(steps - 1, jnp.float64))
+    i = jnp.arange(steps)
+    low = s.astype(jnp.float64) + _rounded_product(step, i)
+    high = e.astype(jnp.float64) - _rounded_product(step, steps - 1 - i)
+    return _rounded_to(jnp.power(base, jnp.where(i < steps // 2, low, high)), dt)
+
+
+def _rounded_product(a, i):
+    """``a * i`` rounded to float64 (``i`` integers below 2**26), as a value XLA cannot fuse
+    into a following addition (it contracts ``s + a * i`` into one fused multiply-add,
+    which torch's logspace does not): the sum of two exact products (``a`` in halves of 27
+    and 26 bits, as in ``_fma``), rounded once however it is evaluated."""
+    a, i = a.astype(jnp.float64), i.astype(jnp.float64)
+    bits = jax.lax.bitcast_convert_type(a, jnp.int64)
+    a_hi = jax.lax.bitcast_convert_type(bits & ~((1 << 26) - 1), jnp.float64)
+    exact = a_hi * i + (a - a_hi) * i
+    return jnp.where(jnp.isfinite(a), exact, a * i)

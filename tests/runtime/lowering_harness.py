@@ -141,3 +141,12 @@ def lowering_tests(cases):
 
     return (forward_results, backward_results, test_lowering_matches_torch,
             test_backward_matches_torch, test_every_case_was_lowered_not_run_eagerly)
+
+
+def error_of(fn, xs):
+    """(type, message) of the error ``fn(*xs)`` raises, or None."""
+    try:
+        fn(*xs)
+    except Exception as e:  # the error itself is what is compared
+        return type(e), str(e)
+    return None

@@ -10,7 +10,8 @@ import torch
 
 import lazy_runtime as lr
 from conftest import to_lazy
-from lowering_harness import BOOL, F32, F64, I32, I64, Case, lowering_tests, rnd, shape
+from lowering_harness import (BOOL, F32, F64, I32, I64, Case, error_of, lowering_tests, rnd,
+                              shape)
 
 CASES: list = []
 NAN, INF = float("nan"), float("inf")
@@ -280,19 +281,11 @@ _ERRORS = {
 }
 
 
-def _error_of(fn, xs):
-    try:
-        fn(*xs)
-    except Exception as e:  # the error itself is what is compared
-        return type(e), str(e)
-    return None
-
-
 @pytest.mark.parametrize("name", list(_ERRORS))
 def test_invalid_arguments_raise_torchs_error(name):
     fn, xs = _ERRORS[name]
-    want = _error_of(fn, xs)
+    want = error_of(fn, xs)
     assert want is not None
     lr.reset_metrics()
-    assert _error_of(fn, to_lazy(xs)) == want
+    assert error_of(fn, to_lazy(xs)) == want
     assert lr.metrics()["fallback_ops"] == {}  # raised by the rule, not by eager torch
