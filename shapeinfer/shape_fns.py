@@ -126,11 +126,33 @@ def _broadcast_unequal(a: Dim, b: Dim, a_one, b_one) -> Dim:
 
 
 def broadcast_shapes(*shapes: Shape) -> Shape:
+    fast = _broadcast_concrete(shapes)
+    if fast is not None:
+        return fast
     ndim = max((len(s) for s in shapes), default=0)
     out: list[Dim] = [1] * ndim
     for s in shapes:
         padded = (1,) * (ndim - len(s)) + tuple(s)
         out = [broadcast_dims(x, y) for x, y in zip(out, padded)]
+    return tuple(out)
+
+
+def _broadcast_concrete(shapes) -> Optional[Shape]:
+    """``broadcast_shapes`` of plain integer sizes that broadcast (the lazy runtime's case,
+    every recorded op), without the symbolic path's calls per dim; None for anything else
+    (symbols, unknowns, a mismatch: the general path decides and explains)."""
+    ndim = max((len(s) for s in shapes), default=0)
+    out = [1] * ndim
+    for s in shapes:
+        off = ndim - len(s)
+        for i, d in enumerate(s):
+            if type(d) is not int:
+                return None
+            o = out[off + i]
+            if o == 1:
+                out[off + i] = d
+            elif d != 1 and d != o:
+                return None
     return tuple(out)
 
 
@@ -465,10 +487,12 @@ def matmul_shape(a: Shape, b: Shape) -> Shape:
     a2 = (1,) + tuple(a) if len(a) == 1 else tuple(a)
     b2 = tuple(b) + (1,) if len(b) == 1 else tuple(b)
     k_a, k_b = a2[-1], b2[-2]
-    if sym.equal(k_a, k_b) is False:
-        raise ShapeError("SI130", f"matmul: {sym.shape_str(a)} @ {sym.shape_str(b)}: inner sizes "
-                         f"{sym.dim_pretty(k_a)} and {sym.dim_pretty(k_b)} differ", (k_a, k_b))
-    require_equal(k_a, k_b, "SI130", "matmul inner sizes")
+    if not (type(k_a) is int and type(k_b) is int and k_a == k_b):   # (else nothing to prove)
+        if sym.equal(k_a, k_b) is False:
+            raise ShapeError("SI130", f"matmul: {sym.shape_str(a)} @ {sym.shape_str(b)}: inner "
+                             f"sizes {sym.dim_pretty(k_a)} and {sym.dim_pretty(k_b)} differ",
+                             (k_a, k_b))
+        require_equal(k_a, k_b, "SI130", "matmul inner sizes")
     batch = broadcast_shapes(a2[:-2], b2[:-2])
     out = tuple(batch) + (a2[-2], b2[-1])
     if len(a) == 1:

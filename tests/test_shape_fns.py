@@ -104,6 +104,33 @@ def test_matmul_shape_matches_torch():
         assert sf.matmul_shape(a, b) == tuple((torch.empty(a) @ torch.empty(b)).shape)
 
 
+
+def test_concrete_broadcast_and_matmul_agree_with_torch_and_the_symbolic_path():
+    """Plain int sizes take a fast path (every op the runtime records): torch's shapes,
+    zero sizes included, and the general path's errors where torch refuses."""
+    rng = random.Random(1)
+    for _ in range(300):
+        shapes = [tuple(rng.choice([0, 1, 1, 2, 3]) for _ in range(rng.randint(0, 4)))
+                  for _ in range(rng.randint(1, 3))]
+        try:
+            want = tuple(torch.broadcast_shapes(*shapes))
+        except RuntimeError:
+            with pytest.raises(sf.ShapeError, match="cannot broadcast"):
+                sf.broadcast_shapes(*shapes)
+            continue
+        assert sf.broadcast_shapes(*shapes) == want, shapes
+        symbolic = [tuple(sympy.Integer(d) if d > 1 else d for d in s) for s in shapes]
+        assert tuple(sym.normalize(d) for d in sf.broadcast_shapes(*symbolic)) == want
+    for a, b in [((2, 0), (0, 3)), ((4, 2, 3), (1, 3, 5)), ((0, 3), (3,)), ((3, 4), (5, 6)),
+                 ((2, 2, 3), (3, 3, 1))]:
+        try:
+            want = tuple((torch.empty(a) @ torch.empty(b)).shape)
+        except RuntimeError:
+            with pytest.raises(sf.ShapeError):
+                sf.matmul_shape(a, b)
+            continue
+        assert sf.matmul_shape(a, b) == want, (a, b)
+
 def test_chunk_sizes_match_torch():
     for n in range(0, 13):
         for k in range(1, 6):
