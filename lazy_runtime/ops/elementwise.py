@@ -9,12 +9,16 @@ inputs (``dynamic_scalars``) unless named in ``static``.
 
 from __future__ import annotations
 
+import functools
+import math
+
 import jax
 import jax.numpy as jnp
 import torch
 from jax import lax
 
 from .. import dtypes as D
+from ..errors import NoLowering
 from .common import bshape, cast, is_array, jdt, vjp
 from .registry import ELEMENTWISE, lowering, refuse, rule
 
@@ -317,6 +321,86 @@ elementwise(aten.clamp_max.default, aten.clamp_max.Tensor, operands=(0, 1),
 # grid_sample reach (its operands share a dtype: no promotion to differ from where's)
 elementwise(aten.where.self, torch.ops.prims.where.default, fn=jnp.where, operands=(1, 2),
             keep=(0,))
+# torch's where wants a bool (or deprecated uint8) condition: other dtypes are its error
+refuse((aten.where.self,), lambda args, dt: args[0].dtype not in (torch.bool, torch.uint8),
+       "a condition neither bool nor uint8 (torch's error)")
+
+
+@functools.lru_cache(maxsize=None)
+def _range(dtype) -> tuple:
+    info = torch.finfo(dtype) if dtype.is_floating_point or dtype.is_complex else \
+        torch.iinfo(dtype)
+    return info.min, info.max
+
+
+_FLOAT_MAX = {d: torch.finfo(d).max for d in (torch.float16, torch.bfloat16, torch.float32,
+                                                torch.float64)}
+
+
+def number_fits(v, dtype) -> bool:
+    """Whether torch's checked conversion of the Python number ``v`` to ``dtype`` (of a
+    fill value, a ``value=``/``alpha=`` argument) surely passes; where it may raise "value
+    cannot be converted to type ... without overflow", the op runs eagerly and torch
+    decides. Conservative: -1 into uint8 (which torch wraps) runs eagerly too."""
+    if type(v) is float:   # (the common case: a float argument of a floating op)
+        hi = _FLOAT_MAX.get(dtype)
+        if hi is not None:
+            return -hi <= v <= hi or not math.isfinite(v)   # inf and nan pass
+    if type(v) is bool or dtype == torch.bool:
+        return True
+    if isinstance(v, complex):
+        return dtype.is_complex and number_fits(v.real, dtype) and number_fits(v.imag, dtype)
+    if not isinstance(v, (int, float)):
+        return True   # (not a number the rule can judge: as before)
+    lo, hi = _range(dtype)
+    if dtype.is_floating_point or dtype.is_complex:
+        return not math.isfinite(v) or lo <= v <= hi   # inf and nan pass
+    return math.isfinite(v) and lo <= v <= hi
+
+
+def converts_safely(src, dst) -> bool:
+    """Whether every value of dtype ``src`` passes torch's checked conversion to ``dst``
+    (a 0-d value tensor that torch reads with ``.item()``); where not, the op runs
+    eagerly, for the check depends on the value."""
+    if src == dst or src == torch.bool or (dst == torch.bool and not src.is_complex):
+        return True
+    if dst == torch.float16 and src in (torch.int32, torch.int64):
+        return False   # 65504 is float16's largest
+    return torch.promote_types(src, dst) == dst
+
+
+def _lerp_refused(args, kwargs, dt) -> bool:
+    """torch's lerp: end and a tensor weight of self's dtype, a floating or complex self,
+    a number weight that converts to it."""
+    x, end = args[0], args[1]
+    w = args[2] if len(args) > 2 else kwargs.get("weight")
+    dt = x.dtype
+    if end.dtype is not dt or not (dt.is_floating_point or dt.is_complex):
+        return True
+    return w.dtype is not dt if isinstance(w, torch.Tensor) else not number_fits(w, dt)
+
+
+def _integral(t) -> bool:
+    return not (t.dtype.is_floating_point or t.dtype.is_complex)
+
+
+def _addc_refused(divides: bool):
+    """torch refuses addcdiv of two integer (or bool) tensors, addcmul of bools, and a
+    ``value`` that its checked conversion refuses."""
+    def bad(args, kwargs, dt):
+        value = args[3] if len(args) > 3 else kwargs.get("value", 1)
+        refused = _integral(args[1]) and _integral(args[2]) if divides else dt is torch.bool
+        return refused or not number_fits(value, dt)
+    return bad
+
+
+refuse((aten.lerp.Scalar, aten.lerp.Tensor), _lerp_refused,
+       "arguments of another dtype than self's, or an integer self (torch's errors)",
+       with_kwargs=True)
+refuse((aten.addcmul.default,), _addc_refused(False), "bools, or a value out of range",
+       with_kwargs=True)
+refuse((aten.addcdiv.default,), _addc_refused(True),
+       "integer division, or a value out of range (torch's errors)", with_kwargs=True)
 
 
 def _clamp(x, lo, hi):
@@ -330,7 +414,25 @@ def _clamp(x, lo, hi):
 # masked_fill keeps self's dtype; the mask only broadcasts into self.
 @rule(aten.masked_fill.Scalar, aten.masked_fill.Tensor, dynamic_scalars=True)
 def masked_fill_rule(x, mask, value):
+    if not _masked_fill_ok(x, mask, value):
+        raise NoLowering(aten.masked_fill.Scalar, "arguments torch refuses or converts with "
+                                                  "a check of the value (its errors)")
     return tuple(x.shape), x.dtype
+
+
+def _masked_fill_ok(x, mask, value) -> bool:
+    """A bool mask broadcasting into x (a bigger one: torch's result or its error), and a
+    number or 0-d tensor that torch's checked conversion to x's dtype surely passes."""
+    if mask.dtype != torch.bool or not _broadcasts_into(mask.shape, x.shape):
+        return False
+    if isinstance(value, torch.Tensor):
+        return value.ndim == 0 and converts_safely(value.dtype, x.dtype)
+    return number_fits(value, x.dtype)
+
+
+def _broadcasts_into(small, big) -> bool:
+    return small == big or (len(small) <= len(big) and all(
+        m in (1, b) for m, b in zip(reversed(small), reversed(big))))
 
 
 @lowering(aten.masked_fill.Scalar, aten.masked_fill.Tensor)
@@ -402,6 +504,9 @@ def lower_to_copy(ctx, x, **kwargs):
 
 @rule(aten.fill.Scalar, aten.fill.Tensor, dynamic_scalars=True)
 def fill_rule(x, value):
+    if not (value.ndim == 0 if isinstance(value, torch.Tensor) else number_fits(value, x.dtype)):
+        raise NoLowering(aten.fill.Scalar, "a value tensor of dims, or a number out of the "
+                                           "dtype's range (torch's errors)")
     return tuple(x.shape), x.dtype
 
 

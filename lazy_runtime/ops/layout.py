@@ -9,12 +9,14 @@ import math
 import numpy as np
 import jax.numpy as jnp
 import torch
+import torch._decomp
 from jax import lax
 
 from .. import dtypes as D
 from ..errors import NoLowering
 from .common import cast, check_index, is_array, jdt, norm_dim, sf
-from .registry import check, lowering, rule
+from .elementwise import number_fits
+from .registry import check, decomposition, lowering, rule
 
 aten = torch.ops.aten
 
@@ -393,7 +395,20 @@ def _index_shape(shape, indices):
 
 @rule(aten.index.Tensor)
 def index_rule(x, indices):
+    _index_dtypes(aten.index.Tensor, indices)
     return _index_shape(_shape(x), indices), x.dtype
+
+
+# torch's "tensors used as indices must be long, int, byte or bool tensors"
+_TENSOR_INDEX_DTYPES = (torch.int64, torch.int32, torch.uint8, torch.bool)
+# the dtypes torch takes for the index of gather, scatter, index_select, index_add
+_INDEX_DTYPES = (torch.int32, torch.int64)
+
+
+def _index_dtypes(op, indices) -> None:
+    for i in indices:
+        if i is not None and i.dtype not in _TENSOR_INDEX_DTYPES:
+            raise NoLowering(op, "an index tensor of another dtype (torch's error)")
 
 
 def _jnp_index(indices, ndim):
@@ -421,6 +436,7 @@ def lower_index(x, indices):
 
 @rule(aten.index_put.default)
 def index_put_rule(x, indices, values, accumulate=False):
+    _index_dtypes(aten.index_put.default, indices)
     if any(i is not None and i.dtype in (torch.bool, torch.uint8) for i in indices):
         mask_position(x, indices, values, accumulate)
     elif values.dtype != x.dtype:
@@ -585,6 +601,10 @@ def lower_put(x, index, source, accumulate=False):
 
 @rule(aten.index_select.default)
 def index_select_rule(x, dim, index):
+    if index.dtype not in _INDEX_DTYPES or index.ndim > 1 or (x.ndim == 0 and
+                                                              index.numel() != 1):
+        raise NoLowering(aten.index_select.default, "an index of another dtype or of dims, "
+                                                    "or many for a 0-d tensor (torch's errors)")
     s = list(_shape(x))
     if s:
         s[norm_dim(dim, len(s))] = index.numel()
@@ -629,7 +649,26 @@ def lower_take(x, index):
 
 @rule(aten.gather.default)
 def gather_rule(x, dim, index, *, sparse_grad=False):
+    if not _index_fits(x, dim, index):
+        raise NoLowering(aten.gather.default, "an index torch refuses (its errors), or of "
+                                              "other dims than x's")
     return _shape(index), x.dtype
+
+
+def _index_fits(x, dim, index) -> bool:
+    """An index of gather/scatter as torch takes it: int32/int64, x's number of dims (a
+    0-d x: at most 1), no larger than x apart from ``dim``. Others run eagerly: torch's
+    errors, and a 0-d index into a 1-d x (which torch takes)."""
+    if index.dtype not in _INDEX_DTYPES:
+        return False
+    if x.ndim == 0:
+        return index.ndim <= 1 and dim in (0, -1)
+    if index.ndim != x.ndim:
+        return False
+    if not -x.ndim <= dim < x.ndim:
+        return False
+    d = dim % x.ndim
+    return all(i <= n for k, (i, n) in enumerate(zip(index.shape, x.shape)) if k != d)
 
 
 def _full_index(index, dim):
@@ -641,22 +680,31 @@ def _full_index(index, dim):
 @lowering(aten.gather.default)
 def lower_gather(x, dim, index, *, sparse_grad=False):
     _check_dim_index("gather", x, dim, index)
-    if x.ndim == 0:
-        return x.reshape(index.shape)
+    if x.ndim == 0:   # (every index is 0)
+        return jnp.broadcast_to(x, index.shape)
     return x[_full_index(index, norm_dim(dim, x.ndim))]
 
 
 @rule(aten.scatter.src, aten.scatter.value, aten.scatter_add.default, dynamic_scalars=True)
 def scatter_rule(x, dim, index, src):
-    _same_src_dtype(aten.scatter.src, x, src)
+    _check_scatter(aten.scatter.src, x, dim, index, src)
     return _shape(x), x.dtype
 
 
-def _same_src_dtype(op, x, src) -> None:
+def _check_scatter(op, x, dim, index, src) -> None:
     """torch refuses a source tensor of another dtype (its error, where a cast would
-    silently give a value)."""
-    if isinstance(src, torch.Tensor) and src.dtype != x.dtype:
-        raise NoLowering(op, "source and destination dtypes differ (torch's error)")
+    silently give a value), an index it refuses (``_index_fits``) or larger than the
+    source, and a number its checked conversion to x's dtype refuses."""
+    if not _index_fits(x, dim, index):
+        raise NoLowering(op, "an index torch refuses (its errors), or of other dims than x's")
+    if isinstance(src, torch.Tensor):
+        if src.dtype != x.dtype:
+            raise NoLowering(op, "source and destination dtypes differ (torch's error)")
+        ixs, ss = tuple(index.shape) or (1,), tuple(src.shape) or (1,)   # 0-d: one element
+        if len(ss) != len(ixs) or any(i > n for i, n in zip(ixs, ss)):
+            raise NoLowering(op, "an index larger than the source (torch's error)")
+    elif not number_fits(src, x.dtype):
+        raise NoLowering(op, "a value out of the dtype's range (torch's error)")
 
 
 def _scatter(op, x, dim, index, src, how="set"):
@@ -699,7 +747,7 @@ def lower_scatter_add(x, dim, index, src):
 def scatter_reduce_arg_rule(x, dim, index, src, *, reduce):
     if reduce not in ("add", "multiply"):
         raise NoLowering(aten.scatter.reduce, f"reduce={reduce!r} (torch's error)")
-    _same_src_dtype(aten.scatter.reduce, x, src)
+    _check_scatter(aten.scatter.reduce, x, dim, index, src)
     return _shape(x), x.dtype
 
 
@@ -712,7 +760,55 @@ def lower_scatter_reduce_arg(x, dim, index, src, *, reduce):
 
 @rule(aten.index_add.default, dynamic_scalars=True)
 def index_add_rule(x, dim, index, source, *, alpha=1):
+    if not _index_source_ok(x, dim, index, source, _INDEX_DTYPES) or \
+            not number_fits(alpha, x.dtype):
+        raise NoLowering(aten.index_add.default, "arguments torch refuses (its errors), or "
+                                                 "shapes it reads unusually")
     return _shape(x), x.dtype
+
+
+def _index_source_ok(x, dim, index, source, index_dtypes) -> bool:
+    """index_add/index_copy: an index of ``index_dtypes`` and at most 1 dim, a source of
+    x's dtype and shape but for ``index.numel()`` along ``dim`` (0-d: one element). torch
+    refuses most others (its errors: they run eagerly, as the few it reads unusually)."""
+    if index.dtype not in index_dtypes or index.ndim > 1 or source.dtype != x.dtype:
+        return False
+    if x.ndim == 0:
+        return source.ndim == 0 and index.numel() == 1 and dim in (0, -1)
+    if source.ndim != x.ndim or not -x.ndim <= dim < x.ndim:
+        return False
+    d = dim % x.ndim
+    return all(s == (index.numel() if k == d else n)
+               for k, (s, n) in enumerate(zip(source.shape, x.shape)))
+
+
+_TORCH_DECOMP = torch._decomp.decomposition_table
+
+
+@decomposition(aten.index_copy.default)
+def index_copy(x, dim, index, source):
+    """torch's decomposition (an ``index_put``), for the arguments torch's kernel takes:
+    the decomposition's checks let through an index of another dtype than int64 and a
+    source of another dtype, and word their errors differently."""
+    if not _index_source_ok(x, dim, index, source, (torch.int64,)):
+        raise NoLowering(aten.index_copy.default, "arguments torch refuses (its errors)")
+    return _TORCH_DECOMP[aten.index_copy.default](x, dim, index, source)
+
+
+@decomposition(aten.index_fill.int_Scalar, aten.index_fill.int_Tensor)
+def index_fill(x, dim, index, value):
+    """torch's decomposition, for the arguments torch's kernel takes (as ``index_copy``);
+    a value tensor of another dtype (which torch reads with a checked ``.item()``) runs
+    eagerly."""
+    tensor = isinstance(value, torch.Tensor)
+    op = aten.index_fill.int_Tensor if tensor else aten.index_fill.int_Scalar
+    ok = index.dtype == torch.int64 and index.ndim <= 1 and \
+        -max(x.ndim, 1) <= dim < max(x.ndim, 1) and \
+        (value.ndim == 0 and value.dtype == x.dtype if tensor else number_fits(value, x.dtype))
+    if not ok:
+        raise NoLowering(op, "arguments torch refuses (its errors), or a value tensor of "
+                             "another dtype")
+    return _TORCH_DECOMP[op](x, dim, index, value)
 
 
 @lowering(aten.index_add.default)

@@ -651,8 +651,18 @@ def lower_log_softmax_backward(g, y, dim, input_dtype):
 
 @rule(aten.nll_loss_forward.default, aten.nll_loss2d_forward.default, multi=True)
 def nll_loss_rule(x, target, weight, reduction, ignore_index):
+    if not _nll_dtypes_ok(x, target, weight):
+        raise NoLowering(aten.nll_loss_forward.default, "dtypes torch refuses (its errors)")
     out = _shape(target) if reduction == 0 else ()
     return [(out, x.dtype), ((), x.dtype)]
+
+
+def _nll_dtypes_ok(x, target, weight) -> bool:
+    """torch's: a floating input, a weight of its dtype, an int64 target (or uint8 for
+    nll_loss_forward, the op of 1-d and 2-d inputs; nll_loss2d_forward takes int64 only)."""
+    targets = (torch.int64, torch.uint8) if x.ndim <= 2 else (torch.int64,)
+    return x.dtype.is_floating_point and target.dtype in targets and (
+        weight is None or weight.dtype == x.dtype)
 
 
 def _nll_parts(x, target, weight, ignore_index):
@@ -910,6 +920,9 @@ def lower_trilinear(i1, i2, i3, expand1, expand2, expand3, sumdim, unroll_dim=1)
 
 @rule(aten.embedding.default)
 def embedding_rule(w, indices, padding_idx=-1, scale_grad_by_freq=False, sparse=False):
+    if indices.dtype not in (torch.int32, torch.int64):
+        raise NoLowering(aten.embedding.default, "indices neither int32 nor int64 "
+                                                 "(torch's error)")
     return _shape(indices) + _shape(w)[1:], w.dtype
 
 

@@ -666,9 +666,9 @@ def scatter_reduce_rule(x, dim, index, src, reduce, *, include_self=True):
                                "tensor")
     if index.numel() and any(i > s or (k != d and i > t)
                              for k, (i, s, t) in enumerate(zip(ixs, ss, xs))):
-        raise RuntimeError(f"Expected index {list(ixs)} to be no larger than self {list(xs)} "
-                           f"apart from dimension {d} and to be no larger size than src "
-                           f"{list(ss)}")
+        raise RuntimeError(f"Expected index {list(index.shape)} to be no larger than self "
+                           f"{list(x.shape)} apart from dimension {d} and to be no larger size "
+                           f"than src {list(src.shape)}")
     return tuple(x.shape), x.dtype
 
 

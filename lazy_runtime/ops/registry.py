@@ -145,16 +145,17 @@ pad_rule = _function_table(PAD_RULES, "padding rule")
 decomposition = _function_table(DECOMPOSITIONS, "decomposition")
 
 
-def refuse(ops, bad, reason: str) -> None:
-    """Wrap the rules of ``ops``: where ``bad(args, result dtype)``, the op runs eagerly and
-    torch raises its own error (a kernel torch does not build for that dtype, say)."""
+def refuse(ops, bad, reason: str, *, with_kwargs: bool = False) -> None:
+    """Wrap the rules of ``ops``: where ``bad(args, result dtype)`` (``bad(args, kwargs,
+    result dtype)`` ``with_kwargs``), the op runs eagerly and torch raises its own error (a
+    kernel torch does not build for that dtype, an argument it refuses)."""
     from ..errors import NoLowering
     for op in ops:
         fn, multi = RULES[op]
 
         def checked(*args, _fn=fn, _op=op, **kwargs):
             out = _fn(*args, **kwargs)
-            if bad(args, out[1]):
+            if bad(args, kwargs, out[1]) if with_kwargs else bad(args, out[1]):
                 raise NoLowering(_op, reason)
             return out
         RULES[op] = (checked, multi)
