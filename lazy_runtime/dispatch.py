@@ -27,12 +27,14 @@ import math
 import numpy as np
 import torch
 import torch._decomp
+from shapeinfer.shape_fns import ShapeError
 
 from . import dtypes as D, ir, random
 from .config import config
-from .errors import NoLowering, UnsupportedOperation
+from .errors import NoLowering, UnsupportedOperation, as_torch_error
 from .metrics import METRICS
 from .ops import foreach, linalg, recurrent
+from .ops.elementwise import number_fits
 from .ops.registry import COMPLEX_OK, DECOMPOSITIONS, DYNAMIC_SCALARS, LOWERINGS, RULES
 from .tensor import (LazyTensor, new_base, new_view, node_of, write, contiguous_strides,
                      view_strides)
@@ -259,7 +261,7 @@ def _mutating(func, functional, args, kwargs):
 
 def _write_checked(func, t: LazyTensor, v: ir.Node) -> None:
     if v.shape != tuple(t.shape):
-        raise RuntimeError(f"{func}: output with shape {list(t.shape)} doesn't match the "
+        raise RuntimeError(f"output with shape {list(t.shape)} doesn't match the "
                            f"broadcast shape {list(v.shape)}")
     if v.dtype != t.dtype:
         if not _can_cast(v.dtype, t.dtype):
@@ -269,8 +271,16 @@ def _write_checked(func, t: LazyTensor, v: ir.Node) -> None:
     write(t, v)
 
 
+# c10's ScalarType names, which torch's messages use
+_SCALAR_TYPE_NAMES = {
+    torch.float32: "Float", torch.float64: "Double", torch.float16: "Half",
+    torch.bfloat16: "BFloat16", torch.int64: "Long", torch.int32: "Int", torch.int16: "Short",
+    torch.int8: "Char", torch.uint8: "Byte", torch.bool: "Bool", torch.complex64: "ComplexFloat",
+    torch.complex128: "ComplexDouble"}
+
+
 def _dtype_name(d):
-    return str(d).replace("torch.", "").capitalize()
+    return _SCALAR_TYPE_NAMES.get(d) or str(d).replace("torch.", "").capitalize()
 
 
 def _can_cast(src, dst) -> bool:
@@ -613,6 +623,8 @@ def _factory_like(func, args, kwargs):
         fill = 1
     else:  # full_like(self, fill_value), new_full(self, size, fill_value)
         fill = args[2] if name == "new_full" else args[1]
+        if not number_fits(fill, dtype):   # torch's checked conversion: its error or value
+            fill = torch.full((), fill, dtype=dtype).item()
     return host_constant(shape, dtype, fill)
 
 
@@ -896,9 +908,12 @@ def _run(func, args, kwargs):
         except NoLowering as e:
             return fallback(func, args, kwargs, e.reason)
     except Exception as e:
+        err = as_torch_error(e) if type(e) is ShapeError else e   # (a rule's: torch's type)
         if torch._C._current_autograd_node() is None:
-            raise
-        return _defer_error(func, args, kwargs, e)
+            if err is e:
+                raise
+            raise err.with_traceback(e.__traceback__) from None
+        return _defer_error(func, args, kwargs, err)
 
 
 # ---- ops called from inside a handler -----------------------------------------------

@@ -4,8 +4,13 @@
 variant of its arguments) has no JAX lowering. It is caught in exactly one place, the
 dispatch boundary in ``dispatch.py``, which runs the op eagerly in torch instead.
 ``LazyRuntimeError`` and its subclasses reach the user: situations the runtime refuses
-to guess about (resizing a lazy tensor, writing through an expanded view, ...).
+to guess about (resizing a lazy tensor, writing through an expanded view, ...). A shape
+error an op's rule finds (the analyzer's ``ShapeError``, with its stable code) reaches the
+user as the type torch raises for it: ``ShapeMismatchError`` (a ``RuntimeError``) or, for
+a dim out of range, ``DimOutOfRangeError`` (an ``IndexError``).
 """
+
+from shapeinfer.shape_fns import ShapeError
 
 
 class NoLowering(Exception):
@@ -37,3 +42,17 @@ class PaddedLoweringError(LazyRuntimeError):
 class IndexCheckError(LazyRuntimeError, IndexError):
     """An index out of bounds, found on the device after its graph ran (XLA would clamp it
     and give a wrong value; torch raises at once on the CPU, at the next sync on CUDA)."""
+
+
+class ShapeMismatchError(ShapeError, RuntimeError):
+    """Shapes an op refuses (torch raises ``RuntimeError``); ``code`` is the analyzer's."""
+
+
+class DimOutOfRangeError(ShapeError, IndexError):
+    """A dim out of range (torch raises ``IndexError``)."""
+
+
+def as_torch_error(e: ShapeError) -> ShapeError:
+    """``e`` as the exception type torch raises for it (same code and message)."""
+    cls = DimOutOfRangeError if e.code == "SI201" else ShapeMismatchError
+    return cls(e.code, e.message, e.dims, e.unless)

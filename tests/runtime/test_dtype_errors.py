@@ -157,6 +157,14 @@ REFUSED = [
     # where: a bool (or uint8) condition
     ("where cond float", lambda c, a: torch.where(c, a, a), [_M.float(), _x()]),
     ("where cond int", lambda c, a: torch.where(c, a, 0.), [_M.long(), _x()]),
+    # in-place results: torch's words (no op name; c10's dtype names)
+    ("add_ into a smaller shape", lambda a, b: a.add_(b), [torch.zeros(4), _x()]),
+    ("addcmul_ float into long", lambda a, b: a.addcmul_(b, b), [_x().long(), _x()]),
+    ("sub_ double into int", lambda a, b: a.sub_(b), [_x().int(), _x().double()]),
+    ("add_ complex into bool", lambda a, b: a.add_(b), [_M, _M.to(torch.complex64)]),
+    # full_like / new_full: torch's checked conversion of the fill
+    ("full_like 300 into uint8", lambda a: torch.full_like(a, 300), [_x().byte()]),
+    ("new_full inf into long", lambda a: a.new_full((2,), float("inf")), [_x().long()]),
 ]
 
 
@@ -263,6 +271,9 @@ ACCEPTED = [
           torch.tensor([1e6, -3.3, 0.1, 65519.], dtype=F64)),
     _case("copy_ float into bool", lambda x, s: x.copy_(s), torch.zeros(3, dtype=BOOL),
           torch.tensor([0.0, -0.0, 0.1])),
+    # a fill torch's conversion wraps (not an error): its value
+    _case("full_like -1 into uint8", lambda a: torch.full_like(a, -1), _x().byte()),
+    _case("new_full 2.7 into long", lambda a: a.new_full((2, 2), 2.7), _x().long()),
 ]
 
 

@@ -20,10 +20,31 @@ ROOT = Path(__file__).resolve().parents[2]
 def test_shape_errors_are_raised_when_recorded():
     a = torch.randn(2, 3).to(DEV)
     b = torch.randn(4, 5).to(DEV)
-    with pytest.raises(Exception, match="broadcast"):
+    with pytest.raises(RuntimeError, match="broadcast"):
         a + b
-    with pytest.raises(Exception, match="matmul|inner|mm"):
+    with pytest.raises(RuntimeError, match="matmul|inner|mm"):
         a @ b
+
+
+@pytest.mark.parametrize("fn", [
+    lambda t: t + t.t(), lambda t: t @ t, lambda t: t.reshape(5, -1),
+    lambda t: torch.cat([t, t.t()]), lambda t: t.expand(2, 3), lambda t: t.sum(5),
+    lambda t: t.transpose(0, 7), lambda t: t.unsqueeze(4), lambda t: t.softmax(-3),
+    lambda t: (t * 2).sum().backward(torch.ones(2)),
+], ids=["broadcast", "matmul", "reshape", "cat", "expand", "sum-dim", "transpose-dim",
+        "unsqueeze-dim", "softmax-dim", "backward-grad-shape"])
+def test_shape_errors_have_torchs_exception_type_and_the_analyzers_code(fn):
+    """What a rule refuses raises the type torch raises (``RuntimeError``; ``IndexError``
+    for a dim out of range), so ``except RuntimeError`` code works unchanged; the
+    analyzer's stable code rides along."""
+    t = torch.randn(3, 4, requires_grad=True)
+    with pytest.raises(Exception) as want:
+        fn(t)
+    with pytest.raises(Exception) as got:
+        fn(t.detach().to(DEV).requires_grad_())
+    assert isinstance(got.value, type(want.value)), (got.value, want.value)
+    if isinstance(got.value, lr.ShapeError):
+        assert got.value.code.startswith("SI")
 
 
 def test_resize_and_set_are_refused():
