@@ -324,16 +324,14 @@ def table(rows, micro, steps, rounds):
              "included) over the ATen ops it recorded; in dispatch: the part of it spent "
              "inside the runtime's `__torch_dispatch__` (recording, rules, views, write-back; "
              "`dispatch_us_per_op`, a separate run), the rest being torch's own (autograd's "
-             "engine, module and optimizer code); beyond eager: µs per recorded op less the "
-             "eager step's time per op (what tracing costs over running the step eagerly, "
-             "whose time includes its compute). The small examples are tracing-bound "
+             "engine, module and optimizer code). The small examples are tracing-bound "
              "(hundreds of ops of microseconds each); the wide MLP shows the runtime once each "
              "op does real work.", "",
              "| model | eager (ms) | lazy (ms) | lazy replay (ms) | whole step (ms) | jax.jit (ms) "
              "| lazy / jax.jit | replay / jax.jit | whole step / jax.jit | whole step / eager "
              "| ops/step traced (replay) | µs per recorded op | of which in dispatch "
-             "| beyond eager | first result lazy (s) | first result jax (s) |",
-             "|---|---:|---:|---:|---:|---:|---:|---:|---:|---:|---:|---:|---:|---:|---:|---:|"]
+             "| first result lazy (s) | first result jax (s) |",
+             "|---|---:|---:|---:|---:|---:|---:|---:|---:|---:|---:|---:|---:|---:|---:|"]
     for cfg, side, lazy, rep in rows:
         r = rep["step_ms"] if rep else float("nan")
         e, w, j = side["eager"], side["whole"], side["jax"]
@@ -342,7 +340,6 @@ def table(rows, micro, steps, rounds):
                      f"{r / j:.2f}x | {w / j:.2f}x | {w / e:.2f}x | {lazy['ops_per_step']} "
                      f"({rep['ops_per_step'] if rep else '-'}) | "
                      f"{lazy['us_per_op']:.1f} | {lazy['dispatch_us_per_op']:.1f} | "
-                     f"{lazy['us_per_op'] - e * 1e3 / lazy['ops_per_step']:.1f} | "
                      f"{lazy['ttfr_s']:.2f} | "
                      f"{side['jax_first_s']:.2f} |")
     lines += ["", "Tracing overhead of one recorded op outside autograd (median of 5 x 5000): " +
