@@ -36,7 +36,7 @@ from .metrics import METRICS
 from .ops import foreach, linalg, recurrent
 from .ops.elementwise import number_fits
 from .ops.registry import COMPLEX_OK, DECOMPOSITIONS, DYNAMIC_SCALARS, LOWERINGS, RULES
-from .tensor import (LazyTensor, new_base, new_view, node_of, write, contiguous_strides,
+from .tensor import (DEVICE, LazyTensor, new_base, new_view, node_of, write, contiguous_strides,
                      view_strides)
 
 aten = torch.ops.aten
@@ -831,6 +831,36 @@ _HANDLERS: dict = {}
 
 
 def _resolve(func):
+    handler = _resolve_lazy(func)
+    if any(a.name == "device" and a.kwarg_only for a in func._schema.arguments):
+        return functools.partial(_to_the_named_device, handler)
+    return handler
+
+
+def _to_the_named_device(handler, func, args, kwargs):
+    """An op taking ``device=`` (``zeros_like(x, device="cpu")``, ``x.new_zeros(...,
+    device="cpu")``, ``linspace`` of tensor ends) that names another device: made there by
+    torch, as eager does. Lazy arguments enter as their values (a read, as torch's
+    ``item()`` of a CUDA end), or as meta tensors where only their shape and dtype count
+    (``*_like``, ``new_*``: no barrier)."""
+    device = kwargs.get("device")
+    if device is None or torch.device(device).type == DEVICE.type:
+        return handler(func, args, kwargs)
+    name = func._schema.name.split("::")[-1]
+    meta = name.endswith("_like") or name.startswith("new_")
+
+    def away(a):
+        if not isinstance(a, LazyTensor):
+            return a
+        if meta:
+            return torch.empty_strided(tuple(a.shape), a.stride(), dtype=a.dtype,
+                                       device="meta")
+        from .executor import to_cpu
+        return to_cpu(a)
+    return func(*[away(a) for a in args], **{k: away(v) for k, v in kwargs.items()})
+
+
+def _resolve_lazy(func):
     if func in config.force_fallback:
         return _no_lowering
     if func in SPECIAL:

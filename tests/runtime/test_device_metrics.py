@@ -189,3 +189,30 @@ def test_warns_where_cuda_is_usable(monkeypatch):
         assert backend.warn_if_cuda()
     monkeypatch.setattr(torch.cuda, "is_available", lambda: False)
     assert not backend.warn_if_cuda()
+
+
+@pytest.mark.parametrize("make", [
+    lambda x, s: torch.zeros_like(x, device="cpu"),
+    lambda x, s: torch.full_like(x, 2.5, dtype=torch.float64, device="cpu"),
+    lambda x, s: torch.ones_like(x, device=torch.device("cpu")),
+    lambda x, s: x.new_zeros((2, 3), device="cpu"),
+    lambda x, s: x.new_full((2,), 7, device="cpu"),
+    lambda x, s: torch.empty_like(x, device="cpu").fill_(1),
+    lambda x, s: torch.linspace(s, 5.0, 4, device="cpu"),
+    lambda x, s: torch.logspace(0.0, s, 3, device="cpu"),
+], ids=["zeros_like", "full_like", "ones_like", "new_zeros", "new_full", "empty_like",
+        "linspace", "logspace"])
+def test_a_factory_naming_the_cpu_makes_a_cpu_tensor(make):
+    """``zeros_like(x, device="cpu")`` & co. of lazy arguments: a CPU tensor, as eager
+    torch gives; those that take only x's shape and dtype run no barrier."""
+    x, s = torch.randn(3, 2), torch.tensor(2.0)
+    want = make(x, s)
+    xl = x.to(DEV) * 1   # pending
+    sl = s.to(DEV)
+    lr.mark_step()
+    xl = xl * 1
+    syncs = lr.metrics()["syncs"]
+    got = make(xl, sl)
+    assert type(got) is torch.Tensor and got.device.type == "cpu"
+    torch.testing.assert_close(got, want)
+    assert lr.metrics()["syncs"] == syncs   # (sl's value is data: read without a barrier)
