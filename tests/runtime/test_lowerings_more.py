@@ -204,6 +204,8 @@ for _red in ("add", "multiply"):
 # XLA's pow of a runtime base agreed with libm's bit for bit in every trial, but it is a
 # libm-class function whose last bit no one promises: float results get one unit in the
 # last place (rtol 2.3e-16 for float64, 1.2e-7 for float32), integers (truncated) none.
+# Each call names its end's device: a factory's result is on the device it names (torch's
+# default device, the CPU, otherwise).
 
 
 def ends(g, r, dtype=F32, lo=-100, hi=100):
@@ -211,34 +213,42 @@ def ends(g, r, dtype=F32, lo=-100, hi=100):
 
 
 for _steps in (0, 1, 2, 7, 100, 1001):
-    case(f"linspace-f32-{_steps}", lambda a, b, n=_steps: torch.linspace(a, b, n),
+    case(f"linspace-f32-{_steps}",
+         lambda a, b, n=_steps: torch.linspace(a, b, n, device=a.device),
          lambda g, r: ends(g, r), rtol=0, atol=0)
 for _dt in (F64, F16, BF16, I64, I32, U8):
-    case(f"linspace-{_dt}", lambda a, b, dt=_dt: torch.linspace(a, b, 37, dtype=dt),
+    case(f"linspace-{_dt}",
+         lambda a, b, dt=_dt: torch.linspace(a, b, 37, dtype=dt, device=a.device),
          lambda g, r, dt=_dt: ends(g, r, F64, *((0, 250) if dt == U8 else (-100, 100))),
          rtol=0, atol=0)
-case("linspace-int-ends", lambda a, b: (torch.linspace(a, b, 50),
-                                        torch.linspace(a, b, 9, dtype=I64)),
+case("linspace-int-ends", lambda a, b: (torch.linspace(a, b, 50, device=a.device),
+                                        torch.linspace(a, b, 9, dtype=I64, device=a.device)),
      lambda g, r: ends(g, r, I64), rtol=0, atol=0)
-case("linspace-tensor-scalar", lambda a, b: (torch.linspace(a, 17.25, 33),
-                                             torch.linspace(-3, b, 20, dtype=F64)),
+case("linspace-tensor-scalar", lambda a, b: (torch.linspace(a, 17.25, 33, device=a.device),
+                                             torch.linspace(-3, b, 20, dtype=F64,
+                                                            device=b.device)),
      lambda g, r: ends(g, r), rtol=0, atol=0)
-case("linspace-infinite-start", lambda a, b: torch.linspace(a, b, 5),
+case("linspace-infinite-start", lambda a, b: torch.linspace(a, b, 5, device=a.device),
      lambda g, r: [torch.tensor(float("inf")), torch.tensor(1.0)], rtol=0, atol=0)
 for _steps, _base in ((1, 10.0), (2, 2.0), (9, 10.0), (200, 3.5)):
     case(f"logspace-f32-{_steps}", lambda a, b, n=_steps, bs=_base: torch.logspace(
-        a, b, n, base=bs), lambda g, r: ends(g, r, F32, -8, 8), rtol=1.2e-7, atol=0)
-case("logspace-f64", lambda a, b: torch.logspace(a, b, 101, dtype=F64),
+        a, b, n, base=bs, device=a.device), lambda g, r: ends(g, r, F32, -8, 8), rtol=1.2e-7,
+        atol=0)
+case("logspace-f64", lambda a, b: torch.logspace(a, b, 101, dtype=F64, device=a.device),
      lambda g, r: ends(g, r, F64, -8, 8), rtol=2.3e-16, atol=0)
 for _dt in (F16, BF16):
-    case(f"logspace-{_dt}", lambda a, b, dt=_dt: torch.logspace(a, b, 23, base=2.0, dtype=dt),
+    case(f"logspace-{_dt}", lambda a, b, dt=_dt: torch.logspace(a, b, 23, base=2.0, dtype=dt,
+                                                                device=a.device),
          lambda g, r: ends(g, r, F32, -6, 6), rtol=0, atol=0)
-case("logspace-int64", lambda a, b: (torch.logspace(a, b, 13, dtype=I64),
-                                     torch.logspace(a, b, 11, base=2.0, dtype=I64),
-                                     torch.logspace(a, 2, 1, base=3.0, dtype=I32)),
+case("logspace-int64", lambda a, b: (torch.logspace(a, b, 13, dtype=I64, device=a.device),
+                                     torch.logspace(a, b, 11, base=2.0, dtype=I64,
+                                                    device=a.device),
+                                     torch.logspace(a, 2, 1, base=3.0, dtype=I32,
+                                                    device=a.device)),
      lambda g, r: ends(g, r, I64, -1, 7), rtol=0, atol=0)
-case("logspace-scalar-ends", lambda a, b: (torch.logspace(a, 1.5, 12),
-                                           torch.logspace(-2, b, 7, base=2.0, dtype=F64)),
+case("logspace-scalar-ends", lambda a, b: (torch.logspace(a, 1.5, 12, device=a.device),
+                                           torch.logspace(-2, b, 7, base=2.0, dtype=F64,
+                                                          device=b.device)),
      lambda g, r: ends(g, r, F32, -3, 3), rtol=2.3e-16, atol=0)
 
 (forward_results, backward_results, test_lowering_matches_torch, test_backward_matches_torch,
@@ -286,12 +296,12 @@ def test_take_out_of_range_raises_at_the_read():
 
 def test_linspace_end_out_of_the_types_range_raises_torchs_error_at_the_read():
     big = torch.tensor(1e300, dtype=F64)
-    _raises_lazily(lambda a: torch.linspace(a, 1.0, 3), [big], RuntimeError,
+    _raises_lazily(lambda a: torch.linspace(a, 1.0, 3, device=a.device), [big], RuntimeError,
                    "converted to type float without overflow")
-    _raises_lazily(lambda a: torch.linspace(a, 1.0, 3, dtype=torch.int8),
+    _raises_lazily(lambda a: torch.linspace(a, 1.0, 3, dtype=torch.int8, device=a.device),
                    [torch.tensor(300.0)], RuntimeError, "int8_t without overflow")
-    _raises_lazily(lambda a: torch.logspace(a, 1.0, 1), [torch.tensor(50.0)], RuntimeError,
-                   "float without overflow")
+    _raises_lazily(lambda a: torch.logspace(a, 1.0, 1, device=a.device), [torch.tensor(50.0)],
+                   RuntimeError, "float without overflow")
 
 
 # ---- what stays eager: torch's errors, and shapes that depend on values ------------------
@@ -311,8 +321,10 @@ _EAGER = {
                                 torch.ones(2, dtype=I64)]),
     "scatter-src-dtype": (lambda x, i, s: x.scatter(0, i, s),
                           [torch.ones(3), torch.zeros(2, dtype=I64), torch.ones(2, dtype=F64)]),
-    "linspace-1d-start": (lambda a, b: torch.linspace(a, b, 3), [torch.ones(1), torch.ones(())]),
-    "linspace-bool": (lambda a, b: torch.linspace(a, b, 3, dtype=BOOL), [torch.ones(())] * 2),
+    "linspace-1d-start": (lambda a, b: torch.linspace(a, b, 3, device=a.device),
+                          [torch.ones(1), torch.ones(())]),
+    "linspace-bool": (lambda a, b: torch.linspace(a, b, 3, dtype=BOOL, device=a.device),
+                      [torch.ones(())] * 2),
 }
 
 
