@@ -547,15 +547,9 @@ def _alias(func, args, kwargs):
 
 
 def _to_copy(func, args, kwargs):
-    from .executor import to_cpu
+    """A copy on this device (one to another device: ``_to_the_named_device``)."""
     x = args[0]
-    device = kwargs.get("device")
     dtype = kwargs.get("dtype")
-    if device is not None and torch.device(device).type != x.device.type:
-        if torch.device(device).type != "cpu":
-            raise UnsupportedOperation(f"cannot copy a lazy tensor to {device}; go through .cpu()")
-        out = to_cpu(x)
-        return out.to(dtype) if dtype is not None and dtype != out.dtype else out
     return new_base(convert(node_of(x), dtype if dtype is not None else x.dtype))
 
 
@@ -656,9 +650,6 @@ def _random_like(func, args, kwargs):
     """randn_like, rand_like, randint_like: an empty tensor like ``args[0]`` filled in
     place by normal_, uniform_ or random_ (the runtime's seeded stream)."""
     x = args[0]
-    device = kwargs.get("device")
-    if device is not None and torch.device(device).type != x.device.type:
-        raise NoLowering(func, f"device={device} for a lazy tensor's like")
     out = aten.empty_like.default(x, dtype=kwargs.get("dtype") or x.dtype)
     name = func._schema.name
     if name == "aten::randn_like":
@@ -838,14 +829,20 @@ def _resolve(func):
 
 
 def _to_the_named_device(handler, func, args, kwargs):
-    """An op taking ``device=`` (``zeros_like(x, device="cpu")``, ``x.new_zeros(...,
-    device="cpu")``, ``linspace`` of tensor ends) that names another device: made there by
-    torch, as eager does. Lazy arguments enter as their values (a read, as torch's
-    ``item()`` of a CUDA end), or as meta tensors where only their shape and dtype count
-    (``*_like``, ``new_*``: no barrier)."""
+    """An op taking ``device=`` (``x.to("cpu")``, ``zeros_like(x, device="cpu")``,
+    ``x.new_zeros(..., device="cpu")``, ``linspace`` of tensor ends) that names the CPU (or
+    meta): made there by torch, as eager does. Lazy arguments enter as their values (a
+    read, as torch's ``item()`` of a CUDA end), or as meta tensors where only their shape
+    and dtype count (``*_like``, ``new_*``: no barrier). Another accelerator is refused."""
     device = kwargs.get("device")
-    if device is None or torch.device(device).type == DEVICE.type:
+    if device is None:
         return handler(func, args, kwargs)
+    kind = torch.device(device).type
+    if kind == DEVICE.type:
+        return handler(func, args, kwargs)
+    if kind not in ("cpu", "meta"):
+        raise UnsupportedOperation(f"{func}: cannot copy a lazy tensor to {device}, nor make "
+                                   "a tensor there from one; go through .cpu()")
     name = func._schema.name.split("::")[-1]
     meta = name.endswith("_like") or name.startswith("new_")
 

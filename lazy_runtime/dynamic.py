@@ -763,11 +763,8 @@ def settle(n: ir.Node):
 
 def exact_inputs(g: ir.Graph):
     """The data arrays at their true shapes (padded results are unpadded)."""
-    out = []
-    for n, v in zip((n for n in g.nodes if n.op is ir.DATA), g.data):
-        out.append((settle(n) if type(v) is np.ndarray else v) if leaf_pad(n) is None
-                   else put_host(true_value(n)))
-    return out
+    return [settle(n) if leaf_pad(n) is None else put_host(true_value(n))
+            for n in g.nodes if n.op is ir.DATA]
 
 
 def result_leaf(n: ir.Node, value, layout, plan: SymPlan) -> ir.Node:

@@ -2,6 +2,7 @@
 against eager torch (the oracle). Each ``test_lowerings*.py`` file holds its own cases."""
 
 import random
+import warnings
 
 import pytest
 import torch
@@ -150,3 +151,18 @@ def error_of(fn, xs):
     except Exception as e:  # the error itself is what is compared
         return type(e), str(e)
     return None
+
+
+def assert_torchs_error(fn, xs):
+    """``fn`` on lazy copies of ``xs`` (its result read) raises the error eager torch
+    raises on ``xs``; metrics are reset first, for the caller's checks of them."""
+    def read(out):
+        if isinstance(out, (tuple, list)):
+            return [read(o) for o in out]
+        return out.cpu() if isinstance(out, torch.Tensor) else out
+    with warnings.catch_warnings():
+        warnings.simplefilter("ignore")   # (uint8 masks and indices are deprecated)
+        want = error_of(fn, [x.clone() for x in xs])
+        assert want is not None, "torch accepts this case"
+        lr.reset_metrics()
+        assert error_of(lambda *a: read(fn(*a)), to_lazy([x.clone() for x in xs])) == want

@@ -125,6 +125,7 @@ def test_copies_to_the_device_are_staged_until_a_graph_reads_them():
     src = torch.randn(4, 3)
     want = src.clone()
     lr.mark_step()
+    lr.clear_cache()   # (no graph family learnt in another test runs these padded)
     before = lr.metrics()["transfers_to_device"]
     x = src.to(DEV)
     src.add_(100.0)   # the copy was taken at .to(dev)
@@ -216,3 +217,18 @@ def test_a_factory_naming_the_cpu_makes_a_cpu_tensor(make):
     assert type(got) is torch.Tensor and got.device.type == "cpu"
     torch.testing.assert_close(got, want)
     assert lr.metrics()["syncs"] == syncs   # (sl's value is data: read without a barrier)
+
+
+def test_a_copy_or_factory_naming_another_accelerator_is_refused():
+    """Only the CPU (and meta) are made from lazy arguments; another accelerator is refused
+    with the way through the CPU (called at the dispatch boundary: on this machine torch
+    refuses a CUDA device before it)."""
+    from lazy_runtime import dispatch
+    aten = torch.ops.aten
+    x = torch.randn(3).to(DEV)
+    cuda = {"device": torch.device("cuda")}
+    for func, args in ((aten._to_copy.default, (x,)), (aten.zeros_like.default, (x,)),
+                       (aten.randn_like.default, (x,))):
+        with pytest.raises(lr.UnsupportedOperation, match="go through .cpu()"):
+            dispatch._run(func, args, dict(cuda))
+    assert torch.zeros_like(x, device="meta").device.type == "meta"

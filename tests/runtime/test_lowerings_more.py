@@ -12,8 +12,8 @@ import torch
 
 import lazy_runtime as lr
 from conftest import DEV, assert_same, to_lazy
-from lowering_harness import (BF16, BOOL, F16, F32, F64, I32, I64, U8, Case, error_of,
-                              lowering_tests, rnd, shape)
+from lowering_harness import (BF16, BOOL, F16, F32, F64, I32, I64, U8, Case,
+                              assert_torchs_error, lowering_tests, rnd, shape)
 
 # (torch deprecates ``scatter``'s reduce= with a tensor source: the form tested here)
 pytestmark = pytest.mark.filterwarnings("ignore:The reduce argument of torch.scatter")
@@ -330,11 +330,7 @@ _EAGER = {
 
 @pytest.mark.parametrize("name", list(_EAGER))
 def test_arguments_torch_refuses_run_eagerly_and_raise_its_error(name):
-    fn, xs = _EAGER[name]
-    want = error_of(fn, xs)
-    assert want is not None
-    lr.reset_metrics()
-    assert error_of(fn, to_lazy(xs)) == want
+    assert_torchs_error(*_EAGER[name])
     assert lr.metrics()["fallback_ops"] != {}
 
 
