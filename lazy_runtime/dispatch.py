@@ -161,6 +161,13 @@ FUNCTIONAL_OF = {
     aten.rrelu_with_noise.default: aten.rrelu_with_noise_functional.default,
     aten.rrelu_with_noise_.default: aten.rrelu_with_noise_functional.default,
 }
+# ``x &= y`` & co. (``__iand__``): their functional forms are the ``bitwise_*`` ops.
+for _inplace, _functional_name in (("__iand__", "bitwise_and"), ("__ior__", "bitwise_or"),
+                                   ("__ixor__", "bitwise_xor"), ("__ilshift__", "__lshift__"),
+                                   ("__irshift__", "__rshift__")):
+    for _overload in ("Tensor", "Scalar"):
+        FUNCTIONAL_OF[getattr(getattr(aten, _inplace), _overload)] = getattr(
+            getattr(aten, _functional_name), _overload)
 # Ops that write to arguments their schema does not mark as written (a legacy quirk).
 UNMARKED_WRITES = {
     aten.native_batch_norm.default: ((3, 4), ()),
@@ -595,10 +602,34 @@ def _local_scalar_dense(func, args, kwargs):
     return v if v is not None else to_cpu(args[0]).item()
 
 
+def _read_bool(t) -> bool:
+    return bool(_local_scalar_dense(None, (t,), {}))
+
+
 def _item(self):
     """``LazyTensor.item``: torch's dispatch skipped where the number is read straight."""
     v = _read_direct(self)
     return v if v is not None else torch.Tensor.item(self)
+
+
+def _equal(func, args, kwargs):
+    """``torch.equal``: the elements compared on the device and one bool read (a barrier),
+    where the eager fallback copied both tensors to the host. Sizes that differ are
+    unequal with no read; dtypes are promoted, as torch's ``equal`` does."""
+    a, b = args
+    if not (isinstance(a, LazyTensor) and isinstance(b, LazyTensor)):
+        raise NoLowering(func, "an operand on another device")
+    if a.shape != b.shape:
+        return False
+    return _read_bool(aten.all.default(aten.eq.Tensor(a, b)))
+
+
+def _allclose(func, args, kwargs):
+    """``torch.allclose``: torch's own definition (``isclose(...).all()``), on the device."""
+    a, b = args[0], args[1]
+    if not (isinstance(a, LazyTensor) and isinstance(b, LazyTensor)):
+        raise NoLowering(func, "an operand on another device")
+    return _read_bool(aten.all.default(aten.isclose.default(a, b, *args[2:], **kwargs)))
 
 
 def _factory_like(func, args, kwargs):
@@ -673,6 +704,8 @@ SPECIAL = {
     aten.resize_.default: _resize,
     aten.resize_as_.default: _unsupported,
     aten._linalg_check_errors.default: linalg.check_errors,
+    aten.equal.default: _equal,
+    aten.allclose.default: _allclose,
 }
 for _op in _INPLACE_VIEWS:
     SPECIAL[_op] = _inplace_view
