@@ -186,17 +186,24 @@ def functional_of(func):
         packet = getattr(aten, name)
         for ov in packet.overloads():
             cand = getattr(packet, ov)
-            if _mutated_args(cand) != ((), ()):
-                continue
-            have = [(a.name, str(a.type)) for a in cand._schema.arguments]
-            if have == want:
+            if _mutated_args(cand) == ((), ()) and _signature(cand) == want:
                 return cand
         return None
     if name.endswith("_"):
+        # the overload taking the same arguments (``pow_.Scalar`` is ``pow.Tensor_Scalar``:
+        # ``pow.Scalar`` raises a number to tensor powers)
         packet = getattr(aten, name[:-1], None)
-        if packet is not None and func._overloadname in packet.overloads():
-            return getattr(packet, func._overloadname)
+        if packet is None:
+            return None
+        want = _signature(func)
+        names = sorted(packet.overloads(), key=lambda ov: ov != func._overloadname)
+        return next((getattr(packet, ov) for ov in names
+                     if _signature(getattr(packet, ov)) == want), None)
     return None
+
+
+def _signature(func) -> list:
+    return [(a.name, str(a.type)) for a in func._schema.arguments]
 
 
 _MUTATION_PLANS: dict = {}
