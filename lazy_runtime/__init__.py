@@ -22,7 +22,7 @@ from .device import device
 from .dynamic import mark_dynamic
 from .compile import compile, compile_optimizer  # noqa: A004
 from .errors import (DimOutOfRangeError, IndexCheckError, LazyRuntimeError, ShapeError,
-                     ShapeMismatchError, UnsupportedOperation)
+                     ShapeMismatchError, UnsupportedOperation, ZeroDivisionCheckError)
 from .step import compile_step
 from .executor import cache_info, clear_cache, mark_step, sync
 from .metrics import metrics, metrics_report, reset_metrics
@@ -32,6 +32,7 @@ from .tensor import LazyTensor
 __all__ = ["device", "mark_step", "sync", "metrics", "metrics_report", "reset_metrics",
            "manual_seed", "config", "cache_info", "clear_cache", "force_fallback",
            "LazyTensor", "LazyRuntimeError", "UnsupportedOperation", "IndexCheckError",
+           "ZeroDivisionCheckError",
            "ShapeError", "ShapeMismatchError", "DimOutOfRangeError", "is_lazy",
            "mark_dynamic", "compile", "compile_optimizer", "compile_step"]
 

@@ -639,6 +639,14 @@ def _allclose(func, args, kwargs):
     return _read_bool(aten.all.default(aten.isclose.default(a, b, *args[2:], **kwargs)))
 
 
+def _polygamma_(func, args, kwargs):
+    """``x.polygamma_(n)``: ``polygamma(n, x)`` written into ``x`` (the functional form
+    takes its arguments the other way round, so it is not found by name)."""
+    x, n = args
+    _write_checked(func, x, record(aten.polygamma.default, (n, x), {}))
+    return x
+
+
 def _factory_like(func, args, kwargs):
     """zeros_like & co.: device data made on the host (no compile, stable graph keys)."""
     from .executor import host_constant
@@ -713,6 +721,7 @@ SPECIAL = {
     aten._linalg_check_errors.default: linalg.check_errors,
     aten.equal.default: _equal,
     aten.allclose.default: _allclose,
+    aten.polygamma_.default: _polygamma_,
 }
 for _op in _INPLACE_VIEWS:
     SPECIAL[_op] = _inplace_view

@@ -44,6 +44,12 @@ class IndexCheckError(LazyRuntimeError, IndexError):
     and give a wrong value; torch raises at once on the CPU, at the next sync on CUDA)."""
 
 
+class ZeroDivisionCheckError(LazyRuntimeError, RuntimeError):
+    """An integer division by zero (``//``, ``%``, ``fmod``, ``div`` with a rounding mode),
+    found on the device after its graph ran: XLA gives a value where torch raises
+    ``RuntimeError('ZeroDivisionError')`` on the CPU."""
+
+
 class ShapeMismatchError(ShapeError, RuntimeError):
     """Shapes an op refuses (torch raises ``RuntimeError``); ``code`` is the analyzer's."""
 

@@ -21,12 +21,13 @@ import torch
 
 from . import dtypes, dynamic, fold, ir, replay
 from .config import config
-from .errors import IndexCheckError, LazyRuntimeError, PaddedLoweringError, UnsupportedOperation
+from .errors import (IndexCheckError, LazyRuntimeError, PaddedLoweringError,
+                     UnsupportedOperation, ZeroDivisionCheckError)
 from .metrics import METRICS
 from .ops.common import check_index, is_array, out_of_range
 from .ops.padding import index_check_pre
 from .ops.registry import (CHECKING, LOWERINGS, TRACE_CHECKS, TRACE_INPUT_CHECKS, TRACE_INPUTS,
-                           TRACE_SCRATCH, LowerCtx)
+                           TRACE_SCRATCH, ZERO_DIVISION, LowerCtx)
 from .tensor import new_base, take_pending, apply_step_numpy
 
 _x64 = jax.enable_x64
@@ -240,9 +241,10 @@ def verify_checks() -> None:
         for flags, messages in parts:
             bad = np.asarray(flags)
             if bad.any():
-                err = IndexCheckError(messages[int(np.argmax(bad))] + " (checked when its "
-                                      "graph ran: the values that graph computed are "
-                                      "unusable)")
+                message = messages[int(np.argmax(bad))]
+                cls = ZeroDivisionCheckError if message == ZERO_DIVISION else IndexCheckError
+                err = cls(message + " (checked when its graph ran: the values that graph "
+                          "computed are unusable)")
                 _poison([st for st in (ref() for ref in wrote) if st is not None], err)
                 raise err
 

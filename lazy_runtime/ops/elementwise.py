@@ -20,7 +20,7 @@ from jax import lax
 from .. import dtypes as D
 from ..errors import NoLowering
 from .common import bshape, cast, is_array, jdt, vjp
-from .registry import ELEMENTWISE, lowering, refuse, rule
+from .registry import ELEMENTWISE, ZERO_DIVISION, check, lowering, refuse, rule
 
 aten = torch.ops.aten
 
@@ -228,6 +228,17 @@ def _div_mode(a, b, rounding_mode=None):
     return jnp.trunc(a / b)
 
 
+def _nonzero_divisor(fn):
+    """``fn(a, b, ...)``, an integer division, checked for a zero divisor:
+    torch raises where XLA gives a value (``ZeroDivisionCheckError`` at the next read; off
+    where the divisor is padded, as every check)."""
+    def checked(a, b, **kwargs):
+        if jnp.issubdtype(jnp.result_type(a, b), jnp.integer):   # (a true division: float)
+            check(jnp.asarray(b) == 0, ZERO_DIVISION)
+        return fn(a, b, **kwargs)
+    return checked
+
+
 def _pow(a, b):
     if isinstance(b, int) and not isinstance(b, bool) and b >= 0:
         return lax.integer_pow(a, b)
@@ -253,10 +264,12 @@ elementwise(aten.rsub.Tensor, aten.rsub.Scalar, fn=lambda a, b, alpha=1: _sub(b,
 elementwise(aten.mul.Tensor, aten.mul.Scalar, fn=jnp.multiply, operands=(0, 1))
 elementwise(aten.div.Tensor, aten.div.Scalar, fn=jnp.true_divide, kind=D.INT_TO_FLOAT,
             operands=(0, 1))
-elementwise(aten.floor_divide.default, aten.floor_divide.Scalar, fn=jnp.floor_divide,
+elementwise(aten.floor_divide.default, aten.floor_divide.Scalar,
+            fn=_nonzero_divisor(jnp.floor_divide), operands=(0, 1))
+elementwise(aten.remainder.Tensor, aten.remainder.Scalar, aten.remainder.Scalar_Tensor,
+            fn=_nonzero_divisor(jnp.remainder), operands=(0, 1))
+elementwise(aten.fmod.Tensor, aten.fmod.Scalar, fn=_nonzero_divisor(jnp.fmod),
             operands=(0, 1))
-elementwise(aten.remainder.Tensor, aten.remainder.Scalar, fn=jnp.remainder, operands=(0, 1))
-elementwise(aten.fmod.Tensor, aten.fmod.Scalar, fn=jnp.fmod, operands=(0, 1))
 elementwise(aten.pow.Tensor_Tensor, aten.pow.Scalar, fn=_pow, operands=(0, 1))
 elementwise(aten.pow.Tensor_Scalar, fn=_pow, operands=(0, 1), static=(1,))
 # an integer tensor to a negative Python power: torch refuses it (a tensor of negative
@@ -302,10 +315,21 @@ def _shift(left):
 for _names, _left in ((("__lshift__", "bitwise_left_shift"), True),
                       (("__rshift__", "bitwise_right_shift"), False)):
     _lsh, _blsh = (getattr(aten, n) for n in _names)
-    elementwise(_lsh.Tensor, _lsh.Scalar, _blsh.Tensor, _blsh.Tensor_Scalar,
+    elementwise(_lsh.Tensor, _lsh.Scalar, _blsh.Tensor, _blsh.Tensor_Scalar, _blsh.Scalar_Tensor,
                 fn=_shift(_left), operands=(0, 1), integral="lshift" if _left else "rshift")
 
-elementwise(aten.div.Tensor_mode, aten.div.Scalar_mode, fn=_div_mode, operands=(0, 1))
+elementwise(aten.div.Tensor_mode, aten.div.Scalar_mode, fn=_nonzero_divisor(_div_mode),
+            operands=(0, 1))
+_INTEGER_DIVISIONS = (aten.floor_divide.default, aten.floor_divide.Scalar, aten.remainder.Tensor,
+                      aten.remainder.Scalar, aten.remainder.Scalar_Tensor, aten.fmod.Tensor,
+                      aten.fmod.Scalar, aten.div.Tensor_mode, aten.div.Scalar_mode)
+# torch builds no bool kernels for them (its error)
+refuse(_INTEGER_DIVISIONS, lambda args, dt: dt is torch.bool, "a division of bools")
+# the number 0 as divisor is known when the op is recorded: torch runs (its error, at once);
+# any other divisor is checked on the device (``_nonzero_divisor``: a number that may
+# change between steps is a graph input)
+refuse(_INTEGER_DIVISIONS, lambda args, dt: type(args[1]) in (int, bool) and args[1] == 0
+       and not (dt.is_floating_point or dt.is_complex), "an integer division by the number 0")
 elementwise(aten.lerp.Scalar, aten.lerp.Tensor, fn=_lerp, operands=(0, 1))
 elementwise(aten.addcmul.default, operands=(0, 1, 2),
             fn=lambda s, a, b, value=1: s + (a * b if _is_one(value) else value * a * b))

@@ -62,6 +62,10 @@ class InputCheck:
     message: str
 
 
+# torch's message for an integer division by zero (``check``'s error is then a RuntimeError)
+ZERO_DIVISION = "ZeroDivisionError"
+
+
 def check(bad, message: str) -> None:
     """Make the graph raise ``message`` after it runs if ``bad`` (a JAX bool array) has a
     true element: what torch checks on the host, or as a device-side assert on CUDA (an

@@ -348,14 +348,14 @@ def test_every_complex_op_is_checked_by_a_case():
 
 @pytest.mark.parametrize("dt", [C64, C128])
 def test_svd_gradients_of_complex_matrices(dt):
-    """torch's complex SVD backward checks on the host (``allclose``, run eagerly) that the
-    loss does not depend on the singular vectors' phases; everything else is lowered."""
+    """torch's complex SVD backward checks (``allclose``: computed on the device, one bool
+    read) that the loss does not depend on the singular vectors' phases; all is lowered."""
     cases = [Case(f"svd-grad-{rows}-{dt}", _svd_invariants, _general(dt, rows), grad=True,
                   **LINALG_TOL[dt]) for rows in ("tall", "wide", "square")]
     results = run_all(cases, grad=True)
     for c in cases:
         check_backward(c, results)
-    assert set(results["__fallbacks__"]) == {"aten.allclose.default"}
+    assert set(results["__fallbacks__"]) == set()
 
 
 # ---- views written through, ops without a complex lowering, errors --------------------

@@ -1,6 +1,7 @@
 """Ops that used to run eagerly, now lowered: ``segment_reduce`` (and its backward),
 ``repeat_interleave`` with ``output_size``, ``take``, ``bucketize`` (a 0-d input or a number),
-``scatter(..., reduce=)`` of bools, ``linspace``/``logspace`` with 0-d tensor ends. Each
+``scatter(..., reduce=)`` of bools, ``linspace``/``logspace`` with 0-d tensor ends,
+in-place ``polygamma_``, a number shifted or divided by a tensor. Each
 against eager torch at random sizes and several dtypes, gradients where torch has them.
 
 All cases are recorded first and computed by one barrier (two XLA compiles: values, then
@@ -250,6 +251,17 @@ case("logspace-scalar-ends", lambda a, b: (torch.logspace(a, 1.5, 12, device=a.d
                                            torch.logspace(-2, b, 7, base=2.0, dtype=F64,
                                                           device=b.device)),
      lambda g, r: ends(g, r, F32, -3, 3), rtol=2.3e-16, atol=0)
+
+
+# ---- a number shifted or divided by a tensor; in-place polygamma_ -----------------------
+I8 = torch.int8
+
+for _dt in (I8, I32, I64, U8):
+    case(f"number-first-shifts-remainder-{_dt}",
+         lambda t: (2 << t, -5 >> t, True << t, 7 % (t + 1), -9 % (t + 1)),
+         lambda g, r, dt=_dt: [rnd(g, shape(r), dt, 0, 80)], rtol=0, atol=0)
+case("polygamma-inplace", lambda x: (x.clone().polygamma_(1), x.clone().polygamma_(3)),
+     lambda g, r: [rnd(g, shape(r), F64, 0.1, 5)], rtol=1e-10, atol=0)
 
 (forward_results, backward_results, test_lowering_matches_torch, test_backward_matches_torch,
  test_every_case_was_lowered_not_run_eagerly) = lowering_tests(CASES)
