@@ -303,11 +303,14 @@ def _shift(left):
     """torch's shifts, defined for every amount: a negative one or one past the width
     gives 0 (left) or the sign (right); XLA leaves those to the hardware."""
     def fn(a, b):
-        bits = jnp.iinfo(a.dtype).bits
-        b = jnp.asarray(b, a.dtype)
+        dt = jnp.result_type(a, b)   # (``a`` may be a number: ``2 << t``)
+        bits = jnp.iinfo(dt).bits
+        a, b = jnp.asarray(a).astype(dt), jnp.asarray(b).astype(dt)   # (-5 >> u8: wraps)
         out_of_range = (b < 0) | (b >= bits)
         if left:
             return jnp.where(out_of_range, 0, jnp.left_shift(a, jnp.where(out_of_range, 0, b)))
+        if jnp.issubdtype(dt, jnp.unsignedinteger):   # no sign to shift in: 0
+            return jnp.where(out_of_range, 0, jnp.right_shift(a, jnp.where(out_of_range, 0, b)))
         return jnp.right_shift(a, jnp.where(out_of_range, bits - 1, b))
     return fn
 
