@@ -196,8 +196,8 @@ def functional_of(func):
         if packet is None:
             return None
         want = _signature(func)
-        names = sorted(packet.overloads(), key=lambda ov: ov != func._overloadname)
-        return next((getattr(packet, ov) for ov in names
+        overloads = sorted(packet.overloads(), key=lambda ov: ov != func._overloadname)
+        return next((getattr(packet, ov) for ov in overloads
                      if _signature(getattr(packet, ov)) == want), None)
     return None
 
@@ -619,13 +619,19 @@ def _item(self):
     return v if v is not None else torch.Tensor.item(self)
 
 
+def _both_lazy(func, args) -> tuple:
+    """The two tensors compared; one of another device runs eagerly (torch decides)."""
+    a, b = args[0], args[1]
+    if not (isinstance(a, LazyTensor) and isinstance(b, LazyTensor)):
+        raise NoLowering(func, "an operand on another device")
+    return a, b
+
+
 def _equal(func, args, kwargs):
     """``torch.equal``: the elements compared on the device and one bool read (a barrier),
     where the eager fallback copied both tensors to the host. Sizes that differ are
     unequal with no read; dtypes are promoted, as torch's ``equal`` does."""
-    a, b = args
-    if not (isinstance(a, LazyTensor) and isinstance(b, LazyTensor)):
-        raise NoLowering(func, "an operand on another device")
+    a, b = _both_lazy(func, args)
     if a.shape != b.shape:
         return False
     return _read_bool(aten.all.default(aten.eq.Tensor(a, b)))
@@ -633,9 +639,7 @@ def _equal(func, args, kwargs):
 
 def _allclose(func, args, kwargs):
     """``torch.allclose``: torch's own definition (``isclose(...).all()``), on the device."""
-    a, b = args[0], args[1]
-    if not (isinstance(a, LazyTensor) and isinstance(b, LazyTensor)):
-        raise NoLowering(func, "an operand on another device")
+    a, b = _both_lazy(func, args)
     return _read_bool(aten.all.default(aten.isclose.default(a, b, *args[2:], **kwargs)))
 
 
