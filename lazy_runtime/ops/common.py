@@ -32,7 +32,18 @@ def is_array(x) -> bool:
 
 
 def cast(x, dtype):
-    return x.astype(dtype) if is_array(x) and x.dtype != dtype else x
+    if not is_array(x) or x.dtype == dtype:
+        return x
+    return from_bool(x, dtype) if x.dtype == jnp.bool_ else x.astype(dtype)
+
+
+def from_bool(x, dtype):
+    """A bool array as ``dtype``: a select of 1 and 0 where the type is inexact, for XLA
+    rewrites ``a * convert(mask)`` to ``select(mask, a, 0)``, which makes ``inf * False``
+    and ``nan * False`` 0 where torch gives NaN (an autograd formula's ``grad * mask``)."""
+    if not jnp.issubdtype(dtype, jnp.inexact):
+        return x.astype(dtype)
+    return jnp.where(x, jnp.ones((), dtype), jnp.zeros((), dtype))
 
 
 def bshape(*xs) -> tuple:
@@ -75,8 +86,26 @@ def vjp(f, primals, cotangent):
     return pull(jax.tree.map(lambda c, o: c.astype(o.dtype), cotangent, out))
 
 
+def _keep_nan(reduce, x, axis, keepdims, initial):
+    r = reduce(x, axis=axis, keepdims=keepdims, initial=initial)
+    if not jnp.issubdtype(x.dtype, jnp.inexact):
+        return r
+    return jnp.where(jnp.isnan(x).any(axis=axis, keepdims=keepdims), jnp.nan, r)
+
+
+def amax(x, axis=None, keepdims=False, initial=None):
+    """``jnp.max`` that keeps a NaN as torch does: XLA:CPU's ``reduce_max`` may drop one
+    (openxla/xla#21461; measured: most rows of a (5000, 2) float32 max over its last axis)."""
+    return _keep_nan(jnp.max, x, axis, keepdims, initial)
+
+
+def amin(x, axis=None, keepdims=False, initial=None):
+    """``jnp.min`` that keeps a NaN (see ``amax``)."""
+    return _keep_nan(jnp.min, x, axis, keepdims, initial)
+
+
 __all__ = ["jnp", "jax", "sf", "D", "HIGHEST", "jdt", "is_array", "cast", "bshape", "norm_dim",
-           "norm_dims", "opmath", "vjp"]
+           "norm_dims", "opmath", "vjp", "amax", "amin", "from_bool"]
 
 
 def check_index(index, size: int, message: str, wraps: bool = False, ignore=None) -> None:

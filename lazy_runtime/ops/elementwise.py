@@ -126,7 +126,12 @@ def _mish(x):
 
 
 def _sign(x):
-    return x if x.dtype == jnp.bool_ else jnp.sign(x)   # a bool is its own sign, as in torch
+    if x.dtype == jnp.bool_:
+        return x   # a bool is its own sign, as in torch
+    if jnp.issubdtype(x.dtype, jnp.floating):   # torch's (0 < x) - (x < 0): 0 for NaN and -0
+        one = jnp.ones((), x.dtype)
+        return jnp.where(x > 0, one, jnp.where(x < 0, -one, jnp.zeros((), x.dtype)))
+    return jnp.sign(x)
 
 
 # ---- unary --------------------------------------------------------------------------
@@ -321,6 +326,38 @@ for _names, _left in ((("__lshift__", "bitwise_left_shift"), True),
     elementwise(_lsh.Tensor, _lsh.Scalar, _blsh.Tensor, _blsh.Tensor_Scalar, _blsh.Scalar_Tensor,
                 fn=_shift(_left), operands=(0, 1), integral="lshift" if _left else "rshift")
 
+def _gcd(a, b):
+    """torch's ``calc_gcd``: Euclid on ``abs`` of both (wrapping: abs of the type's
+    minimum stays negative) with C's truncating remainder. A fixed number of steps, for
+    Euclid on values below 2**bits ends within 1.44 * bits + 2 (Lame): a loop that cannot
+    run on, where a loop until done could."""
+    a, b = jnp.broadcast_arrays(jnp.abs(a), jnp.abs(b))
+
+    def step(_, ab):
+        a, b = ab
+        done = a == 0
+        return jnp.where(done, a, lax.rem(b, jnp.where(done, jnp.ones_like(a), a))), \
+            jnp.where(done, b, a)
+    steps = int(jnp.iinfo(a.dtype).bits * 1.45) + 3
+    return lax.fori_loop(0, steps, step, (a, b))[1]
+
+
+def _lcm(a, b):
+    """torch's ``abs(a / gcd * b)`` (0 where the gcd is), wrapping on overflow; C++
+    computes it in int for the narrower types (then wraps to the type)."""
+    a, b = jnp.broadcast_arrays(a, b)
+    dt = a.dtype
+    g = _gcd(a, b)
+    wide = jnp.promote_types(dt, jnp.int32)
+    a, b, g = (v.astype(wide) for v in (a, b, g))
+    r = jnp.abs(lax.div(a, jnp.where(g == 0, jnp.ones_like(g), g)) * b)
+    return jnp.where(g == 0, 0, r).astype(dt)
+
+
+elementwise(aten.gcd.default, fn=_gcd, operands=(0, 1), integral="gcd")
+elementwise(aten.lcm.default, fn=_lcm, operands=(0, 1), integral="lcm")
+refuse((aten.gcd.default, aten.lcm.default), lambda args, dt: dt is torch.bool,
+       "gcd or lcm of bools (torch builds no kernel)")
 elementwise(aten.div.Tensor_mode, aten.div.Scalar_mode, fn=_nonzero_divisor(_div_mode),
             operands=(0, 1))
 _INTEGER_DIVISIONS = (aten.floor_divide.default, aten.floor_divide.Scalar, aten.remainder.Tensor,
@@ -526,7 +563,7 @@ def lower_to_copy(ctx, x, **kwargs):
     dt = jdt(ctx.dtype)
     if jnp.iscomplexobj(x) and not jnp.issubdtype(dt, jnp.complexfloating):
         x = x != 0 if dt == jnp.bool_ else jnp.real(x)   # torch drops the imaginary part
-    return x.astype(dt)
+    return cast(x, dt)
 
 
 @rule(aten.fill.Scalar, aten.fill.Tensor, dynamic_scalars=True)

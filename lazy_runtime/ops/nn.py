@@ -16,7 +16,7 @@ from jax import lax
 
 from .. import random as lrandom
 from ..errors import NoLowering, UnsupportedOperation
-from .common import HIGHEST, check_index, norm_dim, opmath, sf, vjp
+from .common import HIGHEST, amax, check_index, norm_dim, opmath, sf, vjp
 from .registry import decomposition, lowering, rule
 
 aten = torch.ops.aten
@@ -139,8 +139,10 @@ def _lowest(dtype):
 
 
 def _max_pool(x, n, kernel_size, stride, padding, dilation, ceil_mode):
-    """(values, flat indices into the ``n`` spatial dims) of each window's maximum: NaN
-    wins, and among equal values the first in row-major order (torch's CPU kernel)."""
+    """(values, flat indices into the ``n`` spatial dims) of each window's maximum: the
+    last NaN wins, then the first of equal values in row-major order (torch's CPU kernel
+    scans, taking a greater value or any NaN). A total order, so the result does not
+    depend on the order XLA combines the window in."""
     k, s, p, d, out, high = _pool_geometry(x.shape, kernel_size, stride, padding, dilation,
                                            ceil_mode, n)
     lead = x.ndim - n
@@ -151,7 +153,8 @@ def _max_pool(x, n, kernel_size, stride, padding, dilation, ceil_mode):
     def pick(a, b):
         av, ai = a
         bv, bi = b
-        take_b = (bv > av) | (jnp.isnan(bv) & ~jnp.isnan(av)) | ((bv == av) & (bi < ai))
+        b_nan, a_nan = jnp.isnan(bv), jnp.isnan(av)
+        take_b = (bv > av) | (b_nan & (~a_nan | (bi > ai))) | ((bv == av) & (bi < ai))
         return jnp.where(take_b, bv, av), jnp.where(take_b, bi, ai)
 
     vals, inds = lax.reduce_window(
@@ -968,7 +971,7 @@ def lower_embedding_renorm(w, indices, max_norm, norm_type):
     named = jnp.zeros((w.shape[0],), jnp.bool_).at[indices.reshape(-1)].set(True)
     a = jnp.abs(_f32(w))
     if norm_type == float("inf"):
-        norm = a.max(axis=1)
+        norm = amax(a, axis=1)
     elif norm_type == 0:
         norm = (a != 0).sum(axis=1).astype(a.dtype)
     else:

@@ -10,7 +10,7 @@ import torch
 
 from .. import dtypes as D
 from ..errors import NoLowering
-from .common import jdt, norm_dim, norm_dims, opmath, sf, type_name
+from .common import amax, amin, jdt, norm_dim, norm_dims, opmath, sf, type_name
 from .layout import _check_dim_index, _full_index
 from .registry import check, decomposition, lowering, rule
 
@@ -78,12 +78,12 @@ def amax_rule(x, dim=(), keepdim=False):
 
 @lowering(aten.amax.default)
 def lower_amax(x, dim=(), keepdim=False):
-    return jnp.max(x, axis=norm_dims(_dims_arg(dim), x.ndim), keepdims=keepdim)
+    return amax(x, axis=norm_dims(_dims_arg(dim), x.ndim), keepdims=keepdim)
 
 
 @lowering(aten.amin.default)
 def lower_amin(x, dim=(), keepdim=False):
-    return jnp.min(x, axis=norm_dims(_dims_arg(dim), x.ndim), keepdims=keepdim)
+    return amin(x, axis=norm_dims(_dims_arg(dim), x.ndim), keepdims=keepdim)
 
 
 @rule(aten.max.default, aten.min.default)
@@ -93,12 +93,12 @@ def max_all_rule(x):
 
 @lowering(aten.max.default)
 def lower_max_all(x):
-    return jnp.max(x)
+    return amax(x)
 
 
 @lowering(aten.min.default)
 def lower_min_all(x):
-    return jnp.min(x)
+    return amin(x)
 
 
 @rule(aten.max.dim, aten.min.dim, multi=True)
@@ -118,13 +118,13 @@ def _arg_reduce(x, dim, keepdim, fn):
 
 @lowering(aten.max.dim)
 def lower_max_dim(x, dim, keepdim=False):
-    return jnp.max(x, axis=norm_dim(dim, x.ndim) if x.ndim else None, keepdims=keepdim), \
+    return amax(x, axis=norm_dim(dim, x.ndim) if x.ndim else None, keepdims=keepdim), \
         _arg_reduce(x, dim, keepdim, jnp.argmax)
 
 
 @lowering(aten.min.dim)
 def lower_min_dim(x, dim, keepdim=False):
-    return jnp.min(x, axis=norm_dim(dim, x.ndim) if x.ndim else None, keepdims=keepdim), \
+    return amin(x, axis=norm_dim(dim, x.ndim) if x.ndim else None, keepdims=keepdim), \
         _arg_reduce(x, dim, keepdim, jnp.argmin)
 
 
@@ -258,9 +258,9 @@ def lower_vector_norm(ctx, x, ord=2, dim=None, keepdim=False, *, dtype=None):
     axes = norm_dims(_dims_arg(dim), x.ndim)
     a = jnp.abs(_in_opmath(x, ctx.dtype))
     if ord == float("inf"):
-        return jnp.max(a, axis=axes, keepdims=keepdim)
+        return amax(a, axis=axes, keepdims=keepdim)
     if ord == float("-inf"):
-        return jnp.min(a, axis=axes, keepdims=keepdim)
+        return amin(a, axis=axes, keepdims=keepdim)
     if ord == 0:
         return jnp.sum(a != 0, axis=axes, keepdims=keepdim).astype(a.dtype)
     if ord == 1:
@@ -782,7 +782,8 @@ def lower_cdist(x1, x2, p, compute_mode=None):
     if p == 2:
         return jnp.sqrt(jnp.sum(a * a, axis=-1))
     if p == float("inf"):
-        return jnp.max(a, axis=-1, initial=0)
+        # torch's std::max(agg, d) from 0 skips a NaN difference
+        return jnp.max(jnp.where(jnp.isnan(a), 0, a), axis=-1, initial=0)
     return jnp.sum(a ** p, axis=-1) ** (1 / p)
 
 

@@ -1,7 +1,7 @@
 """Ops that used to run eagerly, now lowered: ``segment_reduce`` (and its backward),
 ``repeat_interleave`` with ``output_size``, ``take``, ``bucketize`` (a 0-d input or a number),
 ``scatter(..., reduce=)`` of bools, ``linspace``/``logspace`` with 0-d tensor ends,
-in-place ``polygamma_``, a number shifted or divided by a tensor. Each
+in-place ``polygamma_``, a number shifted or divided by a tensor, ``gcd`` and ``lcm``. Each
 against eager torch at random sizes and several dtypes, gradients where torch has them.
 
 All cases are recorded first and computed by one barrier (two XLA compiles: values, then
@@ -260,6 +260,28 @@ for _dt in (I8, I32, I64, U8):
     case(f"number-first-shifts-remainder-{_dt}",
          lambda t: (2 << t, -5 >> t, True << t, 7 % (t + 1), -9 % (t + 1)),
          lambda g, r, dt=_dt: [rnd(g, shape(r), dt, 0, 80)], rtol=0, atol=0)
+
+
+def gcd_operands(dtype):
+    """Random values with zeros, the type's minimum (whose abs wraps) and, for int64, two
+    consecutive Fibonacci numbers (Euclid's longest run below 2**63: 90 steps)."""
+    def make(g, r):
+        info = torch.iinfo(dtype)
+        a = rnd(g, (40,), dtype, max(info.min, -1000), min(info.max, 1000))
+        b = rnd(g, (40,), dtype, max(info.min, -1000), min(info.max, 1000))
+        a[:4], b[:4] = torch.tensor([0, info.min, info.min, 0]), torch.tensor([0, 0, 6, 12])
+        if dtype == I64:
+            a[4], b[4] = 7540113804746346429, 4660046610375530309
+            a[5], b[5] = 2 ** 40, 3 ** 20   # (lcm wraps, as torch's)
+        return [a, b]
+    return make
+
+
+for _dt in (I8, U8, torch.int16, I32, I64):
+    case(f"gcd-lcm-{_dt}", lambda a, b: (torch.gcd(a, b), torch.lcm(a, b), a.clone().gcd_(b),
+                                        torch.gcd(a[:, None], b[:7])),
+         gcd_operands(_dt), rtol=0, atol=0)
+case("gcd-mixed-dtypes", lambda a, b: torch.gcd(a.to(I8), b), gcd_operands(I32), rtol=0, atol=0)
 case("polygamma-inplace", lambda x: (x.clone().polygamma_(1), x.clone().polygamma_(3)),
      lambda g, r: [rnd(g, shape(r), F64, 0.1, 5)], rtol=1e-10, atol=0)
 
@@ -337,6 +359,7 @@ _EAGER = {
                           [torch.ones(1), torch.ones(())]),
     "linspace-bool": (lambda a, b: torch.linspace(a, b, 3, dtype=BOOL, device=a.device),
                       [torch.ones(())] * 2),
+    "gcd-bool": (torch.gcd, [torch.ones(2, dtype=BOOL)] * 2),
 }
 
 
@@ -344,6 +367,11 @@ _EAGER = {
 def test_arguments_torch_refuses_run_eagerly_and_raise_its_error(name):
     assert_torchs_error(*_EAGER[name])
     assert lr.metrics()["fallback_ops"] != {}
+
+
+@pytest.mark.parametrize("fn", [torch.gcd, torch.lcm])
+def test_gcd_of_floats_raises_torchs_error(fn):
+    assert_torchs_error(fn, [torch.ones(2), torch.ones(2, dtype=I64)])
 
 
 def test_repeat_interleave_without_output_size_still_runs_eagerly():
