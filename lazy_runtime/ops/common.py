@@ -78,6 +78,31 @@ def opmath(dtype: torch.dtype) -> torch.dtype:
     return torch.float32 if dtype in (torch.float16, torch.bfloat16) else dtype
 
 
+def c_exp(z):
+    """Complex exp with C's (torch's CPU) values where a real part is infinite and the
+    imaginary part is not finite: 0 for -inf, (inf, nan) for +inf; XLA gives NaN."""
+    re, odd = jnp.real(z), ~jnp.isfinite(jnp.imag(z))
+    r = jnp.where(odd & (re == -jnp.inf), jnp.zeros((), z.dtype), jnp.exp(z))
+    return jnp.where(odd & (re == jnp.inf), jnp.array(complex(jnp.inf, jnp.nan), z.dtype), r)
+
+
+def c_abs(z):
+    """|z|; for complex values inf where a part is infinite, the other NaN or not (C's
+    hypot, as torch), where XLA gives NaN."""
+    if not jnp.iscomplexobj(z):
+        return jnp.abs(z)
+    inf = jnp.isinf(jnp.real(z)) | jnp.isinf(jnp.imag(z))
+    return jnp.where(inf, jnp.array(jnp.inf, jnp.real(z).dtype), jnp.abs(z))
+
+
+def c_log(z):
+    """Complex log with C's value (inf, nan) where one part is infinite and the other NaN;
+    XLA gives NaN."""
+    re, im = jnp.real(z), jnp.imag(z)
+    odd = (jnp.isinf(re) & jnp.isnan(im)) | (jnp.isnan(re) & jnp.isinf(im))
+    return jnp.where(odd, jnp.array(complex(jnp.inf, jnp.nan), z.dtype), jnp.log(z))
+
+
 def vjp(f, primals, cotangent):
     """Gradients of ``f`` at ``primals`` for ``cotangent`` (backward ops as JAX vjps). The
     cotangent takes the dtype of ``f``'s output (a 16-bit op computing in float32 returns

@@ -171,3 +171,19 @@ COMPLEX_OK.update([
     aten._conj_physical.default, aten.complex.default,
     aten.polar.default, aten.angle.default,
 ])
+
+# Checked later against torch (tests/runtime/test_complex_more.py), with what each needed:
+# addbmm, masked_scatter (and its backward), put, take and scatter's add/multiply reduce
+# as they were; logaddexp, silu, logsumexp following torch's complex kernels (ops/
+# elementwise.py, ops/reduction.py); vector_norm with a complex dtype (the input cast to
+# it); normal_ and uniform_ filling both parts as torch does (ops/random_ops.py).
+# The deprecated cholesky, cholesky_inverse (through cholesky_ex and cholesky_solve) and
+# triangular_solve (its transpose=True is A^T for complex A: ops/linalg.py) too.
+# (silu_backward stays out: torch has no complex silu gradient.)
+COMPLEX_OK.update([
+    aten.addbmm.default, aten.masked_scatter.default, aten.masked_scatter_backward.default,
+    aten.put.default, aten.take.default, aten.scatter.reduce, aten.scatter.value_reduce,
+    aten.logaddexp.default, aten.silu.default, aten.logsumexp.default,
+    aten.normal_.default, aten.uniform_.default, aten.cholesky.default,
+    aten.cholesky_inverse.default, aten.triangular_solve.default,
+])

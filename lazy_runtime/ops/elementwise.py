@@ -19,7 +19,7 @@ from jax import lax
 
 from .. import dtypes as D
 from ..errors import NoLowering
-from .common import bshape, cast, is_array, jdt, vjp
+from .common import bshape, c_abs, c_exp, c_log, cast, is_array, jdt, vjp
 from .registry import ELEMENTWISE, ZERO_DIVISION, check, lowering, refuse, rule
 
 aten = torch.ops.aten
@@ -134,11 +134,51 @@ def _sign(x):
     return jnp.sign(x)
 
 
+def _c10_div(a, b):
+    """``a / b`` for complex values as c10::complex divides (Smith's algorithm, as numpy):
+    no C99 recovery of infinities, so a denominator with infinite parts gives NaN where
+    XLA's division gives 0."""
+    c, d = jnp.real(b), jnp.imag(b)
+    big_c = jnp.abs(c) >= jnp.abs(d)
+    rat = jnp.where(big_c, d / c, c / d)
+    scl = 1 / jnp.where(big_c, c + d * rat, d + c * rat)
+    ar, ai = jnp.real(a), jnp.imag(a)
+    re = jnp.where(big_c, (ar + ai * rat) * scl, (ar * rat + ai) * scl)
+    im = jnp.where(big_c, (ai - ar * rat) * scl, (ai * rat - ar) * scl)
+    zero = (c == 0) & (d == 0)   # a complex infinity or NaN, part by part
+    return lax.complex(jnp.where(zero, ar / jnp.abs(c), re), jnp.where(zero, ai / jnp.abs(d), im))
+
+
+def _silu(x):
+    """torch's complex kernel is ``x / (1 + exp(-x))`` (NaN where exp(-x) overflows)."""
+    if jnp.iscomplexobj(x):
+        return _c10_div(x, 1 + jnp.exp(-x))
+    return x * jax.nn.sigmoid(x)
+
+
+def _logaddexp(x, y):
+    """Complex: torch's kernel (``LogAddExp.h``): NaN if either has a NaN part; of two
+    infinite real parts alike, the smaller for -inf and log(exp(x) + exp(y)) for +inf;
+    else log1p(exp(min - max)) + max, ordered by real part (ties: x is the max), the
+    imaginary part not wrapped. An exp(min - max) of real part -inf is 0 (C's cexp, where
+    XLA's gives NaN for an infinite or NaN imaginary part)."""
+    if not jnp.iscomplexobj(x):
+        return jnp.logaddexp(x, y)
+    swap = jnp.real(x) < jnp.real(y)
+    lo, hi = jnp.where(swap, x, y), jnp.where(swap, y, x)
+    diff = lo - hi
+    r = jnp.where(jnp.real(diff) == -jnp.inf, hi, jnp.log1p(jnp.exp(diff)) + hi)
+    tie = ~jnp.isfinite(jnp.real(lo)) & (jnp.real(lo) == jnp.real(hi))
+    r = jnp.where(tie, jnp.where(jnp.real(lo) < 0, lo, c_log(c_exp(lo) + c_exp(hi))), r)
+    nan = jnp.isnan(x) | jnp.isnan(y)   # (jnp.isnan: of either part)
+    return jnp.where(nan, jnp.array(complex(math.nan, math.nan), r.dtype), r)
+
+
 # ---- unary --------------------------------------------------------------------------
 
 _UNARY = [
     (aten.neg.default, jnp.negative, D.DEFAULT),
-    (aten.abs.default, jnp.abs, D.COMPLEX_TO_FLOAT),
+    (aten.abs.default, c_abs, D.COMPLEX_TO_FLOAT),
     (aten.sign.default, _sign, D.DEFAULT),
     (aten.sgn.default, _sign, D.DEFAULT),
     (aten.sqrt.default, jnp.sqrt, D.INT_TO_FLOAT),
@@ -174,7 +214,7 @@ _UNARY = [
     (aten.trunc.default, _keep_int(jnp.trunc), D.DEFAULT),
     (aten.frac.default, lambda x: x - jnp.trunc(x), D.DEFAULT),
     (aten.relu.default, lambda x: jnp.maximum(x, 0), D.DEFAULT),
-    (aten.silu.default, lambda x: x * jax.nn.sigmoid(x), D.DEFAULT),
+    (aten.silu.default, _silu, D.DEFAULT),
     (aten.mish.default, _mish, D.DEFAULT),
     (aten.hardsigmoid.default, lambda x: jnp.clip(x / 6 + 0.5, 0, 1), D.DEFAULT),
     (aten.hardswish.default, lambda x: x * jnp.clip(x / 6 + 0.5, 0, 1), D.DEFAULT),
@@ -289,7 +329,7 @@ elementwise(aten.atan2.default, fn=jnp.arctan2, kind=D.INT_TO_FLOAT, operands=(0
 elementwise(aten.hypot.default, fn=jnp.hypot, operands=(0, 1))
 elementwise(aten.copysign.Tensor, aten.copysign.Scalar, fn=jnp.copysign, kind=D.INT_TO_FLOAT,
             operands=(0, 1))
-elementwise(aten.logaddexp.default, fn=jnp.logaddexp, operands=(0, 1))
+elementwise(aten.logaddexp.default, fn=_logaddexp, operands=(0, 1))
 elementwise(aten.xlogy.Tensor, fn=jax.scipy.special.xlogy, kind=D.INT_TO_FLOAT, operands=(0, 1))
 for _name, _fn in (("eq", jnp.equal), ("ne", jnp.not_equal), ("lt", jnp.less),
                    ("le", jnp.less_equal), ("gt", jnp.greater), ("ge", jnp.greater_equal)):

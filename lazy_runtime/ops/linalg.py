@@ -746,8 +746,12 @@ def triangular_solve_rule(B, A, upper=True, transpose=False, unitriangular=False
 
 @lowering(aten.triangular_solve.default)
 def lower_triangular_solve(B, A, upper=True, transpose=False, unitriangular=False):
-    """(X, A broadcast to the batch): the coefficient matrix is handed back, as by torch."""
-    x = _tri_solve(A, B, upper, unit=unitriangular, transpose=transpose)
+    """(X, A broadcast to the batch): the coefficient matrix is handed back, as by torch.
+    ``transpose`` is A^T, not A^H, for complex A too (LAPACK's trtrs with 'T')."""
+    if transpose and jnp.iscomplexobj(A):   # (conj(A)^H = A^T)
+        x = _tri_solve(jnp.conj(A), B, upper, unit=unitriangular, transpose=True)
+    else:
+        x = _tri_solve(A, B, upper, unit=unitriangular, transpose=transpose)
     return x, jnp.broadcast_to(A, x.shape[:-2] + A.shape[-2:])
 
 
@@ -816,11 +820,11 @@ def lower_pinv(A, *, atol=None, rtol=None, hermitian=False):
 
 # Lowerings above that are right for complex matrices too (conjugate transposes where
 # LAPACK's complex routines take them; real singular values, eigenvalues and log|det|),
-# each checked against torch in tests/runtime/test_complex.py. Still eager for complex:
-# triangular_solve and the deprecated cholesky/cholesky_inverse (not needed by any
-# backward here, left unchecked), matrix_exp (its degree table is real-only), the
-# Householder ops and lstsq (their LAPACK drivers' complex conventions are not replayed),
-# ldl_solve (hermitian=False and True differ for complex: not replayed).
+# each checked against torch in tests/runtime/test_complex.py (triangular_solve and the
+# deprecated cholesky/cholesky_inverse: in ops/complex_ops.py, checked in
+# test_complex_more.py). Still eager for complex: matrix_exp (its degree table is
+# real-only), the Householder ops and lstsq (their LAPACK drivers' complex conventions are
+# not replayed), ldl_solve (hermitian=False and True differ for complex: not replayed).
 COMPLEX_OK.update([
     aten.linalg_inv_ex.default, aten._linalg_solve_ex.default, aten._linalg_det.default,
     aten._linalg_slogdet.default, lu_det, aten.linalg_lu_factor_ex.default,

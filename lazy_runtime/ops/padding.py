@@ -566,7 +566,14 @@ pad_rule(aten.amax.default)(_reduction("min"))
 pad_rule(aten.amin.default)(_reduction("max"))
 pad_rule(aten.any.default, aten.any.dim, aten.any.dims)(_reduction(False))
 pad_rule(aten.all.default, aten.all.dim, aten.all.dims)(_reduction(True))
-pad_rule(aten.logsumexp.default)(_reduction("min"))
+
+
+@pad_rule(aten.logsumexp.default)
+def pad_logsumexp(node, ins, cx):
+    """Padding holds -inf (for complex values -inf + 0j: ``fill_value`` knows no complex
+    "min"), whose exp adds nothing."""
+    fill = complex(-jnp.inf, 0) if node.dtype.is_complex else "min"
+    return _reduction(fill)(node, ins, cx)
 
 
 @pad_rule(aten.max.default, aten.min.default)

@@ -5,6 +5,8 @@ user-supplied ``torch.Generator`` makes the op run eagerly instead (fallback).
 
 from __future__ import annotations
 
+import math
+
 import jax
 import jax.numpy as jnp
 import torch
@@ -32,14 +34,27 @@ def _float_of(x):
     return x.dtype if jnp.issubdtype(x.dtype, jnp.floating) else jnp.float32
 
 
+def _parts(x, draw):
+    """A complex ``x``'s fill as torch makes it: ``draw`` fills its real view (real and
+    imaginary parts alike, independent)."""
+    z = draw(x.shape + (2,), jnp.real(x).dtype)
+    return jax.lax.complex(z[..., 0], z[..., 1])
+
+
 @lowering(aten.normal_.default)
 def lower_normal_(x, mean=0.0, std=1.0, *, generator=None, _rng):
+    if jnp.iscomplexobj(x):   # torch: normal_(mean, std / sqrt(2)) of both parts
+        return _parts(x, lambda shape, dt: jax.random.normal(key_from(_rng), shape, dt)
+                      * (std / math.sqrt(2)) + mean)
     z = jax.random.normal(key_from(_rng), x.shape, _float_of(x))
     return z * std + mean
 
 
 @lowering(aten.uniform_.default)
 def lower_uniform_(x, lo=0.0, hi=1.0, *, generator=None, _rng):
+    if jnp.iscomplexobj(x):   # torch: uniform_(lo, hi) of both parts
+        return _parts(x, lambda shape, dt: jax.random.uniform(key_from(_rng), shape, dt,
+                                                               lo, hi))
     return jax.random.uniform(key_from(_rng), x.shape, _float_of(x), lo, hi)
 
 

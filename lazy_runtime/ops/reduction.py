@@ -10,7 +10,8 @@ import torch
 
 from .. import dtypes as D
 from ..errors import NoLowering
-from .common import amax, amin, jdt, norm_dim, norm_dims, opmath, sf, type_name
+from .common import (amax, amin, c_abs, c_exp, c_log, jdt, norm_dim, norm_dims, opmath, sf,
+                     type_name)
 from .layout import _check_dim_index, _full_index
 from .registry import check, decomposition, lowering, rule
 
@@ -246,17 +247,26 @@ def var_mean_dim(x, dim, unbiased=True, keepdim=False):
 
 @rule(aten.linalg_vector_norm.default)
 def vector_norm_rule(x, ord=2, dim=None, keepdim=False, *, dtype=None):
+    if dtype is not None:   # (torch's checks)
+        if (x.dtype in D.REAL_OF) != (dtype in D.REAL_OF):
+            kind = "complex" if x.dtype in D.REAL_OF else "real"
+            raise RuntimeError(f"linalg.vector_norm: dtype should be {kind} for {kind} "
+                               f"inputs, but got {type_name(dtype)}")
+        if torch.promote_types(x.dtype, dtype) != dtype:
+            raise RuntimeError(f"linalg.vector_norm: the dtype of the input "
+                               f"({type_name(x.dtype)}) should be convertible without "
+                               f"narrowing to the specified dtype ({type_name(dtype)})")
     if x.dtype in D.REAL_OF:   # the norm of complex values is real
-        if dtype is not None:
-            raise NoLowering(aten.linalg_vector_norm.default, "a dtype for a complex input")
-        dtype = D.REAL_OF[x.dtype]
+        dtype = D.REAL_OF[dtype or x.dtype]   # (x cast to a complex dtype first)
     return sf.reduce_shape(tuple(x.shape), _dims_arg(dim), keepdim), dtype or x.dtype
 
 
 @lowering(aten.linalg_vector_norm.default, ctx=True)
 def lower_vector_norm(ctx, x, ord=2, dim=None, keepdim=False, *, dtype=None):
     axes = norm_dims(_dims_arg(dim), x.ndim)
-    a = jnp.abs(_in_opmath(x, ctx.dtype))
+    if dtype is not None and jnp.iscomplexobj(x):
+        x = x.astype(jdt(dtype))
+    a = c_abs(_in_opmath(x, ctx.dtype))
     if ord == float("inf"):
         return amax(a, axis=axes, keepdims=keepdim)
     if ord == float("-inf"):
@@ -272,15 +282,31 @@ def lower_vector_norm(ctx, x, ord=2, dim=None, keepdim=False, *, dtype=None):
 
 @rule(aten.logsumexp.default)
 def logsumexp_rule(x, dim, keepdim=False):
-    out = x.dtype if x.dtype.is_floating_point else torch.get_default_dtype()
+    out = x.dtype if x.dtype.is_floating_point or x.dtype.is_complex else \
+        torch.get_default_dtype()
     return sf.reduce_shape(tuple(x.shape), _dims_arg(dim), keepdim), out
 
 
 @lowering(aten.logsumexp.default, ctx=True)
 def lower_logsumexp(ctx, x, dim, keepdim=False):
     axes = norm_dims(_dims_arg(dim), x.ndim)
+    if jnp.iscomplexobj(x):
+        return _complex_logsumexp(x, axes, keepdim)
     return jax.scipy.special.logsumexp(x.astype(jdt(opmath(ctx.dtype))), axis=axes,
                                        keepdims=keepdim)
+
+
+def _complex_logsumexp(x, axes, keepdim):
+    """torch's algorithm: the largest real part (NaN if any is NaN; 0 if infinite) taken
+    out before the exps and added back; the imaginary part is not wrapped. Empty: the log
+    of an empty sum (-inf). exp and log with C's values at infinities (``c_exp``)."""
+    if x.size == 0:
+        return jnp.log(jnp.sum(jnp.exp(x), axis=axes, keepdims=keepdim))
+    re = jnp.real(x)
+    m = amax(re, axis=axes, keepdims=True)
+    m = jnp.where(jnp.isinf(m), 0, m)
+    s = c_log(jnp.sum(c_exp(x - m), axis=axes, keepdims=keepdim))
+    return s + (m if keepdim else jnp.squeeze(m, axes)).astype(s.dtype)
 
 
 @rule(aten.cumsum.default, aten.cumprod.default)

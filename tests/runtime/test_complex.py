@@ -4,6 +4,8 @@ barrier. Then: views between complex and real written through in place, ops with
 checked complex lowering running eagerly (and giving torch's results or errors), and a
 small spectral model (FFT, complex weights, Adam) training as in eager torch."""
 
+import importlib
+
 import pytest
 import torch
 
@@ -342,6 +344,7 @@ for dt in (C64, C128):
 
 
 def test_every_complex_op_is_checked_by_a_case():
+    importlib.import_module("test_complex_more")   # (its cases join COVERS on import)
     covered = set().union(*COVERS.values())
     assert COMPLEX_OK <= covered, sorted(map(str, COMPLEX_OK - covered))
 
@@ -392,7 +395,6 @@ def test_an_op_without_a_complex_lowering_runs_eagerly_with_torchs_result_or_err
     c = rnd(torch.Generator().manual_seed(2), (4, 3), C64)
     lc = c.to(DEV)
     lr.reset_metrics()
-    assert_same(torch.logsumexp(lc, 1), torch.logsumexp(c, 1), 1e-5, 1e-5)
     assert_same(torch.linalg.matrix_exp(lc[:3]), torch.linalg.matrix_exp(c[:3]), 1e-5, 1e-5)
     assert lr.metrics()["fallback_ops"]
     with pytest.raises(RuntimeError, match="not implemented for 'ComplexFloat'|complex"):
