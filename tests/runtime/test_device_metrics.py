@@ -99,8 +99,12 @@ def test_filled_scalars_are_shared_across_steps_and_keep_their_sign():
     lambda **k: torch.full((3,), 1.5, dtype=torch.bfloat16, **k),
     lambda **k: torch.zeros(0, 3, dtype=torch.bool, **k),
     lambda **k: torch.ones((), dtype=torch.float16, **k),
+    lambda **k: torch.ones([2, 3], dtype=torch.complex64, **k),
+    lambda **k: torch.ones(3, dtype=torch.bool, **k),
+    lambda **k: torch.zeros((2,), dtype=torch.uint8, layout=torch.strided, **k),
 ], ids=["zeros", "ones-int32", "full-int-truncated", "full-neg-zero", "full-nan-f64",
-        "full-complex", "full-bf16", "zeros-empty-bool", "ones-0d-f16"])
+        "full-complex", "full-bf16", "zeros-empty-bool", "ones-0d-f16", "ones-complex",
+        "ones-bool", "zeros-uint8-strided"])
 def test_uniform_factories_match_torch_and_copy_once(make):
     """``zeros``/``ones``/``full`` on the device: torch's values, dtypes and signs, from
     one shared device array per shape, dtype and value (an LSTM makes its zero states each
@@ -117,6 +121,22 @@ def test_uniform_factories_match_torch_and_copy_once(make):
         assert torch.equal(torch.signbit(got.real), torch.signbit(want.real))
     assert copies[1] == 0, copies
 
+
+
+def test_zeros_and_ones_follow_the_default_dtype_and_torchs_errors():
+    """(``zeros``/``ones`` of plain sizes take a path that makes no host tensor.)"""
+    torch.set_default_dtype(torch.float64)
+    try:
+        assert torch.zeros(2, device=DEV).dtype == torch.float64
+        assert torch.ones((1, 2), device=DEV).dtype == torch.float64
+    finally:
+        torch.set_default_dtype(torch.float32)
+    for make in (lambda **k: torch.zeros(2, -1, **k), lambda **k: torch.ones((-3,), **k)):
+        with pytest.raises(RuntimeError) as want:
+            make()
+        with pytest.raises(RuntimeError) as got:
+            make(device=DEV)
+        assert str(got.value) == str(want.value)
 
 
 def test_copies_to_the_device_are_staged_until_a_graph_reads_them():
