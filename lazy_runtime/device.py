@@ -48,21 +48,31 @@ def _empty_strided(size, stride, dtype=None, layout=None, device=None, pin_memor
 
 
 _CONSTANT_OF = {torch.ops.aten.zeros.default: 0, torch.ops.aten.ones.default: 1}
+_FULL = torch.ops.aten.full.default
 _PLAIN_KWARGS = {"dtype", "layout", "device", "pin_memory"}
+_EXACT_FLOATS = (torch.float32, torch.float64)
 
 
-def _plain_shape_and_dtype(args, kwargs):
-    """(shape, dtype) of ``zeros(size, dtype=...)``/``ones`` where torch would make it
-    without a question (sizes of non-negative ints, a strided layout, no names); None
-    otherwise, and the factory then runs in torch (its errors)."""
-    if len(args) != 1 or not _PLAIN_KWARGS.issuperset(kwargs) \
+def _plain_fill(op, args, kwargs):
+    """(shape, dtype, fill) of ``zeros``/``ones`` of a dtype, or ``full`` of a float in
+    float32 or float64, where torch makes it without a question (sizes of non-negative
+    ints, a strided layout, a value in the type's range); None otherwise, and the factory
+    then runs in torch (its dtype inference, conversions and errors)."""
+    n_args = 2 if op is _FULL else 1
+    if len(args) != n_args or not _PLAIN_KWARGS.issuperset(kwargs) \
             or kwargs.get("layout") not in (None, torch.strided) or kwargs.get("pin_memory"):
         return None
     size = args[0]
     if not isinstance(size, (list, tuple)) or not all(type(d) is int and d >= 0 for d in size):
         return None
-    dtype = kwargs.get("dtype")
-    return tuple(size), torch.get_default_dtype() if dtype is None else dtype
+    dtype = kwargs.get("dtype") or torch.get_default_dtype()
+    if op is not _FULL:
+        return tuple(size), dtype, _CONSTANT_OF[op]
+    from .ops.elementwise import number_fits
+    value = args[1]
+    if type(value) is not float or dtype not in _EXACT_FLOATS or not number_fits(value, dtype):
+        return None
+    return tuple(size), dtype, value
 
 
 def _host_factory(op, uniform=False):
@@ -71,14 +81,14 @@ def _host_factory(op, uniform=False):
     element the same: ``zeros``, ``ones``, ``full``) is a filled leaf instead, whose device
     array is shared by every call of that shape, dtype and value (no copy each step: an
     LSTM's zero initial states are made every call)."""
-    constant = _CONSTANT_OF.get(op)
+    plain = uniform and op in (_FULL, *_CONSTANT_OF)
 
     def make(*args, **kwargs):
-        if constant is not None:
-            known = _plain_shape_and_dtype(args, kwargs)
+        if plain:
+            known = _plain_fill(op, args, kwargs)
             if known is not None:   # (no host tensor to make and read: ~7 µs a call)
                 METRICS.host_ops += 1
-                return filled_node(known[0], known[1], constant)
+                return filled_node(*known)
         items = tuple(sorted(kwargs.items()))
         t = op(*args, **kwargs)
         if uniform:

@@ -102,9 +102,10 @@ def test_filled_scalars_are_shared_across_steps_and_keep_their_sign():
     lambda **k: torch.ones([2, 3], dtype=torch.complex64, **k),
     lambda **k: torch.ones(3, dtype=torch.bool, **k),
     lambda **k: torch.zeros((2,), dtype=torch.uint8, layout=torch.strided, **k),
+    lambda **k: torch.full([3], 0.1, **k),   # (rounded to float32 as torch rounds it)
 ], ids=["zeros", "ones-int32", "full-int-truncated", "full-neg-zero", "full-nan-f64",
         "full-complex", "full-bf16", "zeros-empty-bool", "ones-0d-f16", "ones-complex",
-        "ones-bool", "zeros-uint8-strided"])
+        "ones-bool", "zeros-uint8-strided", "full-float-rounded"])
 def test_uniform_factories_match_torch_and_copy_once(make):
     """``zeros``/``ones``/``full`` on the device: torch's values, dtypes and signs, from
     one shared device array per shape, dtype and value (an LSTM makes its zero states each
@@ -123,15 +124,19 @@ def test_uniform_factories_match_torch_and_copy_once(make):
 
 
 
-def test_zeros_and_ones_follow_the_default_dtype_and_torchs_errors():
-    """(``zeros``/``ones`` of plain sizes take a path that makes no host tensor.)"""
+def test_zeros_ones_and_full_follow_the_default_dtype_and_torchs_errors():
+    """(``zeros``/``ones`` of plain sizes, ``full`` of a float in float32/float64, take a
+    path that makes no host tensor.)"""
     torch.set_default_dtype(torch.float64)
     try:
         assert torch.zeros(2, device=DEV).dtype == torch.float64
         assert torch.ones((1, 2), device=DEV).dtype == torch.float64
+        assert torch.full((2,), 0.1, device=DEV).cpu().equal(torch.full((2,), 0.1))
     finally:
         torch.set_default_dtype(torch.float32)
-    for make in (lambda **k: torch.zeros(2, -1, **k), lambda **k: torch.ones((-3,), **k)):
+    for make in (lambda **k: torch.zeros(2, -1, **k), lambda **k: torch.ones((-3,), **k),
+                 lambda **k: torch.full((2,), 1e300, **k),
+                 lambda **k: torch.full((2,), 7e4, dtype=torch.float16, **k)):
         with pytest.raises(RuntimeError) as want:
             make()
         with pytest.raises(RuntimeError) as got:
