@@ -14,12 +14,13 @@ import math
 
 import jax
 import jax.numpy as jnp
+import numpy as np
 import torch
 from jax import lax
 
 from .. import dtypes as D
 from ..errors import NoLowering
-from .common import bshape, c_abs, c_exp, c_log, cast, is_array, jdt, vjp
+from .common import bshape, c_abs, c_exp, c_log, cast, divide, is_array, jdt, vjp
 from .registry import ELEMENTWISE, ZERO_DIVISION, check, lowering, refuse, rule
 
 aten = torch.ops.aten
@@ -40,10 +41,12 @@ def _integers_only(rule_fn, name):
     return checked
 
 
-def elementwise(*ops, fn, kind=D.DEFAULT, operands=None, keep=(), static=(), integral=None):
+def elementwise(*ops, fn, kind=D.DEFAULT, operands=None, keep=(), static=(), integral=None,
+                typed=False):
     """Register ``ops`` as elementwise: rule (broadcast shape, promoted dtype), lowering
     (``fn`` in the compute dtype) and padding (passes through). ``integral``: the name
-    of torch's kernel, for ops torch refuses on floating-point inputs when called."""
+    of torch's kernel, for ops torch refuses on floating-point inputs when called.
+    ``typed``: ``fn`` takes the result's torch dtype first (torch's kernel depends on it)."""
     def elementwise_rule(*args, **kwargs):
         if len(args) == 2 and type(args[0]) is type(args[1]) and isinstance(args[0], torch.Tensor):
             a, b = args  # fast path: two tensors of one dtype and shape
@@ -63,7 +66,7 @@ def elementwise(*ops, fn, kind=D.DEFAULT, operands=None, keep=(), static=(), int
         cd = jdt(ctx.aux)
         args = [a if i in keep else cast(a, cd) for i, a in enumerate(args)]
         kwargs = {k: cast(v, cd) for k, v in kwargs.items()}
-        r = fn(*args, **kwargs)
+        r = fn(ctx.dtype, *args, **kwargs) if typed else fn(*args, **kwargs)
         if tuple(r.shape) != tuple(ctx.shape):
             r = jnp.broadcast_to(r, ctx.shape)
         return r.astype(jdt(ctx.dtype))
@@ -123,6 +126,27 @@ def _elu(x, alpha=1, scale=1, input_scale=1):
 
 def _mish(x):
     return x * jnp.tanh(_softplus(x))
+
+
+def _relu(x):
+    """torch's ``clamp_min(x, 0)``: keeps -0.0 and NaN."""
+    return jnp.where(x < 0, jnp.zeros((), x.dtype), x)
+
+
+def _hardsigmoid(x):
+    """torch's CPU kernel: ``min(max(x + 3, 0), 6) / 6``."""
+    return divide(jnp.minimum(jnp.maximum(x + 3, 0), 6), 6)
+
+
+def _hardswish(x):
+    """torch's CPU kernel: ``x * min(max(x + 3, 0), 6) / 6`` (inf at the largest floats,
+    where ``x * (x / 6 + 0.5)`` is not)."""
+    return divide(x * jnp.minimum(jnp.maximum(x + 3, 0), 6), 6)
+
+
+def _lgamma(x):
+    """lgamma, exactly 0 at 1 and 2 as C's ``lgamma`` (XLA's gives 4.8e-7 at 1)."""
+    return jnp.where((x == 1) | (x == 2), jnp.zeros((), x.dtype), lax.lgamma(x))
 
 
 def _sign(x):
@@ -206,18 +230,18 @@ _UNARY = [
     (aten.erf.default, lax.erf, D.INT_TO_FLOAT),
     (aten.erfc.default, lax.erfc, D.INT_TO_FLOAT),
     (aten.erfinv.default, lax.erf_inv, D.INT_TO_FLOAT),
-    (aten.lgamma.default, lax.lgamma, D.INT_TO_FLOAT),
-    (aten.reciprocal.default, lambda x: 1 / x, D.INT_TO_FLOAT),
+    (aten.lgamma.default, _lgamma, D.INT_TO_FLOAT),
+    (aten.reciprocal.default, lambda x: divide(1, x), D.INT_TO_FLOAT),
     (aten.floor.default, _keep_int(jnp.floor), D.DEFAULT),
     (aten.ceil.default, _keep_int(jnp.ceil), D.DEFAULT),
     (aten.round.default, _keep_int(jnp.round), D.DEFAULT),
     (aten.trunc.default, _keep_int(jnp.trunc), D.DEFAULT),
     (aten.frac.default, lambda x: x - jnp.trunc(x), D.DEFAULT),
-    (aten.relu.default, lambda x: jnp.maximum(x, 0), D.DEFAULT),
+    (aten.relu.default, _relu, D.DEFAULT),
     (aten.silu.default, _silu, D.DEFAULT),
     (aten.mish.default, _mish, D.DEFAULT),
-    (aten.hardsigmoid.default, lambda x: jnp.clip(x / 6 + 0.5, 0, 1), D.DEFAULT),
-    (aten.hardswish.default, lambda x: x * jnp.clip(x / 6 + 0.5, 0, 1), D.DEFAULT),
+    (aten.hardsigmoid.default, _hardsigmoid, D.DEFAULT),
+    (aten.hardswish.default, _hardswish, D.DEFAULT),
     (aten.isnan.default, jnp.isnan, D.ALWAYS_BOOL),
     (aten.isinf.default, jnp.isinf, D.ALWAYS_BOOL),
     (aten.isfinite.default, jnp.isfinite, D.ALWAYS_BOOL),
@@ -240,9 +264,10 @@ elementwise(aten.elu.default, fn=_elu, operands=(0,))
 elementwise(aten.softplus.default, fn=_softplus, operands=(0,))
 elementwise(aten.threshold.default, operands=(0,),
             fn=lambda x, threshold, value: jnp.where(x <= threshold, value, x))
-elementwise(aten.nan_to_num.default, operands=(0,), fn=lambda x, nan=None, posinf=None,
-            neginf=None: jnp.nan_to_num(x, nan=0.0 if nan is None else nan, posinf=posinf,
-                                        neginf=neginf))
+# in the operand's own type: the default posinf/neginf are its largest values (float16's 65504)
+elementwise(aten.nan_to_num.default, operands=(0,), kind=D.NO_OPMATH,
+            fn=lambda x, nan=None, posinf=None, neginf=None: jnp.nan_to_num(
+                x, nan=0.0 if nan is None else nan, posinf=posinf, neginf=neginf))
 elementwise(aten.logit.default, operands=(0,), kind=D.INT_TO_FLOAT,
             fn=lambda x, eps=None: jnp.log((y := x if eps is None else jnp.clip(x, eps, 1 - eps))
                                            / (1 - y)))
@@ -262,31 +287,61 @@ def _is_one(v) -> bool:
     return not is_array(v) and v == 1
 
 
-def _div_mode(a, b, rounding_mode=None):
+def _div_mode(dtype, a, b, rounding_mode=None):
     if rounding_mode is None:
-        return a / b
+        return divide(a, b)
     if rounding_mode == "floor":
-        return jnp.floor_divide(a, b)
+        return _floor_divide(dtype, a, b)
     if _int(a):
         a, b = jnp.broadcast_arrays(a, b)
         return lax.div(a, b)  # C division truncates
-    return jnp.trunc(a / b)
+    return jnp.trunc(_step_rounding(dtype, b)(divide(a, b)))
+
+
+def _step_rounding(dtype, b):
+    """How torch's 16-bit division kernels round each step: to the 16-bit type (a
+    ``Vectorized<Half>`` op), except by a single-element divisor, computed in float (its
+    ``is_scalar(2)`` kernels). The identity for the other types."""
+    if dtype not in (torch.float16, torch.bfloat16) or not is_array(b) or b.size == 1:
+        return lambda v: v
+    return lambda v: v.astype(jdt(dtype)).astype(v.dtype)
+
+
+def _floor_divide(dtype, a, b):
+    """torch's ``div_floor_floating``: ``(a - fmod(a, b)) / b``, one less where the remainder
+    and ``b`` differ in sign, rounded to the nearest integer; a zero quotient takes the sign
+    of ``a / b``; ``b == 0`` gives ``a / b``. (Integers: Python's floor division.)"""
+    dt = jnp.result_type(a, b)
+    if jnp.issubdtype(dt, jnp.integer):
+        return jnp.floor_divide(a, b)
+    step = _step_rounding(dtype, b)
+    a, b = jnp.broadcast_arrays(jnp.asarray(a, dt), jnp.asarray(b, dt))   # (a number divisor)
+    mod = lax.rem(a, b)
+    div = step(divide(step(a - mod), b))
+    div = jnp.where((mod != 0) & ((b < 0) != (mod < 0)), step(div - 1), div)
+    floor = jnp.floor(div)
+    floor = jnp.where(step(div - floor) > 0.5, step(floor + 1), floor)
+    quotient = step(divide(a, b))
+    r = jnp.where(div != 0, floor, jnp.copysign(jnp.zeros((), div.dtype), quotient))
+    return jnp.where(b == 0, quotient, r)
 
 
 def _nonzero_divisor(fn):
     """``fn(a, b, ...)``, an integer division, checked for a zero divisor:
     torch raises where XLA gives a value (``ZeroDivisionCheckError`` at the next read; off
     where the divisor is padded, as every check)."""
-    def checked(a, b, **kwargs):
+    def checked(dtype, a, b, **kwargs):
         if jnp.issubdtype(jnp.result_type(a, b), jnp.integer):   # (a true division: float)
             check(jnp.asarray(b) == 0, ZERO_DIVISION)
-        return fn(a, b, **kwargs)
+        return fn(dtype, a, b, **kwargs)
     return checked
 
 
 def _pow(a, b):
     if isinstance(b, int) and not isinstance(b, bool) and b >= 0:
         return lax.integer_pow(a, b)
+    if type(b) is float and b in _POW_KERNELS and jnp.issubdtype(a.dtype, jnp.floating):
+        return _POW_KERNELS[b](a)
     if not jnp.issubdtype(jnp.result_type(a, b), jnp.integer):
         return jnp.power(a, b)
     # integers: a negative power is 1 / a**n truncated (0 unless a is 1 or -1), as in torch;
@@ -295,6 +350,22 @@ def _pow(a, b):
     r = jnp.power(a, jnp.where(neg, 0, b))
     unit = jnp.where(a == 1, 1, jnp.where(a == -1, jnp.where(b % 2 != 0, -1, 1), 0))
     return jnp.where(neg, unit, r).astype(r.dtype)
+
+
+# torch's ``pow_tensor_scalar_kernel`` for a number exponent: sqrt, rsqrt and reciprocal
+# kernels for 0.5, -0.5 and -1 (NaN for -inf, -0.0 for -0.0 where C's pow differs), products
+# for 2, 3 and -2. (float16 takes C's pow: ``_pow_half``.)
+_POW_KERNELS = {0.5: jnp.sqrt, -0.5: lambda x: divide(1, jnp.sqrt(x)), -1.0: lambda x: divide(1, x),
+                2.0: lambda x: x * x, 3.0: lambda x: x * x * x,
+                -2.0: lambda x: divide(1, x * x)}
+
+
+def _pow_of_type(dtype, a, b):
+    """torch's float16 kernel is C's ``pow`` for every number exponent (+inf for -inf ** 0.5,
+    where the sqrt kernel of the other types gives NaN)."""
+    if dtype == torch.float16 and b in (0.5, -0.5):
+        return jnp.power(a, b)
+    return _pow(a, b)
 
 
 def _lerp(a, b, w):
@@ -310,13 +381,14 @@ elementwise(aten.mul.Tensor, aten.mul.Scalar, fn=jnp.multiply, operands=(0, 1))
 elementwise(aten.div.Tensor, aten.div.Scalar, fn=jnp.true_divide, kind=D.INT_TO_FLOAT,
             operands=(0, 1))
 elementwise(aten.floor_divide.default, aten.floor_divide.Scalar,
-            fn=_nonzero_divisor(jnp.floor_divide), operands=(0, 1))
+            fn=_nonzero_divisor(_floor_divide), operands=(0, 1), typed=True)
 elementwise(aten.remainder.Tensor, aten.remainder.Scalar, aten.remainder.Scalar_Tensor,
-            fn=_nonzero_divisor(jnp.remainder), operands=(0, 1))
-elementwise(aten.fmod.Tensor, aten.fmod.Scalar, fn=_nonzero_divisor(jnp.fmod),
-            operands=(0, 1))
+            fn=_nonzero_divisor(lambda dtype, a, b: jnp.remainder(a, b)), operands=(0, 1),
+            typed=True)
+elementwise(aten.fmod.Tensor, aten.fmod.Scalar,
+            fn=_nonzero_divisor(lambda dtype, a, b: jnp.fmod(a, b)), operands=(0, 1), typed=True)
 elementwise(aten.pow.Tensor_Tensor, aten.pow.Scalar, fn=_pow, operands=(0, 1))
-elementwise(aten.pow.Tensor_Scalar, fn=_pow, operands=(0, 1), static=(1,))
+elementwise(aten.pow.Tensor_Scalar, fn=_pow_of_type, operands=(0, 1), static=(1,), typed=True)
 # an integer tensor to a negative Python power: torch refuses it (a tensor of negative
 # exponents is allowed)
 refuse((aten.pow.Tensor_Scalar,), lambda args, dt: type(args[1]) is int and args[1] < 0
@@ -399,7 +471,7 @@ elementwise(aten.lcm.default, fn=_lcm, operands=(0, 1), integral="lcm")
 refuse((aten.gcd.default, aten.lcm.default), lambda args, dt: dt is torch.bool,
        "gcd or lcm of bools (torch builds no kernel)")
 elementwise(aten.div.Tensor_mode, aten.div.Scalar_mode, fn=_nonzero_divisor(_div_mode),
-            operands=(0, 1))
+            operands=(0, 1), typed=True)
 _INTEGER_DIVISIONS = (aten.floor_divide.default, aten.floor_divide.Scalar, aten.remainder.Tensor,
                       aten.remainder.Scalar, aten.remainder.Scalar_Tensor, aten.fmod.Tensor,
                       aten.fmod.Scalar, aten.div.Tensor_mode, aten.div.Scalar_mode)
@@ -413,8 +485,9 @@ refuse(_INTEGER_DIVISIONS, lambda args, dt: type(args[1]) in (int, bool) and arg
 elementwise(aten.lerp.Scalar, aten.lerp.Tensor, fn=_lerp, operands=(0, 1))
 elementwise(aten.addcmul.default, operands=(0, 1, 2),
             fn=lambda s, a, b, value=1: s + (a * b if _is_one(value) else value * a * b))
+# torch's CPU kernel: ``self + value * t1 / t2`` (the product first: inf where it overflows)
 elementwise(aten.addcdiv.default, operands=(0, 1, 2),
-            fn=lambda s, a, b, value=1: s + (a / b if _is_one(value) else value * (a / b)))
+            fn=lambda s, a, b, value=1: s + (a if _is_one(value) else value * a) / b)
 elementwise(aten.clamp.default, aten.clamp.Tensor, operands=(0, 1, 2),
             fn=lambda x, lo=None, hi=None: _clamp(x, lo, hi))
 elementwise(aten.clamp_min.default, aten.clamp_min.Tensor, operands=(0, 1),
@@ -561,12 +634,34 @@ elementwise(aten.mish_backward.default, operands=(0, 1), fn=_backward_of(_mish))
 # (conjugated for complex y, as torch's kernels: the identity on real numbers)
 elementwise(aten.tanh_backward.default, operands=(0, 1),
             fn=lambda g, y: g * jnp.conj(1 - y * y))
+
+
+# torch's kernel multiplies by the float constant ``1.0f / 6.0f`` (in double too)
+_ONE_SIXTH = float(np.float32(1 / 6))
+
+
+def _softplus_backward(g, x, beta, threshold):
+    """torch's CPU kernel: ``z = exp(x * beta)``; ``g`` past the threshold, else ``g * z /
+    (z + 1)`` (the vjp of the forward's ``min`` halved the gradient at the threshold)."""
+    z = jnp.exp(x * beta)
+    return jnp.where(x * beta > threshold, g, g * z / (z + 1))
+
+
+def _hardswish_backward(g, x):
+    """torch's vectorized kernel: 0 up to -3, ``g`` from 3 on, else ``g * (x / 3 + 0.5)``
+    (NaN for NaN)."""
+    inner = g * (divide(x, 3) + 0.5)
+    return jnp.where(x <= -3, jnp.zeros((), g.dtype), jnp.where(x >= 3, g, inner))
+
+
 elementwise(aten.sigmoid_backward.default, operands=(0, 1),
             fn=lambda g, y: g * jnp.conj(y * (1 - y)))
 elementwise(aten.threshold_backward.default, operands=(0, 1),
             fn=lambda g, x, threshold: jnp.where(x <= threshold, 0, g))
+# (torch's vectorized kernels, which treat all but a tensor's last few elements: a NaN input
+# fails ``lo < x < hi`` and gets 0; its scalar loop would pass the gradient)
 elementwise(aten.hardtanh_backward.default, operands=(0, 1),
-            fn=lambda g, x, lo, hi: jnp.where((x <= lo) | (x >= hi), 0, g))
+            fn=lambda g, x, lo, hi: jnp.where((x > lo) & (x < hi), g, 0))
 elementwise(aten.hardshrink_backward.default, aten.softshrink_backward.default,
             operands=(0, 1), fn=lambda g, x, lambd: jnp.where(jnp.abs(x) <= lambd, 0, g))
 elementwise(aten.leaky_relu_backward.default, operands=(0, 1),
@@ -574,19 +669,19 @@ elementwise(aten.leaky_relu_backward.default, operands=(0, 1),
 elementwise(aten.elu_backward.default, operands=(0, 5),
             fn=lambda g, alpha, scale, input_scale, is_result, x: _elu_backward(
                 g, alpha, scale, input_scale, is_result, x), keep=())
-elementwise(aten.softplus_backward.default, operands=(0, 1),
-            fn=lambda g, x, beta, threshold: _backward_of(_softplus)(g, x, beta, threshold))
+elementwise(aten.softplus_backward.default, operands=(0, 1), fn=_softplus_backward)
 elementwise(aten.hardsigmoid_backward.default, operands=(0, 1),
-            fn=lambda g, x: jnp.where((x > -3) & (x < 3), g / 6, 0))
-elementwise(aten.hardswish_backward.default, operands=(0, 1),
-            fn=_backward_of(lambda x: x * jnp.clip(x / 6 + 0.5, 0, 1)))
+            fn=lambda g, x: jnp.where((x > -3) & (x < 3), g * _ONE_SIXTH, 0))
+elementwise(aten.hardswish_backward.default, operands=(0, 1), fn=_hardswish_backward)
 
 
 def _elu_backward(g, alpha, scale, input_scale, is_result, x):
+    """torch's vectorized kernel: the positive branch where ``x > 0``, so a NaN input takes
+    the negative one (NaN)."""
+    negcoef = alpha * scale
     if is_result:
-        return jnp.where(x <= 0, g * input_scale * (x + alpha * scale), g * scale)
-    return jnp.where(x <= 0, g * input_scale * alpha * scale * jnp.exp(x * input_scale),
-                     g * scale)
+        return jnp.where(x > 0, g * scale, g * input_scale * (x + negcoef))
+    return jnp.where(x > 0, g * scale, g * input_scale * negcoef * jnp.exp(x * input_scale))
 
 
 # ---- conversion and fills -------------------------------------------------------------

@@ -734,7 +734,7 @@ def _multilabel_margin(x, target, reduction):
     labels = jnp.where(counted, t2, 0)
     is_target = jnp.any((labels[:, :, None] == classes) & counted[:, :, None], axis=1)
     u = jnp.take_along_axis(x2, labels, axis=1)                # [B, K]
-    z = jnp.maximum(0, 1 - u[:, :, None] + x2[:, None, :])     # [B, K, C]
+    z = _positive_part(1 - u[:, :, None] + x2[:, None, :])     # [B, K, C]
     z = jnp.where(counted[:, :, None] & ~is_target[:, None, :], z, 0)
     per_row = jnp.sum(z, axis=(1, 2)) / C
     if reduction == 1:
@@ -773,11 +773,17 @@ def multi_margin_loss_rule(x, target, p=1, margin=1, weight=None, reduction=1):
     return out, x.dtype
 
 
+def _positive_part(z):
+    """``z`` where ``z > 0``, else 0: torch's margin-loss kernels add a term only ``if (z >
+    0)``, so a NaN term is skipped (``max(0, z)`` would keep it)."""
+    return jnp.where(z > 0, z, jnp.zeros((), z.dtype))
+
+
 def _multi_margin(x, target, p, margin, weight, reduction):
     """sum over classes j != y of w[y] * max(0, margin - x[y] + x[j])**p, over C."""
     x2 = jnp.atleast_2d(_f32(x))
     t = jnp.atleast_1d(target)[:, None]
-    z = jnp.maximum(0, margin - jnp.take_along_axis(x2, t, axis=1) + x2)
+    z = _positive_part(margin - jnp.take_along_axis(x2, t, axis=1) + x2)
     z = z * z if p == 2 else z
     if weight is not None:
         z = z * _f32(weight)[t]
@@ -824,8 +830,27 @@ def mse_loss_backward_rule(g, x, t, reduction):
 
 @lowering(aten.mse_loss_backward.default)
 def lower_mse_loss_backward(g, x, t, reduction):
-    d = 2 * (_f32(x) - _f32(t)) * _f32(g)
-    return d / x.size if reduction == 1 else d
+    # torch's kernel: ``norm * (x - t) * g``, norm = 2 / numel first (2 * (x - t) overflows
+    # near the largest floats)
+    norm = 2.0 / max(x.size, 1) if reduction == 1 else 2.0
+    return norm * (_f32(x) - _f32(t)) * _f32(g)
+
+
+@rule(aten.smooth_l1_loss_backward.default)
+def smooth_l1_loss_backward_rule(g, x, t, reduction, beta):
+    return sf.broadcast_shapes(_shape(g), _shape(x), _shape(t)), x.dtype
+
+
+@lowering(aten.smooth_l1_loss_backward.default)
+def lower_smooth_l1_loss_backward(g, x, t, reduction, beta):
+    """torch's vectorized kernel: ``deriv * norm * g``, deriv = sign(x - t) where |x - t| >=
+    beta, else (x - t) / beta, so a NaN difference gives NaN (torch's decomposition of this
+    op gives 0: ``sign(nan)``)."""
+    d = _f32(x) - _f32(t)
+    unit = jnp.where(d > 0, jnp.ones((), d.dtype), -jnp.ones((), d.dtype))
+    deriv = jnp.where(jnp.abs(d) >= beta, unit, d / beta)
+    norm = 1.0 / max(d.size, 1) if reduction == 1 else 1.0
+    return deriv * norm * _f32(g)
 
 
 @rule(aten.binary_cross_entropy_with_logits.default)
@@ -835,15 +860,21 @@ def bce_logits_rule(x, t, weight=None, pos_weight=None, reduction=1):
 
 @lowering(aten.binary_cross_entropy_with_logits.default)
 def lower_bce_logits(x, t, weight=None, pos_weight=None, reduction=1):
+    """torch's composite: ``(1 - t) * x - log_sigmoid(x)`` (times ``(pos_weight - 1) * t + 1``
+    for pos_weight), each op rounded to the input's dtype as torch's ops round it (a 16-bit
+    loss computed in float32 throughout differs by far more than rounding)."""
+    dt = x.dtype
+
+    def op(v):
+        return _f32(v.astype(dt))
     x, t = _f32(x), _f32(t)
-    softplus_neg = jnp.logaddexp(0.0, -x)  # log(1 + exp(-x))
+    log_sigmoid = op(jnp.minimum(x, 0) - jnp.log1p(jnp.exp(-jnp.abs(x))))
     if pos_weight is not None:
-        lw = (pos_weight - 1) * t + 1
-        loss = (1 - t) * x + lw * softplus_neg
-    else:
-        loss = (1 - t) * x + softplus_neg
+        log_weight = op(op(op(_f32(pos_weight) - 1) * t) + 1)
+        log_sigmoid = op(log_sigmoid * log_weight)
+    loss = op(op(op(1 - t) * x) - log_sigmoid)
     if weight is not None:
-        loss = loss * weight
+        loss = op(loss * _f32(weight))
     return _reduce(loss, reduction)
 
 

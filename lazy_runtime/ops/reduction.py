@@ -315,16 +315,30 @@ def cumsum_rule(x, dim, *, dtype=None):
     return tuple(x.shape), _sum_dtype(x, dtype)
 
 
+# torch's CPU scans accumulate in its CPU accumulation type (``acc_type<T, false>``): double
+# for float, float for the 16-bit types; a float32 running product or sum that overflows
+# there (1e30 * -1e30, then * 0) is finite in torch's
+_SCAN_ACCUMULATOR = {jnp.dtype(jnp.float32): jnp.float64, jnp.dtype(jnp.float16): jnp.float32,
+                     jnp.dtype(jnp.bfloat16): jnp.float32, jnp.dtype(jnp.complex64): jnp.complex128}
+
+
+def _scan(scan, ctx, x, dim):
+    out = jdt(ctx.dtype)
+    x = x.astype(out)
+    if not x.ndim:
+        return x
+    acc = _SCAN_ACCUMULATOR.get(jnp.dtype(out), out)
+    return scan(x.astype(acc), axis=norm_dim(dim, x.ndim)).astype(out)
+
+
 @lowering(aten.cumsum.default, ctx=True)
 def lower_cumsum(ctx, x, dim, *, dtype=None):
-    x = x.astype(jdt(ctx.dtype))
-    return jnp.cumsum(x, axis=norm_dim(dim, x.ndim)) if x.ndim else x
+    return _scan(jnp.cumsum, ctx, x, dim)
 
 
 @lowering(aten.cumprod.default, ctx=True)
 def lower_cumprod(ctx, x, dim, *, dtype=None):
-    x = x.astype(jdt(ctx.dtype))
-    return jnp.cumprod(x, axis=norm_dim(dim, x.ndim)) if x.ndim else x
+    return _scan(jnp.cumprod, ctx, x, dim)
 
 
 # ---- sort / topk ------------------------------------------------------------------------

@@ -1,0 +1,138 @@
+"""Special values (NaN, infinities, -0.0, the largest floats, thresholds) where a lowering
+differed from torch's CPU kernels, against eager torch:
+
+- floor and trunc division are IEEE's (torch's): XLA's simplifier makes ``x / broadcast``
+  and ``x / const`` a multiplication by the reciprocal, 1 ulp off in a third of the
+  quotients, which moves a floor across an integer; the 16-bit trunc division rounds its
+  quotient first. (True division keeps XLA's form, a documented difference: exact
+  quotients cost the MLP's step 15-25%.);
+- ``x ** 0.5`` and ``x ** -0.5`` are torch's sqrt and rsqrt kernels (NaN at -inf, -0.0 kept;
+  float16: C's pow);
+- hardswish and hardsigmoid follow torch's ``min(max(x + 3, 0), 6) / 6``; the backward of
+  hardtanh, hardswish, elu and softplus follow torch's vectorized kernels at NaN and at
+  their thresholds; relu keeps -0.0; lgamma is 0 at 1 and 2;
+- nan_to_num of a 16-bit tensor clamps to that type's range;
+- margin losses skip a NaN term (torch's ``if (z > 0)``); mse and smooth-l1 backward and
+  bce-with-logits (16-bit, op by op) follow torch's kernels;
+- cumsum and cumprod accumulate in torch's CPU accumulation type (double for float).
+
+Exact cases use rtol 0 (and atol the smallest normal: XLA:CPU flushes subnormals). All
+cases are recorded first and computed by one barrier.
+"""
+
+import torch
+import torch.nn.functional as F
+
+from lowering_harness import BF16, F16, F32, F64, Case, lowering_tests, rnd
+
+CASES: list = []
+NAN, INF = float("nan"), float("inf")
+
+
+def exact(dtype):
+    """IEEE's values; a subnormal result may be 0 (XLA:CPU flushes subnormals)."""
+    return dict(rtol=0, atol=torch.finfo(dtype).tiny)
+
+
+def case(name, fn, make, **kw):
+    CASES.append(Case(name, fn, make, **kw))
+
+
+def values(dtype, *vals):
+    return torch.tensor(vals, dtype=F64).to(dtype)
+
+
+def big(dtype):
+    return torch.finfo(dtype).max
+
+
+def specials(dtype):
+    """Values that showed the differences, as a column and a row (every pair)."""
+    m = big(dtype)
+    v = values(dtype, NAN, INF, -INF, 0.0, -0.0, m, -m, 1e30 if dtype != F16 else 1e4, 1.0,
+               -1.0, 0.5, -2.5, 3.0, 0.3)
+    return v[:, None].clone(), v[None, :].clone()
+
+
+def pairs(dtype):
+    return lambda g, r: list(specials(dtype))
+
+
+def named(dtype):
+    return str(dtype)[6:]
+
+
+for dt in (F32, F64, BF16):
+    n = named(dt)
+    case(f"div-floor-pairs-{n}", lambda a, b: torch.div(a, b, rounding_mode="floor"), pairs(dt),
+         **exact(dt))
+    case(f"floor-divide-pairs-{n}", torch.floor_divide, pairs(dt), **exact(dt))
+    case(f"div-trunc-pairs-{n}", lambda a, b: torch.div(a, b, rounding_mode="trunc"),
+         pairs(dt), **exact(dt))
+    case(f"pow-half-{n}", lambda x: (x ** 0.5, x ** -0.5, torch.float_power(x, 0.5)),
+         lambda g, r, dt=dt: [values(dt, -INF, -0.0, 0.0, INF, NAN, 4.0, 2.0)], **exact(dt))
+    case(f"hardswish-{n}", F.hardswish,
+         lambda g, r, dt=dt: [values(dt, big(dt), -3.0, 3.0, -INF, INF, NAN, 1.0)])
+    if dt != F64:   # (XLA's float64 lgamma is exact there)
+        case(f"lgamma-{n}", torch.lgamma, lambda g, r, dt=dt: [values(dt, 1.0, 2.0, 3.0, 0.5)],
+             atol=1e-30)   # (0 at 1 and 2: XLA's lgamma(1) was 4.8e-7)
+
+# a 16-bit trunc division rounds the quotient first (4094 / 3 -> 1365); float16 pow: C's
+case("div-trunc-f16", lambda a, b: torch.div(a, b, rounding_mode="trunc"),
+     lambda g, r: [values(F16, 4094.0, 3.0, 4094.0), values(F16, 3.0, 0.30004883, -2.5)],
+     **exact(F16))
+
+for dt in (F32, F64):
+    n = named(dt)
+    if dt == F64:   # (0 at -3, where x / 6 + 0.5 gave 2.8e-17)
+        case(f"hardsigmoid-{n}", F.hardsigmoid,
+             lambda g, r, dt=dt: [values(dt, -3.0, 3.0, -2.9, 1.0, NAN, INF, -INF)],
+             atol=1e-30, grad=True)
+    # backward kernels at NaN and at their thresholds (64 elements: torch's vectorized loop)
+    edges = (NAN, -3.0, 3.0, INF, -INF, 20.0, 2.5, -1.0, 0.5, 0.0) * 7
+    for name, fn in (("hardtanh", F.hardtanh), ("relu6", F.relu6),
+                     ("hardswish-backward", F.hardswish), ("elu", F.elu), ("selu", F.selu),
+                     ("celu", lambda x: F.celu(x, 2.0)), ("softplus", F.softplus),
+                     ("softplus-beta", lambda x: F.softplus(x, 2.0, 5.0))):
+        case(f"{name}-edges-{n}", fn, lambda g, r, dt=dt: [values(dt, *edges)], grad=True)
+    case(f"relu-negative-zero-{n}", lambda x: torch.signbit(F.relu(x)),
+         lambda g, r, dt=dt: [values(dt, -0.0, 0.0, -1.0, 2.0, NAN)])
+
+    def nan_rows(g, r, dt=dt):
+        x = rnd(g, (4, 6), dt)
+        x[0, 0], x[1, 3], x[3] = NAN, NAN, NAN
+        return [x]
+    case(f"multi-margin-nan-{n}", lambda x: F.multi_margin_loss(
+        x, torch.tensor([1, 2, 0, 4]), reduction="none"), nan_rows, grad=True)
+    case(f"multi-margin-p2-nan-{n}", lambda x: F.multi_margin_loss(
+        x, torch.tensor([1, 2, 0, 4]), p=2), nan_rows, grad=True)
+    case(f"multilabel-margin-nan-{n}", lambda x: F.multilabel_margin_loss(
+        x, torch.tensor([[1, 3, -1, 0, 0, 0]] * 4), reduction="none"), nan_rows, grad=True)
+    case(f"mse-backward-largest-{n}", F.mse_loss,
+         lambda g, r, dt=dt: [values(dt, big(dt), big(dt), 1.0, -1.0, 2.0, 0.5),
+                              values(dt, -1, 0, 1, 2, -big(dt), 3)], grad=(0,))
+    case(f"smooth-l1-backward-nan-{n}", lambda x, t: F.smooth_l1_loss(x, t, beta=0.5),
+         lambda g, r, dt=dt: [values(dt, NAN, 1.0, INF, 0.2, NAN, -3.0),
+                              values(dt, 0.0, NAN, 1.0, 0.0, NAN, INF)], grad=True)
+
+for dt in (F16, BF16):
+    n = named(dt)
+    case(f"nan-to-num-{n}", torch.nan_to_num, lambda g, r, dt=dt: [values(dt, INF, -INF, NAN, 1)],
+         **exact(dt))
+    case(f"bce-logits-{n}", lambda x, t: (
+        F.binary_cross_entropy_with_logits(x, t, reduction="none"),
+        F.binary_cross_entropy_with_logits(x, t, reduction="none",
+                                           pos_weight=torch.tensor([2.0], dtype=x.dtype))),
+        lambda g, r, dt=dt: [values(dt, -big(dt), -big(dt), -2.5, 1.0),
+                             values(dt, 6.1035e-05, 0.5, 0.0, 0.3)], rtol=1e-2, atol=1e-3)
+
+# torch's CPU scans accumulate in double for float (float for float16): 1e30 * -1e30 does not
+# overflow there, and the product's 0 stays 0
+case("cumprod-overflow-float32", lambda x: (x.cumprod(-1), x.cumsum(-1)),
+     lambda g, r: [values(F32, 1e30, -1e30, 1.0, -1.0, 0.0, 2.0)])
+case("cumprod-overflow-float16", lambda x: x.cumprod(-1),
+     lambda g, r: [values(F16, 1e4, -1e4, 1.0, -1.0, 0.0, 2.0)])
+
+
+(forward_results, backward_results, test_lowering_matches_torch,
+ test_backward_matches_torch, test_every_case_was_lowered_not_run_eagerly) = lowering_tests(CASES)
