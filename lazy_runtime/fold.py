@@ -65,6 +65,24 @@ def _cone(node: ir.Node):
     return order, leaves
 
 
+_aten = torch.ops.aten
+# Integer divisions whose CPU kernels divide in C: the type's minimum by -1 traps (SIGFPE,
+# the process dies: torch.div(INT_MIN, -1, rounding_mode="trunc") eagerly), so a divisor
+# holding -1 is left to the graph (XLA gives the wrapped value).
+_DIVISIONS = (_aten.div.Tensor_mode, _aten.div.Scalar_mode, _aten.floor_divide.default,
+              _aten.floor_divide.Scalar, _aten.remainder.Tensor, _aten.remainder.Scalar,
+              _aten.fmod.Tensor, _aten.fmod.Scalar)
+
+
+def _may_trap(op, args) -> bool:
+    if op not in _DIVISIONS or len(args) < 2:
+        return False
+    divisor = args[1]
+    if isinstance(divisor, torch.Tensor):
+        return bool((divisor == -1).any())
+    return divisor == -1
+
+
 def _fits(out, shape, dtype) -> bool:
     return isinstance(out, torch.Tensor) and out.device.type == "cpu" and \
         tuple(out.shape) == tuple(shape) and out.dtype == dtype
@@ -90,8 +108,11 @@ def fold(node: ir.Node, read_leaf):
         if n.op is ir.GETITEM:
             vals[id(n)] = ins[0][n.args[0]]
             continue
+        args = ir.fill(n.args, ins)
+        if _may_trap(n.op, args):
+            return None
         try:
-            out = n.op(*ir.fill(n.args, ins),
+            out = n.op(*args,
                        **{k: _CPU if k == "device" else ir.fill(v, ins) for k, v in n.kwargs})
         except Exception:   # not what torch's CPU kernel takes: the graph computes it
             return None

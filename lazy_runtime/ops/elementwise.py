@@ -21,7 +21,7 @@ from jax import lax
 from .. import dtypes as D
 from ..errors import NoLowering
 from .common import bshape, c_abs, c_exp, c_log, cast, divide, is_array, jdt, vjp
-from .registry import ELEMENTWISE, ZERO_DIVISION, check, lowering, refuse, rule
+from .registry import ELEMENTWISE, RULES, ZERO_DIVISION, check, lowering, refuse, rule
 
 aten = torch.ops.aten
 
@@ -292,8 +292,8 @@ def _div_mode(dtype, a, b, rounding_mode=None):
         return divide(a, b)
     if rounding_mode == "floor":
         return _floor_divide(dtype, a, b)
-    if _int(a):
-        a, b = jnp.broadcast_arrays(a, b)
+    if _int(a):   # (a number divisor takes the tensor's type, as in torch)
+        a, b = jnp.broadcast_arrays(a, jnp.asarray(b, a.dtype))
         return lax.div(a, b)  # C division truncates
     return jnp.trunc(_step_rounding(dtype, b)(divide(a, b)))
 
@@ -472,6 +472,24 @@ refuse((aten.gcd.default, aten.lcm.default), lambda args, dt: dt is torch.bool,
        "gcd or lcm of bools (torch builds no kernel)")
 elementwise(aten.div.Tensor_mode, aten.div.Scalar_mode, fn=_nonzero_divisor(_div_mode),
             operands=(0, 1), typed=True)
+
+
+def _true_division_without_a_mode(op):
+    """``div(a, b, rounding_mode=None)`` is a true division: a float result for integers
+    (the rounding modes keep the integer type)."""
+    rule_fn, multi = RULES[op]
+
+    def typed_by_mode(*args, **kwargs):
+        mode = args[2] if len(args) > 2 else kwargs.get("rounding_mode")
+        if mode is not None:
+            return rule_fn(*args, **kwargs)
+        compute, result = D.elementwise_dtypes(D.INT_TO_FLOAT, *args[:2])
+        return bshape(*args[:2]), result, compute
+    RULES[op] = (typed_by_mode, multi)
+
+
+for _op in (aten.div.Tensor_mode, aten.div.Scalar_mode):
+    _true_division_without_a_mode(_op)
 _INTEGER_DIVISIONS = (aten.floor_divide.default, aten.floor_divide.Scalar, aten.remainder.Tensor,
                       aten.remainder.Scalar, aten.remainder.Scalar_Tensor, aten.fmod.Tensor,
                       aten.fmod.Scalar, aten.div.Tensor_mode, aten.div.Scalar_mode)

@@ -2,6 +2,8 @@
 CPU kernels, no barrier; everything else read is still a barrier."""
 
 import random
+import subprocess
+import sys
 
 import pytest
 import torch
@@ -107,3 +109,30 @@ def test_a_step_that_folds_a_read_is_not_replayed_as_a_whole():
     m = lr.metrics()
     assert m["step_replays"] == 0
     assert any("computed on the host" in k for k in m["replay_misses"]), m["replay_misses"]
+
+
+def test_an_integer_division_that_would_trap_on_the_host_is_left_to_the_graph():
+    """torch's CPU kernel divides in C: the type's minimum by -1 kills the process
+    (SIGFPE; ``torch.div(INT_MIN, -1, rounding_mode="trunc")`` eagerly). A fold never runs
+    a division by -1; the graph gives the wrapped value. In a child process, so that a
+    regression fails this test instead of ending the suite."""
+    code = """if True:
+        import torch, lazy_runtime as lr
+        d = lr.device()
+        for dt in (torch.int32, torch.int64):
+            a = torch.tensor([torch.iinfo(dt).min, 7], dtype=dt).to(d)
+            m1 = torch.tensor([-1, -1], dtype=dt).to(d)
+            print(torch.div(a, m1, rounding_mode="trunc").tolist(),
+                  torch.div(a, -1, rounding_mode="trunc").tolist(),
+                  (a // m1).tolist(), torch.fmod(a, m1).tolist(), (a % m1).tolist())
+        print(lr.metrics()["host_folds"])
+    """
+    out = subprocess.run([sys.executable, "-c", code], capture_output=True, text=True,
+                         timeout=300)
+    assert out.returncode == 0, out.stderr[-2000:]
+    lines = out.stdout.split("\n")
+    for line, dt in zip(lines, (torch.int32, torch.int64)):
+        low = torch.iinfo(dt).min
+        assert line == str([low, -7]) + " " + str([low, -7]) + " " + str([low, -7]) + \
+            " [0, 0] [0, 0]"
+    assert lines[2] == "0"   # (every read went to the graph)

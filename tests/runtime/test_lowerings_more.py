@@ -282,6 +282,11 @@ for _dt in (I8, U8, torch.int16, I32, I64):
                                         torch.gcd(a[:, None], b[:7])),
          gcd_operands(_dt), rtol=0, atol=0)
 case("gcd-mixed-dtypes", lambda a, b: torch.gcd(a.to(I8), b), gcd_operands(I32), rtol=0, atol=0)
+for _dt in (I8, U8, I32, I64):   # (a number divisor: a trunc division failed to build)
+    case(f"div-by-a-number-{_dt}", lambda t: (torch.div(t, 3, rounding_mode="trunc"),
+                                             torch.div(t, 2, rounding_mode="floor"),
+                                             torch.div(t, 7, rounding_mode=None)),
+         lambda g, r, dt=_dt: [rnd(g, shape(r), dt, 0 if dt == U8 else -90, 90)])
 case("polygamma-inplace", lambda x: (x.clone().polygamma_(1), x.clone().polygamma_(3)),
      lambda g, r: [rnd(g, shape(r), F64, 0.1, 5)], rtol=1e-10, atol=0)
 
