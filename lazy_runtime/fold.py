@@ -74,7 +74,13 @@ _DIVISIONS = (_aten.div.Tensor_mode, _aten.div.Scalar_mode, _aten.floor_divide.d
               _aten.fmod.Tensor, _aten.fmod.Scalar)
 
 
+# gcd and lcm divide by values they compute (lcm's INT_MIN / gcd of -1 traps too)
+_DIVIDE_INSIDE = (_aten.gcd.default, _aten.lcm.default)
+
+
 def _may_trap(op, args) -> bool:
+    if op in _DIVIDE_INSIDE:
+        return True
     if op not in _DIVISIONS or len(args) < 2:
         return False
     divisor = args[1]

@@ -254,6 +254,10 @@ _UNARY = [
 for _op, _fn, _kind in _UNARY:
     elementwise(_op, fn=_fn, kind=_kind, operands=(0,))
 
+# torch builds no integer or bool frac kernel (its error)
+refuse((aten.frac.default,), lambda args, dt: not (dt.is_floating_point or dt.is_complex),
+       "frac of integers or bools")
+
 elementwise(aten.round.decimals, kind=D.DEFAULT, operands=(0,),
             fn=lambda x, decimals=0: jnp.round(x, decimals))
 elementwise(aten.gelu.default, fn=_gelu, operands=(0,))

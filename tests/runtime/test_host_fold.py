@@ -113,8 +113,9 @@ def test_a_step_that_folds_a_read_is_not_replayed_as_a_whole():
 
 def test_an_integer_division_that_would_trap_on_the_host_is_left_to_the_graph():
     """torch's CPU kernel divides in C: the type's minimum by -1 kills the process
-    (SIGFPE; ``torch.div(INT_MIN, -1, rounding_mode="trunc")`` eagerly). A fold never runs
-    a division by -1; the graph gives the wrapped value. In a child process, so that a
+    (SIGFPE; ``torch.div(INT_MIN, -1, rounding_mode="trunc")`` eagerly, and ``lcm``, which
+    divides by a gcd that can be -1). A fold never runs a division by -1, gcd or lcm; the
+    graph gives the wrapped value. In a child process, so that a
     regression fails this test instead of ending the suite."""
     code = """if True:
         import torch, lazy_runtime as lr
@@ -125,6 +126,8 @@ def test_an_integer_division_that_would_trap_on_the_host_is_left_to_the_graph():
             print(torch.div(a, m1, rounding_mode="trunc").tolist(),
                   torch.div(a, -1, rounding_mode="trunc").tolist(),
                   (a // m1).tolist(), torch.fmod(a, m1).tolist(), (a % m1).tolist())
+        low = torch.tensor([-2**31 + 1, -2**31], dtype=torch.int32).to(d)
+        print(torch.gcd(low, low.flip(0)).tolist(), torch.lcm(low, low.flip(0)).shape)
         print(lr.metrics()["host_folds"])
     """
     out = subprocess.run([sys.executable, "-c", code], capture_output=True, text=True,
@@ -135,4 +138,5 @@ def test_an_integer_division_that_would_trap_on_the_host_is_left_to_the_graph():
         low = torch.iinfo(dt).min
         assert line == str([low, -7]) + " " + str([low, -7]) + " " + str([low, -7]) + \
             " [0, 0] [0, 0]"
-    assert lines[2] == "0"   # (every read went to the graph)
+    assert lines[2] == "[-1, -1] torch.Size([2])"   # (gcd and lcm: INT_MIN / -1 inside)
+    assert lines[3] == "0"   # (every read went to the graph)

@@ -365,6 +365,8 @@ _EAGER = {
     "linspace-bool": (lambda a, b: torch.linspace(a, b, 3, dtype=BOOL, device=a.device),
                       [torch.ones(())] * 2),
     "gcd-bool": (torch.gcd, [torch.ones(2, dtype=BOOL)] * 2),
+    "frac-int": (torch.frac, [torch.ones(2, dtype=I32)]),
+    "frac-bool": (torch.frac, [torch.ones(2, dtype=BOOL)]),
 }
 
 
