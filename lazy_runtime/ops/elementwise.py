@@ -21,7 +21,8 @@ from jax import lax
 from .. import dtypes as D
 from ..errors import NoLowering
 from .common import bshape, c_abs, c_exp, c_log, cast, divide, is_array, jdt, vjp
-from .registry import ELEMENTWISE, RULES, ZERO_DIVISION, check, lowering, refuse, rule
+from .registry import (ELEMENTWISE, RULES, ZERO_DIVISION, check, decomposition, lowering,
+                       refuse, rule)
 
 aten = torch.ops.aten
 
@@ -721,6 +722,12 @@ def lower_to_copy(ctx, x, **kwargs):
     if jnp.iscomplexobj(x) and not jnp.issubdtype(dt, jnp.complexfloating):
         x = x != 0 if dt == jnp.bool_ else jnp.real(x)   # torch drops the imaginary part
     return cast(x, dt)
+
+
+@decomposition(torch.ops.prims.convert_element_type.default)
+def convert_element_type(x, dtype):
+    """The prim torch's own decompositions cast with (``renorm`` of 16-bit tensors)."""
+    return aten._to_copy.default(x, dtype=dtype)
 
 
 @rule(aten.fill.Scalar, aten.fill.Tensor, dynamic_scalars=True)

@@ -287,6 +287,10 @@ for _dt in (I8, U8, I32, I64):   # (a number divisor: a trunc division failed to
                                              torch.div(t, 2, rounding_mode="floor"),
                                              torch.div(t, 7, rounding_mode=None)),
          lambda g, r, dt=_dt: [rnd(g, shape(r), dt, 0 if dt == U8 else -90, 90)])
+for _dt in (BF16, F16):   # (torch's decomposition casts with prims.convert_element_type)
+    case(f"renorm-{_dt}", lambda x: (torch.renorm(x, 2, 0, 1.0), torch.renorm(x, 1, 1, 0.5),
+                                     torch.ops.prims.convert_element_type(x, I32)),
+         lambda g, r, dt=_dt: [rnd(g, (4, 5), dt)], rtol=0, atol=0)
 case("polygamma-inplace", lambda x: (x.clone().polygamma_(1), x.clone().polygamma_(3)),
      lambda g, r: [rnd(g, shape(r), F64, 0.1, 5)], rtol=1e-10, atol=0)
 
