@@ -273,9 +273,16 @@ elementwise(aten.threshold.default, operands=(0,),
 elementwise(aten.nan_to_num.default, operands=(0,), kind=D.NO_OPMATH,
             fn=lambda x, nan=None, posinf=None, neginf=None: jnp.nan_to_num(
                 x, nan=0.0 if nan is None else nan, posinf=posinf, neginf=neginf))
-elementwise(aten.logit.default, operands=(0,), kind=D.INT_TO_FLOAT,
-            fn=lambda x, eps=None: jnp.log((y := x if eps is None else jnp.clip(x, eps, 1 - eps))
-                                           / (1 - y)))
+def _logit(dtype, x, eps=None):
+    """torch's kernel: ``x`` clamped to ``[eps, 1 - eps]``, the bounds in the input's type
+    (a 16-bit ``1 - 1e-6`` is 1: inf at 1, as in torch), then ``log(x / (1 - x))``."""
+    if eps is not None:
+        lo, hi = (jnp.asarray(b, jdt(dtype)).astype(x.dtype) for b in (eps, 1 - eps))
+        x = jnp.clip(x, lo, hi)
+    return jnp.log(x / (1 - x))
+
+
+elementwise(aten.logit.default, operands=(0,), kind=D.INT_TO_FLOAT, fn=_logit, typed=True)
 
 # ---- binary -------------------------------------------------------------------------
 

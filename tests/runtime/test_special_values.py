@@ -11,7 +11,8 @@ differed from torch's CPU kernels, against eager torch:
 - hardswish and hardsigmoid follow torch's ``min(max(x + 3, 0), 6) / 6``; the backward of
   hardtanh, hardswish, elu and softplus follow torch's vectorized kernels at NaN and at
   their thresholds; relu keeps -0.0; lgamma is 0 at 1 and 2;
-- nan_to_num of a 16-bit tensor clamps to that type's range;
+- nan_to_num of a 16-bit tensor clamps to that type's range, and logit's eps bounds are
+  in that type;
 - margin losses skip a NaN term (torch's ``if (z > 0)``); mse and smooth-l1 backward and
   bce-with-logits (16-bit, op by op) follow torch's kernels;
 - cumsum and cumprod accumulate in torch's CPU accumulation type (double for float).
@@ -119,6 +120,9 @@ for dt in (F16, BF16):
     n = named(dt)
     case(f"nan-to-num-{n}", torch.nan_to_num, lambda g, r, dt=dt: [values(dt, INF, -INF, NAN, 1)],
          **exact(dt))
+    # logit's bounds in the 16-bit type: 1 - 1e-6 is 1 there (inf at 1), 1 - 0.01 rounds
+    case(f"logit-eps-{n}", lambda x: (torch.logit(x, 1e-6), torch.logit(x, 0.01)),
+         lambda g, r, dt=dt: [values(dt, 0.0, 1.0, 0.5, 0.999, 1e-7, 0.3, NAN)], rtol=1e-3)
     case(f"bce-logits-{n}", lambda x, t: (
         F.binary_cross_entropy_with_logits(x, t, reduction="none"),
         F.binary_cross_entropy_with_logits(x, t, reduction="none",
