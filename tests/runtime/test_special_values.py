@@ -15,7 +15,8 @@ differed from torch's CPU kernels, against eager torch:
   in that type;
 - margin losses skip a NaN term (torch's ``if (z > 0)``); mse and smooth-l1 backward and
   bce-with-logits (16-bit, op by op) follow torch's kernels;
-- cumsum and cumprod accumulate in torch's CPU accumulation type (double for float).
+- cumsum and cumprod accumulate in torch's CPU accumulation type (double for float), and
+  so do var and std.
 
 Exact cases use rtol 0 (and atol the smallest normal: XLA:CPU flushes subnormals). All
 cases are recorded first and computed by one barrier.
@@ -129,6 +130,13 @@ for dt in (F16, BF16):
                                            pos_weight=torch.tensor([2.0], dtype=x.dtype))),
         lambda g, r, dt=dt: [values(dt, -big(dt), -big(dt), -2.5, 1.0),
                              values(dt, 6.1035e-05, 0.5, 0.0, 0.3)], rtol=1e-2, atol=1e-3)
+
+# var and std of float32 in double, as torch's CPU kernels: a float32 mean near 1e4 is off by
+# half an ulp (5e-4), which a variance of 1e-4 feels (6e-4 relative error in float32)
+case("var-std-large-mean-float32", lambda x: (x.var(-1), x.std(-1, correction=0),
+                                              torch.var(x, 0), x.std()),
+     lambda g, r: [(1e4 + rnd(g, (8, 4096), F64, -0.02, 0.02)).to(F32)], rtol=1e-5, atol=0)
+# (rtol 1e-5: torch's whole-tensor std is 1.7e-6 from the exact value, the lazy one exact)
 
 # torch's CPU scans accumulate in double for float (float for float16): 1e30 * -1e30 does not
 # overflow there, and the product's 0 stays 0
