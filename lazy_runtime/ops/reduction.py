@@ -13,7 +13,7 @@ from ..errors import NoLowering
 from .common import (amax, amin, c_abs, c_exp, c_log, jdt, norm_dim, norm_dims, opmath, sf,
                      type_name)
 from .layout import _check_dim_index, _full_index
-from .registry import check, decomposition, lowering, rule
+from .registry import check, decomposition, lowering, refuse, rule
 
 aten = torch.ops.aten
 
@@ -246,6 +246,12 @@ def lower_var_mean(ctx, x, dim=None, *, correction=None, keepdim=False):
     mean = jnp.mean(xf, axis=norm_dims(_dims_arg(dim), x.ndim), keepdims=keepdim)
     return (_var(xf, dim, correction, keepdim).astype(jdt(ctx.dtype[0])),
             mean.astype(jdt(ctx.dtype[1])))
+
+
+# torch's var, std and var_mean refuse integers and bools (its error)
+refuse((aten.var.correction, aten.std.correction, aten.var_mean.correction),
+       lambda args, dt: not (args[0].dtype.is_floating_point or args[0].dtype.is_complex),
+       "var or std of integers or bools")
 
 
 @decomposition(aten.var_mean.dim)

@@ -371,6 +371,9 @@ _EAGER = {
     "gcd-bool": (torch.gcd, [torch.ones(2, dtype=BOOL)] * 2),
     "frac-int": (torch.frac, [torch.ones(2, dtype=I32)]),
     "frac-bool": (torch.frac, [torch.ones(2, dtype=BOOL)]),
+    "var-int": (torch.var, [torch.tensor([1, 2, 4])]),
+    "std-bool": (lambda x: torch.std(x, 0), [torch.ones(3, dtype=BOOL)]),
+    "var_mean-int": (torch.var_mean, [torch.tensor([1, 2, 4], dtype=I32)]),
 }
 
 
