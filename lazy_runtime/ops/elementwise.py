@@ -134,15 +134,19 @@ def _relu(x):
     return jnp.where(x < 0, jnp.zeros((), x.dtype), x)
 
 
+def _relu6_of_x_plus_3(x):
+    return jnp.minimum(jnp.maximum(x + 3, 0), 6)
+
+
 def _hardsigmoid(x):
     """torch's CPU kernel: ``min(max(x + 3, 0), 6) / 6``."""
-    return divide(jnp.minimum(jnp.maximum(x + 3, 0), 6), 6)
+    return divide(_relu6_of_x_plus_3(x), 6)
 
 
 def _hardswish(x):
     """torch's CPU kernel: ``x * min(max(x + 3, 0), 6) / 6`` (inf at the largest floats,
     where ``x * (x / 6 + 0.5)`` is not)."""
-    return divide(x * jnp.minimum(jnp.maximum(x + 3, 0), 6), 6)
+    return divide(x * _relu6_of_x_plus_3(x), 6)
 
 
 def _lgamma(x):
@@ -273,6 +277,8 @@ elementwise(aten.threshold.default, operands=(0,),
 elementwise(aten.nan_to_num.default, operands=(0,), kind=D.NO_OPMATH,
             fn=lambda x, nan=None, posinf=None, neginf=None: jnp.nan_to_num(
                 x, nan=0.0 if nan is None else nan, posinf=posinf, neginf=neginf))
+
+
 def _logit(dtype, x, eps=None):
     """torch's kernel: ``x`` clamped to ``[eps, 1 - eps]``, the bounds in the input's type
     (a 16-bit ``1 - 1e-6`` is 1: inf at 1, as in torch), then ``log(x / (1 - x))``."""
@@ -366,7 +372,7 @@ def _pow(a, b):
 
 # torch's ``pow_tensor_scalar_kernel`` for a number exponent: sqrt, rsqrt and reciprocal
 # kernels for 0.5, -0.5 and -1 (NaN for -inf, -0.0 for -0.0 where C's pow differs), products
-# for 2, 3 and -2. (float16 takes C's pow: ``_pow_half``.)
+# for 2, 3 and -2. (float16 takes C's pow for 0.5 and -0.5: ``_pow_of_type``.)
 _POW_KERNELS = {0.5: jnp.sqrt, -0.5: lambda x: divide(1, jnp.sqrt(x)), -1.0: lambda x: divide(1, x),
                 2.0: lambda x: x * x, 3.0: lambda x: x * x * x,
                 -2.0: lambda x: divide(1, x * x)}

@@ -204,6 +204,13 @@ def _in_opmath(x, real_dtype):
     return x if jnp.iscomplexobj(x) else x.astype(jdt(opmath(real_dtype)))
 
 
+# torch's CPU accumulation type (``acc_type<T, false>``), in which its scans and var/std
+# accumulate: double for float, float for the 16-bit types (a float32 running product that
+# overflows there, 1e30 * -1e30 then * 0, is finite in torch's)
+_CPU_ACCUMULATOR = {jnp.dtype(jnp.float32): jnp.float64, jnp.dtype(jnp.float16): jnp.float32,
+                    jnp.dtype(jnp.bfloat16): jnp.float32, jnp.dtype(jnp.complex64): jnp.complex128}
+
+
 def _var(x, dim, correction, keepdim):
     axes = norm_dims(_dims_arg(dim), x.ndim)
     n = 1
@@ -215,23 +222,21 @@ def _var(x, dim, correction, keepdim):
     return jnp.sum(sq, axis=axes, keepdims=keepdim) / max(n - c, 0)
 
 
-def _in_cpu_accumulator(x, real_dtype):
-    """``x`` in torch's CPU accumulation type for ``var``/``std``: double for float32
-    (a float32 mean of values near 1e4 is off by up to half an ulp, 5e-4, which a
-    variance of 1e-4 feels: 6e-4 relative error against torch's 3e-8)."""
-    x = _in_opmath(x, real_dtype)
-    wide = {jnp.dtype(jnp.float32): jnp.float64, jnp.dtype(jnp.complex64): jnp.complex128}
-    return x.astype(wide.get(x.dtype, x.dtype))
+def _in_cpu_accumulator(x):
+    """``x`` (floating or complex: ``var``/``std`` refuse the rest) in torch's CPU
+    accumulation type (a float32 mean of values near 1e4 is off by up to half an ulp, 5e-4,
+    which a variance of 1e-4 feels: 6e-4 relative error against torch's 3e-8)."""
+    return x.astype(_CPU_ACCUMULATOR.get(x.dtype, x.dtype))
 
 
-@lowering(aten.var.correction, ctx=True)
-def lower_var(ctx, x, dim=None, *, correction=None, keepdim=False):
-    return _var(_in_cpu_accumulator(x, ctx.dtype), dim, correction, keepdim)
+@lowering(aten.var.correction)
+def lower_var(x, dim=None, *, correction=None, keepdim=False):
+    return _var(_in_cpu_accumulator(x), dim, correction, keepdim)
 
 
-@lowering(aten.std.correction, ctx=True)
-def lower_std(ctx, x, dim=None, *, correction=None, keepdim=False):
-    return jnp.sqrt(_var(_in_cpu_accumulator(x, ctx.dtype), dim, correction, keepdim))
+@lowering(aten.std.correction)
+def lower_std(x, dim=None, *, correction=None, keepdim=False):
+    return jnp.sqrt(_var(_in_cpu_accumulator(x), dim, correction, keepdim))
 
 
 @rule(aten.var_mean.correction, multi=True)
@@ -330,19 +335,12 @@ def cumsum_rule(x, dim, *, dtype=None):
     return tuple(x.shape), _sum_dtype(x, dtype)
 
 
-# torch's CPU scans accumulate in its CPU accumulation type (``acc_type<T, false>``): double
-# for float, float for the 16-bit types; a float32 running product or sum that overflows
-# there (1e30 * -1e30, then * 0) is finite in torch's
-_SCAN_ACCUMULATOR = {jnp.dtype(jnp.float32): jnp.float64, jnp.dtype(jnp.float16): jnp.float32,
-                     jnp.dtype(jnp.bfloat16): jnp.float32, jnp.dtype(jnp.complex64): jnp.complex128}
-
-
 def _scan(scan, ctx, x, dim):
     out = jdt(ctx.dtype)
     x = x.astype(out)
     if not x.ndim:
         return x
-    acc = _SCAN_ACCUMULATOR.get(jnp.dtype(out), out)
+    acc = _CPU_ACCUMULATOR.get(jnp.dtype(out), out)
     return scan(x.astype(acc), axis=norm_dim(dim, x.ndim)).astype(out)
 
 
