@@ -9,6 +9,7 @@ key (first difference: an input shape, a dtype, an op, an argument) and recorded
 
 from __future__ import annotations
 
+import atexit
 import collections
 import functools
 import time
@@ -670,6 +671,26 @@ def sync(reason: str = "mark_step") -> None:
 def mark_step() -> None:
     """The step barrier: compile (or reuse) and run everything recorded so far."""
     sync("mark_step")
+
+
+@atexit.register
+def wait_for_running_graphs() -> None:
+    """Wait for the graphs still running. XLA runs a graph asynchronously, and a process
+    that exits during one (a script ending in ``mark_step()`` with no read) crashed now
+    and then: the library's static destructors free kernels the graph's threads still
+    execute. (Registered after JAX's own exit handler, so run before it.)"""
+    try:
+        from jax._src import xla_bridge
+        if not xla_bridge.backends_are_initialized():
+            return   # (nothing ever ran; do not start a backend to find that out)
+        arrays = jax.live_arrays()
+    except Exception:   # (a private JAX name moved: wait for nothing rather than fail)
+        return
+    for a in arrays:
+        try:
+            a.block_until_ready()
+        except Exception:   # (deleted or donated meanwhile)
+            pass
 
 
 # ---- why a graph was new ------------------------------------------------------------
