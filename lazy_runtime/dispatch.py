@@ -35,7 +35,8 @@ from .errors import NoLowering, UnsupportedOperation, as_torch_error
 from .metrics import METRICS
 from .ops import foreach, linalg, recurrent
 from .ops.elementwise import number_fits
-from .ops.registry import COMPLEX_OK, DECOMPOSITIONS, DYNAMIC_SCALARS, LOWERINGS, RULES
+from .ops.registry import (COMPLEX_OK, DECOMPOSITIONS, DYNAMIC_SCALARS, LOWERINGS, RULES,
+                           SAME_LAYOUT)
 from .tensor import (DEVICE, LazyTensor, new_base, new_view, node_of, write, contiguous_strides,
                      view_strides)
 
@@ -102,6 +103,60 @@ def record(func, args, kwargs, extra_inputs=()) -> ir.Node:
     shape, dtype = meta[0], meta[1]
     aux = meta[2] if len(meta) > 2 else None
     return ir.make_node(func, targs, tkw, tuple(inputs), tuple(shape), dtype, aux)
+
+
+_LAYOUT_DTYPES = (torch.float32, torch.float64)
+_NUMBERS = (float, int)   # (not bools: torch refuses a bool alpha for a float result)
+
+
+def same_layout_ok(func) -> bool:
+    """Whether ``record_same_layout`` may record ``func`` (its rule is the trusted one)."""
+    return func in RULES and SAME_LAYOUT.get(func) is RULES[func][0] and func in LOWERINGS \
+        and func not in config.force_fallback
+
+
+def record_same_layout(func, args, kwargs):
+    """``record(func, args, kwargs)`` for an op that ``same_layout_ok`` admits, where every
+    lazy tensor among the arguments has one shape and one float32/float64 dtype and every
+    other argument is a Python float or int that fits it: the rule's answer is known
+    (``SAME_LAYOUT``), so it is not run (it reads each tensor's shape and dtype, slow on a
+    subclass; the nodes have them). The same node as ``record``'s; None where the case
+    does not hold (then ``record`` decides)."""
+    static = _rule_of(func)[2]
+    inputs: list = []
+    shape = dtype = None
+    numbers = []
+
+    def template(a, dyn):
+        nonlocal shape, dtype
+        t = type(a)
+        if t is LazyTensor:
+            n = node_of(a)
+            if dtype is None:
+                shape, dtype = n.shape, n.dtype
+            elif n.shape != shape or n.dtype is not dtype:
+                raise _NotSameLayout
+            inputs.append(n)
+            return _marker(len(inputs) - 1)
+        if t not in _NUMBERS:
+            raise _NotSameLayout
+        numbers.append(a)
+        return _template(a, inputs, dyn) if t is float else a
+
+    dyn = static is not None
+    try:
+        targs = tuple([template(a, dyn and i not in static) for i, a in enumerate(args)])
+        tkw = tuple([(k, template(v, dyn and k not in static))
+                     for k, v in kwargs.items()]) if kwargs else ()
+    except _NotSameLayout:
+        return None
+    if dtype not in _LAYOUT_DTYPES or not all(number_fits(v, dtype) for v in numbers):
+        return None
+    return ir.make_node(func, targs, tkw, tuple(inputs), shape, dtype, dtype)
+
+
+class _NotSameLayout(Exception):
+    pass
 
 
 def _check_complex(func, inputs, meta, multi) -> None:
@@ -1021,6 +1076,37 @@ def call_op(packet, args: tuple, kwargs: dict):
     if seen is not None:
         _OVERLOADS[key] = seen
     return out
+
+
+def same_layout_functional(packet, args: tuple, kwargs: dict):
+    """After ``call_op(packet, args, kwargs)``: the functional op that
+    ``record_same_layout`` may record for later calls of ``packet`` with arguments of these
+    types (a ``_foreach_*`` op's per-tensor ops), or None. An in-place op qualifies where
+    it writes its first argument only (``_mutating``'s common case)."""
+    key = (id(packet), *map(type, args), *[(k, type(v)) for k, v in kwargs.items()])
+    func = _OVERLOADS.get(key)
+    if func is None or func in config.force_fallback:
+        return None
+    if _mutated_args(func) == ((), ()):
+        return func if same_layout_ok(func) else None
+    if _mutated_args(func) != ((0,), ()) or len(func._schema.returns) != 1:
+        return None
+    functional = functional_of(func)
+    return functional if functional is not None and same_layout_ok(functional) else None
+
+
+def call_same_layout(functional, inplace: bool, args: tuple, kwargs: dict):
+    """What ``call_op`` gives for the op ``same_layout_functional`` named (writing the
+    first argument if ``inplace``), by ``record_same_layout``; None where that does not
+    apply."""
+    node = record_same_layout(functional, args, kwargs)
+    if node is None:
+        return None
+    METRICS.traced_ops += 1
+    if inplace:
+        write(args[0], node)
+        return args[0]
+    return new_base(node)
 
 
 def _probed(func) -> None:

@@ -21,8 +21,8 @@ from jax import lax
 from .. import dtypes as D
 from ..errors import NoLowering
 from .common import bshape, c_abs, c_exp, c_log, cast, divide, is_array, jdt, vjp
-from .registry import (ELEMENTWISE, RULES, ZERO_DIVISION, check, decomposition, lowering,
-                       refuse, rule)
+from .registry import (ELEMENTWISE, RULES, SAME_LAYOUT, ZERO_DIVISION, check, decomposition,
+                       lowering, refuse, rule)
 
 aten = torch.ops.aten
 
@@ -75,6 +75,8 @@ def elementwise(*ops, fn, kind=D.DEFAULT, operands=None, keep=(), static=(), int
     ELEMENTWISE.update(ops)
     rule(*ops, dynamic_scalars=True, static=static)(
         elementwise_rule if integral is None else _integers_only(elementwise_rule, integral))
+    if kind in _KEEPS_FLOAT and integral is None:   # (its _one_float_layout answer)
+        SAME_LAYOUT.update((op, elementwise_rule) for op in ops)
     lowering(*ops, ctx=True)(lower_elementwise)
 
 
@@ -395,6 +397,22 @@ elementwise(aten.add.Tensor, aten.add.Scalar, fn=_add, operands=(0, 1))
 elementwise(aten.sub.Tensor, aten.sub.Scalar, fn=_sub, operands=(0, 1))
 elementwise(aten.rsub.Tensor, aten.rsub.Scalar, fn=lambda a, b, alpha=1: _sub(b, a, alpha),
             operands=(0, 1))
+
+
+def _alpha_refused(args, kwargs, dt) -> bool:
+    """torch's check of ``alpha`` against the result dtype: no bool alpha but for bools,
+    no complex alpha but for complex results, no float alpha for integer results."""
+    alpha = kwargs.get("alpha", 1)
+    if type(alpha) is bool:
+        return dt is not torch.bool
+    if isinstance(alpha, complex):
+        return not dt.is_complex
+    return isinstance(alpha, float) and not (dt.is_floating_point or dt.is_complex)
+
+
+refuse((aten.add.Tensor, aten.add.Scalar, aten.sub.Tensor, aten.sub.Scalar, aten.rsub.Tensor,
+        aten.rsub.Scalar), _alpha_refused, "an alpha of a kind the result dtype refuses "
+       "(torch's error)", with_kwargs=True, same_layout=True)
 elementwise(aten.mul.Tensor, aten.mul.Scalar, fn=jnp.multiply, operands=(0, 1))
 elementwise(aten.div.Tensor, aten.div.Scalar, fn=jnp.true_divide, kind=D.INT_TO_FLOAT,
             operands=(0, 1))
@@ -607,13 +625,15 @@ def _addc_refused(divides: bool):
     return bad
 
 
+# (same_layout: one float dtype and numbers that fit it are none of these refusals)
 refuse((aten.lerp.Scalar, aten.lerp.Tensor), _lerp_refused,
        "arguments of another dtype than self's, or an integer self (torch's errors)",
-       with_kwargs=True)
+       with_kwargs=True, same_layout=True)
 refuse((aten.addcmul.default,), _addc_refused(False), "bools, or a value out of range",
-       with_kwargs=True)
+       with_kwargs=True, same_layout=True)
 refuse((aten.addcdiv.default,), _addc_refused(True),
-       "integer division, or a value out of range (torch's errors)", with_kwargs=True)
+       "integer division, or a value out of range (torch's errors)", with_kwargs=True,
+       same_layout=True)
 
 
 def _clamp(x, lo, hi):

@@ -64,22 +64,20 @@ def foreach_handler(func, args, kwargs, call):
 
 
 def _apply(func, args, kwargs, call):
+    from ..dispatch import call_same_layout, same_layout_functional
     base, inplace, listy = _plan(func)
     n = next(len(a) for a, is_list in zip(args, listy) if is_list)
     kw = dict(kwargs)
     results = []
+    # The per-tensor op after the first: recorded without its rule where its operands
+    # share one float layout (``dispatch.record_same_layout``), an optimizer's usual case.
+    fast = None
     for i in range(n):
         a_i = [a[i] if (k < len(listy) and listy[k]) else a for k, a in enumerate(args)]
         if base == "norm":
             ord_ = a_i[1] if len(a_i) > 1 else kw.get("ord", 2)
             results.append(call(aten.linalg_vector_norm, (a_i[0], ord_),
                                 {"dtype": kw.get("dtype")}))
-            continue
-        if base in _VALUE_KW and len(a_i) > 3:
-            value = a_i.pop(3)
-            if isinstance(value, torch.Tensor):
-                value = value.item()
-            results.append(call(_op(base, inplace), tuple(a_i), {"value": value, **kw}))
             continue
         if base == "copy":
             results.append(call(aten.copy_, tuple(a_i), kw) if inplace
@@ -93,7 +91,22 @@ def _apply(func, args, kwargs, call):
         if op is None:  # no in-place spelling (maximum_): compute, then copy into place
             call(aten.copy_, (a_i[0], call(_op(base, False), tuple(a_i), kw)), {})
             continue
-        results.append(call(op, tuple(a_i), kw))
+        kw_i = kw
+        if base in _VALUE_KW and len(a_i) > 3:
+            value = a_i.pop(3)
+            if isinstance(value, torch.Tensor):
+                value = value.item()
+            kw_i = {"value": value, **kw}
+        a_i = tuple(a_i)
+        types = (*map(type, a_i), *map(type, kw_i.values()))   # (which overload torch picks)
+        out = None if fast is None or types != fast[1] else \
+            call_same_layout(fast[0], inplace, a_i, kw_i)
+        if out is None:
+            out = call(op, a_i, kw_i)
+            if i == 0:
+                functional = same_layout_functional(op, a_i, kw_i)
+                fast = None if functional is None else (functional, types)
+        results.append(out)
     return None if inplace else results
 
 

@@ -27,6 +27,12 @@ LOWERINGS: dict = {}
 PAD_RULES: dict = {}
 # Ops registered through ``elementwise`` (their padding rule passes padding through).
 ELEMENTWISE: set = set()
+# Elementwise ops whose rule, where every tensor operand has one shape and one float32 or
+# float64 dtype and every other operand is a Python real number that fits that dtype, is
+# ``(shape, dtype, dtype)`` and refuses nothing: op -> that rule. An op whose rule is
+# wrapped later is trusted only if the wrapper says so (``refuse(..., same_layout=True)``),
+# so ``SAME_LAYOUT.get(op) is RULES[op][0]`` is the test (``dispatch.record_same_layout``).
+SAME_LAYOUT: dict = {}
 # Ops whose float Scalar arguments become runtime inputs (see ``dispatch``); the value is
 # the set of argument positions/names that stay compile-time constants.
 DYNAMIC_SCALARS: dict = {}
@@ -149,10 +155,12 @@ pad_rule = _function_table(PAD_RULES, "padding rule")
 decomposition = _function_table(DECOMPOSITIONS, "decomposition")
 
 
-def refuse(ops, bad, reason: str, *, with_kwargs: bool = False) -> None:
+def refuse(ops, bad, reason: str, *, with_kwargs: bool = False,
+           same_layout: bool = False) -> None:
     """Wrap the rules of ``ops``: where ``bad(args, result dtype)`` (``bad(args, kwargs,
     result dtype)`` ``with_kwargs``), the op runs eagerly and torch raises its own error (a
-    kernel torch does not build for that dtype, an argument it refuses)."""
+    kernel torch does not build for that dtype, an argument it refuses). ``same_layout``:
+    ``bad`` is never true in the case ``SAME_LAYOUT`` describes."""
     from ..errors import NoLowering
     for op in ops:
         fn, multi = RULES[op]
@@ -162,6 +170,8 @@ def refuse(ops, bad, reason: str, *, with_kwargs: bool = False) -> None:
             if bad(args, kwargs, out[1]) if with_kwargs else bad(args, out[1]):
                 raise NoLowering(_op, reason)
             return out
+        if same_layout and SAME_LAYOUT.get(op) is fn:
+            SAME_LAYOUT[op] = checked
         RULES[op] = (checked, multi)
 
 

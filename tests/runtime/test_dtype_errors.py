@@ -162,6 +162,14 @@ REFUSED = [
     ("addcmul_ float into long", lambda a, b: a.addcmul_(b, b), [_x().long(), _x()]),
     ("sub_ double into int", lambda a, b: a.sub_(b), [_x().int(), _x().double()]),
     ("add_ complex into bool", lambda a, b: a.add_(b), [_M, _M.to(torch.complex64)]),
+    # add/sub/rsub: an alpha of a kind the result dtype refuses
+    ("add int alpha 0.5", lambda a: torch.add(a, a, alpha=0.5), [_x().long()]),
+    ("add int alpha 2.0", lambda a: torch.add(a, 3, alpha=2.0), [_x().int()]),
+    ("sub_ int alpha 0.5", lambda a: a.sub_(a, alpha=0.5), [_x().long()]),
+    ("rsub int alpha 0.5", lambda a: torch.rsub(a, a, alpha=0.5), [_x().long()]),
+    ("add int alpha True", lambda a: torch.add(a, a, alpha=True), [_x().long()]),
+    ("add float alpha True", lambda a: torch.add(a, a, alpha=True), [_x()]),
+    ("add float alpha 1j", lambda a: torch.add(a, a, alpha=1j), [_x()]),
     # full_like / new_full: torch's checked conversion of the fill
     ("full_like 300 into uint8", lambda a: torch.full_like(a, 300), [_x().byte()]),
     ("new_full inf into long", lambda a: a.new_full((2,), float("inf")), [_x().long()]),
@@ -256,6 +264,11 @@ ACCEPTED = [
           torch.tensor([1e6, -3.3, 0.1, 65519.], dtype=F64)),
     _case("copy_ float into bool", lambda x, s: x.copy_(s), torch.zeros(3, dtype=BOOL),
           torch.tensor([0.0, -0.0, 0.1])),
+    # alphas the result dtype takes
+    _case("add int alpha 2", lambda a: torch.add(a, a, alpha=2), _x().long()),
+    _case("add int + float alpha 2.5", lambda a: torch.add(a, 0.5, alpha=2.5), _x().long()),
+    _case("add bool alpha True", lambda a: torch.add(a, a, alpha=True), _M),
+    _case("add complex alpha 1j", lambda a: torch.add(a, a, alpha=1j), _x().cfloat()),
     # a fill torch's conversion wraps (not an error): its value
     _case("full_like -1 into uint8", lambda a: torch.full_like(a, -1), _x().byte()),
     _case("new_full 2.7 into long", lambda a: a.new_full((2, 2), 2.7), _x().long()),
@@ -286,6 +299,7 @@ LOWERED = [
     (lambda x, m: x.masked_fill(m, float("-inf")), [_x(), _M]),
     (lambda x, m, v: x.masked_fill(m, v), [_x(), _M, torch.tensor(3)]),
     (lambda x: torch.lerp(x, x * 2, 0.3), [_x()]),
+    (lambda x: torch.sub(x, x, alpha=0.5), [_x()]),
     (lambda x: torch.addcdiv(x, x, x + 1, value=0.5), [_x()]),
     (lambda x, m: torch.where(m, x, x.double()), [_x(), _M]),
     (lambda x, t: F.cross_entropy(x, t), [_x(), _i1()]),

@@ -1,5 +1,7 @@
 """In-place ops, views and aliasing behave as in eager torch."""
 
+import collections
+
 import pytest
 import torch
 
@@ -292,6 +294,113 @@ def test_foreach_ops_match_torch(name):
         second = _FOREACH[name](a, b)
         return None if first is None else [first, second]
     both(run, *[torch.randn(s, generator=g) for s in shapes * 2])
+
+
+# Lists on which the per-tensor ops after the first may skip their rules (one float32 or
+# float64 layout per op) and lists on which they must not (broadcasting, 16-bit, integers,
+# mixed dtypes, a number out of float32's range).
+_LAYOUTS = {
+    "float32": lambda g: [torch.randn(s, generator=g) for s in [(3, 4), (5,), (2, 3, 2)] * 2],
+    "float64": lambda g: [torch.randn(s, generator=g, dtype=torch.float64)
+                          for s in [(3, 4), (5,), ()] * 2],
+    "broadcast": lambda g: [torch.randn(s, generator=g) for s in [(3, 4), (5,), (2, 3, 2),
+                                                                  (4,), (1,), (3, 1)]],
+    "float16": lambda g: [torch.randn(s, generator=g).half() for s in [(3, 4), (5,)] * 2],
+    "int64": lambda g: [torch.randint(1, 9, s, generator=g) for s in [(3, 4), (5,)] * 2],
+    "mixed": lambda g: [torch.randn(5, generator=g, dtype=d)
+                        for d in (torch.float32, torch.float64, torch.float64, torch.float32)],
+}
+_ON_LAYOUTS = {
+    "add_list_alpha": lambda a, b: torch._foreach_add_(a, b, alpha=0.5),
+    "add_scalar": lambda a, b: torch._foreach_add_(a, 2),
+    "mul_scalar": lambda a, b: torch._foreach_mul_(a, 0.9),
+    "mul_huge": lambda a, b: torch._foreach_mul_(a, 1e300),
+    "div_scalarlist": lambda a, b: torch._foreach_div_(a, [2.0, -3.0, 0.5][:len(a)]),
+    "mul_ints_and_floats": lambda a, b: torch._foreach_mul_(a, [2, -3.5, 4][:len(a)]),
+    "add_bool_alpha": lambda a, b: torch._foreach_add_(a, b, alpha=True),
+    "sub_out_of_place": lambda a, b: torch._foreach_sub(a, b),
+    "addcmul_value": lambda a, b: torch._foreach_addcmul_(a, b, b, value=0.1),
+    "addcmul_huge": lambda a, b: torch._foreach_addcmul_(a, b, b, value=1e300),
+    "addcdiv_scalarlist": lambda a, b: torch._foreach_addcdiv_(
+        a, b, [t.abs() + 1 for t in b], [0.1, 0.2, 0.3][:len(a)]),
+    "lerp_scalar": lambda a, b: torch._foreach_lerp_(a, b, 0.3),
+    "sqrt": lambda a, b: torch._foreach_sqrt([t.abs() for t in a]),
+    "exp": lambda a, b: torch._foreach_exp(a),
+}
+
+
+def _structure(n):
+    """A node as its graph key sees it: op nodes by signature and inputs, a number by its
+    value (each call makes its own leaf), any other leaf by identity."""
+    if n.op is lr.ir.SCALAR:
+        return ("scalar", n.value, n.dtype)
+    if not n.inputs and n.op in lr.ir.SETTLED:
+        return id(n)
+    return (n.sig, tuple(_structure(i) for i in n.inputs))
+
+
+def _structures(ts):
+    return [_structure(lr.tensor.node_of(t)) for t in ts]
+
+
+def _split(ts):
+    return list(ts[:len(ts) // 2]), list(ts[len(ts) // 2:])
+
+
+@pytest.mark.parametrize("layout", sorted(_LAYOUTS))
+@pytest.mark.parametrize("name", sorted(_ON_LAYOUTS))
+def test_foreach_ops_skip_rules_only_where_the_answer_is_known(name, layout, monkeypatch):
+    """The per-tensor ops of a ``_foreach_*`` op after the first are recorded without their
+    rules where all their tensors share one float32/float64 shape and dtype and their
+    numbers fit it (``dispatch.record_same_layout``): the nodes are the very ones the rule
+    path records (interned nodes: the same objects), and values or torch's errors are as
+    in eager torch on every layout, including those where the shortcut must step aside."""
+    from lazy_runtime import dispatch
+    g = torch.Generator().manual_seed(len(name) + len(layout))
+    inputs = _LAYOUTS[layout](g)
+    cpu = [t.clone() for t in inputs]
+    try:
+        expect = _ON_LAYOUTS[name](*_split(cpu))
+    except Exception as e:   # torch refuses this op on this layout: so must the lazy one
+        with pytest.raises(type(e)):
+            _ON_LAYOUTS[name](*_split([t.to(DEV) for t in inputs]))
+            lr.mark_step()
+        return
+    lazy = [t.to(DEV) for t in inputs]
+    fast_in = [t.clone() for t in lazy]
+    fast_out = _ON_LAYOUTS[name](*_split(fast_in))
+    with monkeypatch.context() as m:
+        m.setattr(dispatch, "call_same_layout", lambda *a: None)
+        slow_in = [t.clone() for t in lazy]
+        slow_out = _ON_LAYOUTS[name](*_split(slow_in))
+    assert _structures(fast_in) == _structures(slow_in)
+    if fast_out is not None:
+        assert _structures(fast_out) == _structures(slow_out)
+    lr.mark_step()
+    # (torch's CPU _foreach_* of 16-bit tensors rounds a number to 16 bits first; its
+    # single-tensor ops, its CUDA kernels and this device compute it in float: an ulp apart)
+    tol = dict(rtol=2e-3, atol=1e-3) if layout == "float16" else {}
+    assert_same(fast_in, cpu, what="inputs after", **tol)
+    if expect is not None:
+        assert_same(fast_out, expect, what="result", **tol)
+
+
+def test_an_optimizer_step_records_one_rule_per_foreach_op(monkeypatch):
+    """Adam's per-parameter ops (float32 parameters of several shapes) run their rules for
+    the first parameter of each ``_foreach_*`` op only."""
+    from lazy_runtime import dispatch
+    torch.manual_seed(0)
+    model = torch.nn.Sequential(torch.nn.Linear(4, 8), torch.nn.Linear(8, 3)).to(DEV)
+    opt = torch.optim.Adam(model.parameters(), lr=0.1)
+    model(torch.randn(5, 4).to(DEV)).sum().backward()
+    lr.mark_step()
+    seen = []
+    real = dispatch.record
+    monkeypatch.setattr(dispatch, "record", lambda f, *a, **k: seen.append(f) or real(f, *a, **k))
+    opt.step()
+    lr.mark_step()
+    counts = collections.Counter(map(str, seen))
+    assert len(counts) >= 5 and set(counts.values()) == {1}, counts
 
 
 def test_optimizers_take_the_foreach_path_by_default_as_on_cuda():
