@@ -162,6 +162,8 @@ class Executable:
     def run(self, *args):
         """The results; the checks' outcomes wait in ``PENDING_CHECKS`` until ``written``."""
         results, flags = self.compiled(*args)
+        if results:
+            _LAUNCHED.append(min(results, key=_size))
         if self.checks or self.input_checks:
             parts = []
             if self.checks:
@@ -673,19 +675,29 @@ def mark_step() -> None:
     sync("mark_step")
 
 
+# One result of each recent run (its smallest): ready once the run is done, so the exit
+# handler can wait for a run whose results were all dropped (runs start in order).
+_LAUNCHED: collections.deque = collections.deque(maxlen=16)
+
+
+def _size(a) -> int:
+    return getattr(a, "size", 0)
+
+
 @atexit.register
 def wait_for_running_graphs() -> None:
     """Wait for the graphs still running. XLA runs a graph asynchronously, and a process
     that exits during one (a script ending in ``mark_step()`` with no read) crashed now
     and then: the library's static destructors free kernels the graph's threads still
     execute. (Registered after JAX's own exit handler, so run before it.)"""
+    arrays = list(_LAUNCHED)
+    _LAUNCHED.clear()
     try:
         from jax._src import xla_bridge
-        if not xla_bridge.backends_are_initialized():
-            return   # (nothing ever ran; do not start a backend to find that out)
-        arrays = jax.live_arrays()
-    except Exception:   # (a private JAX name moved: wait for nothing rather than fail)
-        return
+        if xla_bridge.backends_are_initialized():  # (else nothing ran: start no backend)
+            arrays += jax.live_arrays()
+    except Exception:   # (a private JAX name moved: wait for the recent runs only)
+        pass
     for a in arrays:
         try:
             a.block_until_ready()

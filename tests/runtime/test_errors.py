@@ -241,22 +241,28 @@ def test_a_shift_of_floats_is_refused_when_called_as_torch_does():
 def test_exit_waits_for_the_graphs_still_running():
     """XLA runs a graph asynchronously; a process exiting during one crashed now and then
     (the library's static destructors freed kernels the graph's threads still ran). The
-    runtime's exit handler waits for every live result; a script ending in ``mark_step()``
-    without a read exits cleanly."""
+    runtime's exit handler waits for each recent run, its results dropped or not, and for
+    every live result; a script ending in ``mark_step()`` without a read exits cleanly."""
     import jax
-    from lazy_runtime.executor import wait_for_running_graphs
-    a = torch.randn(1024, 1024).to(DEV)
-    b = a
-    for _ in range(12):
-        b = torch.tanh(b @ a)
-    lr.mark_step()
-    wait_for_running_graphs()
-    assert all(x.is_ready() for x in jax.live_arrays())
+    from lazy_runtime import executor
+
+    def run_and_drop():
+        a = torch.randn(1024, 1024).to(DEV)
+        b = a
+        for _ in range(12):
+            b = torch.tanh(b @ a)
+        lr.mark_step()
+    run_and_drop()
+    launched = list(executor._LAUNCHED)
+    assert launched
+    executor.wait_for_running_graphs()
+    assert all(x.is_ready() for x in launched + jax.live_arrays())
     code = ("import torch, lazy_runtime as lr\n"
             "a = torch.randn(1024, 1024).to(lr.device())\n"
             "for _ in range(12):\n"
             "    a = torch.tanh(a @ a.t()) * 0.5\n"
-            "lr.mark_step()\n")
+            "lr.mark_step()\n"
+            "del a\n")
     r = subprocess.run([sys.executable, "-c", code], capture_output=True, text=True,
                        timeout=300, cwd=ROOT)
     assert r.returncode == 0, r.stderr[-2000:]
