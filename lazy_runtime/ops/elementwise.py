@@ -268,7 +268,7 @@ refuse((aten.frac.default,), lambda args, dt: not (dt.is_floating_point or dt.is
 elementwise(aten.round.decimals, kind=D.DEFAULT, operands=(0,),
             fn=lambda x, decimals=0: jnp.round(x, decimals))
 elementwise(aten.gelu.default, fn=_gelu, operands=(0,))
-elementwise(aten.hardtanh.default, fn=lambda x, lo=-1, hi=1: jnp.clip(x, lo, hi), operands=(0,))
+elementwise(aten.hardtanh.default, fn=lambda x, lo=-1, hi=1: _clamp(x, lo, hi), operands=(0,))
 elementwise(aten.leaky_relu.default, operands=(0,),
             fn=lambda x, slope=0.01: jnp.where(x > 0, x, x * slope))
 elementwise(aten.elu.default, fn=_elu, operands=(0,))
@@ -402,7 +402,9 @@ elementwise(aten.rsub.Tensor, aten.rsub.Scalar, fn=lambda a, b, alpha=1: _sub(b,
 def _alpha_refused(args, kwargs, dt) -> bool:
     """torch's check of ``alpha`` against the result dtype: no bool alpha but for bools,
     no complex alpha but for complex results, no float alpha for integer results."""
-    alpha = kwargs.get("alpha", 1)
+    alpha = kwargs.get("alpha") if kwargs else None
+    if alpha is None or type(alpha) is int:
+        return False
     if type(alpha) is bool:
         return dt is not torch.bool
     if isinstance(alpha, complex):
@@ -637,10 +639,14 @@ refuse((aten.addcdiv.default,), _addc_refused(True),
 
 
 def _clamp(x, lo, hi):
+    """torch's clamp: a NaN element stays NaN, and an element equal to a bound stays
+    itself (``-0.0`` clamped at ``0.0`` is ``-0.0``, as ``std::max`` gives)."""
+    if _int(x):
+        return x if lo is None and hi is None else jnp.clip(x, lo, hi)
     if lo is not None:
-        x = jnp.where(jnp.isnan(x), x, jnp.maximum(x, lo)) if not _int(x) else jnp.maximum(x, lo)
+        x = jnp.where(jnp.isnan(x) | (x == lo), x, jnp.maximum(x, lo))
     if hi is not None:
-        x = jnp.where(jnp.isnan(x), x, jnp.minimum(x, hi)) if not _int(x) else jnp.minimum(x, hi)
+        x = jnp.where(jnp.isnan(x) | (x == hi), x, jnp.minimum(x, hi))
     return x
 
 

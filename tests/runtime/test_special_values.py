@@ -10,7 +10,8 @@ differed from torch's CPU kernels, against eager torch:
   float16: C's pow);
 - hardswish and hardsigmoid follow torch's ``min(max(x + 3, 0), 6) / 6``; the backward of
   hardtanh, hardswish, elu and softplus follow torch's vectorized kernels at NaN and at
-  their thresholds; relu keeps -0.0; lgamma is 0 at 1 and 2;
+  their thresholds; relu and clamps keep -0.0 (relu6, hardtanh, clamp at a 0.0
+  bound); lgamma is 0 at 1 and 2;
 - nan_to_num of a 16-bit tensor clamps to that type's range, and logit's eps bounds are
   in that type;
 - margin losses skip a NaN term (torch's ``if (z > 0)``); mse and smooth-l1 backward and
@@ -99,6 +100,11 @@ for dt in (F32, F64):
         case(f"{name}-edges-{n}", fn, lambda g, r, dt=dt: [values(dt, *edges)], grad=True)
     case(f"relu-negative-zero-{n}", lambda x: torch.signbit(F.relu(x)),
          lambda g, r, dt=dt: [values(dt, -0.0, 0.0, -1.0, 2.0, NAN)])
+    # an element equal to a clamp's bound stays itself (torch's std::max): -0.0 at 0.0
+    case(f"clamp-negative-zero-{n}", lambda x: [torch.signbit(y) for y in (
+        F.relu6(x), F.hardtanh(x, 0.0, 1.0), x.clamp(0, 1), x.clamp_min(0.0),
+        x.clamp_max(-0.0), x.clamp(torch.zeros_like(x), torch.ones_like(x)))],
+         lambda g, r, dt=dt: [values(dt, -0.0, 0.0, -1.0, 2.0, 1.0)])
 
     def nan_rows(g, r, dt=dt):
         x = rnd(g, (4, 6), dt)
