@@ -1058,12 +1058,16 @@ _OVERLOADS: dict = {}
 _PROBE: list = []   # while an overload is learned: [packet] then [packet, overload]
 
 
+def _overload_key(packet, args: tuple, kwargs: dict) -> tuple:
+    return (id(packet), *map(type, args), *[(k, type(v)) for k, v in kwargs.items()])
+
+
 def call_op(packet, args: tuple, kwargs: dict):
     """``packet(*args, **kwargs)`` from inside a handler (a ``_foreach_*`` op's per-tensor
     ops), without a round trip through torch's dispatcher (about 5 µs an op). Which
     overload torch resolves the call to is learned from its first call with these
     argument types, made through torch."""
-    key = (id(packet), *map(type, args), *[(k, type(v)) for k, v in kwargs.items()])
+    key = _overload_key(packet, args, kwargs)
     func = _OVERLOADS.get(key)
     if func is not None:
         return _run(func, args, kwargs)
@@ -1083,13 +1087,13 @@ def same_layout_functional(packet, args: tuple, kwargs: dict):
     ``record_same_layout`` may record for later calls of ``packet`` with arguments of these
     types (a ``_foreach_*`` op's per-tensor ops), or None. An in-place op qualifies where
     it writes its first argument only (``_mutating``'s common case)."""
-    key = (id(packet), *map(type, args), *[(k, type(v)) for k, v in kwargs.items()])
-    func = _OVERLOADS.get(key)
+    func = _OVERLOADS.get(_overload_key(packet, args, kwargs))
     if func is None or func in config.force_fallback:
         return None
-    if _mutated_args(func) == ((), ()):
+    mutated = _mutated_args(func)
+    if mutated == ((), ()):
         return func if same_layout_ok(func) else None
-    if _mutated_args(func) != ((0,), ()) or len(func._schema.returns) != 1:
+    if mutated != ((0,), ()) or len(func._schema.returns) != 1:
         return None
     functional = functional_of(func)
     return functional if functional is not None and same_layout_ok(functional) else None

@@ -98,16 +98,20 @@ def _apply(func, args, kwargs, call):
                 value = value.item()
             kw_i = {"value": value, **kw}
         a_i = tuple(a_i)
-        types = (*map(type, a_i), *map(type, kw_i.values()))   # (which overload torch picks)
-        out = None if fast is None or types != fast[1] else \
-            call_same_layout(fast[0], inplace, a_i, kw_i)
+        out = None
+        if fast is not None and _types(a_i, kw_i) == fast[1]:   # (the overload torch picks)
+            out = call_same_layout(fast[0], inplace, a_i, kw_i)
         if out is None:
             out = call(op, a_i, kw_i)
             if i == 0:
                 functional = same_layout_functional(op, a_i, kw_i)
-                fast = None if functional is None else (functional, types)
+                fast = None if functional is None else (functional, _types(a_i, kw_i))
         results.append(out)
     return None if inplace else results
+
+
+def _types(args: tuple, kwargs: dict) -> tuple:
+    return (*map(type, args), *map(type, kwargs.values()))
 
 
 @functools.lru_cache(maxsize=None)
