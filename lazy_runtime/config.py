@@ -33,6 +33,10 @@ class Config:
         # its read per graph with indexing ops (10-20 us a step on this CPU).
         self.check_indices: bool = os.environ.get(
             "LAZY_RUNTIME_CHECK_INDICES", "1").lower() in ("1", "true", "yes")
+        # Freeze Python's heap (gc.freeze) at the first mark_step after the first full
+        # garbage collection, so later full collections skip it (see ``heap``).
+        self.freeze_heap: bool = os.environ.get(
+            "LAZY_RUNTIME_FREEZE_HEAP", "1").lower() in ("1", "true", "yes")
 
     def jax_device(self):
         import jax

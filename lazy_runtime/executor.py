@@ -20,7 +20,7 @@ import jax.numpy as jnp
 import numpy as np
 import torch
 
-from . import dtypes, dynamic, fold, ir, replay
+from . import dtypes, dynamic, fold, heap, ir, replay
 from .config import config
 from .errors import (IndexCheckError, LazyRuntimeError, PaddedLoweringError,
                      UnsupportedOperation, ZeroDivisionCheckError)
@@ -673,6 +673,7 @@ def sync(reason: str = "mark_step") -> None:
 def mark_step() -> None:
     """The step barrier: compile (or reuse) and run everything recorded so far."""
     sync("mark_step")
+    heap.at_step_barrier()
 
 
 # One result of each recent run (its smallest): ready once the run is done, so the exit

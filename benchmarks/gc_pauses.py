@@ -1,0 +1,132 @@
+"""Python's garbage collector during traced training steps, with the runtime's heap freeze
+(``lazy_runtime.heap``, ``config.freeze_heap``) on and off.
+
+    python benchmarks/gc_pauses.py [--steps 250] [--pairs 3] [--write]
+
+The freeze happens once a process, so each (mode, example) runs in a process of its own,
+the modes alternated pair by pair. Each process traces ``--steps`` steps of the example
+(trace, ``mark_step``, loss read), timed after 5 warm-up steps, and counts Python's
+collections of each generation through ``gc.callbacks`` with their time. Full
+collections are rare (tens to hundreds of steps apart), so a step time's median never
+shows them; the mean does. ``--write`` puts the table into benchmarks/RESULTS.md.
+"""
+
+from __future__ import annotations
+
+import argparse
+import json
+import statistics
+import subprocess
+import sys
+import time
+from pathlib import Path
+
+ROOT = Path(__file__).resolve().parents[1]
+HEADING = "## Python's garbage collector in traced steps"
+DATE = "2026-11-23"
+NAMES = ("mlp", "cnn", "lstm", "gpt")
+
+
+def one_process(name: str, freeze: bool, steps: int) -> dict:
+    """Runs inside the child process: ``steps`` traced steps of example ``name``."""
+    import gc
+    sys.path.insert(0, str(ROOT))
+    sys.path.insert(0, str(ROOT / "benchmarks"))
+    import lazy_runtime as lr
+    from lazy_runtime import heap
+    from runtime_step import lazy_step
+    from step_configs import WARMUP, configs
+
+    lr.config.freeze_heap = freeze
+    cfg = next(c for c in configs(20) if c.name == name)
+    step, _, _ = lazy_step(cfg, "plain")
+    counts, spent, started = [0, 0, 0], [0.0, 0.0, 0.0], [0.0]
+
+    def observe(phase, info):
+        if phase == "start":
+            started[0] = time.perf_counter()
+        else:
+            g = info["generation"]
+            counts[g] += 1
+            spent[g] += time.perf_counter() - started[0]
+    times = []
+    for i in range(steps + WARMUP):
+        if i == WARMUP:
+            gc.callbacks.append(observe)
+        x, y = cfg.batches[i % len(cfg.batches)]
+        t0 = time.perf_counter()
+        loss = step(x, y)
+        lr.mark_step()
+        loss.item()
+        if i >= WARMUP:
+            times.append(time.perf_counter() - t0)
+    gc.callbacks.remove(observe)
+    return dict(mean_ms=statistics.mean(times) * 1e3, median_ms=statistics.median(times) * 1e3,
+                counts=counts, spent_ms=[s * 1e3 for s in spent],
+                frozen=heap.frozen_objects())
+
+
+def run(steps: int, pairs: int) -> dict:
+    rows = {(n, m): [] for n in NAMES for m in (False, True)}
+    for p in range(pairs):
+        for name in NAMES:
+            for freeze in ((False, True) if p % 2 == 0 else (True, False)):
+                out = subprocess.run(
+                    [sys.executable, __file__, "--child", name, str(int(freeze)), str(steps)],
+                    capture_output=True, text=True, check=True, cwd=ROOT)
+                r = json.loads(out.stdout.strip().splitlines()[-1])
+                rows[name, freeze].append(r)
+                print(f"{name:5s} freeze={'on ' if freeze else 'off'} mean {r['mean_ms']:6.2f} ms"
+                      f" median {r['median_ms']:6.2f} ms | collections {r['counts']} "
+                      f"({', '.join(f'{s:.1f}' for s in r['spent_ms'])} ms)", flush=True)
+    return rows
+
+
+def _med(rs, f):
+    return statistics.median(f(r) for r in rs)
+
+
+def table(rows, steps, pairs) -> str:
+    lines = [f"{HEADING} ({DATE})", "",
+             f"`python benchmarks/gc_pauses.py --steps {steps} --pairs {pairs} --write`: each "
+             f"example's traced training step (trace, `mark_step`, loss read) {steps} times "
+             "after 5 warm-up steps, in a process of its own per run, with the runtime's heap "
+             "freeze (`config.freeze_heap`, see lazy_runtime/README, Policies) off and on, "
+             f"alternated; {pairs} processes per cell, medians over them. Full: Python's "
+             "generation-2 collections in those steps and the time they took; young: the "
+             "generation 0 and 1 collections' time per step.", "",
+             "| example | freeze | full collections | their time (ms) | young (ms/step) "
+             "| step mean (ms) | step median (ms) |",
+             "|---|---|---|---|---|---|---|"]
+    for name in NAMES:
+        for freeze in (False, True):
+            rs = rows[name, freeze]
+            lines.append(
+                f"| {name} | {'on' if freeze else 'off'} | {_med(rs, lambda r: r['counts'][2]):g}"
+                f" | {_med(rs, lambda r: r['spent_ms'][2]):.1f}"
+                f" | {_med(rs, lambda r: (r['spent_ms'][0] + r['spent_ms'][1]) / steps):.3f}"
+                f" | {_med(rs, lambda r: r['mean_ms']):.2f}"
+                f" | {_med(rs, lambda r: r['median_ms']):.2f} |")
+    return "\n".join(lines) + "\n"
+
+
+def main():
+    if len(sys.argv) > 1 and sys.argv[1] == "--child":
+        name, freeze, steps = sys.argv[2], sys.argv[3] == "1", int(sys.argv[4])
+        print(json.dumps(one_process(name, freeze, steps)))
+        return
+    ap = argparse.ArgumentParser(description=__doc__.splitlines()[0])
+    ap.add_argument("--steps", type=int, default=250)
+    ap.add_argument("--pairs", type=int, default=3)
+    ap.add_argument("--write", action="store_true")
+    a = ap.parse_args()
+    text = table(run(a.steps, a.pairs), a.steps, a.pairs)
+    print(text)
+    if a.write:
+        sys.path.insert(0, str(ROOT / "benchmarks"))
+        from results_file import replace_section
+        replace_section(HEADING, text)
+
+
+if __name__ == "__main__":
+    main()
