@@ -107,56 +107,69 @@ def record(func, args, kwargs, extra_inputs=()) -> ir.Node:
 
 _LAYOUT_DTYPES = (torch.float32, torch.float64)
 _NUMBERS = (float, int)   # (not bools: torch refuses a bool alpha for a float result)
+_TENSOR, _SCALAR_INPUT, _CONSTANT = "tensor", "scalar input", "constant"
 
 
 def same_layout_ok(func) -> bool:
-    """Whether ``record_same_layout`` may record ``func`` (its rule is the trusted one)."""
+    """Whether ``same_layout_recorder`` may record ``func`` (its rule is the trusted one)."""
     return func in RULES and SAME_LAYOUT.get(func) is RULES[func][0] and func in LOWERINGS \
         and func not in config.force_fallback
 
 
-def record_same_layout(func, args, kwargs):
-    """``record(func, args, kwargs)`` for an op that ``same_layout_ok`` admits, where every
-    lazy tensor among the arguments has one shape and one float32/float64 dtype and every
-    other argument is a Python float or int that fits it: the rule's answer is known
-    (``SAME_LAYOUT``), so it is not run (it reads each tensor's shape and dtype, slow on a
-    subclass; the nodes have them). The same node as ``record``'s; None where the case
-    does not hold (then ``record`` decides)."""
-    static = _rule_of(func)[2]
-    inputs: list = []
-    shape = dtype = None
-    numbers = []
-
-    def template(a, dyn):
-        nonlocal shape, dtype
-        t = type(a)
-        if t is LazyTensor:
-            n = node_of(a)
-            if dtype is None:
-                shape, dtype = n.shape, n.dtype
-            elif n.shape != shape or n.dtype is not dtype:
-                raise _NotSameLayout
-            inputs.append(n)
-            return _marker(len(inputs) - 1)
-        if t not in _NUMBERS:
-            raise _NotSameLayout
-        numbers.append(a)
-        return _template(a, inputs, dyn) if t is float else a
-
-    dyn = static is not None
-    try:
-        targs = tuple([template(a, dyn and i not in static) for i, a in enumerate(args)])
-        tkw = tuple([(k, template(v, dyn and k not in static))
-                     for k, v in kwargs.items()]) if kwargs else ()
-    except _NotSameLayout:
+def _argument_kind(a, dyn: bool):
+    t = type(a)
+    if t is LazyTensor:
+        return _TENSOR
+    if t not in _NUMBERS:
         return None
-    if dtype not in _LAYOUT_DTYPES or not all(number_fits(v, dtype) for v in numbers):
-        return None
-    return ir.make_node(func, targs, tkw, tuple(inputs), shape, dtype, dtype)
+    return _SCALAR_INPUT if t is float and dyn else _CONSTANT
 
 
-class _NotSameLayout(Exception):
-    pass
+def _same_layout_record(functional, inplace: bool, arg_kinds: tuple, kw_kinds: tuple):
+    """The recorder ``same_layout_recorder`` makes: ``record``'s node for ``functional``
+    without its rule, or None for arguments that are not of the recorded kinds (each
+    position's type as in the first call; every lazy tensor of one shape and one
+    float32/float64 dtype; every number fitting it)."""
+    def rec(args: tuple, kwargs: dict):
+        if len(args) != len(arg_kinds) or len(kwargs) != len(kw_kinds):
+            return None
+        inputs: list = []
+        numbers = []
+        shape = dtype = None
+        targs = []
+        for a, (t0, kind) in zip(args, arg_kinds):
+            if type(a) is not t0:
+                return None
+            if kind is _TENSOR:
+                n = node_of(a)
+                if dtype is None:
+                    shape, dtype = n.shape, n.dtype
+                elif n.shape != shape or n.dtype is not dtype:
+                    return None
+                inputs.append(n)
+                targs.append(_marker(len(inputs) - 1))
+            else:
+                numbers.append(a)
+                targs.append(_template(a, inputs, True) if kind is _SCALAR_INPUT else a)
+        tkw = []
+        for (k, v), (k0, t0, kind) in zip(kwargs.items(), kw_kinds):
+            if k != k0 or type(v) is not t0:
+                return None
+            numbers.append(v)
+            tkw.append((k, _template(v, inputs, True) if kind is _SCALAR_INPUT else v))
+        if dtype not in _LAYOUT_DTYPES:
+            return None
+        for v in numbers:
+            if not number_fits(v, dtype):
+                return None
+        node = ir.make_node(functional, tuple(targs), tuple(tkw), tuple(inputs), shape, dtype,
+                            dtype)
+        METRICS.traced_ops += 1
+        if inplace:
+            write(args[0], node)
+            return args[0]
+        return new_base(node)
+    return rec
 
 
 def _check_complex(func, inputs, meta, multi) -> None:
@@ -316,7 +329,8 @@ def _mutating(func, functional, args, kwargs):
         if t is None:
             continue
         if not isinstance(t, LazyTensor):
-            raise UnsupportedOperation(f"{func}: cannot write a lazy result into a {t.device} tensor")
+            raise UnsupportedOperation(
+                f"{func}: cannot write a lazy result into a {t.device} tensor")
         _write_checked(func, t, v)
     if returns_targets:
         if n_returns == 0:
@@ -1082,35 +1096,37 @@ def call_op(packet, args: tuple, kwargs: dict):
     return out
 
 
-def same_layout_functional(packet, args: tuple, kwargs: dict):
-    """After ``call_op(packet, args, kwargs)``: the functional op that
-    ``record_same_layout`` may record for later calls of ``packet`` with arguments of these
-    types (a ``_foreach_*`` op's per-tensor ops), or None. An in-place op qualifies where
-    it writes its first argument only (``_mutating``'s common case)."""
+def same_layout_recorder(packet, args: tuple, kwargs: dict, inplace: bool):
+    """After ``call_op(packet, args, kwargs)`` (the first per-tensor op of a ``_foreach_*``
+    op): ``rec(args_i, kwargs_i)``, what ``call_op`` gives for a later call of ``packet``
+    with arguments of these types, recorded without the op's rule where every lazy tensor
+    among them has one shape and one float32/float64 dtype and every other argument is a
+    Python float or int that fits it (the rule's answer is then known, ``SAME_LAYOUT``; it
+    reads each tensor's shape and dtype, slow on a subclass, where the nodes have them).
+    The same node as ``record``'s; ``rec`` gives None where the case does not hold (then
+    ``call_op`` decides). None where no call may be: the op's rule is not trusted, or it
+    is an in-place op writing more than its first argument."""
     func = _OVERLOADS.get(_overload_key(packet, args, kwargs))
     if func is None or func in config.force_fallback:
         return None
     mutated = _mutated_args(func)
     if mutated == ((), ()):
-        return func if same_layout_ok(func) else None
-    if mutated != ((0,), ()) or len(func._schema.returns) != 1:
+        functional = func
+    elif mutated == ((0,), ()) and len(func._schema.returns) == 1:
+        functional = functional_of(func)
+    else:
         return None
-    functional = functional_of(func)
-    return functional if functional is not None and same_layout_ok(functional) else None
-
-
-def call_same_layout(functional, inplace: bool, args: tuple, kwargs: dict):
-    """What ``call_op`` gives for the op ``same_layout_functional`` named (writing the
-    first argument if ``inplace``), by ``record_same_layout``; None where that does not
-    apply."""
-    node = record_same_layout(functional, args, kwargs)
-    if node is None:
+    if functional is None or not same_layout_ok(functional):
         return None
-    METRICS.traced_ops += 1
-    if inplace:
-        write(args[0], node)
-        return args[0]
-    return new_base(node)
+    static = _rule_of(functional)[2]
+    arg_kinds = tuple((type(a), _argument_kind(a, static is not None and i not in static))
+                      for i, a in enumerate(args))
+    kw_kinds = tuple((k, type(v), _argument_kind(v, static is not None and k not in static))
+                     for k, v in kwargs.items())
+    if any(kind is None for _, kind in arg_kinds) \
+            or any(k[2] is None or k[2] is _TENSOR for k in kw_kinds):
+        return None
+    return _same_layout_record(functional, inplace, arg_kinds, kw_kinds)
 
 
 def _probed(func) -> None:

@@ -64,16 +64,17 @@ def foreach_handler(func, args, kwargs, call):
 
 
 def _apply(func, args, kwargs, call):
-    from ..dispatch import call_same_layout, same_layout_functional
+    from ..dispatch import same_layout_recorder
     base, inplace, listy = _plan(func)
     n = next(len(a) for a, is_list in zip(args, listy) if is_list)
     kw = dict(kwargs)
     results = []
-    # The per-tensor op after the first: recorded without its rule where its operands
-    # share one float layout (``dispatch.record_same_layout``), an optimizer's usual case.
+    # The per-tensor ops after the first: recorded without their rule where their operands
+    # share one float layout (``dispatch.same_layout_recorder``), an optimizer's usual case.
     fast = None
+    op = _op(base, inplace)
     for i in range(n):
-        a_i = [a[i] if (k < len(listy) and listy[k]) else a for k, a in enumerate(args)]
+        a_i = [a[i] if is_list else a for a, is_list in zip(args, listy)]
         if base == "norm":
             ord_ = a_i[1] if len(a_i) > 1 else kw.get("ord", 2)
             results.append(call(aten.linalg_vector_norm, (a_i[0], ord_),
@@ -87,7 +88,6 @@ def _apply(func, args, kwargs, call):
             # maximum/minimum with a number (ASGD's _foreach_maximum_(mus, 1.0)): a clamp
             results.append(call(_op(_SCALAR_BOUND[base], inplace), (a_i[0], a_i[1]), {}))
             continue
-        op = _op(base, inplace)
         if op is None:  # no in-place spelling (maximum_): compute, then copy into place
             call(aten.copy_, (a_i[0], call(_op(base, False), tuple(a_i), kw)), {})
             continue
@@ -98,20 +98,13 @@ def _apply(func, args, kwargs, call):
                 value = value.item()
             kw_i = {"value": value, **kw}
         a_i = tuple(a_i)
-        out = None
-        if fast is not None and _types(a_i, kw_i) == fast[1]:   # (the overload torch picks)
-            out = call_same_layout(fast[0], inplace, a_i, kw_i)
+        out = None if fast is None else fast(a_i, kw_i)
         if out is None:
             out = call(op, a_i, kw_i)
             if i == 0:
-                functional = same_layout_functional(op, a_i, kw_i)
-                fast = None if functional is None else (functional, _types(a_i, kw_i))
+                fast = same_layout_recorder(op, a_i, kw_i, inplace)
         results.append(out)
     return None if inplace else results
-
-
-def _types(args: tuple, kwargs: dict) -> tuple:
-    return (*map(type, args), *map(type, kwargs.values()))
 
 
 @functools.lru_cache(maxsize=None)

@@ -31,7 +31,7 @@ ELEMENTWISE: set = set()
 # float64 dtype and every other operand is a Python real number that fits that dtype, is
 # ``(shape, dtype, dtype)`` and refuses nothing: op -> that rule. An op whose rule is
 # wrapped later is trusted only if the wrapper says so (``refuse(..., same_layout=True)``),
-# so ``SAME_LAYOUT.get(op) is RULES[op][0]`` is the test (``dispatch.record_same_layout``).
+# so ``SAME_LAYOUT.get(op) is RULES[op][0]`` is the test (``dispatch.same_layout_ok``).
 SAME_LAYOUT: dict = {}
 # Ops whose float Scalar arguments become runtime inputs (see ``dispatch``); the value is
 # the set of argument positions/names that stay compile-time constants.

@@ -352,7 +352,7 @@ def _split(ts):
 def test_foreach_ops_skip_rules_only_where_the_answer_is_known(name, layout, monkeypatch):
     """The per-tensor ops of a ``_foreach_*`` op after the first are recorded without their
     rules where all their tensors share one float32/float64 shape and dtype and their
-    numbers fit it (``dispatch.record_same_layout``): the nodes are the very ones the rule
+    numbers fit it (``dispatch.same_layout_recorder``): the nodes are the very ones the rule
     path records (interned nodes: the same objects), and values or torch's errors are as
     in eager torch on every layout, including those where the shortcut must step aside."""
     from lazy_runtime import dispatch
@@ -370,7 +370,7 @@ def test_foreach_ops_skip_rules_only_where_the_answer_is_known(name, layout, mon
     fast_in = [t.clone() for t in lazy]
     fast_out = _ON_LAYOUTS[name](*_split(fast_in))
     with monkeypatch.context() as m:
-        m.setattr(dispatch, "call_same_layout", lambda *a: None)
+        m.setattr(dispatch, "same_layout_recorder", lambda *a: None)
         slow_in = [t.clone() for t in lazy]
         slow_out = _ON_LAYOUTS[name](*_split(slow_in))
     assert _structures(fast_in) == _structures(slow_in)
