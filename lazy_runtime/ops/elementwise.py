@@ -162,6 +162,8 @@ def _sign(x):
     if jnp.issubdtype(x.dtype, jnp.floating):   # torch's (0 < x) - (x < 0): 0 for NaN and -0
         one = jnp.ones((), x.dtype)
         return jnp.where(x > 0, one, jnp.where(x < 0, -one, jnp.zeros((), x.dtype)))
+    if jnp.issubdtype(x.dtype, jnp.complexfloating):   # torch's sgn: +0 at both zeros
+        return jnp.where(x == 0, jnp.zeros((), x.dtype), jnp.sign(x))
     return jnp.sign(x)
 
 
@@ -797,5 +799,11 @@ def lower_zero(ctx, x):
 # i0, and i1 for its derivative; torch's decompositions of both reach the prims.
 elementwise(aten.i0.default, torch.ops.prims.bessel_i0.default, fn=jax.scipy.special.i0,
             kind=D.INT_TO_FLOAT, operands=(0,))
-elementwise(aten.special_i1.default, torch.ops.prims.bessel_i1.default, fn=jax.scipy.special.i1,
-            kind=D.INT_TO_FLOAT, operands=(0,))
+def plus_zero_at_zero(f):
+    """``f`` with +0.0 at both zeros: torch's i1 kernels (Cephes's, odd functions) give
+    +0.0 at -0.0 where jax's keep the sign."""
+    return lambda x: jnp.where(x == 0, jnp.zeros_like(x), f(x))
+
+
+elementwise(aten.special_i1.default, torch.ops.prims.bessel_i1.default,
+            fn=plus_zero_at_zero(jax.scipy.special.i1), kind=D.INT_TO_FLOAT, operands=(0,))

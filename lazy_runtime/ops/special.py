@@ -21,7 +21,7 @@ from jax import lax
 from .. import dtypes as D
 from ..errors import NoLowering
 from .common import is_array
-from .elementwise import elementwise
+from .elementwise import elementwise, plus_zero_at_zero
 from .registry import lowering, refuse, rule
 
 aten = torch.ops.aten
@@ -203,7 +203,7 @@ _special(aten.special_bessel_y0.default, fn=_y0)
 _special(aten.special_bessel_y1.default, fn=_y1)
 # (torch's modified_bessel_i0/i1 and jax's i0/i1 are Cephes's series: equal to rounding)
 _special(aten.special_modified_bessel_i0.default, fn=jss.i0)
-_special(aten.special_modified_bessel_i1.default, fn=jss.i1)
+_special(aten.special_modified_bessel_i1.default, fn=plus_zero_at_zero(jss.i1))
 _special(aten.special_modified_bessel_k0.default, fn=_modified_k(0, False))
 _special(aten.special_modified_bessel_k1.default, fn=_modified_k(1, False))
 _special(aten.special_scaled_modified_bessel_k0.default, fn=_modified_k(0, True))
@@ -450,7 +450,8 @@ def _erfcx(x):
 _special(prims.erfcx.default, aten.special_erfcx.default, fn=_erfcx)
 _special(prims.ndtri.default, aten.special_ndtri.default, fn=jss.ndtri)
 _special(prims.bessel_i0e.default, aten.special_i0e.default, fn=jss.i0e, half=True)
-_special(prims.bessel_i1e.default, aten.special_i1e.default, fn=jss.i1e, half=True)
+_special(prims.bessel_i1e.default, aten.special_i1e.default, fn=plus_zero_at_zero(jss.i1e),
+         half=True)
 
 
 # ---- floating-point bits ----------------------------------------------------------------

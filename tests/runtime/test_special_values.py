@@ -106,6 +106,11 @@ for dt in (F32, F64):
         x.clamp_max(-0.0), x.clamp(torch.zeros_like(x), torch.ones_like(x)))],
          lambda g, r, dt=dt: [values(dt, -0.0, 0.0, -1.0, 2.0, 1.0)])
 
+    # torch's i1 kernels give +0.0 at -0.0 (jax's kept the sign)
+    case(f"i1-negative-zero-{n}", lambda x: [torch.signbit(f(x)) for f in (
+        torch.special.i1, torch.special.i1e, torch.special.modified_bessel_i1)],
+         lambda g, r, dt=dt: [values(dt, -0.0, 0.0, -1.0, 2.0, NAN)])
+
     def nan_rows(g, r, dt=dt):
         x = rnd(g, (4, 6), dt)
         x[0, 0], x[1, 3], x[3] = NAN, NAN, NAN
