@@ -7,7 +7,7 @@ generation, and once enough have moved Python runs a full collection: every 40-2
 steps of the GPT example (15-20 ms steps).
 
 At the first step barrier (``mark_step``) after a full collection (usually the first: the
-imports run several), the runtime collects the young generations and freezes the heap
+imports run several), the runtime collects the garbage and freezes the heap
 (``gc.freeze``): what is alive then (modules, the model, the compiled executables) is left
 out of every later collection, which walks only what was made after. Reference counting
 still frees frozen objects; only a reference cycle among them that becomes garbage stays
@@ -29,12 +29,12 @@ def _on_collection(phase: str, info: dict) -> None:
 
 
 def at_step_barrier() -> None:
-    """Freeze the heap, once, if a full collection has run since the process began: the
-    garbage made since is then in the young generations, collected first (a few ms), so
-    little is pinned with the live objects."""
+    """Freeze the heap, once, if a full collection has run since the process began (else
+    none costs anything yet). One more full collection first (180-260 ms, once), so no
+    garbage is pinned with the live objects."""
     if not _STATE["full_collection_seen"] or _STATE["frozen"] or not config.freeze_heap:
         return
-    gc.collect(1)
+    gc.collect()
     _STATE["frozen"] = len(gc.get_objects()) or 1
     gc.freeze()
     if _on_collection in gc.callbacks:

@@ -799,6 +799,8 @@ def lower_zero(ctx, x):
 # i0, and i1 for its derivative; torch's decompositions of both reach the prims.
 elementwise(aten.i0.default, torch.ops.prims.bessel_i0.default, fn=jax.scipy.special.i0,
             kind=D.INT_TO_FLOAT, operands=(0,))
+
+
 def plus_zero_at_zero(f):
     """``f`` with +0.0 at both zeros: torch's i1 kernels (Cephes's, odd functions) give
     +0.0 at -0.0 where jax's keep the sign."""

@@ -1,5 +1,6 @@
 """The heap freeze (``lazy_runtime.heap``): once, at a step barrier after a full collection,
-only where ``config.freeze_heap`` is on; objects made after it are still collected."""
+only where ``config.freeze_heap`` is on; the garbage of before it is collected, not pinned;
+objects made after it are still collected."""
 
 import subprocess
 import sys
@@ -19,9 +20,18 @@ gc.collect()
 lr.mark_step()
 assert gc.get_freeze_count() == 0 and heap.frozen_objects() == 0, "frozen while off"
 
+class Cycle:
+    pass
+old = Cycle()
+old.me = old
+old_ref = weakref.ref(old)
+gc.collect()                # (old survives it: now in the oldest generation)
+del old                     # garbage there, which only a full collection finds
+
 lr.config.freeze_heap = True
 y = x * 2
 lr.mark_step()
+assert old_ref() is None, "garbage pinned by the freeze"
 frozen = gc.get_freeze_count()
 assert frozen > 10000, frozen               # torch, jax and the runtime's own modules
 assert abs(heap.frozen_objects() - frozen) < 100, (heap.frozen_objects(), frozen)
@@ -32,8 +42,6 @@ gc.collect()
 lr.mark_step()
 assert gc.get_freeze_count() == frozen, "frozen twice"
 
-class Cycle:
-    pass
 c = Cycle()
 c.me = c
 ref = weakref.ref(c)
