@@ -180,12 +180,10 @@ def main():
     ap.add_argument("--pairs", type=int, default=3)
     ap.add_argument("--write", action="store_true")
     a = ap.parse_args()
+    sys.path.insert(0, str(ROOT / "benchmarks"))
+    from results_file import emit
     text = table(run(a.steps, a.pairs), run_long(a.pairs), a.steps, a.pairs)
-    print(text)
-    if a.write:
-        sys.path.insert(0, str(ROOT / "benchmarks"))
-        from results_file import replace_section
-        replace_section(HEADING, text)
+    emit(HEADING, text, a.write)
 
 
 if __name__ == "__main__":

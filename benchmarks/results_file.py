@@ -18,3 +18,10 @@ def replace_section(heading: str, text: str) -> None:
         end = old.find("\n## ", start + 1)
         new = old[:start] + text + ("" if end < 0 else old[end:])
     PATH.write_text(new.rstrip("\n") + "\n")
+
+
+def emit(heading: str, text: str, write: bool) -> None:
+    """Print a benchmark's section; with ``write`` (its ``--write``), put it in RESULTS.md."""
+    print(text)
+    if write:
+        replace_section(heading, text)

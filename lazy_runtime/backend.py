@@ -1,8 +1,8 @@
 """The torch side of the device: PrivateUse1 renamed to ``lazy_jax``.
 
 torch's Python backend hooks (``_setup_privateuseone_for_python_backend``) give the
-device a guard and hooks, so autograd, ``Module.to`` and ``torch.device("lazy_jax")``
-work. Lazy tensors themselves are wrapper subclasses (see ``tensor``); the kernels
+device hooks, so autograd, ``Module.to`` and ``torch.device("lazy_jax")`` work; its
+guard is C++ (``native_guard``) where that can be built, torch's Python one otherwise. Lazy tensors themselves are wrapper subclasses (see ``tensor``); the kernels
 registered here (in ``device``) only cover ops that reach the PrivateUse1 key with no
 lazy tensor argument: copies onto the device and allocations.
 """
@@ -14,6 +14,9 @@ import contextlib
 import torch
 
 NAME = "lazy_jax"
+# What guards the device: "native" (``native_guard``: C++) or "python (why)" (torch's
+# Python guard). Set by ``ensure_backend``; shown by ``metrics_report``.
+DEVICE_GUARD = ["python (not registered yet)"]
 
 
 class _BackendModule:
@@ -61,6 +64,14 @@ class _BackendModule:
         return [torch.bfloat16, torch.float16]
 
 
+def errors_cross_backward() -> bool:
+    """Whether an exception may cross autograd's engine on this device: with the C++
+    guard it reaches ``backward()``'s caller as on the CPU; torch's Python guard aborts
+    the process while it unwinds, so errors inside backward are then kept for the next
+    barrier instead (``dispatch._defer_error``, ``tensor._deferring``)."""
+    return DEVICE_GUARD[0] == "native"
+
+
 def ensure_backend() -> None:
     current = torch._C._get_privateuse1_backend_name()
     if current == NAME:
@@ -69,6 +80,9 @@ def ensure_backend() -> None:
         raise RuntimeError(f"the PrivateUse1 backend is already named {current!r}; lazy_runtime "
                            f"needs it as {NAME!r}")
     from torch.utils.backend_registration import _setup_privateuseone_for_python_backend
+    from . import native_guard
+    # first: torch then keeps its Python guard out (it registers one only where none is)
+    DEVICE_GUARD[0] = native_guard.install()
     _setup_privateuseone_for_python_backend(rename=NAME, backend_module=_BackendModule())
     warn_if_cuda()
 

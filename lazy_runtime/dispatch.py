@@ -30,6 +30,7 @@ import torch._decomp
 from shapeinfer.shape_fns import ShapeError
 
 from . import dtypes as D, ir, random
+from .backend import errors_cross_backward
 from .config import config
 from .errors import NoLowering, UnsupportedOperation, as_torch_error
 from .metrics import METRICS
@@ -1058,7 +1059,7 @@ def _run(func, args, kwargs):
             return fallback(func, args, kwargs, e.reason)
     except Exception as e:
         err = as_torch_error(e) if type(e) is ShapeError else e   # (a rule's: torch's type)
-        if torch._C._current_autograd_node() is None:
+        if torch._C._current_autograd_node() is None or errors_cross_backward():
             if err is e:
                 raise
             raise err.with_traceback(e.__traceback__) from None
@@ -1137,10 +1138,10 @@ def _probed(func) -> None:
         _PROBE.append(func if func.overloadpacket is _PROBE[0] else None)
 
 
-# An exception must not cross torch's autograd engine on this device: with a Python
-# backend its stream guard aborts the process while unwinding. Inside backward, errors
-# become poisoned results (shaped by torch's meta kernels, on this error path only) and
-# are raised at the next barrier.
+# With torch's Python device guard an exception must not cross torch's autograd engine
+# on this device: the guard aborts the process while unwinding. Inside backward, errors
+# then become poisoned results (shaped by torch's meta kernels, on this error path only)
+# and are raised at the next barrier. (With the C++ guard they raise as on the CPU.)
 DEFERRED_ERRORS: list = []
 
 

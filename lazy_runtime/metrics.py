@@ -56,8 +56,10 @@ def reset_metrics() -> None:
 
 
 def metrics_report() -> str:
+    from .backend import DEVICE_GUARD
     m = METRICS.as_dict()
     lines = ["lazy_runtime metrics",
+             f"  device guard    : {DEVICE_GUARD[0]}",
              f"  graphs executed : {m['graphs_executed']}  (ops in last graph: {m['last_graph_ops']})",
              f"  compiles        : {m['compiles']}  ({m['compile_seconds']:.3f} s)",
              f"  cache hits      : {m['cache_hits']}  (evictions: {m['cache_evictions']})",

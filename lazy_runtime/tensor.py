@@ -168,9 +168,9 @@ class LazyTensor(torch.Tensor):
         torch._C.TensorBase.data.__set__(self, new)
         self._st, self._vw, self._vc = new._st, new._vw, new._vc
 
-    # User code that autograd's engine calls must not raise through it (an exception
-    # crossing the engine on this device aborts the process: see ``dispatch``): a hook's
-    # error is kept and raised at the next barrier, like an op's error inside backward.
+    # With torch's Python device guard, user code that autograd's engine calls must not
+    # raise through it (the process aborts: ``backend.errors_cross_backward``): a hook's
+    # error is then kept and raised at the next barrier, like an op's error in backward.
     def register_hook(self, hook):
         return super().register_hook(_deferring(hook, "a backward hook"))
 
@@ -199,7 +199,11 @@ def _has_lazy(args) -> bool:
 
 def _deferring(hook, what: str):
     """``hook``, with any exception it raises on lazy tensors kept for the next barrier
-    instead (on other tensors it raises as usual)."""
+    instead (on other tensors it raises as usual). ``hook`` itself where errors may cross
+    autograd's engine (the C++ device guard): they then raise from ``backward()``."""
+    if backend.errors_cross_backward():
+        return hook
+
     @functools.wraps(hook)
     def run(*args):
         try:
@@ -236,7 +240,8 @@ def _defer_module_hook_errors() -> None:
     cls.__init__ = __init__
 
 
-_defer_module_hook_errors()
+if not backend.errors_cross_backward():
+    _defer_module_hook_errors()
 
 
 def new_base(node: ir.Node) -> LazyTensor:

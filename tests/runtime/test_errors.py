@@ -3,6 +3,7 @@
 import io
 import os
 import pickle
+import shutil
 import subprocess
 import sys
 from pathlib import Path
@@ -156,50 +157,68 @@ def test_a_failing_lowering_poisons_its_graph_not_the_runtime(monkeypatch):
     assert z.shape == (3,)
 
 
-def test_errors_inside_backward_surface_at_the_next_barrier():
-    op = torch.ops.aten.tanh_backward.default
-    old = registry.RULES[op]
-
-    def bad_rule(*args, **kwargs):
-        raise ValueError("rule failed in backward")
-
-    registry.RULES[op] = (bad_rule, False)
-    from lazy_runtime import dispatch
-    dispatch.clear_handler_cache()
-    try:
-        x = torch.randn(3).to(DEV).requires_grad_()
-        torch.tanh(x).sum().backward()  # must not abort the process
-        with pytest.raises(lr.LazyRuntimeError, match="rule failed in backward"):
-            lr.mark_step()
-    finally:
-        registry.RULES[op] = old
-        dispatch.clear_handler_cache()
-
-
-_HOOK_ERRORS = r'''
+_BACKWARD_ERRORS = r"""
 import torch, lazy_runtime as lr
+from lazy_runtime import dispatch
+from lazy_runtime.backend import DEVICE_GUARD
+from lazy_runtime.ops import registry
 dev = lr.device()
+print("guard:", DEVICE_GUARD[0])
+
 
 def bad(*args):
     raise ValueError("hook failed")
 
-for register in ("tensor", "post_accumulate", "module", "module_pre"):
+
+def backward(loss, kind):
+    try:
+        loss.backward()
+    except Exception as e:
+        print(kind, "raised at backward:", type(e).__name__, e)
+
+
+op = torch.ops.aten.tanh_backward.default
+old = registry.RULES[op]
+
+
+def bad_rule(*args, **kwargs):
+    raise ValueError("rule failed in backward")
+
+
+registry.RULES[op] = (bad_rule, False)
+dispatch.clear_handler_cache()
+x = torch.randn(3).to(dev).requires_grad_()
+backward(torch.tanh(x).sum(), "rule")
+try:
+    lr.mark_step()
+    print("rule not raised at the barrier")
+except lr.LazyRuntimeError as e:
+    print("rule raised at the barrier:", e)
+registry.RULES[op] = old
+dispatch.clear_handler_cache()
+
+for register in ("tensor", "post_accumulate", "module", "module_pre", "grad_fn"):
     m = torch.nn.Linear(4, 3).to(dev)
+    x = torch.randn(2, 4).to(dev).requires_grad_()
+    y = m(x)
     if register == "tensor":
         m.weight.register_hook(bad)
     elif register == "post_accumulate":
         m.weight.register_post_accumulate_grad_hook(bad)
     elif register == "module":
         m.register_full_backward_hook(bad)
-    else:
+        y = m(x)
+    elif register == "module_pre":
         m.register_full_backward_pre_hook(bad)
-    x = torch.randn(2, 4).to(dev).requires_grad_()
-    m(x).sum().backward()
+        y = m(x)
+    elif DEVICE_GUARD[0] == "native":   # (aborts the process with torch's Python guard)
+        y.grad_fn.register_hook(bad)
+    backward(y.sum(), register)
     try:
         lr.mark_step()
-        print(register, "not raised")
+        print(register, "not raised at the barrier")
     except lr.LazyRuntimeError as e:
-        print(register, "raised:", e)
+        print(register, "raised at the barrier:", e)
     m.zero_grad()
     print(register, "then", round((m(x) * 0).sum().item(), 3))
 
@@ -210,23 +229,46 @@ try:
 except ValueError as e:
     print("cpu raised:", e)
 raise ValueError("uncaught at the end")
-'''
+"""
 
 
-def test_a_failing_backward_hook_raises_at_the_barrier_and_never_aborts(tmp_path):
-    # in a subprocess: an exception crossing autograd's engine on this device aborts the
-    # process (torch's Python device guard), which would take the test run with it
-    script = tmp_path / "hooks.py"
-    script.write_text(_HOOK_ERRORS)
+@pytest.mark.parametrize("native", ["1", "0"], ids=["native-guard", "python-guard"])
+def test_errors_inside_backward_raise_as_on_the_cpu_or_at_the_barrier(tmp_path, native):
+    """An op's error inside backward and a failing backward hook: with the C++ device
+    guard they raise from ``backward()`` with their own type, as on the CPU; with torch's
+    Python guard (an exception crossing autograd's engine aborts the process) they are
+    kept and raised at the next barrier as ``LazyRuntimeError``. Either way the runtime
+    goes on working. In a subprocess: an abort would take the test run with it."""
+    if native == "1" and not shutil.which("c++") and not shutil.which("g++"):
+        pytest.skip("no C++ compiler: the native guard cannot be built")
+    script = tmp_path / "backward_errors.py"
+    script.write_text(_BACKWARD_ERRORS)
     r = subprocess.run([sys.executable, str(script)], capture_output=True, text=True,
                        timeout=300, cwd=str(tmp_path),
-                       env={**os.environ, "PYTHONPATH": str(ROOT)})
+                       env={**os.environ, "PYTHONPATH": str(ROOT),
+                            "LAZY_RUNTIME_NATIVE_GUARD": native})
     assert r.returncode == 1, r.stderr[-2000:]   # the final uncaught error, not an abort
     assert "uncaught at the end" in r.stderr
-    for kind in ("tensor", "post_accumulate", "module", "module_pre"):
-        assert f"{kind} raised:" in r.stdout and "ValueError: hook failed" in r.stdout
-        assert f"{kind} then 0.0" in r.stdout   # the runtime still works
-    assert "cpu raised: hook failed" in r.stdout   # other devices: torch's own behaviour
+    out = r.stdout
+    assert ("guard: native" in out) == (native == "1"), out
+    kinds = ["rule", "tensor", "post_accumulate", "module", "module_pre"]
+    if native == "1":
+        kinds.append("grad_fn")
+        assert "rule raised at backward: ValueError rule failed in backward" in out, out
+        assert "rule not raised at the barrier" in out
+        for kind in kinds[1:]:
+            assert f"{kind} raised at backward: ValueError hook failed" in out, out
+            assert f"{kind} not raised at the barrier" in out
+    else:
+        assert "rule raised at backward" not in out, out
+        assert "rule raised at the barrier: aten.tanh_backward.default failed during " \
+               "backward: ValueError: rule failed in backward" in out, out
+        for kind in kinds[1:]:
+            assert f"{kind} raised at backward" not in out, out
+            assert f"{kind} raised at the barrier:" in out and "ValueError: hook failed" in out
+    for kind in kinds[1:]:
+        assert f"{kind} then 0.0" in out   # the runtime still works
+    assert "cpu raised: hook failed" in out   # other devices: torch's own behaviour
 
 
 def test_a_shift_of_floats_is_refused_when_called_as_torch_does():

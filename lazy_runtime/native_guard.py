@@ -1,0 +1,110 @@
+"""The lazy device's guard in C++ (``native/device_guard.cpp``), built once per torch
+install with the machine's C++ compiler and cached; torch's Python guard where it cannot
+be built.
+
+Why: torch's Python backend registration guards the device with a Python object, and
+torch asks it about the device and stream on every autograd node it makes and around
+every backward call (two to four calls into Python per backward op, 2.5-4.5% of a traced
+training step here). Worse, while an exception unwinds through autograd's engine those
+calls abort the process (``terminate called without an active exception``); with the
+C++ guard the exception reaches the caller as on the CPU.
+
+``LAZY_RUNTIME_NATIVE_GUARD=0`` keeps torch's Python guard. ``LAZY_RUNTIME_CACHE_DIR``
+names where the built library is kept (default ``~/.cache/lazy_runtime``, else a private
+folder in the temporary directory). The build takes about a second, once.
+"""
+
+from __future__ import annotations
+
+import ctypes
+import hashlib
+import os
+import shutil
+import subprocess
+import tempfile
+from pathlib import Path
+
+import torch
+
+SOURCE = Path(__file__).resolve().parent / "native" / "device_guard.cpp"
+NATIVE = "native"
+
+
+class BuildError(Exception):
+    """The guard library could not be built (no compiler, no writable folder, an error)."""
+
+
+def install() -> str:
+    """Register the C++ guard for PrivateUse1 if it can be built and nothing guards the
+    device yet. Returns what guards it: ``"native"``, or ``"python (why)"`` (then torch's
+    Python guard, registered by the caller)."""
+    if os.environ.get("LAZY_RUNTIME_NATIVE_GUARD", "1").lower() in ("0", "false", "no"):
+        return "python (LAZY_RUNTIME_NATIVE_GUARD=0)"
+    try:
+        lib = ctypes.CDLL(str(built_library()))
+    except (BuildError, OSError) as e:
+        return f"python (the C++ guard could not be built or loaded: {e})"
+    if lib.lazy_runtime_register_device_guard() != 1:
+        return "python (PrivateUse1 already had a guard)"
+    return NATIVE
+
+
+def _compiler() -> str:
+    for cxx in (os.environ.get("CXX"), "c++", "g++", "clang++"):
+        if cxx and shutil.which(cxx):
+            return shutil.which(cxx)
+    raise BuildError("no C++ compiler found (set CXX)")
+
+
+def _flags(torch_dir: Path) -> list[str]:
+    lib = torch_dir / "lib"
+    return ["-O2", "-std=c++17", "-shared", "-fPIC",
+            f"-D_GLIBCXX_USE_CXX11_ABI={int(torch._C._GLIBCXX_USE_CXX11_ABI)}",
+            f"-I{torch_dir / 'include'}", f"-L{lib}", "-lc10", f"-Wl,-rpath,{lib}"]
+
+
+def _cache_dirs() -> list[Path]:
+    if os.environ.get("LAZY_RUNTIME_CACHE_DIR"):
+        return [Path(os.environ["LAZY_RUNTIME_CACHE_DIR"])]
+    home = Path(os.environ.get("XDG_CACHE_HOME") or Path.home() / ".cache")
+    return [home / "lazy_runtime", Path(tempfile.gettempdir()) / f"lazy_runtime-{os.getuid()}"]
+
+
+def _private_dir(d: Path) -> bool:
+    """Make ``d`` (mode 0700) if needed; whether it is ours to load a library from."""
+    try:
+        d.mkdir(mode=0o700, parents=True, exist_ok=True)
+        st = d.stat()
+    except OSError:
+        return False
+    # a shared folder (the temporary directory) could hold another user's library
+    return st.st_uid == os.getuid() and not st.st_mode & 0o022
+
+
+def built_library() -> Path:
+    """The guard's shared library for this torch and compiler, built if not cached."""
+    torch_dir = Path(torch.__file__).resolve().parent
+    cxx = _compiler()
+    flags = _flags(torch_dir)
+    key = hashlib.sha256("\0".join([SOURCE.read_text(), torch.__version__, str(torch_dir),
+                                    cxx, *flags]).encode()).hexdigest()[:16]
+    name = f"device_guard-{key}.so"
+    dirs = [d for d in _cache_dirs() if _private_dir(d)]
+    for d in dirs:
+        if (d / name).is_file():
+            return d / name
+    if not dirs:
+        raise BuildError("no private writable cache folder (set LAZY_RUNTIME_CACHE_DIR)")
+    out = dirs[0] / name
+    tmp = dirs[0] / f".{name}.{os.getpid()}"   # then renamed: a concurrent build is harmless
+    try:
+        done = subprocess.run([cxx, str(SOURCE), "-o", str(tmp), *flags], capture_output=True,
+                              text=True, timeout=300)
+    except (OSError, subprocess.SubprocessError) as e:
+        raise BuildError(f"{cxx}: {e}") from None
+    if done.returncode != 0:
+        tmp.unlink(missing_ok=True)
+        first = next((ln for ln in done.stderr.splitlines() if "error" in ln), done.stderr[:200])
+        raise BuildError(f"{cxx} failed: {first.strip()}")
+    os.replace(tmp, out)
+    return out
