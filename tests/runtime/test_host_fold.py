@@ -140,3 +140,26 @@ def test_an_integer_division_that_would_trap_on_the_host_is_left_to_the_graph():
             " [0, 0] [0, 0]"
     assert lines[2] == "[-1, -1] torch.Size([2])"   # (gcd and lcm: INT_MIN / -1 inside)
     assert lines[3] == "0"   # (every read went to the graph)
+
+
+def test_repeat_interleave_reads_its_length_without_a_barrier():
+    """Without ``output_size`` the result's length is the repeats' sum: repeats already on
+    the device are read (a transfer, counted as a fold: a replay would not read them
+    again), pending ones computed from data are folded; the graph recorded before goes on
+    uncut, and the recorded op is the form given ``output_size``."""
+    torch.manual_seed(6)
+    x, rp = torch.randn(5, 3), torch.tensor([2, 0, 3, 1, 1])
+    _fresh()
+    xl, rl = x.to(DEV), rp.to(DEV)
+    pending = xl * 2 + 1
+    got = [xl.repeat_interleave(rl, dim=0), torch.repeat_interleave(rl * 2),
+           xl.repeat_interleave((rl[:3] - 1).clamp(min=0), dim=1)]
+    want = [x.repeat_interleave(rp, dim=0), torch.repeat_interleave(rp * 2),
+            x.repeat_interleave((rp[:3] - 1).clamp(min=0), dim=1)]
+    m = lr.metrics()
+    assert m["syncs"] == 0 and m["graphs_executed"] == 0, m["sync_reasons"]
+    assert m["host_folds"] == 3 and m["fallback_ops"] == {}
+    for g, w in zip(got, want):
+        assert_same(g, w, what="repeat_interleave")
+    assert_same(pending.cpu(), x * 2 + 1, what="the graph recorded before the read")
+    assert lr.metrics()["graphs_executed"] == 1
