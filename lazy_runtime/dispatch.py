@@ -99,7 +99,8 @@ def record(func, args, kwargs, extra_inputs=()) -> ir.Node:
     if multi:
         return ir.make_node(func, targs, tkw, tuple(inputs),
                             tuple(None if m is None else tuple(m[0]) for m in meta),
-                            tuple(None if m is None else m[1] for m in meta))
+                            tuple(None if m is None else m[1] for m in meta),
+                            getattr(meta, "aux", None))
     shape, dtype = meta[0], meta[1]
     aux = meta[2] if len(meta) > 2 else None
     return ir.make_node(func, targs, tkw, tuple(inputs), tuple(shape), dtype, aux)
