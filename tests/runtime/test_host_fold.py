@@ -163,3 +163,26 @@ def test_repeat_interleave_reads_its_length_without_a_barrier():
         assert_same(g, w, what="repeat_interleave")
     assert_same(pending.cpu(), x * 2 + 1, what="the graph recorded before the read")
     assert lr.metrics()["graphs_executed"] == 1
+
+
+def test_a_step_reading_repeat_interleaves_length_is_not_replayed_as_a_whole():
+    """The repeats (data already on the device) size the graph: a replay would not read
+    them again, so compile_step refuses the step and each call records its own length."""
+    torch.manual_seed(7)
+    eager = nn.Linear(3, 1)
+    lin = nn.Linear(3, 1)
+    lin.load_state_dict(eager.state_dict())
+    lin.to(DEV)
+
+    def step(x, rp):
+        return lin(x.repeat_interleave(rp, dim=0)).sum()
+    whole = lr.compile_step(step, lin)
+    _fresh()
+    for i in range(4):
+        x, rp = torch.randn(3, 3), torch.tensor([1 + i % 2, 0, 2])
+        got = whole(x.to(DEV), rp.to(DEV))
+        want = eager(x.repeat_interleave(rp, dim=0)).sum()
+        assert got.item() == pytest.approx(want.item(), rel=1e-5), i
+    m = lr.metrics()
+    assert m["step_replays"] == 0 and m["fallback_ops"] == {}
+    assert any("computed on the host" in k for k in m["replay_misses"]), m["replay_misses"]
