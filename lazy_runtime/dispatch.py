@@ -100,7 +100,8 @@ def record(func, args, kwargs, extra_inputs=()) -> ir.Node:
     if multi:
         return ir.make_node(func, targs, tkw, tuple(inputs),
                             tuple(None if m is None else tuple(m[0]) for m in meta),
-                            tuple(None if m is None else m[1] for m in meta))
+                            tuple(None if m is None else m[1] for m in meta),
+                            getattr(meta, "aux", None))
     shape, dtype = meta[0], meta[1]
     aux = meta[2] if len(meta) > 2 else None
     return ir.make_node(func, targs, tkw, tuple(inputs), tuple(shape), dtype, aux)
@@ -780,6 +781,24 @@ def _random_like(func, args, kwargs):
     return getattr(aten.random_, "from")(out, low, high)
 
 
+def _repeat_interleave(func, args, kwargs):
+    """``repeat_interleave`` of tensor repeats (the indices; ``x.repeat_interleave(r)``
+    selects with them). Without ``output_size`` its length is the repeats' sum: the repeats
+    are read on the host (data already on the device: a transfer; pending: folded from
+    data where ``fold`` can, else a barrier, as torch's CUDA kernel synchronizes) and the
+    form given ``output_size`` is recorded. Negative repeats run eagerly: torch's error."""
+    repeats = args[0] if args else kwargs.get("repeats")
+    if kwargs.get("output_size") is None and isinstance(repeats, LazyTensor) and \
+            repeats.ndim == 1 and repeats.dtype in (torch.int32, torch.int64) and \
+            repeats.numel() > 0:
+        from .executor import read_for_shape
+        host = read_for_shape(repeats)
+        if bool((host < 0).any()):
+            raise NoLowering(func, "negative repeats (torch raises its error)")
+        kwargs = {**kwargs, "output_size": int(host.sum())}
+    return _functional(func, args, kwargs)
+
+
 SPECIAL = {
     aten._to_copy.default: _to_copy,
     aten.copy_.default: _copy_,
@@ -796,6 +815,7 @@ SPECIAL = {
     aten.equal.default: _equal,
     aten.allclose.default: _allclose,
     aten.polygamma_.default: _polygamma_,
+    aten.repeat_interleave.Tensor: _repeat_interleave,
 }
 for _op in _INPLACE_VIEWS:
     SPECIAL[_op] = _inplace_view

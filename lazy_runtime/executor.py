@@ -130,6 +130,19 @@ def to_cpu(t) -> torch.Tensor:
     return out
 
 
+def read_for_shape(t) -> torch.Tensor:
+    """Lazy tensor ``t``'s value as a CPU tensor, read because a result's shape depends on
+    it (``ctc_loss``'s lengths, ``repeat_interleave``'s repeats; torch's kernels read them
+    on the host too): ``to_cpu``, a barrier only where the value is pending and ``fold``
+    cannot compute it. A read of data already computed is counted as a fold, so that a
+    replay (which would not read it again, yet the graph's shapes depend on it) refuses."""
+    syncs, folds = METRICS.syncs, METRICS.host_folds
+    out = to_cpu(t)
+    if METRICS.syncs == syncs and METRICS.host_folds == folds:
+        METRICS.host_folds += 1
+    return out
+
+
 # ---- compile cache ------------------------------------------------------------------
 
 

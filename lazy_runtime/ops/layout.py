@@ -299,7 +299,8 @@ def lower_repeat(x, repeats):
 def repeat_interleave_rule(repeats, *, output_size=None):
     """The indices ``repeat_interleave`` repeats (``x.repeat_interleave(r, dim)`` selects with
     them): a static shape only where ``output_size`` is given; without it the length is
-    the repeats' sum, a value (that case runs eagerly)."""
+    the repeats' sum, which ``dispatch._repeat_interleave`` reads and passes as
+    ``output_size``."""
     op = aten.repeat_interleave.Tensor
     if repeats.ndim != 1 or repeats.dtype not in (torch.int32, torch.int64):
         raise NoLowering(op, "repeats not a 1-d int32/int64 tensor (torch's error)")

@@ -54,6 +54,7 @@ from .common import jdt, norm_dim, norm_dims, opmath, vjp
 from .nn import _batch_norm, _f32, _tup, lower_convolution, lower_convolution_backward
 from . import recurrent
 from .recurrent import layer_backward, layer_forward
+from .reduction import _CPU_ACCUMULATOR, OPMATH
 from .registry import ELEMENTWISE, pad_rule
 
 aten = torch.ops.aten
@@ -646,7 +647,8 @@ def _var_fn(kind):
         axes = norm_dims(dim, x.ndim) if dim is not None else tuple(range(x.ndim))
         lay = in_lays[0]
         dtype = ctx.dtype[0] if kind == "var_mean" else ctx.dtype
-        xf = x.astype(jdt(opmath(dtype)))
+        acc = None if ctx.aux == OPMATH else _CPU_ACCUMULATOR.get(jnp.dtype(jdt(dtype)))
+        xf = x.astype(acc or jdt(opmath(dtype)))   # (as the lowerings: reduction.py)
         n = env.count(lay, axes)
         mean = jnp.sum(xf, axis=axes, keepdims=True) / n
         dev = xf - mean

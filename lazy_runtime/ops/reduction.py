@@ -7,13 +7,14 @@ import math
 import jax
 import jax.numpy as jnp
 import torch
+import torch._decomp
 
 from .. import dtypes as D
 from ..errors import NoLowering
 from .common import (amax, amin, c_abs, c_exp, c_log, jdt, norm_dim, norm_dims, opmath, sf,
                      type_name)
 from .layout import _check_dim_index, _full_index
-from .registry import check, decomposition, lowering, refuse, rule
+from .registry import Outputs, check, decomposition, lowering, refuse, rule
 
 aten = torch.ops.aten
 
@@ -239,15 +240,26 @@ def lower_std(x, dim=None, *, correction=None, keepdim=False):
     return jnp.sqrt(_var(_in_cpu_accumulator(x), dim, correction, keepdim))
 
 
+# Set while group norm's decomposition runs: its var_mean is torch's group norm kernel's
+# moments, which accumulate in the opmath type (float for float32: RowwiseMoments), where a
+# user's var_mean accumulates in double as torch's var_mean kernel. The node's aux says which.
+_OPMATH_MOMENTS = [False]
+OPMATH = "opmath"
+
+
 @rule(aten.var_mean.correction, multi=True)
 def var_mean_rule(x, dim=None, *, correction=None, keepdim=False):
     shape, real = var_rule(x, dim, correction=correction, keepdim=keepdim)
-    return [(shape, real), (shape, x.dtype if x.dtype in D.REAL_OF else real)]
+    return Outputs([(shape, real), (shape, x.dtype if x.dtype in D.REAL_OF else real)],
+                   OPMATH if _OPMATH_MOMENTS[0] else None)
 
 
 @lowering(aten.var_mean.correction, ctx=True)
 def lower_var_mean(ctx, x, dim=None, *, correction=None, keepdim=False):
-    xf = _in_opmath(x, ctx.dtype[0])
+    """In torch's CPU accumulation type (double for float32: its var_mean kernel's Welford
+    sums; a float32 var_mean of values near 1e4 with spread 0.01 was 1.1e-3 off), or in
+    the opmath type inside group norm (``ctx.aux``)."""
+    xf = _in_opmath(x, ctx.dtype[0]) if ctx.aux == OPMATH else _in_cpu_accumulator(x)
     mean = jnp.mean(xf, axis=norm_dims(_dims_arg(dim), x.ndim), keepdims=keepdim)
     return (_var(xf, dim, correction, keepdim).astype(jdt(ctx.dtype[0])),
             mean.astype(jdt(ctx.dtype[1])))
@@ -263,6 +275,18 @@ refuse((aten.var.correction, aten.std.correction, aten.var_mean.correction),
 def var_mean_dim(x, dim, unbiased=True, keepdim=False):
     """torch's decomposition reaches prims (var, broadcast_in_dim, div): group norm's."""
     return aten.var_mean.correction(x, dim, correction=1 if unbiased else 0, keepdim=keepdim)
+
+
+@decomposition(aten.native_group_norm.default)
+def native_group_norm(*args, **kwargs):
+    """torch's decomposition, its moments (a var_mean) in the opmath type as torch's group
+    norm kernel computes them (see ``_OPMATH_MOMENTS``)."""
+    was = _OPMATH_MOMENTS[0]
+    _OPMATH_MOMENTS[0] = True
+    try:
+        return torch._decomp.decomposition_table[aten.native_group_norm.default](*args, **kwargs)
+    finally:
+        _OPMATH_MOMENTS[0] = was
 
 
 @rule(aten.linalg_vector_norm.default)

@@ -3,8 +3,9 @@
 ``RULES[op]`` gives an op's output type from its arguments (tensors are read only for
 ``.shape``/``.dtype``/``.ndim``; shapes come from ``shapeinfer.shape_fns``, never from
 meta kernels). It returns ``(shape, dtype)`` or ``(shape, dtype, aux)``; an op registered
-``multi=True`` returns a list of ``(shape, dtype)``. ``aux`` is extra static information
-for the lowering (the compute dtype of an elementwise op) and is part of the graph key.
+``multi=True`` returns a list of ``(shape, dtype)`` (an ``Outputs`` to give it an ``aux``).
+``aux`` is extra static information for the lowering (the compute dtype of an elementwise
+op) and is part of the graph key.
 
 ``LOWERINGS[op]`` turns the op into JAX: it receives the arguments with inputs replaced by
 JAX values (tensors and dynamic scalars alike) and returns a JAX array (or a tuple).
@@ -54,6 +55,15 @@ CHECKING = [True]   # off while a padded executable is traced (its padding is no
 # needs no flag from the device: it becomes an ``InputCheck`` of the executable.
 TRACE_INPUTS: dict = {}
 TRACE_INPUT_CHECKS: list = []
+
+
+class Outputs(list):
+    """A multi rule's ``(shape, dtype)`` list with an ``aux`` for its node."""
+    __slots__ = ("aux",)
+
+    def __init__(self, outs, aux=None):
+        super().__init__(outs)
+        self.aux = aux
 
 
 @dataclass(frozen=True)

@@ -140,3 +140,49 @@ def test_an_integer_division_that_would_trap_on_the_host_is_left_to_the_graph():
             " [0, 0] [0, 0]"
     assert lines[2] == "[-1, -1] torch.Size([2])"   # (gcd and lcm: INT_MIN / -1 inside)
     assert lines[3] == "0"   # (every read went to the graph)
+
+
+def test_repeat_interleave_reads_its_length_without_a_barrier():
+    """Without ``output_size`` the result's length is the repeats' sum: repeats already on
+    the device are read (a transfer, counted as a fold: a replay would not read them
+    again), pending ones computed from data are folded; the graph recorded before goes on
+    uncut, and the recorded op is the form given ``output_size``."""
+    torch.manual_seed(6)
+    x, rp = torch.randn(5, 3), torch.tensor([2, 0, 3, 1, 1])
+    _fresh()
+    xl, rl = x.to(DEV), rp.to(DEV)
+    pending = xl * 2 + 1
+    got = [xl.repeat_interleave(rl, dim=0), torch.repeat_interleave(rl * 2),
+           xl.repeat_interleave((rl[:3] - 1).clamp(min=0), dim=1)]
+    want = [x.repeat_interleave(rp, dim=0), torch.repeat_interleave(rp * 2),
+            x.repeat_interleave((rp[:3] - 1).clamp(min=0), dim=1)]
+    m = lr.metrics()
+    assert m["syncs"] == 0 and m["graphs_executed"] == 0, m["sync_reasons"]
+    assert m["host_folds"] == 3 and m["fallback_ops"] == {}
+    for g, w in zip(got, want):
+        assert_same(g, w, what="repeat_interleave")
+    assert_same(pending.cpu(), x * 2 + 1, what="the graph recorded before the read")
+    assert lr.metrics()["graphs_executed"] == 1
+
+
+def test_a_step_reading_repeat_interleaves_length_is_not_replayed_as_a_whole():
+    """The repeats (data already on the device) size the graph: a replay would not read
+    them again, so compile_step refuses the step and each call records its own length."""
+    torch.manual_seed(7)
+    eager = nn.Linear(3, 1)
+    lin = nn.Linear(3, 1)
+    lin.load_state_dict(eager.state_dict())
+    lin.to(DEV)
+
+    def step(x, rp):
+        return lin(x.repeat_interleave(rp, dim=0)).sum()
+    whole = lr.compile_step(step, lin)
+    _fresh()
+    for i in range(4):
+        x, rp = torch.randn(3, 3), torch.tensor([1 + i % 2, 0, 2])
+        got = whole(x.to(DEV), rp.to(DEV))
+        want = eager(x.repeat_interleave(rp, dim=0)).sum()
+        assert got.item() == pytest.approx(want.item(), rel=1e-5), i
+    m = lr.metrics()
+    assert m["step_replays"] == 0 and m["fallback_ops"] == {}
+    assert any("computed on the host" in k for k in m["replay_misses"]), m["replay_misses"]

@@ -1,8 +1,9 @@
 """Ops that used to run eagerly, now lowered: ``segment_reduce`` (and its backward),
-``repeat_interleave`` with ``output_size``, ``take``, ``bucketize`` (a 0-d input or a number),
-``scatter(..., reduce=)`` of bools, ``linspace``/``logspace`` with 0-d tensor ends,
-in-place ``polygamma_``, a number shifted or divided by a tensor, ``gcd`` and ``lcm``. Each
-against eager torch at random sizes and several dtypes, gradients where torch has them.
+``repeat_interleave`` (its length read on the host without ``output_size``), ``take``,
+``bucketize`` (a 0-d input or a number), ``scatter(..., reduce=)`` of bools,
+``linspace``/``logspace`` with 0-d tensor ends, in-place ``polygamma_``, a number shifted or
+divided by a tensor, ``gcd`` and ``lcm``. Each against eager torch at random sizes and
+several dtypes, gradients where torch has them.
 
 All cases are recorded first and computed by one barrier (two XLA compiles: values, then
 gradients); the error tests compile a graph each.
@@ -139,6 +140,29 @@ case("repeat_interleave-flat-f64", lambda x, rp: x.repeat_interleave(
 case("repeat_interleave-0d-repeats", lambda x, rp: x.repeat_interleave(
     rp, dim=0, output_size=2 * x.shape[0]),
     lambda g, r: [rnd(g, (r.randint(1, 7), 2), BOOL), torch.tensor(2)])
+# without output_size: the length (the repeats' sum) is read on the host, then the form above
+case("repeat_interleave-no-size-repeats-only", torch.repeat_interleave,
+     lambda g, r: [reps(g, n := r.randint(1, 9), 2 * n)])
+case("repeat_interleave-no-size-int32", torch.repeat_interleave,
+     lambda g, r: [reps(g, n := r.randint(2, 9), 3 * n, I32)])
+case("repeat_interleave-no-size-all-zero", torch.repeat_interleave,
+     lambda g, r: [torch.zeros(r.randint(1, 5), dtype=I64)])
+case("repeat_interleave-no-size-dim0", lambda x, rp: x.repeat_interleave(rp, dim=0),
+     lambda g, r: [rnd(g, (n := r.randint(1, 7), 3)), reps(g, n, 2 * n)], grad=(0,))
+case("repeat_interleave-no-size-dim-minus-1-int64", lambda x, rp: torch.repeat_interleave(
+    x, rp, -1), lambda g, r: [rnd(g, (2, n := r.randint(2, 7)), I64), reps(g, n, 2 * n, I32)])
+case("repeat_interleave-no-size-flat-f64", lambda x, rp: x.repeat_interleave(rp),
+     lambda g, r: [rnd(g, s := shape(r, 2), F64), reps(g, s[0] * s[1], s[0] * s[1] + 1)],
+     grad=(0,))
+case("repeat_interleave-no-size-length-1", lambda x, rp: x.repeat_interleave(rp, dim=1),
+     lambda g, r: [rnd(g, (2, r.randint(1, 5))), torch.tensor([r.randint(0, 3)])], grad=(0,))
+case("repeat_interleave-no-size-0d-repeats", lambda x, rp: x.repeat_interleave(rp),
+     lambda g, r: [rnd(g, (r.randint(1, 5), 2), BF16), torch.tensor(3)], grad=(0,))
+# pending repeats computed from data: folded on the host
+case("repeat_interleave-no-size-pending", lambda x, rp: x.repeat_interleave(
+    (rp * 2 - 1).clamp(min=0), dim=0),
+    lambda g, r: [rnd(g, (n := r.randint(1, 7), 2)), torch.randint(0, 3, (n,), generator=g)],
+    grad=(0,))
 
 # ---- take (flat indices; torch's decomposition read a 0-d index on the host) -------------
 
@@ -388,11 +412,12 @@ def test_gcd_of_floats_raises_torchs_error(fn):
     assert_torchs_error(fn, [torch.ones(2), torch.ones(2, dtype=I64)])
 
 
-def test_repeat_interleave_without_output_size_still_runs_eagerly():
-    x, rp = torch.randn(3, 2), torch.tensor([2, 0, 3])
-    lr.reset_metrics()
-    assert_same(x.to(DEV).repeat_interleave(rp.to(DEV), dim=0), x.repeat_interleave(rp, dim=0))
-    assert lr.metrics()["fallback_ops"] == {"aten.repeat_interleave.Tensor": 1}
+@pytest.mark.parametrize("fn", [torch.repeat_interleave,
+                                lambda rp: torch.ones(2, 3).to(rp.device).repeat_interleave(
+                                    rp, dim=0)], ids=["indices", "dim0"])
+def test_repeat_interleave_without_output_size_negative_repeats_raise_torchs_error(fn):
+    """The repeats are read to size the result: torch's error at once, as eager."""
+    assert_torchs_error(fn, [torch.tensor([2, -1])])
 
 
 def test_segment_reduce_with_lengths_and_offsets_runs_eagerly():
