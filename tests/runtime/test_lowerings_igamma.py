@@ -63,13 +63,18 @@ def random_pairs(g, r, dtype):
             (10 ** rnd(g, (m,), F64, -4, 3.5)).to(dtype)]
 
 
+def regions(g, r, dtype):
+    """``around``, ``small_x``, ``edges`` and ``random_pairs`` in one pair of flat tensors:
+    one op in the graph (each igamma op costs 2.5-3 s of XLA compile here: its loops)."""
+    pairs = [torch.broadcast_tensors(*make(g, r, dtype))
+             for make in (around, small_x, edges, random_pairs)]
+    return [torch.cat([a.reshape(-1) for a, _ in pairs]),
+            torch.cat([x.reshape(-1) for _, x in pairs])]
+
+
 for _name, _fn in FNS:
     for _dt in (F64, F32):
-        _t = str(_dt)[6:]
-        case(f"{_name}-around-{_t}", _fn, lambda g, r, dt=_dt: around(g, r, dt), **TOL[_dt])
-        case(f"{_name}-small-x-{_t}", _fn, lambda g, r, dt=_dt: small_x(g, r, dt), **TOL[_dt])
-        case(f"{_name}-edges-{_t}", _fn, lambda g, r, dt=_dt: edges(g, r, dt), **TOL[_dt])
-        case(f"{_name}-random-{_t}", _fn, lambda g, r, dt=_dt: random_pairs(g, r, dt),
+        case(f"{_name}-regions-{str(_dt)[6:]}", _fn, lambda g, r, dt=_dt: regions(g, r, dt),
              **TOL[_dt])
     # large a: the asymptotic expansion within 4.5 / sqrt(a), the series and continued
     # fraction just outside
