@@ -37,7 +37,7 @@ class BuildError(Exception):
 def install() -> str:
     """Register the C++ guard for PrivateUse1 if it can be built and nothing guards the
     device yet. Returns what guards it: ``"native"``, or ``"python (why)"`` (then torch's
-    Python guard, registered by the caller)."""
+    Python guard, registered by the caller), or ``"another (...)"``."""
     if os.environ.get("LAZY_RUNTIME_NATIVE_GUARD", "1").lower() in ("0", "false", "no"):
         return "python (LAZY_RUNTIME_NATIVE_GUARD=0)"
     try:
@@ -45,7 +45,7 @@ def install() -> str:
     except (BuildError, OSError) as e:
         return f"python (the C++ guard could not be built or loaded: {e})"
     if lib.lazy_runtime_register_device_guard() != 1:
-        return "python (PrivateUse1 already had a guard)"
+        return "another (PrivateUse1 already had a guard: left as it was)"
     return NATIVE
 
 
