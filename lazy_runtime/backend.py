@@ -3,8 +3,9 @@
 torch's Python backend hooks (``_setup_privateuseone_for_python_backend``) give the
 device hooks, so autograd, ``Module.to`` and ``torch.device("lazy_jax")`` work; its
 guard is C++ (``native_guard``) where that can be built, torch's Python one otherwise.
-Lazy tensors themselves are wrapper subclasses (see ``tensor``); the kernels registered here (in ``device``) only cover ops that reach the PrivateUse1 key with no
-lazy tensor argument: copies onto the device and allocations.
+Lazy tensors themselves are wrapper subclasses (see ``tensor``); the kernels registered
+here (in ``device``) only cover ops that reach the PrivateUse1 key with no lazy tensor
+argument: copies onto the device and allocations.
 """
 
 from __future__ import annotations

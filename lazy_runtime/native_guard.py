@@ -6,8 +6,9 @@ Why: torch's Python backend registration guards the device with a Python object,
 torch asks it about the device and stream on every autograd node it makes and around
 every backward call (two to four calls into Python per backward op; 0.94-1.02x of a
 traced step's Python time with it, benchmarks/device_guard.py). Worse, while an
-exception unwinds through autograd's engine those calls abort the process (``terminate called without an active exception``); with the
-C++ guard the exception reaches the caller as on the CPU.
+exception unwinds through autograd's engine those calls abort the process (``terminate
+called without an active exception``); with the C++ guard the exception reaches the
+caller as on the CPU.
 
 ``LAZY_RUNTIME_NATIVE_GUARD=0`` keeps torch's Python guard. ``LAZY_RUNTIME_CACHE_DIR``
 names where the built library is kept (default ``~/.cache/lazy_runtime``, else a private
