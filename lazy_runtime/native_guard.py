@@ -42,12 +42,21 @@ def install() -> str:
     if os.environ.get("LAZY_RUNTIME_NATIVE_GUARD", "1").lower() in ("0", "false", "no"):
         return "python (LAZY_RUNTIME_NATIVE_GUARD=0)"
     try:
-        lib = ctypes.CDLL(str(built_library()))
+        lib = _load()
     except (BuildError, OSError) as e:
         return f"python (the C++ guard could not be built or loaded: {e})"
     if lib.lazy_runtime_register_device_guard() != 1:
         return "another (PrivateUse1 already had a guard: left as it was)"
     return NATIVE
+
+
+def _load() -> ctypes.CDLL:
+    path = built_library()
+    try:
+        return ctypes.CDLL(str(path))
+    except OSError:   # a cached library that no longer loads (its torch changed in place)
+        path.unlink(missing_ok=True)
+        return ctypes.CDLL(str(built_library()))
 
 
 def _compiler() -> str:
@@ -100,7 +109,7 @@ def built_library() -> Path:
     tmp = dirs[0] / f".{name}.{os.getpid()}"   # then renamed: a concurrent build is harmless
     try:
         done = subprocess.run([cxx, str(SOURCE), "-o", str(tmp), *flags], capture_output=True,
-                              text=True, timeout=300)
+                              text=True, timeout=120)
     except (OSError, subprocess.SubprocessError) as e:
         raise BuildError(f"{cxx}: {e}") from None
     if done.returncode != 0:

@@ -63,6 +63,16 @@ def test_the_built_library_is_cached_and_rebuilt_for_another_source(tmp_path, mo
     assert other != first and other.is_file() and first.is_file()
 
 
+@needs_compiler
+def test_a_cached_library_that_does_not_load_is_built_again(tmp_path, monkeypatch):
+    monkeypatch.setenv("LAZY_RUNTIME_CACHE_DIR", str(tmp_path / "cache"))
+    path = native_guard.built_library()
+    path.write_bytes(b"not a shared library")
+    lib = native_guard._load()
+    assert lib.lazy_runtime_register_device_guard() == 0   # loads; the device has its guard
+    assert path.read_bytes() != b"not a shared library"   # rebuilt
+
+
 def test_a_shared_cache_folder_is_not_used(tmp_path):
     shared = tmp_path / "shared"
     shared.mkdir()
