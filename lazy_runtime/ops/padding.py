@@ -54,7 +54,7 @@ from .common import jdt, norm_dim, norm_dims, opmath, vjp
 from .nn import _batch_norm, _f32, _tup, lower_convolution, lower_convolution_backward
 from . import recurrent
 from .recurrent import layer_backward, layer_forward
-from .reduction import _CPU_ACCUMULATOR, OPMATH
+from .reduction import squared_magnitude, var_input
 from .registry import ELEMENTWISE, pad_rule
 
 aten = torch.ops.aten
@@ -647,18 +647,17 @@ def _var_fn(kind):
         axes = norm_dims(dim, x.ndim) if dim is not None else tuple(range(x.ndim))
         lay = in_lays[0]
         dtype = ctx.dtype[0] if kind == "var_mean" else ctx.dtype
-        acc = None if ctx.aux == OPMATH else _CPU_ACCUMULATOR.get(jnp.dtype(jdt(dtype)))
-        xf = x.astype(acc or jdt(opmath(dtype)))   # (as the lowerings: reduction.py)
+        xf = var_input(x, dtype, ctx.aux)   # (as the lowerings: reduction.py)
         n = env.count(lay, axes)
         mean = jnp.sum(xf, axis=axes, keepdims=True) / n
         dev = xf - mean
         m = env.mask(lay, axes)
         dev = jnp.where(m, dev, 0) if m is not None else dev
         c = 1 if correction is None else correction
-        v = jnp.sum(dev * dev, axis=axes, keepdims=keepdim) / jnp.maximum(n - c, 0)
+        v = jnp.sum(squared_magnitude(dev), axis=axes, keepdims=keepdim) / jnp.maximum(n - c, 0)
         if kind == "var_mean":
             mean = mean if keepdim else jnp.squeeze(mean, axes)
-            return v.astype(jdt(dtype)), mean.astype(jdt(dtype))
+            return v.astype(jdt(dtype)), mean.astype(jdt(ctx.dtype[1]))
         return (jnp.sqrt(v) if kind == "std" else v).astype(jdt(dtype))
     return fn
 

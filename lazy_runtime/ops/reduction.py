@@ -219,8 +219,12 @@ def _var(x, dim, correction, keepdim):
         n *= x.shape[a]
     c = 1 if correction is None else correction
     dev = x - jnp.mean(x, axis=axes, keepdims=True)
-    sq = jnp.real(dev * jnp.conj(dev)) if jnp.iscomplexobj(dev) else jnp.square(dev)
-    return jnp.sum(sq, axis=axes, keepdims=keepdim) / max(n - c, 0)
+    return jnp.sum(squared_magnitude(dev), axis=axes, keepdims=keepdim) / max(n - c, 0)
+
+
+def squared_magnitude(dev):
+    """|dev|**2: a variance's terms, real for complex deviations too."""
+    return jnp.real(dev * jnp.conj(dev)) if jnp.iscomplexobj(dev) else jnp.square(dev)
 
 
 def _in_cpu_accumulator(x):
@@ -254,12 +258,18 @@ def var_mean_rule(x, dim=None, *, correction=None, keepdim=False):
                    OPMATH if _OPMATH_MOMENTS[0] else None)
 
 
+def var_input(x, real_dtype, aux):
+    """``x`` in the type var_mean accumulates in: torch's CPU accumulation type, or the
+    opmath type for group norm's moments (``aux``: ``OPMATH``)."""
+    return _in_opmath(x, real_dtype) if aux == OPMATH else _in_cpu_accumulator(x)
+
+
 @lowering(aten.var_mean.correction, ctx=True)
 def lower_var_mean(ctx, x, dim=None, *, correction=None, keepdim=False):
     """In torch's CPU accumulation type (double for float32: its var_mean kernel's Welford
     sums; a float32 var_mean of values near 1e4 with spread 0.01 was 1.1e-3 off), or in
     the opmath type inside group norm (``ctx.aux``)."""
-    xf = _in_opmath(x, ctx.dtype[0]) if ctx.aux == OPMATH else _in_cpu_accumulator(x)
+    xf = var_input(x, ctx.dtype[0], ctx.aux)
     mean = jnp.mean(xf, axis=norm_dims(_dims_arg(dim), x.ndim), keepdims=keepdim)
     return (_var(xf, dim, correction, keepdim).astype(jdt(ctx.dtype[0])),
             mean.astype(jdt(ctx.dtype[1])))
