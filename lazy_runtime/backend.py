@@ -14,6 +14,8 @@ import contextlib
 
 import torch
 
+from . import native_guard
+
 NAME = "lazy_jax"
 # What guards the device: "native" (``native_guard``: C++) or "python (why)" (torch's
 # Python guard). Set by ``ensure_backend``; shown by ``metrics_report``.
@@ -70,7 +72,7 @@ def errors_cross_backward() -> bool:
     guard it reaches ``backward()``'s caller as on the CPU; torch's Python guard aborts
     the process while it unwinds, so errors inside backward are then kept for the next
     barrier instead (``dispatch._defer_error``, ``tensor._deferring``)."""
-    return DEVICE_GUARD[0] == "native"
+    return DEVICE_GUARD[0] == native_guard.NATIVE
 
 
 def ensure_backend() -> None:
@@ -81,7 +83,6 @@ def ensure_backend() -> None:
         raise RuntimeError(f"the PrivateUse1 backend is already named {current!r}; lazy_runtime "
                            f"needs it as {NAME!r}")
     from torch.utils.backend_registration import _setup_privateuseone_for_python_backend
-    from . import native_guard
     # first: torch then keeps its Python guard out (it registers one only where none is)
     DEVICE_GUARD[0] = native_guard.install()
     _setup_privateuseone_for_python_backend(rename=NAME, backend_module=_BackendModule())

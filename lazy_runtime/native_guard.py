@@ -61,8 +61,9 @@ def _load() -> ctypes.CDLL:
 
 def _compiler() -> str:
     for cxx in (os.environ.get("CXX"), "c++", "g++", "clang++"):
-        if cxx and shutil.which(cxx):
-            return shutil.which(cxx)
+        path = shutil.which(cxx) if cxx else None
+        if path:
+            return path
     raise BuildError("no C++ compiler found (set CXX)")
 
 
