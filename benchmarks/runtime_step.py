@@ -38,7 +38,7 @@ from step_configs import WARMUP, configs, training_step  # noqa: E402
 import runtime_jax_models as jm  # noqa: E402
 from results_file import replace_section  # noqa: E402
 
-DATE = "2026-11-22"
+DATE = "2026-11-27"
 
 
 def _median_ms(ts):
@@ -311,8 +311,8 @@ def table(rows, micro, steps, rounds):
              + "The whole step and jax.jit run side by side "
              f"(`bench_side_by_side`): in alternating blocks of {steps} steps, {rounds} blocks "
              f"each after {WARMUP} warm-up steps, medians of all"
-             + "; run one after another, the small steps' medians moved by up to 2x between "
-             "runs on this shared machine. " +
+             + ("; run one after another, the small steps' medians moved by up to 2x between "
+                "runs on this shared machine. " if EAGER_DEVICE == "cpu" else ". ") +
              f"lazy: traced every step (trace + `mark_step` + read), median of {steps} steps "
              f"after {WARMUP} warm-up; replay: `lr.compile(model, replay=True)` where the "
              "analyzer finds the example's forward shape-only (all five) and "

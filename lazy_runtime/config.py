@@ -11,7 +11,8 @@ class Config:
         self.cache_size: int = int(os.environ.get("LAZY_RUNTIME_CACHE_SIZE", "64"))
         # Ops forced to run eagerly in torch even if they have a lowering (tests, debugging).
         self.force_fallback: set = set()
-        # JAX platform to run on: None picks jax's default device ("gpu" if present).
+        # JAX platform to run on: None picks jax's default device (``jax_default_device``
+        # where set, else "gpu" if present).
         self.platform: str | None = os.environ.get("LAZY_RUNTIME_PLATFORM") or None
         # Keep this many recompile reasons in metrics (the newest).
         self.max_reasons: int = 100
@@ -33,6 +34,11 @@ class Config:
         # its read per graph with indexing ops (10-20 us a step on this CPU).
         self.check_indices: bool = os.environ.get(
             "LAZY_RUNTIME_CHECK_INDICES", "1").lower() in ("1", "true", "yes")
+        # Let XLA keep 16-bit intermediates in float32 between fused ops (faster on a GPU,
+        # but not torch's rounding: results can differ from torch by an ulp or, across a
+        # rounding boundary such as trunc, by more). Read when a graph compiles.
+        self.excess_precision: bool = os.environ.get(
+            "LAZY_RUNTIME_EXCESS_PRECISION", "0").lower() in ("1", "true", "yes")
         # Freeze Python's heap (gc.freeze) at the first mark_step after the first full
         # garbage collection, so later full collections skip it (see ``heap``).
         self.freeze_heap: bool = os.environ.get(
@@ -40,7 +46,12 @@ class Config:
 
     def jax_device(self):
         import jax
-        return jax.devices(self.platform)[0] if self.platform else jax.devices()[0]
+        if self.platform:
+            return jax.devices(self.platform)[0]
+        default = jax.config.jax_default_device   # a device, a platform's name or None
+        if isinstance(default, str):
+            return jax.devices(default)[0]
+        return default or jax.devices()[0]
 
 
 config = Config()

@@ -418,6 +418,14 @@ def _compile(g: ir.Graph) -> Executable:
                                 for n, d in zip(leaves, g.data)])
 
 
+def _compiler_options() -> dict:
+    """XLA options of the runtime's compiles only (the user's own JAX code keeps its own).
+    Without excess precision every 16-bit op's result is rounded as torch rounds it: XLA:GPU
+    otherwise keeps fused intermediates in float32 (a trunc division of 4094 by 3 in
+    float16 gave 1364, torch 1365)."""
+    return {"xla_allow_excess_precision": bool(config.excess_precision)}
+
+
 def _jit_compile(g: ir.Graph, fn, datas, *more_avals) -> Executable:
     """``fn`` of graph ``g`` traced (lowerings run here) for inputs like ``datas``, its
     scalars, random positions and ``more_avals``, compiled and counted."""
@@ -428,9 +436,10 @@ def _jit_compile(g: ir.Graph, fn, datas, *more_avals) -> Executable:
     messages: list = []
     input_checks: list = []
     try:
-        with _x64(True):
+        # compiled for the runtime's device, which need not be jax's default one
+        with _x64(True), jax.default_device(config.jax_device()):
             compiled = jax.jit(_with_checks(fn, messages, input_checks)).lower(
-                *avals).compile()
+                *avals).compile(compiler_options=_compiler_options())
     finally:
         TRACE_SCRATCH.clear()   # what lowerings handed each other in this trace
         TRACE_INPUTS.clear()

@@ -109,25 +109,33 @@ def max_dim_rule(x, dim, keepdim=False):
     return [(s, x.dtype), (s, torch.int64)]
 
 
-def _arg_reduce(x, dim, keepdim, fn):
+def _arg_reduce(x, dim, keepdim, extreme):
+    """The first index of the extreme value along ``dim`` (all of ``x`` for None), NaN
+    counting as the extreme, as torch returns. The index is a min over the positions that
+    hold it, which no reduction order changes: ``jnp.argmax`` keeps whichever NaN its
+    reduction tree meets last, so on XLA:GPU rows with several NaN gave a later one's."""
     if x.ndim == 0:
         return jnp.zeros((), jnp.int64)
+    if dim is None:
+        r = _arg_reduce(x.reshape(-1), 0, False, extreme)
+        return r.reshape((1,) * x.ndim) if keepdim else r
     d = norm_dim(dim, x.ndim)
-    # torch returns the first index of the extreme value, NaN counting as the extreme.
-    r = fn(x, axis=d, keepdims=keepdim)
-    return r.astype(jnp.int64)
+    m = extreme(x, axis=d, keepdims=True)
+    hit = (x == m) | jnp.isnan(x) if jnp.issubdtype(x.dtype, jnp.inexact) else x == m
+    idx = jax.lax.broadcasted_iota(jnp.int64, x.shape, d)
+    return jnp.min(jnp.where(hit, idx, x.shape[d]), axis=d, keepdims=keepdim)
 
 
 @lowering(aten.max.dim)
 def lower_max_dim(x, dim, keepdim=False):
     return amax(x, axis=norm_dim(dim, x.ndim) if x.ndim else None, keepdims=keepdim), \
-        _arg_reduce(x, dim, keepdim, jnp.argmax)
+        _arg_reduce(x, dim, keepdim, amax)
 
 
 @lowering(aten.min.dim)
 def lower_min_dim(x, dim, keepdim=False):
     return amin(x, axis=norm_dim(dim, x.ndim) if x.ndim else None, keepdims=keepdim), \
-        _arg_reduce(x, dim, keepdim, jnp.argmin)
+        _arg_reduce(x, dim, keepdim, amin)
 
 
 @rule(aten.argmax.default, aten.argmin.default)
@@ -137,18 +145,12 @@ def argmax_rule(x, dim=None, keepdim=False):
 
 @lowering(aten.argmax.default)
 def lower_argmax(x, dim=None, keepdim=False):
-    if dim is None:
-        r = jnp.argmax(x.reshape(-1))
-        return r.reshape((1,) * x.ndim) if keepdim else r
-    return _arg_reduce(x, dim, keepdim, jnp.argmax)
+    return _arg_reduce(x, dim, keepdim, amax)
 
 
 @lowering(aten.argmin.default)
 def lower_argmin(x, dim=None, keepdim=False):
-    if dim is None:
-        r = jnp.argmin(x.reshape(-1))
-        return r.reshape((1,) * x.ndim) if keepdim else r
-    return _arg_reduce(x, dim, keepdim, jnp.argmin)
+    return _arg_reduce(x, dim, keepdim, amin)
 
 
 # ---- any / all ----------------------------------------------------------------------

@@ -1,12 +1,17 @@
 """The device object, metrics keys and report, recording without running, backward on the
 calling thread, shared 0-d constants, and XLA:GPU when present."""
 
+import copy
+import os
+import subprocess
+import sys
+
 import jax
 import pytest
 import torch
 
 import lazy_runtime as lr
-from conftest import DEV, load_example
+from conftest import DEV, ROOT, load_example
 
 
 def test_device_is_a_torch_device():
@@ -187,17 +192,87 @@ def _gpus():
 @pytest.mark.skipif(not _gpus(), reason="no XLA:GPU device (jax.devices('gpu') is empty)")
 @pytest.mark.parametrize("name", ["mlp", "cnn", "lstm", "gpt"])
 def test_example_trains_on_xla_gpu(name):
+    """Three training steps on XLA:GPU give eager torch's (CPU) losses: the lowerings ask
+    for full-precision products, so no TF32 creeps in."""
     old = lr.config.platform
     lr.config.platform = "gpu"
     try:
         ex = load_example(name)
-        model = ex.make_model().to(DEV)
+        eager = ex.make_model(dropout=0.0) if name == "gpt" else ex.make_model()
+        model = copy.deepcopy(eager).to(DEV)
+        losses_e = ex.train(eager, ex.make_optimizer(eager), 3)
         losses = ex.train(model, ex.make_optimizer(model), 3, DEV)
-        assert all(l == l for l in losses)
+        assert losses == pytest.approx(losses_e, rel=1e-4, abs=1e-5)
         weight = next(model.parameters())
         assert weight._st.node.value.devices().pop().platform == "gpu"
     finally:
         lr.config.platform = old
+
+
+@pytest.mark.skipif(not _gpus(), reason="no XLA:GPU device (jax.devices('gpu') is empty)")
+@pytest.mark.parametrize("excess", [False, True])
+def test_16_bit_results_round_as_torch_on_xla_gpu(excess):
+    """XLA:GPU keeps a fused float16 quotient in float32 unless the runtime's compiles turn
+    excess precision off (``config.excess_precision``, off by default): torch rounds 4094 / 3
+    to 1365 before truncating it."""
+    old = lr.config.platform, lr.config.excess_precision
+    lr.config.platform, lr.config.excess_precision = "gpu", excess
+    try:
+        a = torch.tensor([4094.0, 4094.0], dtype=torch.float16)
+        b = torch.tensor([3.0, -2.5], dtype=torch.float16) + torch.zeros(2, dtype=torch.float16)
+        got = torch.div(a.to(DEV), b.to(DEV) + 0, rounding_mode="trunc").cpu()
+        want = torch.div(a, b, rounding_mode="trunc")
+        assert torch.equal(got, want) != excess, (got, want)
+    finally:
+        lr.config.platform, lr.config.excess_precision = old
+
+
+_OTHER_DEFAULT_DEVICE = """
+import jax
+jax.config.update("jax_default_device", jax.devices("cpu")[1])
+import sys, torch
+import lazy_runtime as lr
+sys.path.insert(0, "tests/runtime")
+from conftest import load_example
+platform = sys.argv[1]
+lr.config.platform = platform or None
+want = jax.devices("cpu")[0 if platform else 1]
+ex = load_example("mlp")
+torch.manual_seed(0)
+model = ex.make_model().to(lr.device())
+losses = ex.train(model, ex.make_optimizer(model), 2, lr.device())
+opt = lr.compile_optimizer(ex.make_optimizer(model))
+
+
+def train(x):
+    loss = (model(x.to(lr.device())) ** 2).mean()
+    loss.backward()
+    opt.step()
+    opt.zero_grad()
+    return loss
+
+
+step = lr.compile_step(train, model, opt)
+for _ in range(6):
+    step(torch.randn(4, 32)).item()
+assert lr.metrics()["step_replays"] >= 1, lr.metrics()["step_replays"]
+assert next(model.parameters())._st.node.value.devices() == {want}
+print(want)
+"""
+
+
+@pytest.mark.parametrize("platform", ["cpu", ""], ids=["platform-named", "jax-default"])
+def test_the_runtime_device_need_not_be_jax_default_device(platform):
+    """On a GPU machine with ``LAZY_RUNTIME_PLATFORM=cpu``, jax's default device is the GPU:
+    executables compiled for it refused the runtime's CPU arrays. Here two CPU devices stand
+    in for the two platforms: jax's default is cpu:1. A named platform takes its first
+    device; without one the runtime follows ``jax_default_device``."""
+    env = dict(os.environ, XLA_FLAGS="--xla_force_host_platform_device_count=2")
+    env.pop("LAZY_RUNTIME_PLATFORM", None)
+    r = subprocess.run([sys.executable, "-c", _OTHER_DEFAULT_DEVICE, platform], cwd=ROOT,
+                       env=env, capture_output=True, text=True, timeout=300)
+    assert r.returncode == 0, r.stderr[-3000:]
+    assert r.stdout.split()[-1] == ("cpu:0" if platform else "cpu:1"), r.stdout
 
 
 def test_torch_takes_the_lazy_device_for_its_accelerator():

@@ -1,0 +1,72 @@
+#!/usr/bin/env bash
+# The GPU checks in one run, for a machine with an NVIDIA GPU, jax with its CUDA plugin and a
+# CUDA build of torch (the device tool's lent machines have them):
+#   1. versions, and which device guard the runtime built (C++ or torch's Python one);
+#   2. the GPU tests (the examples train on XLA:GPU and match eager torch), the device
+#      guard's tests and the errors-inside-backward tests;
+#   3. eager CUDA autograd in a process that imported lazy_runtime, under both guards
+#      (torch takes the lazy device for the process's accelerator: pytorch#161129);
+#   4. the training-step benchmark against eager CUDA (RESULTS "lazy_runtime on a GPU");
+#   5. the runtime's tests on XLA:GPU for SUITE_SECONDS, then their failures again on
+#      XLA:CPU, which separates the GPU's failures from the installed torch version's.
+#
+#   bash benchmarks/gpu_checks.sh [OUT_DIR] [SUITE_SECONDS]
+# Logs, and RESULTS.md after step 4, go to OUT_DIR (default /tmp/gpu_checks).
+set -u
+out=${1:-/tmp/gpu_checks}
+suite_s=${2:-150}
+py=${PYTHON:-python3}
+mkdir -p "$out"
+cd "$(dirname "$0")/.."
+export PYTHONUNBUFFERED=1 XLA_PYTHON_CLIENT_PREALLOCATE=false
+LAZY_RUNTIME_CACHE_DIR=$(mktemp -d)
+export LAZY_RUNTIME_CACHE_DIR
+
+step() { echo; echo "=== $* ($(date +%T))"; }
+
+{
+  step 1 versions and guard
+  nvidia-smi -L
+  command -v c++ g++ || echo "no C++ compiler"
+  $py -c "import sys, torch, jax; print(sys.version.split()[0], torch.__version__, \
+jax.__version__, jax.devices())"
+  $py -W ignore -c "from lazy_runtime import backend; print('device guard:', \
+backend.DEVICE_GUARD[0])"
+
+  step 2 GPU, guard and error tests
+  $py -m pytest -q -p no:cacheprovider -rfEs tests/runtime/test_device_metrics.py \
+    tests/runtime/test_native_guard.py tests/runtime/test_errors.py
+
+  step 3 eager CUDA backward beside the lazy device
+  for guard in 1 0; do
+    LAZY_RUNTIME_NATIVE_GUARD=$guard timeout 120 $py -W ignore - <<'EOF'
+import torch
+from lazy_runtime import backend
+x = torch.randn(8, 8, device="cuda", requires_grad=True)
+try:
+    (x @ x).sum().backward()
+    torch.cuda.synchronize()
+    print(backend.DEVICE_GUARD[0], "| eager CUDA backward: ok")
+except Exception as e:  # noqa: BLE001 (a probe: report whatever torch raises)
+    print(backend.DEVICE_GUARD[0], "| eager CUDA backward:", type(e).__name__,
+          str(e).splitlines()[0][:200])
+EOF
+    echo "exit status $?"
+  done
+} 2>&1 | tee "$out/checks.log"
+
+step 4 training-step benchmark 2>&1 | tee "$out/step.log"
+timeout 270 $py benchmarks/runtime_step.py --steps 10 --rounds 5 --eager-device cuda --write \
+  2>&1 | tee -a "$out/step.log"
+cp benchmarks/RESULTS.md "$out/"
+
+{
+  step 5 the runtime tests on XLA:GPU for "$suite_s" s
+  timeout -s INT -k 30 "$suite_s" $py -m pytest tests/runtime -q -n 8 -rfE \
+    --continue-on-collection-errors -p no:randomly
+  step 5b their failures on XLA:CPU
+  LAZY_RUNTIME_PLATFORM=cpu timeout -s INT -k 20 60 $py -m pytest tests/runtime -q -n 8 \
+    -rfE --lf --lfnf=none --continue-on-collection-errors
+} > "$out/suite.log" 2>&1
+tail -5 "$out/suite.log"
+echo "done $(date +%T)"
