@@ -19,5 +19,7 @@ demo: $(STAMP)
 	-$(PYTHON) -m shapeinfer.cli check examples/bugs/truncating.py
 	$(PYTHON) examples/train_mlp.py
 
+# Test files run in parallel, each whole in one worker (a lowering test file shares one
+# compiled graph among its cases); at most 4 workers, each holds its own JAX and torch.
 test: $(STAMP)
-	$(PYTHON) -m pytest tests -q
+	$(PYTHON) -m pytest tests -q -n auto --maxprocesses 4 --dist loadfile
