@@ -6,7 +6,8 @@
 #      guard's tests and the errors-inside-backward tests;
 #   3. eager CUDA autograd in a process that imported lazy_runtime, under both guards
 #      (torch takes the lazy device for the process's accelerator: pytorch#161129);
-#   4. the training-step benchmark against eager CUDA (RESULTS "lazy_runtime on a GPU");
+#   4. the training-step benchmark against eager CUDA (RESULTS "lazy_runtime on a GPU"),
+#      then where a replayed step's host time goes (profile_step.py: MLP and GPT);
 #   5. the runtime's tests on XLA:GPU for SUITE_SECONDS, then their failures again on
 #      XLA:CPU, which separates the GPU's failures from the installed torch version's.
 #
@@ -59,6 +60,9 @@ step 4 training-step benchmark 2>&1 | tee "$out/step.log"
 timeout 270 $py benchmarks/runtime_step.py --steps 10 --rounds 5 --eager-device cuda --write \
   2>&1 | tee -a "$out/step.log"
 cp benchmarks/RESULTS.md "$out/"
+for model in mlp gpt; do
+  timeout 90 $py -W ignore benchmarks/profile_step.py $model --steps 400 --top 25
+done > "$out/profile.log" 2>&1
 
 {
   step 5 the runtime tests on XLA:GPU for "$suite_s" s
