@@ -57,8 +57,12 @@ def reset_metrics() -> None:
 
 def metrics_report() -> str:
     from .backend import DEVICE_GUARD
+    from .config import config
     m = METRICS.as_dict()
     lines = ["lazy_runtime metrics",
+             f"  XLA device      : {config.jax_device()}"
+             f"{'' if config.platform else ' (jax default)'}, 16-bit excess precision "
+             f"{'on' if config.excess_precision else 'off'}",
              f"  device guard    : {DEVICE_GUARD[0]}",
              f"  graphs executed : {m['graphs_executed']}  (ops in last graph: {m['last_graph_ops']})",
              f"  compiles        : {m['compiles']}  ({m['compile_seconds']:.3f} s)",

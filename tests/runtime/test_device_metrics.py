@@ -32,6 +32,7 @@ def test_metrics_keys_and_report():
     assert m["graphs_executed"] == 1 and m["traced_ops"] >= 2
     report = lr.metrics_report()
     assert "compiles" in report and "fallback ops" in report
+    assert "excess precision off" in report.splitlines()[1], report
     lr.reset_metrics()
     assert lr.metrics()["graphs_executed"] == 0
 
@@ -257,6 +258,7 @@ for _ in range(6):
     step(torch.randn(4, 32)).item()
 assert lr.metrics()["step_replays"] >= 1, lr.metrics()["step_replays"]
 assert next(model.parameters())._st.node.value.devices() == {want}
+assert f"XLA device      : {want}" in lr.metrics_report(), lr.metrics_report()
 print(want)
 """
 
