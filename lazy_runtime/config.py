@@ -47,7 +47,13 @@ class Config:
     def jax_device(self):
         import jax
         if self.platform:
-            return jax.devices(self.platform)[0]
+            try:
+                return jax.devices(self.platform)[0]
+            except RuntimeError as e:
+                from .errors import LazyRuntimeError
+                raise LazyRuntimeError(
+                    f"lazy_runtime.config.platform is {self.platform!r} (or env "
+                    f"LAZY_RUNTIME_PLATFORM), which jax cannot use here: {e}") from None
         default = jax.config.jax_default_device   # a device, a platform's name or None
         if isinstance(default, str):
             return jax.devices(default)[0]

@@ -48,6 +48,18 @@ def test_shape_errors_have_torchs_exception_type_and_the_analyzers_code(fn):
         assert got.value.code.startswith("SI")
 
 
+def test_a_platform_jax_cannot_use_is_named_in_the_error():
+    old = lr.config.platform
+    lr.config.platform = "no_such_platform"
+    try:
+        with pytest.raises(lr.LazyRuntimeError,
+                           match="config.platform is 'no_such_platform' .*Unknown backend"):
+            (torch.randn(3).to(DEV) * 2).cpu()
+    finally:
+        lr.config.platform = old
+    assert torch.equal((torch.ones(2).to(DEV) * 2).cpu(), torch.full((2,), 2.0))
+
+
 def test_resize_and_set_are_refused():
     x = torch.randn(3).to(DEV)
     with pytest.raises(lr.UnsupportedOperation):
