@@ -533,7 +533,8 @@ def _build(g, fresh, auto, disabled):
     plan.layouts = layouts
     plan.pads = pads
     plan.data_layouts = data_layouts
-    plan.key = ("padded", tuple(entries), g.outputs, tuple(zip(syms, plan.buckets)))
+    plan.key = ir.intern_key(("padded", tuple(entries), g.outputs,
+                              tuple(zip(syms, plan.buckets))))
     plan.exe = None
     plan.n_ops = 0
     return plan
