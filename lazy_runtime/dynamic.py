@@ -647,7 +647,7 @@ def _auto_marks(g: ir.Graph) -> dict:
     """Automatic dynamic: the marks of ``g``'s family, learnt when a graph of the same
     structure comes back with only some input sizes changed."""
     fam = _family(g)
-    shapes = [n.shape for n in g.nodes if n.op is ir.DATA]
+    shapes = [n.shape for n in g.data_nodes]
     auto = _AUTO.get(fam)
     if auto is not None:
         return auto
@@ -677,7 +677,7 @@ def _auto_marks(g: ir.Graph) -> dict:
 
 def _dynamic_inputs(g: ir.Graph) -> tuple:
     """(whether a data leaf is marked or padded, the automatic marks of ``g``'s family)."""
-    has_dyn = any(n.aux is not None for n in g.nodes if n.op is ir.DATA)
+    has_dyn = any(n.aux is not None for n in g.data_nodes)
     auto = _auto_marks(g) if config.automatic_dynamic and not has_dyn else {}
     return has_dyn, auto
 
@@ -733,7 +733,7 @@ def padded_inputs(g: ir.Graph, plan: SymPlan):
     """The data arrays at their padded shapes (host-padded where needed)."""
     sizes = dict(zip(plan.syms, plan.sizes))
     buckets = dict(zip(plan.syms, plan.buckets))
-    leaves = (n for n in g.nodes if n.op is ir.DATA)
+    leaves = g.data_nodes
     return [padded_value(n, lay, sizes, buckets) for n, lay in zip(leaves, plan.data_layouts)]
 
 
@@ -765,7 +765,7 @@ def settle(n: ir.Node):
 def exact_inputs(g: ir.Graph):
     """The data arrays at their true shapes (padded results are unpadded)."""
     return [settle(n) if leaf_pad(n) is None else put_host(true_value(n))
-            for n in g.nodes if n.op is ir.DATA]
+            for n in g.data_nodes]
 
 
 def result_leaf(n: ir.Node, value, layout, plan: SymPlan) -> ir.Node:

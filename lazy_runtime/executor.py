@@ -417,9 +417,8 @@ def _compile(g: ir.Graph) -> Executable:
     fn = _make_fn(plan, g.outputs)
     # Traced at the leaves' true shapes: a leaf may hold an earlier padded graph's result,
     # which ``dynamic.exact_inputs`` unpads before each run.
-    leaves = (n for n in g.nodes if n.op is ir.DATA)
     return _jit_compile(g, fn, [jax.ShapeDtypeStruct(n.shape, d.dtype)
-                                for n, d in zip(leaves, g.data)])
+                                for n, d in zip(g.data_nodes, g.data)])
 
 
 def _compiler_options() -> dict:

@@ -274,7 +274,7 @@ class Graph:
     inputs. Leaves contribute only their kind (and shape/dtype for data), never values.
     """
 
-    __slots__ = ("nodes", "key", "outputs", "data", "scalars", "rngs", "fresh")
+    __slots__ = ("nodes", "key", "outputs", "data", "data_nodes", "scalars", "rngs", "fresh")
 
 
 def linearize(outputs: list[Node]) -> Graph:
@@ -283,7 +283,7 @@ def linearize(outputs: list[Node]) -> Graph:
     index: dict = {}
     nodes: list[Node] = []
     entries: list = []
-    data, scalars, rngs = [], [], []
+    data, data_nodes, scalars, rngs = [], [], [], []
     fresh = []
     epoch = EPOCH[0]
     stack = [(o, False) for o in reversed(outputs)]
@@ -306,6 +306,7 @@ def linearize(outputs: list[Node]) -> Graph:
                     if n.born == epoch:
                         fresh.append(len(data))
                     data.append(n.value)
+                    data_nodes.append(n)
                 elif op is SCALAR:
                     scalars.append(n.value)
                 elif op is RNG:
@@ -322,6 +323,7 @@ def linearize(outputs: list[Node]) -> Graph:
     g.outputs = tuple(map(position, outputs))
     g.key = intern_key((tuple(entries), g.outputs))
     g.data = data
+    g.data_nodes = data_nodes
     g.scalars = scalars
     g.rngs = rngs
     g.fresh = frozenset(fresh)
