@@ -153,7 +153,7 @@ class Executable:
     (``registry.InputCheck``), judged when it runs."""
 
     __slots__ = ("compiled", "n_ops", "checks", "input_checks", "copy_flags", "_on_device",
-                 "_smallest")
+                 "_smallest", "context")
 
     def __init__(self, compiled, n_ops, checks=(), input_checks=()):
         self.compiled = compiled
@@ -169,6 +169,7 @@ class Executable:
         # is checked once
         self._on_device = [(_DEAD, None)] * len(input_checks)
         self._smallest = None   # the position of its smallest result (its shapes are fixed)
+        self.context = None     # the settings it was compiled under (``_compile_context``)
 
     @property
     def checked(self) -> bool:
@@ -421,6 +422,24 @@ def _compile(g: ir.Graph) -> Executable:
                                 for n, d in zip(g.data_nodes, g.data)])
 
 
+def _compile_context() -> tuple:
+    """What an executable is compiled for besides its graph: the device and the excess
+    precision setting. A cached one compiled under others is compiled again."""
+    return config.jax_device(), bool(config.excess_precision)
+
+
+def _current(exe):
+    """``exe`` if it was compiled under the current settings, else None."""
+    return exe if exe is None or exe.context == _compile_context() else None
+
+
+def _settings_changed(exe) -> str:
+    (dev, excess), (now, excess_now) = exe.context, _compile_context()
+    what = [f"device {dev} -> {now}"] if dev != now else []
+    what += [f"excess precision {excess} -> {excess_now}"] if excess != excess_now else []
+    return "compile settings changed: " + ", ".join(what)
+
+
 def _compiler_options() -> dict:
     """XLA options of the runtime's compiles only (the user's own JAX code keeps its own).
     Without excess precision every 16-bit op's result is rounded as torch rounds it: XLA:GPU
@@ -448,8 +467,10 @@ def _jit_compile(g: ir.Graph, fn, datas, *more_avals) -> Executable:
         TRACE_INPUTS.clear()
     METRICS.compile_seconds += time.perf_counter() - t0
     METRICS.compiles += 1
-    return Executable(compiled, sum(1 for n in g.nodes if n.op not in ir.LEAVES),
-                      tuple(messages), tuple(input_checks))
+    exe = Executable(compiled, sum(1 for n in g.nodes if n.op not in ir.LEAVES),
+                     tuple(messages), tuple(input_checks))
+    exe.context = _compile_context()
+    return exe
 
 
 def _padded_plan(g: ir.Graph, plan) -> list:
@@ -552,13 +573,15 @@ def _remember(key, exe, reason):
 
 
 def _run_padded(g: ir.Graph, plan):
-    exe = _cache.get(plan.key)
+    cached = _cache.get(plan.key)
+    exe = _current(cached)
     datas = None
     if exe is not None:
         _cache.move_to_end(plan.key)
         METRICS.cache_hits += 1
     else:
-        reason = "padded: " + _explain_padded(plan.key)
+        reason = "padded: " + (_settings_changed(cached) if cached is not None
+                               else _explain_padded(plan.key))
         exact = [k for k in _cache.keys() if k[0] != "padded"]
         if reason.endswith("(cache empty)") and exact:  # e.g. automatic dynamic's first
             reason += "; " + explain_miss(g.key, exact)
@@ -586,12 +609,14 @@ def _explain_padded(key) -> str:
 
 
 def _lookup(g: ir.Graph, exact_op=None, why=None) -> Executable:
-    exe = _cache.get(g.key)
+    cached = _cache.get(g.key)
+    exe = _current(cached)
     if exe is not None:
         _cache.move_to_end(g.key)
         METRICS.cache_hits += 1
         return exe
-    reason = explain_miss(g.key, [k for k in _cache.keys() if k[0] != "padded"])
+    reason = _settings_changed(cached) if cached is not None else \
+        explain_miss(g.key, [k for k in _cache.keys() if k[0] != "padded"])
     if exact_op is not None:
         METRICS.exact_compiles[exact_op] += 1
         reason = f"exact shape ({why or 'no padding rule'}: {exact_op}); " + reason

@@ -58,10 +58,14 @@ def reset_metrics() -> None:
 def metrics_report() -> str:
     from .backend import DEVICE_GUARD
     from .config import config
+    from .errors import LazyRuntimeError
     m = METRICS.as_dict()
+    try:
+        device = f"{config.jax_device()}{'' if config.platform else ' (jax default)'}"
+    except LazyRuntimeError as e:   # (a platform jax cannot use: the report still prints)
+        device = f"none ({e})"
     lines = ["lazy_runtime metrics",
-             f"  XLA device      : {config.jax_device()}"
-             f"{'' if config.platform else ' (jax default)'}, 16-bit excess precision "
+             f"  XLA device      : {device}, 16-bit excess precision "
              f"{'on' if config.excess_precision else 'off'}",
              f"  device guard    : {DEVICE_GUARD[0]}",
              f"  graphs executed : {m['graphs_executed']}  (ops in last graph: {m['last_graph_ops']})",

@@ -113,3 +113,28 @@ def test_momentum_sgd_needs_two_graphs_then_none():
         lr.mark_step()
     assert lr.metrics()["graphs_executed"] == 4
     assert lr.metrics()["compiles"] <= 2
+
+
+def test_changed_compile_settings_compile_again_and_say_why():
+    """An executable is compiled for a device and an excess-precision setting: a cached one
+    compiled under other settings is not reused (it would keep the old rounding, or refuse
+    the new device's arrays)."""
+    x = torch.randn(5)
+
+    def run():
+        return (x.to(DEV) * 3 - 1).sum().item()
+
+    run()
+    lr.reset_metrics()
+    run()
+    assert lr.metrics()["compiles"] == 0
+    old = lr.config.excess_precision
+    lr.config.excess_precision = not old
+    try:
+        run()
+        run()
+        assert lr.metrics()["compiles"] == 1
+        assert lr.metrics()["recompile_reasons"][-1] == (
+            f"compile settings changed: excess precision {old} -> {not old}")
+    finally:
+        lr.config.excess_precision = old

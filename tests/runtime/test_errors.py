@@ -55,6 +55,7 @@ def test_a_platform_jax_cannot_use_is_named_in_the_error():
         with pytest.raises(lr.LazyRuntimeError,
                            match="config.platform is 'no_such_platform' .*Unknown backend"):
             (torch.randn(3).to(DEV) * 2).cpu()
+        assert "XLA device      : none (lazy_runtime.config.platform" in lr.metrics_report()
     finally:
         lr.config.platform = old
     assert torch.equal((torch.ones(2).to(DEV) * 2).cpu(), torch.full((2,), 2.0))
