@@ -211,21 +211,19 @@ def test_example_trains_on_xla_gpu(name):
 
 
 @pytest.mark.skipif(not _gpus(), reason="no XLA:GPU device (jax.devices('gpu') is empty)")
-@pytest.mark.parametrize("excess", [False, True])
-def test_16_bit_results_round_as_torch_on_xla_gpu(excess):
-    """XLA:GPU keeps a fused float16 quotient in float32 unless the runtime's compiles turn
-    excess precision off (``config.excess_precision``, off by default): torch rounds 4094 / 3
-    to 1365 before truncating it."""
-    old = lr.config.platform, lr.config.excess_precision
-    lr.config.platform, lr.config.excess_precision = "gpu", excess
+def test_16_bit_results_round_as_torch_on_xla_gpu():
+    """XLA:GPU kept a fused float16 quotient in float32 (4094 / 3 truncated to 1364) until
+    the runtime's compiles turned excess precision off (``config.excess_precision``, off by
+    default): torch rounds the quotient to 1365 before truncating it."""
+    old = lr.config.platform
+    lr.config.platform = "gpu"
     try:
-        a = torch.tensor([4094.0, 4094.0], dtype=torch.float16)
-        b = torch.tensor([3.0, -2.5], dtype=torch.float16) + torch.zeros(2, dtype=torch.float16)
-        got = torch.div(a.to(DEV), b.to(DEV) + 0, rounding_mode="trunc").cpu()
-        want = torch.div(a, b, rounding_mode="trunc")
-        assert torch.equal(got, want) != excess, (got, want)
+        a = torch.tensor([4094.0, 1.0, 4094.0], dtype=torch.float16)
+        b = torch.tensor([3.0, 0.30004883, -2.5], dtype=torch.float16)
+        got = torch.div(a.to(DEV), b.to(DEV), rounding_mode="trunc").cpu()
+        assert torch.equal(got, torch.div(a, b, rounding_mode="trunc")), got
     finally:
-        lr.config.platform, lr.config.excess_precision = old
+        lr.config.platform = old
 
 
 _OTHER_DEFAULT_DEVICE = """
