@@ -287,6 +287,7 @@ def cache_info() -> dict:
 def clear_cache() -> None:
     _cache.clear()
     dynamic.reset()
+    ir.forget_keys()
 
 
 def _plan(nodes: list[ir.Node]) -> list:

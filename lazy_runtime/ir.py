@@ -252,7 +252,11 @@ class GraphKey(tuple):
 
 
 _KEYS: dict = {}
-_MAX_KEYS = 2048
+_MAX_KEYS = 512   # (dynamic._PLANS keeps as many)
+
+
+def forget_keys() -> None:
+    _KEYS.clear()
 
 
 def intern_key(items) -> GraphKey:
