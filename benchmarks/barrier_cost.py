@@ -21,13 +21,13 @@ sys.path.insert(0, str(ROOT / "benchmarks"))
 
 import lazy_runtime as lr  # noqa: E402
 from lazy_runtime import executor, ir  # noqa: E402
-from step_configs import configs, training_step  # noqa: E402
+from step_configs import config_named, training_step  # noqa: E402
 
 WARMUP = 5
 
 
 def measure(name: str, steps: int) -> dict:
-    cfg = next(c for c in configs(steps) if c.name.split(" ")[0] == name)
+    cfg = config_named(name, steps)
     dev = lr.device()
     model = cfg.make_model().to(dev)
     step = training_step(cfg, model, cfg.ex.make_optimizer(model), dev)

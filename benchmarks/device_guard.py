@@ -65,10 +65,10 @@ def one_process(name: str, blocks: int, steps: int) -> dict:
     sys.path.insert(0, str(ROOT / "benchmarks"))
     import lazy_runtime as lr
     from runtime_step import lazy_step
-    from step_configs import configs
+    from step_configs import config_named
 
     use = guard_switch()
-    cfg = next(c for c in configs(20) if c.name == name)
+    cfg = config_named(name, 20)
     step, _, _ = lazy_step(cfg, "plain")
     out = {g: {"wall": [], "cpu": []} for g in ("python", "native")}
     for b in range(blocks + 2):   # two warm-up blocks

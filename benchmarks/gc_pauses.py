@@ -36,10 +36,10 @@ def one_process(name: str, freeze: bool, steps: int) -> dict:
     import lazy_runtime as lr
     from lazy_runtime import heap
     from runtime_step import lazy_step
-    from step_configs import WARMUP, configs
+    from step_configs import WARMUP, config_named
 
     lr.config.freeze_heap = freeze
-    cfg = next(c for c in configs(20) if c.name == name)
+    cfg = config_named(name, 20)
     step, _, _ = lazy_step(cfg, "plain")
     counts, spent, started = [0, 0, 0], [0.0, 0.0, 0.0], [0.0]
 

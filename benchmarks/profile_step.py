@@ -23,12 +23,12 @@ sys.path.insert(0, str(ROOT))
 sys.path.insert(0, str(ROOT / "benchmarks"))
 
 import lazy_runtime as lr  # noqa: E402
-from step_configs import configs, training_step  # noqa: E402
+from step_configs import config_named, training_step  # noqa: E402
 
 
 def replayed_step(name: str, steps: int):
     """(``step(x, y) -> loss`` replayed whole, the batches) after warm-up."""
-    cfg = next(c for c in configs(steps) if c.name.split(" ")[0] == name)
+    cfg = config_named(name, steps)
     dev = lr.device()
     model = cfg.make_model().to(dev)
     opt = lr.compile_optimizer(cfg.ex.make_optimizer(model))

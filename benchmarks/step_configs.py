@@ -61,3 +61,11 @@ def training_step(cfg, model, opt, device):
         opt.zero_grad()
         return loss
     return step
+
+
+def config_named(name, steps):
+    """The row named ``name`` ("mlp", "cnn", "lstm", "gpt" or "mlp-wide")."""
+    for cfg in configs(steps):
+        if cfg.name == name:
+            return cfg
+    raise SystemExit(f"no benchmark row named {name!r} (mlp, cnn, lstm, gpt, mlp-wide)")
