@@ -155,7 +155,7 @@ class Executable:
     __slots__ = ("compiled", "n_ops", "checks", "input_checks", "copy_flags", "_on_device",
                  "_smallest", "context")
 
-    def __init__(self, compiled, n_ops, checks=(), input_checks=()):
+    def __init__(self, compiled, n_ops, checks=(), input_checks=(), context=None):
         self.compiled = compiled
         self.n_ops = n_ops
         self.checks = checks
@@ -169,7 +169,7 @@ class Executable:
         # is checked once
         self._on_device = [(_DEAD, None)] * len(input_checks)
         self._smallest = None   # the position of its smallest result (its shapes are fixed)
-        self.context = None     # the settings it was compiled under (``_compile_context``)
+        self.context = context  # the settings it was compiled under (``_compile_context``)
 
     @property
     def checked(self) -> bool:
@@ -441,12 +441,12 @@ def _settings_changed(exe) -> str:
     return "compile settings changed: " + ", ".join(what)
 
 
-def _compiler_options() -> dict:
+def _compiler_options(excess_precision: bool) -> dict:
     """XLA options of the runtime's compiles only (the user's own JAX code keeps its own).
     Without excess precision every 16-bit op's result is rounded as torch rounds it: XLA:GPU
     otherwise keeps fused intermediates in float32 (a trunc division of 4094 by 3 in
     float16 gave 1364, torch 1365)."""
-    return {"xla_allow_excess_precision": bool(config.excess_precision)}
+    return {"xla_allow_excess_precision": excess_precision}
 
 
 def _jit_compile(g: ir.Graph, fn, datas, *more_avals) -> Executable:
@@ -458,20 +458,19 @@ def _jit_compile(g: ir.Graph, fn, datas, *more_avals) -> Executable:
     t0 = time.perf_counter()
     messages: list = []
     input_checks: list = []
+    context = device, excess_precision = _compile_context()
     try:
         # compiled for the runtime's device, which need not be jax's default one
-        with _x64(True), jax.default_device(config.jax_device()):
+        with _x64(True), jax.default_device(device):
             compiled = jax.jit(_with_checks(fn, messages, input_checks)).lower(
-                *avals).compile(compiler_options=_compiler_options())
+                *avals).compile(compiler_options=_compiler_options(excess_precision))
     finally:
         TRACE_SCRATCH.clear()   # what lowerings handed each other in this trace
         TRACE_INPUTS.clear()
     METRICS.compile_seconds += time.perf_counter() - t0
     METRICS.compiles += 1
-    exe = Executable(compiled, sum(1 for n in g.nodes if n.op not in ir.LEAVES),
-                     tuple(messages), tuple(input_checks))
-    exe.context = _compile_context()
-    return exe
+    return Executable(compiled, sum(1 for n in g.nodes if n.op not in ir.LEAVES),
+                      tuple(messages), tuple(input_checks), context)
 
 
 def _padded_plan(g: ir.Graph, plan) -> list:
