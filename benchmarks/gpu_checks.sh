@@ -12,6 +12,10 @@
 #      XLA:CPU, which separates the GPU's failures from the installed torch version's.
 #
 #   bash benchmarks/gpu_checks.sh [OUT_DIR] [SUITE_SECONDS]
+#   STEPS="1 4ph 5" bash benchmarks/gpu_checks.sh ...  # some steps only (4ph: the parts of
+#       a step timed, 4p: profiled, without step 4's benchmark; 5b: step 5's failures rerun)
+#   SUITE_ORDER=reverse ...   # step 5 runs the files after the first ones in reverse order
+#                             # (the other half of a suite a time limit cut short before)
 # Logs, and RESULTS.md after step 4, go to OUT_DIR (default /tmp/gpu_checks).
 set -u
 out=${1:-/tmp/gpu_checks}
@@ -23,9 +27,12 @@ export PYTHONUNBUFFERED=1 XLA_PYTHON_CLIENT_PREALLOCATE=false
 LAZY_RUNTIME_CACHE_DIR=$(mktemp -d)
 export LAZY_RUNTIME_CACHE_DIR
 
+steps=" ${STEPS:-1 2 3 4 4ph 4p 5 5b} "
+want() { [[ $steps == *" $1 "* ]]; }
 step() { echo; echo "=== $* ($(date +%T))"; }
 
 {
+  if want 1; then
   step 1 versions and guard
   nvidia-smi -L
   command -v c++ g++ || echo "no C++ compiler"
@@ -33,11 +40,15 @@ step() { echo; echo "=== $* ($(date +%T))"; }
 jax.__version__, jax.devices())"
   $py -W ignore -c "from lazy_runtime import backend; print('device guard:', \
 backend.DEVICE_GUARD[0])"
+  fi
 
+  if want 2; then
   step 2 GPU, guard and error tests
   $py -m pytest -q -p no:cacheprovider -rfEs tests/runtime/test_device_metrics.py \
     tests/runtime/test_native_guard.py tests/runtime/test_errors.py
+  fi
 
+  if want 3; then
   step 3 eager CUDA backward beside the lazy device
   for guard in 1 0; do
     LAZY_RUNTIME_NATIVE_GUARD=$guard timeout 120 $py -W ignore - <<'EOF'
@@ -54,27 +65,53 @@ except Exception as e:  # noqa: BLE001 (a probe: report whatever torch raises)
 EOF
     echo "exit status $?"
   done
+  fi
 } 2>&1 | tee "$out/checks.log"
 
-step 4 training-step benchmark 2>&1 | tee "$out/step.log"
-timeout 270 $py benchmarks/runtime_step.py --steps 10 --rounds 5 --eager-device cuda --write \
-  2>&1 | tee -a "$out/step.log"
-cp benchmarks/RESULTS.md "$out/"
-for model in mlp gpt; do
-  timeout 90 $py -W ignore benchmarks/profile_step.py $model --steps 400 --top 25
-done > "$out/profile.log" 2>&1
+if want 4; then
+  step 4 training-step benchmark 2>&1 | tee "$out/step.log"
+  timeout 270 $py benchmarks/runtime_step.py --steps 10 --rounds 5 --eager-device cuda \
+    --write 2>&1 | tee -a "$out/step.log"
+  cp benchmarks/RESULTS.md "$out/"
+fi
+if want 4ph; then
+  for model in mlp gpt; do
+    timeout 90 $py -W ignore benchmarks/profile_step.py $model --phases --steps 30
+  done 2>&1 | tee "$out/phases.log"
+fi
+if want 4p; then
+  # the replayed step's host time and the hand-written jax.jit step's, for comparison
+  for model in mlp gpt; do
+    for how in "" --jax; do
+      timeout 90 $py -W ignore benchmarks/profile_step.py $model $how --steps 400 --top 25
+    done
+  done > "$out/profile.log" 2>&1
+fi
 
+if want 5; then
 {
   step 5 the runtime tests on XLA:GPU for "$suite_s" s
   # first the files where XLA:GPU differed from torch before (2026-11-27), then the rest
   # (a file per worker: a lowering file compiles one graph for all its cases)
   first="test_nan_semantics test_special_values test_autocast test_complex \
 test_lowerings_special test_lowerings test_lowerings_sweep test_heap"
-  timeout -s INT -k 30 "$suite_s" $py -m pytest $(printf 'tests/runtime/%s.py ' $first) \
-    tests/runtime -q -n 12 --dist loadfile -rfE --continue-on-collection-errors
+  if [[ ${SUITE_ORDER:-} == reverse ]]; then
+    first=test_nan_semantics
+    files="$(printf 'tests/runtime/%s.py ' $first) $(ls tests/runtime/test_*.py | sort -r)"
+  else
+    files=$(printf 'tests/runtime/%s.py ' $first)
+    files="$files tests/runtime"
+  fi
+  # (-v: each failure is named as it happens, should the time limit cut the summary)
+  timeout -s INT -k 30 "$suite_s" $py -m pytest $files -v -n 12 --dist loadfile -rfE \
+    --continue-on-collection-errors
+  if want 5b; then
   step 5b their failures on XLA:CPU
   LAZY_RUNTIME_PLATFORM=cpu timeout -s INT -k 20 60 $py -m pytest tests/runtime -q -n 12 \
     --dist loadfile -rfE --lf --lfnf=none --continue-on-collection-errors
+  fi
 } > "$out/suite.log" 2>&1
-tail -5 "$out/suite.log"
+grep -E "(FAILED|ERROR) " "$out/suite.log" | sort -u | head -40
+tail -3 "$out/suite.log"
+fi
 echo "done $(date +%T)"

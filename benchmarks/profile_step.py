@@ -3,6 +3,8 @@ step's median time, then a cProfile of ``--steps`` replayed steps by own time. T
 ``step_configs``' (its batch copied to the device in the step, the loss read back).
 
     python benchmarks/profile_step.py [mlp|cnn|lstm|gpt|mlp-wide] [--steps 400] [--top 30]
+    python benchmarks/profile_step.py gpt --jax    # the hand-written jax.jit step instead
+    python benchmarks/profile_step.py gpt --phases # medians of each part of a step, both
 
 On a GPU the executable's call returns before the GPU is done, so the wait shows in the
 loss read (``_read_direct``), not in the call.
@@ -24,6 +26,7 @@ sys.path.insert(0, str(ROOT / "benchmarks"))
 
 import lazy_runtime as lr  # noqa: E402
 from step_configs import config_named, training_step  # noqa: E402
+import runtime_jax_models as jm  # noqa: E402
 
 
 def replayed_step(name: str, steps: int):
@@ -41,27 +44,97 @@ def replayed_step(name: str, steps: int):
     return step, cfg.batches
 
 
+def jax_step(name: str, steps: int, read=True):
+    """(the hand-written jax.jit step, the batches) after warm-up."""
+    cfg = config_named(name, steps)
+    step = jm.training_step(cfg.name, read=read, **cfg.jax_kwargs)
+    for i in range(10):
+        step(*cfg.batches[i % len(cfg.batches)])
+    return step, cfg.batches
+
+
+def phases(name: str, steps: int, rounds: int = 10) -> None:
+    """Medians (µs) of each part of a step, the replayed step and jax.jit alternated in
+    blocks of ``steps``: the runtime's Python before the executable's call, the call
+    (inputs sent, kernels launched), the runtime's Python after it (state guard,
+    write-back), and the loss read (the wait for the device included)."""
+    replayed, batches = replayed_step(name, steps)
+    jitted, _ = jax_step(name, steps, read=False)
+    exe = replayed._last[2].ready.exe
+    real, marks = exe.compiled, []
+
+    def timed(*a):
+        marks.append(time.perf_counter())
+        out = real(*a)
+        marks.append(time.perf_counter())
+        return out
+    exe.compiled = timed
+    parts = {k: [] for k in ("before call", "call", "after call", "read", "step")}
+    jparts = {k: [] for k in ("call", "read", "step")}
+    for _ in range(rounds):
+        for x, y in batches:
+            marks.clear()
+            t0 = time.perf_counter()
+            loss = replayed(x, y)
+            t3 = time.perf_counter()
+            loss.item()
+            t4 = time.perf_counter()
+            if len(marks) == 2:
+                t1, t2 = marks
+                for k, v in zip(parts, (t1 - t0, t2 - t1, t3 - t2, t4 - t3, t4 - t0)):
+                    parts[k].append(v)
+        for x, y in batches:
+            t0 = time.perf_counter()
+            loss = jitted(x, y)
+            t1 = time.perf_counter()
+            float(loss)
+            t2 = time.perf_counter()
+            for k, v in zip(jparts, (t1 - t0, t2 - t1, t2 - t0)):
+                jparts[k].append(v)
+    exe.compiled = real
+
+    def row(label, d):
+        return f"{label:10s}" + "".join(
+            f" | {k} {statistics.median(v) * 1e6:7.1f}" for k, v in d.items())
+    print(f"{name} on {lr.config.jax_device()}, medians in µs of {len(parts['step'])} "
+          f"and {len(jparts['step'])} steps")
+    print(row("replayed", parts))
+    print(row("jax.jit", jparts))
+
+
 def main() -> None:
     p = argparse.ArgumentParser(description=__doc__.splitlines()[0])
     p.add_argument("model", nargs="?", default="mlp")
     p.add_argument("--steps", type=int, default=400)
     p.add_argument("--top", type=int, default=30)
+    p.add_argument("--jax", action="store_true", help="profile the jax.jit step instead")
+    p.add_argument("--phases", action="store_true",
+                   help="time each part of a step, the replayed step and jax.jit's")
     a = p.parse_args()
-    step, batches = replayed_step(a.model, a.steps)
+    if a.phases:
+        return phases(a.model, min(a.steps, 50))
+    if a.jax:
+        step, batches = jax_step(a.model, a.steps)
+        what = "jax.jit"
+    else:
+        replayed, batches = replayed_step(a.model, a.steps)
+        what = "replayed"
+
+        def step(x, y):
+            return replayed(x, y).item()
 
     def run(n):
         for i in range(n):
-            x, y = batches[i % len(batches)]
-            step(x, y).item()
+            step(*batches[i % len(batches)])
 
     times = []
     for i in range(a.steps):
         x, y = batches[i % len(batches)]
         t0 = time.perf_counter()
-        step(x, y).item()
+        step(x, y)
         times.append(time.perf_counter() - t0)
     print(f"{a.model}: median step {statistics.median(times) * 1e3:.3f} ms over {a.steps} "
-          f"replayed steps ({lr.config.jax_device()})")
+          f"{what} steps ({lr.config.jax_device()})")
     prof = cProfile.Profile()
     prof.enable()
     run(a.steps)

@@ -209,3 +209,19 @@ def gpt(vocab=64, block=16, d_model=32, heads=4, layers=2, seed=0):
 
 
 MODELS = {"mlp": mlp, "cnn": cnn, "lstm": lstm, "gpt": gpt}
+
+
+def training_step(row: str, read=True, **kwargs):
+    """``step(x, y) -> float``: benchmark row ``row``'s model trained one step by jax.jit on
+    CPU tensors ``x, y`` (given to it as host arrays, as the whole step's replay gets
+    them), the loss read back (``read=False``: the loss's device array, not waited for);
+    the state lives in the closure."""
+    state = list(MODELS[row.split("-")[0]](**kwargs))
+
+    def step(x, y):
+        params, opt_state, model_state, jitted = state
+        params, opt_state, model_state, loss = jitted(params, opt_state, model_state,
+                                                      x.numpy(), y.numpy())
+        state[:3] = params, opt_state, model_state
+        return float(loss) if read else loss
+    return step

@@ -74,16 +74,7 @@ def bench_side_by_side(cfg, rounds, eager_elsewhere):
     def lazy(x, y):
         whole(x, y).item()
 
-    state = list(jm.MODELS[cfg.name.split("-")[0]](**cfg.jax_kwargs))
-
-    def jitted(x, y):
-        params, opt_state, model_state, step = state
-        params, opt_state, model_state, loss = step(params, opt_state, model_state,
-                                                    x.numpy(), y.numpy())
-        float(loss)
-        state[:3] = params, opt_state, model_state
-
-    contenders = {"whole": lazy, "jax": jitted}
+    contenders = {"whole": lazy, "jax": jm.training_step(cfg.name, **cfg.jax_kwargs)}
     first = {}
     for name, f in contenders.items():
         for i, (x, y) in enumerate(cfg.batches[:WARMUP]):

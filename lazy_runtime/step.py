@@ -493,7 +493,8 @@ class StepReplayer:
         if stamp is not None and not stamp.holds():
             self._stamp = None   # recomputed by the caller's full path
             return None
-        random.skip(tr.rng_count)
+        if tr.rng_count:
+            random.skip(tr.rng_count)
         METRICS.execute_seconds += time.perf_counter() - t0
         METRICS.graphs_executed += 1
         METRICS.cache_hits += 1

@@ -1,5 +1,6 @@
 """Shared helpers for the lazy runtime tests: torch (eager, CPU) is the oracle."""
 
+import fnmatch
 import importlib.util
 import sys
 from pathlib import Path
@@ -14,6 +15,57 @@ if str(ROOT) not in sys.path:
 import lazy_runtime as lr  # noqa: E402
 
 DEV = lr.device()
+
+
+def _platform() -> str:
+    try:
+        return lr.config.jax_device().platform
+    except Exception:   # an unusable platform: the tests that need it say so
+        return "unknown"
+
+
+PLATFORM = _platform()
+# torch's own version: the oracle's answer to a few cases changed between releases
+TORCH_RELEASE = tuple(int(v) for v in torch.__version__.split("+")[0].split(".")[:2])
+
+# Differences from torch's CPU seen on XLA:GPU (an H100, 2026-11-22 and 2026-11-27) and
+# explained, or measured and left, in lazy_runtime/README.md ("On a GPU"). They are
+# expected failures there, so that a GPU run's failures are the new ones.
+GPU_DIFFERENCES = {
+    "test_complex.py::*lu-square-complex*": "complex LU pivots: XLA:GPU picks the largest "
+    "modulus, as torch's CUDA does; torch's CPU LAPACK picks by |re|+|im|",
+    "test_complex.py::*det-lu-pivots-complex*": "complex LU pivots (see lu-square)",
+    "test_lowerings_more.py::*linspace-f32-1001*": "linspace 1 ulp off on XLA:GPU",
+    "test_lowerings_more.py::*linspace-int-ends*": "linspace 1 ulp off on XLA:GPU",
+    "test_lowerings.py::*interpolate-bicubic-*-torch.float32]": "bicubic weights 2e-6 off on XLA:GPU",
+    "test_lowerings_sweep.py::*histc-data-float32-*": "histc bin edges rounded otherwise",
+    "test_lowerings_sweep.py::*histogram-range-edges-float32-*": "histogram bin edges "
+    "rounded otherwise",
+    "test_special_values.py::*pow-half-*": "x ** 0.5 of a float64 1 ulp off on XLA:GPU",
+}
+# Cases where torch before 2.13 (the GPU machine's 2.11) answers otherwise.
+OLD_TORCH_DIFFERENCES = {
+    "test_lowerings_special.py::*chebyshev_polynomial_t-nan*": "torch < 2.13 reads an "
+    "uninitialized value for chebyshev_polynomial_t at NaN",
+    "test_nan_semantics.py::test_backward_matches_torch*aminmax-*": "torch < 2.13 has no "
+    "derivative for aminmax",
+}
+
+
+def pytest_collection_modifyitems(config, items):
+    known = {}
+    if PLATFORM == "gpu":
+        known.update(GPU_DIFFERENCES)
+    if TORCH_RELEASE < (2, 13):
+        known.update(OLD_TORCH_DIFFERENCES)
+    if not known:
+        return
+    for item in items:
+        name = item.nodeid.rsplit("runtime/", 1)[-1]
+        for pattern, reason in known.items():
+            if fnmatch.fnmatchcase(name, pattern):
+                item.add_marker(pytest.mark.xfail(reason=reason, strict=False))
+                break
 
 
 def load_example(name: str):

@@ -12,7 +12,7 @@ import torch.nn as nn
 
 import lazy_runtime as lr
 import shapeinfer
-from conftest import DEV, load_example
+from conftest import DEV, PLATFORM, load_example
 from lazy_runtime import replay_sizes
 from lazy_runtime.replay_sizes import SizePolicy, predict
 
@@ -127,8 +127,9 @@ def _train(model, opt, batches, loss_fn, lazy):
 
 def _gpt_both_ways(sizes):
     """GPT trained at ``sizes`` [(B, T)] eagerly, traced every step and replayed as the
-    plan allows: the replayed run must equal the traced one bit for bit. Returns the
-    replayed run's metrics and model."""
+    plan allows: the replayed run must equal the traced one bit for bit (on XLA:CPU; on
+    XLA:GPU, whose reductions differ with the shape, to an ulp). Returns the replayed
+    run's metrics and model."""
     gpt = load_example("gpt")
     torch.manual_seed(0)
     base = gpt.GPT(vocab=32, block=64, d_model=16, heads=2, layers=1, dropout=0.0)
@@ -146,9 +147,14 @@ def _gpt_both_ways(sizes):
         runs[replay] = (_train(model, gpt.make_optimizer(model), batches, gpt.loss_fn, True),
                         [p.cpu() for p in model.parameters()], lr.metrics(), model)
     (traced, pt, _, _), (replayed, pr, m, model) = runs[False], runs[None]
-    assert replayed == traced
-    for a, b in zip(pr, pt):
-        assert torch.equal(a, b)
+    if PLATFORM == "cpu":
+        assert replayed == traced
+        for a, b in zip(pr, pt):
+            assert torch.equal(a, b)
+    else:   # XLA:GPU reduces another shape in another order: an ulp apart (H100)
+        assert replayed == pytest.approx(traced, rel=1e-6)
+        for a, b in zip(pr, pt):
+            torch.testing.assert_close(a, b, rtol=1e-5, atol=1e-6)
     assert replayed == pytest.approx(want, rel=1e-5)
     # (parameters against eager: Adam moves the key bias, whose gradient is zero up to
     # rounding, by up to a step; test_replay.py checks that tolerance)
