@@ -29,7 +29,7 @@ import torch
 import torch._decomp
 from shapeinfer.shape_fns import ShapeError
 
-from . import dtypes as D, ir, random
+from . import dtypes as D, executor, ir, random
 from .backend import errors_cross_backward
 from .config import config
 from .errors import NoLowering, UnsupportedOperation, as_torch_error
@@ -666,11 +666,10 @@ def _read_direct(x):
     n = x._st.node
     if not x._vw and n.op is ir.DATA and n.aux is None and n.value.size == 1 and \
             n.value.dtype in _ITEM_DIRECT:
-        from .executor import PENDING_CHECKS, host_value, verify_checks
-        if PENDING_CHECKS:
-            verify_checks()
+        if executor.PENDING_CHECKS:
+            executor.verify_checks()
             return _read_direct(x)   # (its value may have become the check's error)
-        return host_value(n).item()
+        return executor.host_value(n).item()
     return None
 
 

@@ -214,9 +214,17 @@ class Executable:
 
 
 def _outside_on_host(value: np.ndarray, c) -> bool:
-    if value.size == 0 or (c.low <= value.min() and value.max() < c.high):
+    if value.size <= _FEW and value.dtype.kind in "iu":
+        # (a batch's targets: Python's min and max of a list cost a third of numpy's)
+        xs = value.ravel().tolist()
+        if not xs or (c.low <= min(xs) and max(xs) < c.high):
+            return False
+    elif value.size == 0 or (c.low <= value.min() and value.max() < c.high):
         return False
     return bool(out_of_range(value, c.low, c.high, c.ignore).any())
+
+
+_FEW = 64
 
 
 def _DEAD():
@@ -260,6 +268,8 @@ def verify_checks() -> None:
     PENDING_CHECKS.clear()
     for parts, wrote in pending:
         for flags, messages in parts:
+            if flags is False:   # judged on the host
+                continue
             bad = np.asarray(flags)
             if bad.any():
                 message = messages[int(np.argmax(bad))]

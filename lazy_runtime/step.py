@@ -148,7 +148,8 @@ class _StateStamp:
     signature of the leaf it holds.)
 
     A table (a dict) is checked by its version tag where CPython has one
-    (``_dict_versions``): one C call per table instead of comparing each key and value."""
+    (``_dict_versions``): one C call per table instead of comparing each key and value; an
+    empty one by its length."""
 
     MODULE_TABLES = ("_parameters", "_buffers", "_modules", "_forward_hooks",
                      "_forward_pre_hooks", "_backward_hooks", "_backward_pre_hooks")
@@ -187,14 +188,14 @@ class _StateStamp:
         self.meta_of = _LAZY_META if all(isinstance(t, LazyTensor) for t in self.tensors) \
             else _META
         self.meta = list(map(self.meta_of, self.tensors))
+        # Most tables (hook dicts: 197 of the GPT example's 285) are empty: one still empty
+        # has the same content, which its length says at a quarter of a version's cost.
+        self.tables = [t for t in tables if t]
+        self.empty = [t for t in tables if not t]
         if _DICT_VERSION is not None:
-            self.tables, self.empty = tables, ()
-            self.versions = list(map(_DICT_VERSION, tables))
+            self.versions = list(map(_DICT_VERSION, self.tables))
             self.flat = tuple(itertools.chain.from_iterable(lists))
         else:
-            # Most tables (hook dicts) are empty: checked by their lengths alone.
-            self.tables = [t for t in tables if t]
-            self.empty = [t for t in tables if not t]
             self.versions = None
             self.flat = self._flat()
 
@@ -206,13 +207,13 @@ class _StateStamp:
                                      itertools.chain.from_iterable(self.lists)))
 
     def holds(self) -> bool:
+        if any(map(len, self.empty)):
+            return False
         if self.versions is not None:
             if list(map(_DICT_VERSION, self.tables)) != self.versions:
                 return False
             flat = tuple(itertools.chain.from_iterable(self.lists))
         else:
-            if any(map(len, self.empty)):
-                return False
             flat = self._flat()
         return (len(flat) == len(self.flat) and all(map(operator.is_, flat, self.flat))
                 and all(map(operator.is_, map(_GRAD, self.with_grads), self.grads))

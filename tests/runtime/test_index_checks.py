@@ -3,6 +3,9 @@ lowerings of indexing ops check their indices on the device, and the error is ra
 the graph's values are first read or at the next barrier, as a CUDA device-side assert
 surfaces at the next synchronization. The values that graph computed are unusable."""
 
+import types
+
+import numpy as np
 import pytest
 import torch
 import torch.nn.functional as F
@@ -285,3 +288,20 @@ def test_a_device_input_is_checked_once_per_array(monkeypatch):
     with pytest.raises(IndexCheckError, match="index out of range"):
         out.cpu()
     assert len(calls) == 2
+
+
+@pytest.mark.parametrize("size", [0, 1, 63, 64, 65, 300])
+@pytest.mark.parametrize("dtype", [np.int64, np.int32, np.uint8])
+def test_the_host_judges_a_few_or_many_indices_alike(size, dtype):
+    """A host array's check: up to ``_FEW`` integers judged in Python, more with numpy;
+    both give what the elementwise rule gives, with and without an ignored value."""
+    from lazy_runtime.executor import _outside_on_host
+    from lazy_runtime.ops.common import out_of_range
+    rng = np.random.default_rng(size)
+    for low, high, ignore in ((0, 10, None), (0, 10, 3), (-5, 5, None)):
+        c = types.SimpleNamespace(low=low, high=high, ignore=ignore)
+        for trial in range(20):
+            a = rng.integers(0, 12 if trial % 2 else 10, size).astype(dtype)
+            want = bool(out_of_range(a, low, high, ignore).any())
+            assert _outside_on_host(a, c) is want
+            assert _outside_on_host(a.reshape(-1, 1) if size else a, c) is want
