@@ -25,6 +25,7 @@ sys.path.insert(0, str(ROOT))
 sys.path.insert(0, str(ROOT / "benchmarks"))
 
 import lazy_runtime as lr  # noqa: E402
+from lazy_runtime import step as lr_step  # noqa: E402
 from step_configs import config_named, training_step  # noqa: E402
 import runtime_jax_models as jm  # noqa: E402
 
@@ -56,24 +57,41 @@ def jax_step(name: str, steps: int, read=True):
 def phases(name: str, steps: int, rounds: int = 10) -> None:
     """Medians (µs) of each part of a step, the replayed step and jax.jit alternated in
     blocks of ``steps``: the runtime's Python before the executable's call, the call
-    (inputs sent, kernels launched), the runtime's Python after it (state guard,
-    write-back), and the loss read (the wait for the device included)."""
+    (inputs sent, kernels launched), the runtime's Python after it (of which the state
+    guard and the write-back, which frees the step's old values), and the loss read (the
+    wait for the device included)."""
     replayed, batches = replayed_step(name, steps)
     jitted, _ = jax_step(name, steps, read=False)
     exe = replayed._last[2].ready.exe
     real, marks = exe.compiled, []
+    spent = {"guard": 0.0, "write-back": 0.0}
 
     def timed(*a):
         marks.append(time.perf_counter())
         out = real(*a)
         marks.append(time.perf_counter())
         return out
+
+    def timing(part, fn):
+        def run(*a):
+            t0 = time.perf_counter()
+            try:
+                return fn(*a)
+            finally:
+                spent[part] += time.perf_counter() - t0
+        return run
     exe.compiled = timed
-    parts = {k: [] for k in ("before call", "call", "after call", "read", "step")}
+    # (within "after call": the state guard, and the write-back, which frees the old values)
+    real_holds, real_write = lr_step._StateStamp.holds, lr_step._write_state
+    lr_step._StateStamp.holds = timing("guard", real_holds)
+    lr_step._write_state = timing("write-back", real_write)
+    parts = {k: [] for k in ("before call", "call", "after call", "guard", "write-back",
+                             "read", "step")}
     jparts = {k: [] for k in ("call", "read", "step")}
     for _ in range(rounds):
         for x, y in batches:
             marks.clear()
+            spent.update(dict.fromkeys(spent, 0.0))
             t0 = time.perf_counter()
             loss = replayed(x, y)
             t3 = time.perf_counter()
@@ -81,7 +99,8 @@ def phases(name: str, steps: int, rounds: int = 10) -> None:
             t4 = time.perf_counter()
             if len(marks) == 2:
                 t1, t2 = marks
-                for k, v in zip(parts, (t1 - t0, t2 - t1, t3 - t2, t4 - t3, t4 - t0)):
+                for k, v in zip(parts, (t1 - t0, t2 - t1, t3 - t2, spent["guard"],
+                                        spent["write-back"], t4 - t3, t4 - t0)):
                     parts[k].append(v)
         for x, y in batches:
             t0 = time.perf_counter()
@@ -92,6 +111,7 @@ def phases(name: str, steps: int, rounds: int = 10) -> None:
             for k, v in zip(jparts, (t1 - t0, t2 - t1, t2 - t0)):
                 jparts[k].append(v)
     exe.compiled = real
+    lr_step._StateStamp.holds, lr_step._write_state = real_holds, real_write
 
     def row(label, d):
         return f"{label:10s}" + "".join(

@@ -501,19 +501,8 @@ class StepReplayer:
         METRICS.cache_hits += 1
         METRICS.step_replays += 1
         METRICS.transfers_to_device += host
-        del nodes   # (a state node's references are counted below)
-        for x, j in tr.state_writes:
-            st = owned[x]._st
-            n = st.node
-            # Nothing but the storage sees the node (references: ``st.node``, ``n`` and
-            # getrefcount's argument; no weak ones from a view's cache, a capture or a
-            # host recipe): a new value in it is a new leaf, at a fraction of the cost.
-            if getrefcount(n) == 3 and not getweakrefcount(n) and n.op is ir.DATA \
-                    and n.aux is None:
-                n.value, n.born = results[j], -1
-            else:
-                st.node = ir.computed_leaf(results[j], n.shape, n.dtype)
-            st.version += 1
+        del nodes   # (a state node's references are counted in ``_write_state``)
+        _write_state(tr.state_writes, owned, results)
         leaves = list(tr.out_leaves)
         for j, xs, outs in tr.shared_writes:
             # places given one value keep sharing one leaf
@@ -538,6 +527,23 @@ class StepReplayer:
                     + [owned[x]._st for _, xs, _ in tr.shared_writes for x in xs])
             executor.written(refs, [t._st for t in leaves if isinstance(t, LazyTensor)])
         return pytree.tree_unflatten(leaves, tr.out_spec)
+
+
+def _write_state(writes, owned, results) -> None:
+    """Each result that goes to one state place written there (a replay's write-back; the
+    old values it drops are freed here)."""
+    for x, j in writes:
+        st = owned[x]._st
+        n = st.node
+        # Nothing but the storage sees the node (references: ``st.node``, ``n`` and
+        # getrefcount's argument; no weak ones from a view's cache, a capture or a
+        # host recipe): a new value in it is a new leaf, at a fraction of the cost.
+        if getrefcount(n) == 3 and not getweakrefcount(n) and n.op is ir.DATA \
+                and n.aux is None:
+            n.value, n.born = results[j], -1
+        else:
+            st.node = ir.computed_leaf(results[j], n.shape, n.dtype)
+        st.version += 1
 
 
 _HOST_BUFFERS = 4   # host copies kept per argument (steps in flight at once)
