@@ -38,7 +38,6 @@ from __future__ import annotations
 import collections
 import time
 
-import jax
 import jax.numpy as jnp
 import numpy as np
 
@@ -227,8 +226,7 @@ def unpad_host(a: np.ndarray, layout, sizes: dict, buckets: dict) -> np.ndarray:
 
 def true_value(node) -> np.ndarray:
     """A DATA leaf's value as a true-shaped host array."""
-    with jax.enable_x64(True):   # (``executor._x64``)
-        a = np.asarray(node.value)
+    a = np.asarray(node.value)   # (a 64-bit array stays 64-bit: no x64 context needed)
     p = leaf_pad(node)
     if p is None:
         return a
