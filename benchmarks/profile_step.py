@@ -56,7 +56,7 @@ def jax_step(name: str, steps: int, read=True):
 
 def phases(name: str, steps: int, rounds: int = 10) -> None:
     """Medians (µs) of each part of a step, the replayed step and jax.jit alternated in
-    blocks of ``steps``: the runtime's Python before the executable's call, the call
+    blocks of one pass over the ``steps`` + 5 batches, ``rounds`` each: the runtime's Python before the executable's call, the call
     (inputs sent, kernels launched), the runtime's Python after it (of which the state
     guard and the write-back, which frees the step's old values), and the loss read (the
     wait for the device included)."""
