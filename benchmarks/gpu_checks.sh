@@ -44,8 +44,12 @@ backend.DEVICE_GUARD[0])"
 
   if want 2; then
   step 2 GPU, guard and error tests
-  $py -m pytest -q -p no:cacheprovider -rfEs tests/runtime/test_device_metrics.py \
-    tests/runtime/test_native_guard.py tests/runtime/test_errors.py
+  # (a file per worker, after one import has built the C++ guard: 169 s in one process on
+  # 2026-11-27, most of it the examples' GPU test)
+  $py -W ignore -c "import lazy_runtime"
+  $py -m pytest -q -p no:cacheprovider -rfEs -n 3 --dist loadfile \
+    tests/runtime/test_device_metrics.py tests/runtime/test_native_guard.py \
+    tests/runtime/test_errors.py
   fi
 
   if want 3; then
