@@ -25,6 +25,7 @@ from .errors import (DimOutOfRangeError, IndexCheckError, LazyRuntimeError, Shap
                      ShapeMismatchError, UnsupportedOperation, ZeroDivisionCheckError)
 from .step import compile_step
 from .executor import cache_info, clear_cache, mark_step, sync
+from .log import configure_from_env as _logs_from_env, set_logs
 from .metrics import metrics, metrics_report, reset_metrics
 from .random import manual_seed
 from .tensor import LazyTensor
@@ -34,7 +35,7 @@ __all__ = ["device", "mark_step", "sync", "metrics", "metrics_report", "reset_me
            "LazyTensor", "LazyRuntimeError", "UnsupportedOperation", "IndexCheckError",
            "ZeroDivisionCheckError",
            "ShapeError", "ShapeMismatchError", "DimOutOfRangeError", "is_lazy",
-           "mark_dynamic", "compile", "compile_optimizer", "compile_step"]
+           "mark_dynamic", "compile", "compile_optimizer", "compile_step", "set_logs"]
 
 
 def is_lazy(t) -> bool:
@@ -52,3 +53,6 @@ def force_fallback(*ops):
     finally:
         config.force_fallback.difference_update(added)
         dispatch.clear_handler_cache()
+
+
+_logs_from_env()

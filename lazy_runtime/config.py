@@ -3,12 +3,30 @@
 from __future__ import annotations
 
 import os
+import warnings
+
+
+def _env_int(name: str, default: int) -> int:
+    """A positive integer setting from the environment; a bad value is a warning naming
+    it, and the default is used (a typo in a variable should not stop a training run)."""
+    raw = os.environ.get(name)
+    if raw is None:
+        return default
+    try:
+        value = int(raw)
+    except ValueError:
+        value = 0
+    if value < 1:
+        warnings.warn(f"{name}={raw!r} is not a positive integer: using {default}",
+                      RuntimeWarning, stacklevel=3)
+        return default
+    return value
 
 
 class Config:
     def __init__(self):
         # Compiled executables kept (LRU). Each costs memory on the device and 0.3-1 s to rebuild.
-        self.cache_size: int = int(os.environ.get("LAZY_RUNTIME_CACHE_SIZE", "64"))
+        self.cache_size: int = _env_int("LAZY_RUNTIME_CACHE_SIZE", 64)
         # Ops forced to run eagerly in torch even if they have a lowering (tests, debugging).
         self.force_fallback: set = set()
         # JAX platform to run on: None picks jax's default device (``jax_default_device``
@@ -21,7 +39,7 @@ class Config:
         # LazyTensor). Sizes above ``max_bucket`` are not padded (one compile per size).
         # A dict gives each symbol its own policy: {"B": [16], "T": "pow2"} ("*": the rest).
         self.buckets = os.environ.get("LAZY_RUNTIME_BUCKETS", "pow2")
-        self.max_bucket: int = int(os.environ.get("LAZY_RUNTIME_MAX_BUCKET", "8192"))
+        self.max_bucket: int = _env_int("LAZY_RUNTIME_MAX_BUCKET", 8192)
         # Make dims dynamic when a graph comes back with only some input sizes changed.
         self.automatic_dynamic: bool = True
         # Read the ``info`` of inv, solve, cholesky & co. to raise torch's error for a singular

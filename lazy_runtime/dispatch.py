@@ -882,7 +882,7 @@ def fallback(func, args, kwargs, reason: str = ""):
     """Run ``func`` eagerly in torch on materialized inputs; results re-enter as data."""
     from .executor import sync, to_cpu, data_tensor, data_node_from_cpu
     lazies = _lazy_leaves((args, kwargs), [])
-    METRICS.fallback_ops[str(func)] += 1
+    METRICS.fallback(str(func), reason)
     if any(t._st.node.op not in ir.SETTLED for t in lazies):
         sync("fallback")
     cpu_of: dict[int, torch.Tensor] = {}

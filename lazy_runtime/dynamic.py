@@ -41,7 +41,7 @@ import time
 import jax.numpy as jnp
 import numpy as np
 
-from . import ir, transfer
+from . import ir, log, transfer
 from .config import config
 from .metrics import METRICS
 
@@ -670,6 +670,7 @@ def _auto_marks(g: ir.Graph) -> dict:
     _PLANS.clear()  # graphs of this family planned as static are dynamic from now on
     METRICS.automatic_dynamic.append(", ".join(f"input {k} dim {d} -> {s}"
                                                for (k, d), s in auto.items()))
+    log.made_dynamic(METRICS.automatic_dynamic[-1])
     return auto
 
 

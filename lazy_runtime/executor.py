@@ -20,7 +20,7 @@ import jax.numpy as jnp
 import numpy as np
 import torch
 
-from . import dtypes, dynamic, fold, heap, ir, replay
+from . import dtypes, dynamic, fold, heap, ir, log, replay
 from .config import config
 from .errors import (IndexCheckError, LazyRuntimeError, PaddedLoweringError,
                      UnsupportedOperation, ZeroDivisionCheckError)
@@ -153,11 +153,13 @@ class Executable:
     (``registry.InputCheck``), judged when it runs."""
 
     __slots__ = ("compiled", "n_ops", "checks", "input_checks", "copy_flags", "_on_device",
-                 "_smallest", "context")
+                 "_smallest", "context", "seconds")
 
-    def __init__(self, compiled, n_ops, checks=(), input_checks=(), context=None):
+    def __init__(self, compiled, n_ops, checks=(), input_checks=(), context=None,
+                 seconds=0.0):
         self.compiled = compiled
         self.n_ops = n_ops
+        self.seconds = seconds   # how long its compile took
         self.checks = checks
         self.input_checks = input_checks
         # Off the CPU the flags' copy to the host starts at launch, so a read that verifies
@@ -477,10 +479,11 @@ def _jit_compile(g: ir.Graph, fn, datas, *more_avals) -> Executable:
     finally:
         TRACE_SCRATCH.clear()   # what lowerings handed each other in this trace
         TRACE_INPUTS.clear()
-    METRICS.compile_seconds += time.perf_counter() - t0
+    seconds = time.perf_counter() - t0
+    METRICS.compile_seconds += seconds
     METRICS.compiles += 1
     return Executable(compiled, sum(1 for n in g.nodes if n.op not in ir.LEAVES),
-                      tuple(messages), tuple(input_checks), context)
+                      tuple(messages), tuple(input_checks), context, seconds)
 
 
 def _padded_plan(g: ir.Graph, plan) -> list:
@@ -573,13 +576,17 @@ def _compile_padded(g: ir.Graph, plan) -> tuple:
 
 
 def _remember(key, exe, reason):
+    """A new executable cached (the least recently used evicted from a full cache), and
+    why the cache missed: kept in the metrics, logged (``log``)."""
     if len(METRICS.recompile_reasons) >= config.max_reasons:
         del METRICS.recompile_reasons[0]
     METRICS.recompile_reasons.append(reason)
+    log.compiled(exe.n_ops, exe.seconds, reason)
     _cache[key] = exe
     while len(_cache) > max(config.cache_size, 1):
         _cache.popitem(last=False)
         METRICS.cache_evictions += 1
+        log.evicted(config.cache_size)
 
 
 def _run_padded(g: ir.Graph, plan):
@@ -630,14 +637,8 @@ def _lookup(g: ir.Graph, exact_op=None, why=None) -> Executable:
     if exact_op is not None:
         METRICS.exact_compiles[exact_op] += 1
         reason = f"exact shape ({why or 'no padding rule'}: {exact_op}); " + reason
-    if len(METRICS.recompile_reasons) >= config.max_reasons:
-        del METRICS.recompile_reasons[0]
-    METRICS.recompile_reasons.append(reason)
     exe = _compile(g)
-    _cache[g.key] = exe
-    while len(_cache) > max(config.cache_size, 1):
-        _cache.popitem(last=False)
-        METRICS.cache_evictions += 1
+    _remember(g.key, exe, reason)
     return exe
 
 

@@ -4,6 +4,8 @@ from __future__ import annotations
 
 import collections
 
+from . import log
+
 _COUNTS = ("compiles", "cache_hits", "graphs_executed", "traced_ops", "syncs",
            "cache_evictions", "transfers_to_device", "transfers_to_host", "host_ops",
            "host_folds", "padded_executions", "replays", "replays_across_sizes", "step_replays")
@@ -28,6 +30,16 @@ class Metrics:
         self.exact_compiles = collections.Counter()  # op forcing an exact-shape compile -> n
         self.automatic_dynamic: list[str] = []  # dims made dynamic automatically
         self.replay_misses = collections.Counter()  # why a replay was not possible
+
+    def replay_miss(self, reason: str) -> None:
+        """A replay that did not happen, and why (counted, and logged: ``log``)."""
+        log.not_replayed(reason, reason not in self.replay_misses)
+        self.replay_misses[reason] += 1
+
+    def fallback(self, op: str, reason: str) -> None:
+        """An op run eagerly in torch (counted, and logged: ``log``)."""
+        log.fell_back(op, reason, op not in self.fallback_ops)
+        self.fallback_ops[op] += 1
 
     def as_dict(self) -> dict:
         d = {k: getattr(self, k) for k in _COUNTS + _TIMES}

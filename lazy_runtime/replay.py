@@ -261,7 +261,7 @@ class _Entry:
 
     def fail(self, reason: str) -> None:
         self.state = "never"
-        METRICS.replay_misses[reason] += 1
+        METRICS.replay_miss(reason)
 
     # -- replaying
 
@@ -594,7 +594,7 @@ class Replayer:
         try:
             key, tensors, family = self._signature(args, kwargs)
         except NotReplayable as e:
-            METRICS.replay_misses[str(e)] += 1
+            METRICS.replay_miss(str(e))
             return self.forward(*args, **kwargs)
         e = self.entries.get(key)
         if e is None:
@@ -609,7 +609,7 @@ class Replayer:
         else:
             self.entries.move_to_end(key)
         if e.state == "ready" and not _aliases_hold(e, tensors):
-            METRICS.replay_misses["arguments no longer share values as when captured"] += 1
+            METRICS.replay_miss("arguments no longer share values as when captured")
             return self.forward(*args, **kwargs)
         if e.state == "ready":
             METRICS.replays += 1
@@ -677,8 +677,8 @@ class Replayer:
             e = replay_sizes.rebuild(obs[-1][2], skel, ints, _Entry, Template)
             if _fits(e, tensors):
                 return e
-            METRICS.replay_misses["a replay across sizes predicted shapes the call does "
-                                  "not have"] += 1
+            METRICS.replay_miss("a replay across sizes predicted shapes the call does "
+                                "not have")
         return None
 
     # -- the guard

@@ -311,7 +311,7 @@ class StepReplayer:
         try:
             key, flat, spec = self._signature(args, kwargs)
         except NotWholeStep as e:   # foreign arguments
-            METRICS.replay_misses[f"whole step: {e}"] += 1
+            METRICS.replay_miss(f"whole step: {e}")
             return self._plain(args, kwargs)
         last = self._last
         if last is not None and last[0] == key and last[1] is self._stamp:
@@ -324,7 +324,7 @@ class StepReplayer:
         try:
             snap, owned = self._state()
         except (NotReplayable, NotWholeStep) as e:   # hooks, non-lazy state
-            METRICS.replay_misses[f"whole step: {e}"] += 1
+            METRICS.replay_miss(f"whole step: {e}")
             return self._plain(args, kwargs)
         full = key + (snap,)
         e = self.entries.pop(full, None)
@@ -409,7 +409,7 @@ class StepReplayer:
             e.last = None
             if getattr(err, "permanent", True) or e.traces >= self.MAX_TRACES:
                 e.failed = str(err)
-            METRICS.replay_misses[f"whole step: {err}"] += 1
+            METRICS.replay_miss(f"whole step: {err}")
             return out
         if e.last is not None and _agree(e.last, tr):
             e.ready = tr
@@ -419,7 +419,7 @@ class StepReplayer:
             e.ready = tr
         elif e.traces >= self.MAX_TRACES:
             e.failed = "traces of the step never agreed"
-            METRICS.replay_misses[f"whole step: {e.failed}"] += 1
+            METRICS.replay_miss(f"whole step: {e.failed}")
         else:
             e.last = tr
         return out
