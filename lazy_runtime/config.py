@@ -23,6 +23,47 @@ def _env_int(name: str, default: int) -> int:
     return value
 
 
+def parse_buckets(text: str):
+    """A bucket policy from its spelling in ``LAZY_RUNTIME_BUCKETS``: ``pow2``, ``off``,
+    sizes (``16,32,64``), or a policy per symbol (``B=16;T=pow2;*=off``). ValueError for
+    anything else."""
+    text = text.strip()
+    if "=" not in text:
+        return _one_policy(text)
+    policies = {}
+    for part in filter(str.strip, text.split(";")):
+        name, eq, policy = part.partition("=")
+        if not eq or not name.strip():
+            raise ValueError(f"{part.strip()!r} is not NAME=POLICY")
+        policies[name.strip()] = _one_policy(policy)
+    return policies
+
+
+def _one_policy(text: str):
+    text = text.strip()
+    if text in ("pow2", "off"):
+        return text
+    try:
+        sizes = sorted(int(v) for v in text.split(","))
+    except ValueError:
+        sizes = []
+    if not sizes or sizes[0] < 1:
+        raise ValueError(f"{text!r} is not pow2, off or a list of positive sizes")
+    return sizes
+
+
+def _env_buckets():
+    raw = os.environ.get("LAZY_RUNTIME_BUCKETS")
+    if raw is None:
+        return "pow2"
+    try:
+        return parse_buckets(raw)
+    except ValueError as e:
+        warnings.warn(f"LAZY_RUNTIME_BUCKETS={raw!r}: {e}; using pow2", RuntimeWarning,
+                      stacklevel=3)
+        return "pow2"
+
+
 class Config:
     def __init__(self):
         # Compiled executables kept (LRU). Each costs memory on the device and 0.3-1 s to rebuild.
@@ -38,7 +79,7 @@ class Config:
         # (the smallest that fits), or "off" (every shape compiles on its own: classic
         # LazyTensor). Sizes above ``max_bucket`` are not padded (one compile per size).
         # A dict gives each symbol its own policy: {"B": [16], "T": "pow2"} ("*": the rest).
-        self.buckets = os.environ.get("LAZY_RUNTIME_BUCKETS", "pow2")
+        self.buckets = _env_buckets()
         self.max_bucket: int = _env_int("LAZY_RUNTIME_MAX_BUCKET", 8192)
         # Make dims dynamic when a graph comes back with only some input sizes changed.
         self.automatic_dynamic: bool = True

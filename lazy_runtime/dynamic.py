@@ -43,6 +43,7 @@ import numpy as np
 
 from . import ir, log, transfer
 from .config import config
+from .errors import LazyRuntimeError
 from .metrics import METRICS
 
 
@@ -181,9 +182,14 @@ def bucket(n: int, sym: str | None = None) -> int:
         while p < n:
             p *= 2
         return min(p, config.max_bucket) if p > config.max_bucket else p
-    for b in sorted(policy):
-        if b >= n:
-            return b
+    try:
+        for b in sorted(policy):
+            if b >= n:
+                return b
+    except TypeError:   # (not a list of sizes: say which setting, not where it broke)
+        raise LazyRuntimeError(
+            f"lazy_runtime.config.buckets: {config.buckets!r} is not a bucket policy "
+            f"(\"pow2\", \"off\", a list of sizes, or a dict of them by symbol)") from None
     return n
 
 

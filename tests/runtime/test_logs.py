@@ -1,6 +1,7 @@
 """The runtime's logs (``lazy_runtime.log``): compiles with their reasons, fallbacks,
 automatic dynamic dims and replay misses, as they happen; ``set_logs`` and
-``LAZY_RUNTIME_LOG``; bad settings in the environment warn and the program runs."""
+``LAZY_RUNTIME_LOG``. Settings: the environment's are parsed (bucket policies included),
+a bad one warns and the program runs; a bad ``config.buckets`` is named in the error."""
 
 import logging
 import os
@@ -12,7 +13,8 @@ import torch
 
 import lazy_runtime as lr
 from conftest import DEV, ROOT
-from lazy_runtime import log
+from lazy_runtime import LazyRuntimeError, log
+from lazy_runtime.config import _env_buckets, parse_buckets
 
 aten = torch.ops.aten
 
@@ -108,12 +110,35 @@ def test_the_environment_turns_logs_on_and_bad_values_only_warn():
     code = ("import torch, lazy_runtime as lr\n"
             "print(lr.config.cache_size)\n"
             "(torch.ones(3).to(lr.device()) + 2).sum().item()\n")
+    code += ("for n in (5, 7, 9):\n"
+             "    (torch.ones(n).to(lr.device()) * 2).sum().item()\n"
+             "print(lr.metrics()['buckets'])\n")
     env = dict(os.environ, LAZY_RUNTIME_LOG="compiles,recompiles",
-               LAZY_RUNTIME_CACHE_SIZE="sixty")
+               LAZY_RUNTIME_CACHE_SIZE="sixty", LAZY_RUNTIME_BUCKETS="40, 12")
     done = subprocess.run([sys.executable, "-c", code], env=env, cwd=ROOT,
                           capture_output=True, text=True, timeout=300)
     assert done.returncode == 0, done.stderr
-    assert done.stdout.split() == ["64"]
+    assert done.stdout.splitlines() == ["64", "{'s0_0': [12]}"]   # (sizes 7 and 9: 12)
     assert "LAZY_RUNTIME_CACHE_SIZE='sixty' is not a positive integer: using 64" in done.stderr
     assert "LAZY_RUNTIME_LOG: unknown channel(s) recompiles ignored" in done.stderr
     assert "[lazy_runtime.compiles] compiled a graph of" in done.stderr
+
+
+def test_bucket_policies_are_parsed_from_their_spelling(monkeypatch):
+    assert parse_buckets(" pow2 ") == "pow2" and parse_buckets("off") == "off"
+    assert parse_buckets("64,16, 32") == [16, 32, 64]
+    assert parse_buckets("B=16;T=pow2; *=off;") == {"B": [16], "T": "pow2", "*": "off"}
+    for bad in ("pow3", "", "16,x", "0,4", "=4", "B=16;T"):
+        with pytest.raises(ValueError):
+            parse_buckets(bad)
+    monkeypatch.setenv("LAZY_RUNTIME_BUCKETS", "B=pow3")
+    with pytest.warns(RuntimeWarning, match="LAZY_RUNTIME_BUCKETS='B=pow3'.*using pow2"):
+        assert _env_buckets() == "pow2"
+
+
+def test_a_bad_bucket_policy_in_code_is_named_in_the_error(monkeypatch):
+    monkeypatch.setattr(lr.config, "buckets", "pow3")
+    x = lr.mark_dynamic(torch.ones(5), 0, "N").to(DEV)
+    with pytest.raises(LazyRuntimeError, match="config.buckets: 'pow3' is not a bucket "
+                                               "policy"):
+        (x * 2).sum().item()
