@@ -23,6 +23,24 @@ def _env_int(name: str, default: int) -> int:
     return value
 
 
+_TRUE, _FALSE = ("1", "true", "yes", "on"), ("0", "false", "no", "off")
+
+
+def env_flag(name: str, default: bool) -> bool:
+    """A yes/no setting from the environment (1/true/yes/on, 0/false/no/off, any case);
+    anything else is a warning naming it, and the default is used (``=n`` must not turn
+    index checks off by accident)."""
+    raw = os.environ.get(name)
+    if raw is None or not raw.strip():
+        return default
+    value = raw.strip().lower()
+    if value in _TRUE or value in _FALSE:
+        return value in _TRUE
+    warnings.warn(f"{name}={raw!r} is not one of {'/'.join(_TRUE)} or {'/'.join(_FALSE)}: "
+                  f"using {'1' if default else '0'}", RuntimeWarning, stacklevel=3)
+    return default
+
+
 def parse_buckets(text: str):
     """A bucket policy from its spelling in ``LAZY_RUNTIME_BUCKETS``: ``pow2``, ``off``,
     sizes (``16,32,64``), or a policy per symbol (``B=16;T=pow2;*=off``). ValueError for
@@ -86,22 +104,18 @@ class Config:
         # Read the ``info`` of inv, solve, cholesky & co. to raise torch's error for a singular
         # or non-positive-definite input: a device->host barrier inside each graph that uses
         # them. Off, their results hold inf/NaN instead, as on XLA devices.
-        self.check_linalg_errors: bool = os.environ.get(
-            "LAZY_RUNTIME_CHECK_LINALG_ERRORS", "0").lower() in ("1", "true", "yes")
+        self.check_linalg_errors: bool = env_flag("LAZY_RUNTIME_CHECK_LINALG_ERRORS", False)
         # Check indices on the device (out of bounds: IndexCheckError at the next read)
         # where XLA would clamp them. Read when a graph compiles. Costs one small output and
         # its read per graph with indexing ops (10-20 us a step on this CPU).
-        self.check_indices: bool = os.environ.get(
-            "LAZY_RUNTIME_CHECK_INDICES", "1").lower() in ("1", "true", "yes")
+        self.check_indices: bool = env_flag("LAZY_RUNTIME_CHECK_INDICES", True)
         # Let XLA keep 16-bit intermediates in float32 between fused ops (faster on a GPU,
         # but not torch's rounding: results can differ from torch by an ulp or, across a
         # rounding boundary such as trunc, by more). Read when a graph compiles.
-        self.excess_precision: bool = os.environ.get(
-            "LAZY_RUNTIME_EXCESS_PRECISION", "0").lower() in ("1", "true", "yes")
+        self.excess_precision: bool = env_flag("LAZY_RUNTIME_EXCESS_PRECISION", False)
         # Freeze Python's heap (gc.freeze) at the first mark_step after the first full
         # garbage collection, so later full collections skip it (see ``heap``).
-        self.freeze_heap: bool = os.environ.get(
-            "LAZY_RUNTIME_FREEZE_HEAP", "1").lower() in ("1", "true", "yes")
+        self.freeze_heap: bool = env_flag("LAZY_RUNTIME_FREEZE_HEAP", True)
 
     def jax_device(self):
         import jax

@@ -27,6 +27,8 @@ from pathlib import Path
 
 import torch
 
+from .config import env_flag
+
 SOURCE = Path(__file__).resolve().parent / "native" / "device_guard.cpp"
 NATIVE = "native"
 
@@ -39,7 +41,7 @@ def install() -> str:
     """Register the C++ guard for PrivateUse1 if it can be built and nothing guards the
     device yet. Returns what guards it: ``"native"``, or ``"python (why)"`` (then torch's
     Python guard, registered by the caller), or ``"another (...)"``."""
-    if os.environ.get("LAZY_RUNTIME_NATIVE_GUARD", "1").lower() in ("0", "false", "no"):
+    if not env_flag("LAZY_RUNTIME_NATIVE_GUARD", True):
         return "python (LAZY_RUNTIME_NATIVE_GUARD=0)"
     try:
         lib = _load()

@@ -14,7 +14,7 @@ import torch
 import lazy_runtime as lr
 from conftest import DEV, ROOT
 from lazy_runtime import LazyRuntimeError, log
-from lazy_runtime.config import _env_buckets, parse_buckets
+from lazy_runtime.config import _env_buckets, env_flag, parse_buckets
 
 aten = torch.ops.aten
 
@@ -142,3 +142,17 @@ def test_a_bad_bucket_policy_in_code_is_named_in_the_error(monkeypatch):
     with pytest.raises(LazyRuntimeError, match="config.buckets: 'pow3' is not a bucket "
                                                "policy"):
         (x * 2).sum().item()
+
+
+def test_yes_no_settings_take_the_usual_spellings_and_warn_at_others(monkeypatch):
+    name = "LAZY_RUNTIME_CHECK_INDICES"
+    for raw, want in (("on", True), ("YES", True), ("1", True), ("Off", False),
+                      ("no", False), (" 0 ", False), ("", True)):
+        monkeypatch.setenv(name, raw)
+        assert env_flag(name, True) is want, raw
+    monkeypatch.delenv(name)
+    assert env_flag(name, False) is False
+    monkeypatch.setenv(name, "n")   # not a spelling: the default, said so
+    with pytest.warns(RuntimeWarning, match="LAZY_RUNTIME_CHECK_INDICES='n' is not one of "
+                                            "1/true/yes/on or 0/false/no/off: using 1"):
+        assert env_flag(name, True) is True
