@@ -14,6 +14,7 @@ from __future__ import annotations
 import functools
 import inspect
 import json
+import os
 import re
 import types
 
@@ -31,8 +32,18 @@ def _plan_json(shapes) -> dict:
         return shapes.to_json()
     if isinstance(shapes, dict):
         return shapes
-    with open(shapes) as f:
-        return json.load(f)
+    if not isinstance(shapes, (str, os.PathLike)):
+        raise TypeError(f"shapes= takes a plan (shapeinfer.analyze's result), its to_json() "
+                        f"dict or the path of its JSON, not {type(shapes).__name__}")
+    with open(shapes) as f:   # (a missing file: FileNotFoundError naming it)
+        try:
+            data = json.load(f)
+        except ValueError as e:
+            raise ValueError(f"{shapes}: not a JSON plan ({e}); `shapeinfer report "
+                             f"--format json` writes one") from None
+    if not isinstance(data, dict):
+        raise ValueError(f"{shapes}: not a JSON plan (a {type(data).__name__}, not an object)")
+    return data
 
 
 def input_marks(shapes) -> dict:
@@ -61,6 +72,9 @@ def compile(model, shapes=None, replay=None):  # noqa: A001  (the public name of
     plan also vouches for forward's size arithmetic (``size_arithmetic``), so does a call
     at dynamic sizes never traced (``replay_sizes.py``).
     """
+    if not callable(getattr(model, "forward", None)):
+        raise TypeError(f"lazy_runtime.compile takes a module (something with a forward), "
+                        f"not {type(model).__name__}")
     data = _plan_json(shapes) if shapes is not None else {}
     marks = input_marks(data)
     control = data.get("control_flow") or {}
@@ -114,6 +128,7 @@ def compile_optimizer(opt, capturable: bool = True):
     parameter shares are computed once in the graph.
     Returns ``opt`` (its ``step`` is wrapped on the instance).
     """
+    _check_optimizer(opt, "compile_optimizer")
     for group in opt.param_groups:
         if capturable and "capturable" in group:
             group["capturable"] = True
@@ -129,3 +144,11 @@ def compile_optimizer(opt, capturable: bool = True):
     # a bound method, as torch's LR schedulers expect of ``opt.step`` (they rewrap it)
     opt.step = types.MethodType(functools.wraps(step)(replayed_step), opt)
     return opt
+
+
+def _check_optimizer(opt, what: str) -> None:
+    """TypeError unless ``opt`` is an optimizer (torch's, or one shaped like it)."""
+    if not (isinstance(getattr(opt, "param_groups", None), list)
+            and callable(getattr(opt, "step", None))):
+        raise TypeError(f"lazy_runtime.{what} takes a torch.optim optimizer (param_groups "
+                        f"and step), not {type(opt).__name__}")

@@ -40,6 +40,7 @@ import time
 
 import jax.numpy as jnp
 import numpy as np
+import torch
 
 from . import ir, log, transfer
 from .config import config
@@ -248,6 +249,15 @@ def mark_dynamic(t, dim: int, name: str | None = None):
     Returns ``t``.
     """
     from .tensor import LazyTensor, set_node
+    if not isinstance(t, torch.Tensor):
+        raise TypeError(f"mark_dynamic: marks a tensor, not {type(t).__name__}")
+    if not isinstance(dim, int) or isinstance(dim, bool):
+        raise TypeError(f"mark_dynamic: dim must be an int, not {type(dim).__name__}")
+    if name is not None and not isinstance(name, str):
+        raise TypeError(f"mark_dynamic: name must be a str, not {type(name).__name__}")
+    if name is not None and not name.isidentifier():
+        raise ValueError(f"mark_dynamic: name must be a symbol such as 'B' or 'T', not "
+                         f"{name!r}")
     dim = dim + t.ndim if dim < 0 else dim
     if not 0 <= dim < t.ndim:
         raise IndexError(f"mark_dynamic: dim {dim} out of range for a {t.ndim}-d tensor")

@@ -732,4 +732,13 @@ def compile_step(fn, model=None, optimizer=None):
     """Replay ``fn`` (one whole training step on the lazy device) without running its
     Python, once two traced calls with the same signature agree (see the module doc).
     ``model`` and ``optimizer`` name the state the step reads and writes."""
+    from .compile import _check_optimizer
+    if not callable(fn):
+        raise TypeError(f"lazy_runtime.compile_step takes the step function first, not "
+                        f"{type(fn).__name__}")
+    if model is not None and not isinstance(model, torch.nn.Module):
+        raise TypeError(f"lazy_runtime.compile_step: model= takes a torch.nn.Module, not "
+                        f"{type(model).__name__}")
+    if optimizer is not None:
+        _check_optimizer(optimizer, "compile_step (optimizer=)")
     return StepReplayer(fn, model, optimizer)

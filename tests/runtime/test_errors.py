@@ -321,3 +321,48 @@ def test_exit_waits_for_the_graphs_still_running():
     r = subprocess.run([sys.executable, "-c", code], capture_output=True, text=True,
                        timeout=300, cwd=ROOT)
     assert r.returncode == 0, r.stderr[-2000:]
+
+
+def _json_file(tmp_path, text):
+    path = tmp_path / "plan.json"
+    path.write_text(text)
+    return path
+
+
+_LIN = torch.nn.Linear(3, 2)
+_OPT = torch.optim.SGD(_LIN.parameters(), lr=0.1)
+
+# (what a user got wrong, the call, the error, its message)
+API_MISUSES = [
+    ("shapes of another type", lambda tmp: lr.compile(_LIN, shapes=42), TypeError,
+     r"shapes= takes a plan .* not int"),
+    ("a plan file that is not JSON", lambda tmp: lr.compile(_LIN, shapes=_json_file(
+        tmp, "{no")), ValueError, r"plan.json: not a JSON plan .*shapeinfer report"),
+    ("a JSON file that is not an object", lambda tmp: lr.compile(_LIN, shapes=_json_file(
+        tmp, "[1]")), ValueError, r"plan.json: not a JSON plan \(a list"),
+    ("a missing plan file", lambda tmp: lr.compile(_LIN, shapes=tmp / "nope.json"),
+     FileNotFoundError, "nope.json"),
+    ("compile of a non-module", lambda tmp: lr.compile(3), TypeError,
+     "takes a module .* not int"),
+    ("mark_dynamic of a list", lambda tmp: lr.mark_dynamic([1, 2], 0), TypeError,
+     "marks a tensor, not list"),
+    ("mark_dynamic of a str dim", lambda tmp: lr.mark_dynamic(torch.ones(3), "0"),
+     TypeError, "dim must be an int"),
+    ("a symbol that is not a name", lambda tmp: lr.mark_dynamic(torch.ones(3), 0, "B'"),
+     ValueError, "name must be a symbol"),
+    ("a symbol that is not a str", lambda tmp: lr.mark_dynamic(torch.ones(3), 0, 7),
+     TypeError, "name must be a str"),
+    ("compile_step of a non-callable", lambda tmp: lr.compile_step(3, _LIN, _OPT),
+     TypeError, "takes the step function first"),
+    ("compile_step's model swapped", lambda tmp: lr.compile_step(print, _OPT, _LIN),
+     TypeError, "model= takes a torch.nn.Module, not SGD"),
+    ("compile_optimizer of a module", lambda tmp: lr.compile_optimizer(_LIN), TypeError,
+     "takes a torch.optim optimizer .* not Linear"),
+]
+
+
+@pytest.mark.parametrize("what,call,error,message", API_MISUSES,
+                         ids=[m[0] for m in API_MISUSES])
+def test_api_misuse_is_named_at_the_call(what, call, error, message, tmp_path):
+    with pytest.raises(error, match=message):
+        call(tmp_path)
