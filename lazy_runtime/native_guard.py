@@ -10,7 +10,11 @@ exception unwinds through autograd's engine those calls abort the process (``ter
 called without an active exception``); with the C++ guard the exception reaches the
 caller as on the CPU.
 
-``LAZY_RUNTIME_NATIVE_GUARD=0`` keeps torch's Python guard. ``LAZY_RUNTIME_CACHE_DIR``
+The library also registers the device's hooks, for ``pin_memory()`` (torch takes the
+lazy device for the process's accelerator and asks it for pinned memory, which torch's
+Python hooks cannot give: ``DataLoader(pin_memory=True)`` failed).
+
+``LAZY_RUNTIME_NATIVE_GUARD=0`` keeps torch's Python guard (and hooks). ``LAZY_RUNTIME_CACHE_DIR``
 names where the built library is kept (default ``~/.cache/lazy_runtime``, else a private
 folder in the temporary directory). The build takes about a second, once.
 """
@@ -49,6 +53,7 @@ def install() -> str:
         return f"python (the C++ guard could not be built or loaded: {e})"
     if lib.lazy_runtime_register_device_guard() != 1:
         return "another (PrivateUse1 already had a guard: left as it was)"
+    lib.lazy_runtime_register_hooks()   # (pinned memory; 0 where hooks are there already)
     return NATIVE
 
 
@@ -73,7 +78,8 @@ def _flags(torch_dir: Path) -> list[str]:
     lib = torch_dir / "lib"
     return ["-O2", "-std=c++17", "-shared", "-fPIC",
             f"-D_GLIBCXX_USE_CXX11_ABI={int(torch._C._GLIBCXX_USE_CXX11_ABI)}",
-            f"-I{torch_dir / 'include'}", f"-L{lib}", "-lc10", f"-Wl,-rpath,{lib}"]
+            f"-I{torch_dir / 'include'}", f"-L{lib}", "-lc10", "-ltorch_cpu",
+            f"-Wl,-rpath,{lib}"]
 
 
 def _cache_dirs() -> list[Path]:

@@ -121,3 +121,22 @@ def test_a_raising_grad_fn_hook_raises_from_backward_instead_of_aborting():
     r = _run(code)
     assert r.returncode == 0, r.stderr[-2000:]
     assert r.stdout.strip().splitlines()[-2:] == ["raised boom", "0.0"]
+
+
+@needs_compiler
+def test_pinned_memory_is_host_memory_so_a_pinning_dataloader_runs():
+    """torch takes the lazy device for the process's accelerator and asks its hooks for a
+    pinned-memory allocator (torch's Python hooks have none: pin_memory() raised
+    NotImplementedError); the C++ hooks give host memory."""
+    from torch.utils.data import DataLoader, TensorDataset
+    xs, ys = torch.randn(8, 3), torch.arange(8)
+    seen = []
+    for xb, yb in DataLoader(TensorDataset(xs, ys), batch_size=4, pin_memory=True):
+        seen.append((xb, yb))
+        x = xb.to(DEV, non_blocking=True)
+        assert torch.equal((x * 2).cpu(), xb * 2)
+    assert torch.equal(torch.cat([x for x, _ in seen]), xs)
+    t = torch.randn(5)
+    p = t.pin_memory()
+    assert torch.equal(p, t) and p.device.type == "cpu" and p.data_ptr() != t.data_ptr()
+    assert not p.is_pinned()   # (no pointer is pinned: host memory as any other)
