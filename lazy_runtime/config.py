@@ -3,6 +3,7 @@
 from __future__ import annotations
 
 import os
+import re
 import warnings
 
 
@@ -70,6 +71,44 @@ def _one_policy(text: str):
     return sizes
 
 
+def parse_options(text: str) -> dict:
+    """XLA options from ``name=value name=value`` (or ``;`` between them: a value may hold
+    commas, ``xla_gpu_enable_command_buffer=FUSION,CUBLAS``): true/false are bools, numbers
+    numbers, the rest strings. ValueError for an item that is not ``name=value``."""
+    options = {}
+    for item in re.split(r"[;\s]+", text.strip()):
+        if not item:
+            continue
+        name, eq, raw = item.partition("=")
+        if not eq or not name.strip():
+            raise ValueError(f"{item.strip()!r} is not name=value")
+        options[name.strip().lstrip("-")] = _option_value(raw.strip())   # (--xla_..: as XLA_FLAGS)
+    return options
+
+
+def _option_value(raw: str):
+    if raw.lower() in ("true", "false"):
+        return raw.lower() == "true"
+    for kind in (int, float):
+        try:
+            return kind(raw)
+        except ValueError:
+            pass
+    return raw
+
+
+def _env_options() -> dict:
+    raw = os.environ.get("LAZY_RUNTIME_XLA_OPTIONS")
+    if not raw:
+        return {}
+    try:
+        return parse_options(raw)
+    except ValueError as e:
+        warnings.warn(f"LAZY_RUNTIME_XLA_OPTIONS={raw!r}: {e}; no options used",
+                      RuntimeWarning, stacklevel=3)
+        return {}
+
+
 def _env_buckets():
     raw = os.environ.get("LAZY_RUNTIME_BUCKETS")
     if raw is None:
@@ -113,6 +152,10 @@ class Config:
         # but not torch's rounding: results can differ from torch by an ulp or, across a
         # rounding boundary such as trunc, by more). Read when a graph compiles.
         self.excess_precision: bool = env_flag("LAZY_RUNTIME_EXCESS_PRECISION", False)
+        # XLA compiler options of the runtime's own compiles (the user's JAX code keeps its
+        # own), e.g. {"xla_gpu_graph_min_graph_size": 1}; they win over the settings above.
+        # Env: LAZY_RUNTIME_XLA_OPTIONS="name=value name=value". Read when a graph compiles.
+        self.compiler_options: dict = _env_options()
         # Freeze Python's heap (gc.freeze) at the first mark_step after the first full
         # garbage collection, so later full collections skip it (see ``heap``).
         self.freeze_heap: bool = env_flag("LAZY_RUNTIME_FREEZE_HEAP", True)

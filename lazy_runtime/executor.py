@@ -436,9 +436,20 @@ def _compile(g: ir.Graph) -> Executable:
 
 
 def _compile_context() -> tuple:
-    """What an executable is compiled for besides its graph: the device and the excess
-    precision setting. A cached one compiled under others is compiled again."""
-    return config.jax_device(), bool(config.excess_precision)
+    """What an executable is compiled for besides its graph: the device, the excess
+    precision setting and the user's XLA options. A cached one compiled under others is
+    compiled again."""
+    return config.jax_device(), bool(config.excess_precision), _options_key()
+
+
+def _options_key() -> tuple:
+    options = config.compiler_options
+    if not options:
+        return ()
+    if not isinstance(options, dict):
+        raise LazyRuntimeError(f"lazy_runtime.config.compiler_options must be a dict of XLA "
+                               f"option names to values, not {type(options).__name__}")
+    return tuple(sorted(options.items()))
 
 
 def _current(exe):
@@ -447,18 +458,20 @@ def _current(exe):
 
 
 def _settings_changed(exe) -> str:
-    (dev, excess), (now, excess_now) = exe.context, _compile_context()
+    (dev, excess, opts), (now, excess_now, opts_now) = exe.context, _compile_context()
     what = [f"device {dev} -> {now}"] if dev != now else []
     what += [f"excess precision {excess} -> {excess_now}"] if excess != excess_now else []
+    what += [f"compiler options {dict(opts)} -> {dict(opts_now)}"] if opts != opts_now else []
     return "compile settings changed: " + ", ".join(what)
 
 
-def _compiler_options(excess_precision: bool) -> dict:
-    """XLA options of the runtime's compiles only (the user's own JAX code keeps its own).
-    Without excess precision every 16-bit op's result is rounded as torch rounds it: XLA:GPU
-    otherwise keeps fused intermediates in float32 (a trunc division of 4094 by 3 in
-    float16 gave 1364, torch 1365)."""
-    return {"xla_allow_excess_precision": excess_precision}
+def _compiler_options(excess_precision: bool, options: tuple) -> dict:
+    """XLA options of the runtime's compiles only (the user's own JAX code keeps its own):
+    excess precision as set, then ``config.compiler_options`` (which win). Without excess
+    precision every 16-bit op's result is rounded as torch rounds it: XLA:GPU otherwise
+    keeps fused intermediates in float32 (a trunc division of 4094 by 3 in float16 gave
+    1364, torch 1365)."""
+    return {"xla_allow_excess_precision": excess_precision, **dict(options)}
 
 
 def _jit_compile(g: ir.Graph, fn, datas, *more_avals) -> Executable:
@@ -470,12 +483,20 @@ def _jit_compile(g: ir.Graph, fn, datas, *more_avals) -> Executable:
     t0 = time.perf_counter()
     messages: list = []
     input_checks: list = []
-    context = device, excess_precision = _compile_context()
+    context = device, excess_precision, options = _compile_context()
     try:
         # compiled for the runtime's device, which need not be jax's default one
         with _x64(True), jax.default_device(device):
-            compiled = jax.jit(_with_checks(fn, messages, input_checks)).lower(
-                *avals).compile(compiler_options=_compiler_options(excess_precision))
+            lowered = jax.jit(_with_checks(fn, messages, input_checks)).lower(*avals)
+            try:
+                compiled = lowered.compile(
+                    compiler_options=_compiler_options(excess_precision, options))
+            except Exception as e:
+                if options and "option" in str(e):   # (jax: "No such compile option")
+                    raise LazyRuntimeError(
+                        f"lazy_runtime.config.compiler_options (or LAZY_RUNTIME_XLA_OPTIONS) "
+                        f"{dict(options)}: XLA refused them: {e}") from None
+                raise
     finally:
         TRACE_SCRATCH.clear()   # what lowerings handed each other in this trace
         TRACE_INPUTS.clear()

@@ -78,7 +78,8 @@ def metrics_report() -> str:
         device = f"none ({e})"
     lines = ["lazy_runtime metrics",
              f"  XLA device      : {device}, 16-bit excess precision "
-             f"{'on' if config.excess_precision else 'off'}",
+             f"{'on' if config.excess_precision else 'off'}"
+             + (f", XLA options {config.compiler_options}" if config.compiler_options else ""),
              f"  device guard    : {DEVICE_GUARD[0]}",
              f"  graphs executed : {m['graphs_executed']}  (ops in last graph: {m['last_graph_ops']})",
              f"  compiles        : {m['compiles']}  ({m['compile_seconds']:.3f} s)",

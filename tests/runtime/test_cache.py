@@ -1,6 +1,7 @@
 """The compile cache: structural keys, reuse, recompile reasons, LRU bound, and scalars
 that change every step without recompiling."""
 
+import pytest
 import torch
 
 import lazy_runtime as lr
@@ -138,3 +139,32 @@ def test_changed_compile_settings_compile_again_and_say_why():
             f"compile settings changed: excess precision {old} -> {not old}")
     finally:
         lr.config.excess_precision = old
+
+
+def test_compiler_options_reach_xla_and_compile_again_when_changed(monkeypatch):
+    """``config.compiler_options``: XLA options of the runtime's compiles; a change compiles
+    again and says so; options XLA refuses are named in the error, and the runtime keeps
+    working once they are taken back."""
+    x = torch.randn(6)
+
+    def run():
+        return (x.to(DEV) * 5 + 2).sum().item()
+
+    run()
+    lr.reset_metrics()
+    monkeypatch.setattr(lr.config, "compiler_options", {"xla_cpu_enable_fast_math": False})
+    run()
+    run()
+    assert lr.metrics()["compiles"] == 1
+    assert lr.metrics()["recompile_reasons"][-1] == (
+        "compile settings changed: compiler options {} -> {'xla_cpu_enable_fast_math': False}")
+    assert "XLA options {'xla_cpu_enable_fast_math': False}" in lr.metrics_report()
+    monkeypatch.setattr(lr.config, "compiler_options", {"xla_no_such_option": 1})
+    with pytest.raises(lr.LazyRuntimeError, match=r"config.compiler_options .*"
+                                                  r"xla_no_such_option.*XLA refused them"):
+        run()
+    monkeypatch.setattr(lr.config, "compiler_options", ["not", "a", "dict"])
+    with pytest.raises(lr.LazyRuntimeError, match="compiler_options must be a dict"):
+        run()
+    monkeypatch.setattr(lr.config, "compiler_options", {})
+    assert run() == pytest.approx((x * 5 + 2).sum().item(), rel=1e-6)

@@ -14,7 +14,8 @@ import torch
 import lazy_runtime as lr
 from conftest import DEV, ROOT
 from lazy_runtime import LazyRuntimeError, log
-from lazy_runtime.config import _env_buckets, env_flag, parse_buckets
+from lazy_runtime.config import _env_buckets, _env_options, env_flag, parse_buckets, \
+    parse_options
 
 aten = torch.ops.aten
 
@@ -156,3 +157,14 @@ def test_yes_no_settings_take_the_usual_spellings_and_warn_at_others(monkeypatch
     with pytest.warns(RuntimeWarning, match="LAZY_RUNTIME_CHECK_INDICES='n' is not one of "
                                             "1/true/yes/on or 0/false/no/off: using 1"):
         assert env_flag(name, True) is True
+
+
+def test_xla_options_are_parsed_from_the_environment(monkeypatch):
+    assert parse_options(" xla_a=true xla_b=3;xla_c=0.5  xla_d=FUSION,CUBLAS; ") == {
+        "xla_a": True, "xla_b": 3, "xla_c": 0.5, "xla_d": "FUSION,CUBLAS"}
+    assert parse_options("") == {} and parse_options("--xla_e=2") == {"xla_e": 2}
+    with pytest.raises(ValueError, match="'xla_a' is not name=value"):
+        parse_options("xla_a")
+    monkeypatch.setenv("LAZY_RUNTIME_XLA_OPTIONS", "xla_a=1 =2")
+    with pytest.warns(RuntimeWarning, match="LAZY_RUNTIME_XLA_OPTIONS='xla_a=1 =2'.*no options"):
+        assert _env_options() == {}
