@@ -13,7 +13,8 @@
 #
 #   bash benchmarks/gpu_checks.sh [OUT_DIR] [SUITE_SECONDS]
 #   STEPS="1 4ph 5" bash benchmarks/gpu_checks.sh ...  # some steps only (4ph: the parts of
-#       a step timed, 4p: profiled, without step 4's benchmark; 5b: step 5's failures rerun)
+#       a step timed, 4x: the same under XLA launch options, 4p: profiled, without step 4's
+#       benchmark; 5b: step 5's failures rerun on XLA:CPU). Default: all but 4x.
 #   SUITE_ORDER=reverse ...   # step 5 runs the files after the first ones in reverse order
 #                             # (the other half of a suite a time limit cut short before)
 # Logs, and RESULTS.md after step 4, go to OUT_DIR (default /tmp/gpu_checks).
@@ -82,6 +83,16 @@ if want 4ph; then
   for model in mlp gpt; do
     timeout 90 $py -W ignore benchmarks/profile_step.py $model --phases --steps 30
   done 2>&1 | tee "$out/phases.log"
+fi
+if want 4x; then
+  # the replayed MLP step's parts under XLA options that change how kernels are launched
+  # (CUDA graphs: command buffers, and the smallest graph made one); an option this jax's
+  # XLA lacks is named in the error
+  for opts in "" "xla_gpu_graph_min_graph_size=1" "xla_gpu_enable_command_buffer="; do
+    echo "--- LAZY_RUNTIME_XLA_OPTIONS='$opts'"
+    LAZY_RUNTIME_XLA_OPTIONS="$opts" timeout 90 $py -W ignore benchmarks/profile_step.py \
+      mlp --phases --steps 30 2>&1 | tail -3
+  done 2>&1 | tee "$out/options.log"
 fi
 if want 4p; then
   # the replayed step's host time and the hand-written jax.jit step's, for comparison
