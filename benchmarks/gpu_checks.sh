@@ -39,8 +39,8 @@ step() { echo; echo "=== $* ($(date +%T))"; }
   command -v c++ g++ || echo "no C++ compiler"
   $py -c "import sys, torch, jax; print(sys.version.split()[0], torch.__version__, \
 jax.__version__, jax.devices())"
-  $py -W ignore -c "from lazy_runtime import backend; print('device guard:', \
-backend.DEVICE_GUARD[0])"
+  $py -W ignore -c "from lazy_runtime import backend, native_guard; print('device guard:', \
+backend.DEVICE_GUARD[0], '| hooks:', native_guard.HOOKS[0])"
   fi
 
   if want 2; then

@@ -68,6 +68,7 @@ def reset_metrics() -> None:
 
 
 def metrics_report() -> str:
+    from . import native_guard
     from .backend import DEVICE_GUARD
     from .config import config
     from .errors import LazyRuntimeError
@@ -80,7 +81,9 @@ def metrics_report() -> str:
              f"  XLA device      : {device}, 16-bit excess precision "
              f"{'on' if config.excess_precision else 'off'}"
              + (f", XLA options {config.compiler_options}" if config.compiler_options else ""),
-             f"  device guard    : {DEVICE_GUARD[0]}",
+             f"  device guard    : {DEVICE_GUARD[0]}"
+             + ("" if native_guard.HOOKS[0] == native_guard.NATIVE
+                else f"; hooks: {native_guard.HOOKS[0]}"),
              f"  graphs executed : {m['graphs_executed']}  (ops in last graph: {m['last_graph_ops']})",
              f"  compiles        : {m['compiles']}  ({m['compile_seconds']:.3f} s)",
              f"  cache hits      : {m['cache_hits']}  (evictions: {m['cache_evictions']})",

@@ -10,9 +10,10 @@ exception unwinds through autograd's engine those calls abort the process (``ter
 called without an active exception``); with the C++ guard the exception reaches the
 caller as on the CPU.
 
-The library also registers the device's hooks, for ``pin_memory()`` (torch takes the
-lazy device for the process's accelerator and asks it for pinned memory, which torch's
-Python hooks cannot give: ``DataLoader(pin_memory=True)`` failed).
+A second library registers the device's hooks (``native/device_hooks.cpp``), for
+``pin_memory()``: torch takes the lazy device for the process's accelerator and asks it
+for pinned memory, which torch's Python hooks cannot give (``DataLoader(pin_memory=True)``
+failed). It is built apart, so that the guard stands where it cannot be.
 
 ``LAZY_RUNTIME_NATIVE_GUARD=0`` keeps torch's Python guard (and hooks). ``LAZY_RUNTIME_CACHE_DIR``
 names where the built library is kept (default ``~/.cache/lazy_runtime``, else a private
@@ -34,7 +35,10 @@ import torch
 from .config import env_flag
 
 SOURCE = Path(__file__).resolve().parent / "native" / "device_guard.cpp"
+HOOKS_SOURCE = SOURCE.with_name("device_hooks.cpp")
 NATIVE = "native"
+# What serves the device's hooks (pinned memory): "native", or "python (why)".
+HOOKS = ["python (not installed)"]
 
 
 class BuildError(Exception):
@@ -43,27 +47,47 @@ class BuildError(Exception):
 
 def install() -> str:
     """Register the C++ guard for PrivateUse1 if it can be built and nothing guards the
-    device yet. Returns what guards it: ``"native"``, or ``"python (why)"`` (then torch's
-    Python guard, registered by the caller), or ``"another (...)"``."""
+    device yet, then the C++ hooks (``HOOKS`` says how that went). Returns what guards it:
+    ``"native"``, or ``"python (why)"`` (then torch's Python guard, registered by the
+    caller), or ``"another (...)"``."""
     if not env_flag("LAZY_RUNTIME_NATIVE_GUARD", True):
+        HOOKS[0] = "python (LAZY_RUNTIME_NATIVE_GUARD=0)"
         return "python (LAZY_RUNTIME_NATIVE_GUARD=0)"
     try:
         lib = _load()
     except (BuildError, OSError) as e:
+        HOOKS[0] = "python (no C++ guard)"
         return f"python (the C++ guard could not be built or loaded: {e})"
     if lib.lazy_runtime_register_device_guard() != 1:
+        HOOKS[0] = "another (PrivateUse1 already had a guard)"
         return "another (PrivateUse1 already had a guard: left as it was)"
-    lib.lazy_runtime_register_hooks()   # (pinned memory; 0 where hooks are there already)
+    HOOKS[0] = _install_hooks()
     return NATIVE
 
 
-def _load() -> ctypes.CDLL:
-    path = built_library()
+def _install_hooks() -> str:
+    """The C++ hooks, from a library of their own: where they cannot be built (another
+    torch's API), the guard stands and torch's Python hooks serve (no pinned memory)."""
+    try:
+        lib = _load(HOOKS_SOURCE, HOOKS_LIBS)
+    except (BuildError, OSError) as e:
+        return f"python (the C++ hooks could not be built or loaded: {e})"
+    if lib.lazy_runtime_register_hooks() != 1:
+        return "another (PrivateUse1 already had hooks: left as they were)"
+    return NATIVE
+
+
+GUARD_LIBS = ("-lc10",)
+HOOKS_LIBS = ("-lc10", "-ltorch_cpu")
+
+
+def _load(source: Path | None = None, libs=GUARD_LIBS) -> ctypes.CDLL:
+    path = built_library(source, libs)
     try:
         return ctypes.CDLL(str(path))
     except OSError:   # a cached library that no longer loads (its torch changed in place)
         path.unlink(missing_ok=True)
-        return ctypes.CDLL(str(built_library()))
+        return ctypes.CDLL(str(built_library(source, libs)))
 
 
 def _compiler() -> str:
@@ -74,12 +98,11 @@ def _compiler() -> str:
     raise BuildError("no C++ compiler found (set CXX)")
 
 
-def _flags(torch_dir: Path) -> list[str]:
+def _flags(torch_dir: Path, libs) -> list[str]:
     lib = torch_dir / "lib"
     return ["-O2", "-std=c++17", "-shared", "-fPIC",
             f"-D_GLIBCXX_USE_CXX11_ABI={int(torch._C._GLIBCXX_USE_CXX11_ABI)}",
-            f"-I{torch_dir / 'include'}", f"-L{lib}", "-lc10", "-ltorch_cpu",
-            f"-Wl,-rpath,{lib}"]
+            f"-I{torch_dir / 'include'}", f"-L{lib}", *libs, f"-Wl,-rpath,{lib}"]
 
 
 def _cache_dirs() -> list[Path]:
@@ -100,14 +123,16 @@ def _private_dir(d: Path) -> bool:
     return st.st_uid == os.getuid() and not st.st_mode & 0o022
 
 
-def built_library() -> Path:
-    """The guard's shared library for this torch and compiler, built if not cached."""
+def built_library(source: Path | None = None, libs=GUARD_LIBS) -> Path:
+    """The shared library of ``source`` (the guard's by default) for this torch and
+    compiler, built if not cached."""
+    source = source or SOURCE
     torch_dir = Path(torch.__file__).resolve().parent
     cxx = _compiler()
-    flags = _flags(torch_dir)
-    key = hashlib.sha256("\0".join([SOURCE.read_text(), torch.__version__, str(torch_dir),
+    flags = _flags(torch_dir, libs)
+    key = hashlib.sha256("\0".join([source.read_text(), torch.__version__, str(torch_dir),
                                     cxx, *flags]).encode()).hexdigest()[:16]
-    name = f"device_guard-{key}.so"
+    name = f"{source.stem}-{key}.so"
     dirs = [d for d in _cache_dirs() if _private_dir(d)]
     for d in dirs:
         if (d / name).is_file():
@@ -117,7 +142,7 @@ def built_library() -> Path:
     out = dirs[0] / name
     tmp = dirs[0] / f".{name}.{os.getpid()}"   # then renamed: a concurrent build is harmless
     try:
-        done = subprocess.run([cxx, str(SOURCE), "-o", str(tmp), *flags], capture_output=True,
+        done = subprocess.run([cxx, str(source), "-o", str(tmp), *flags], capture_output=True,
                               text=True, timeout=120)
     except (OSError, subprocess.SubprocessError) as e:
         raise BuildError(f"{cxx}: {e}") from None

@@ -4,16 +4,10 @@
 // Python method (``type_``); this answers with constants, as that guard does: one
 // device, index 0, one default stream, no events.
 //
-// Also the device's hooks (``LazyHooks``): torch takes a named PrivateUse1 backend for the
-// process's accelerator, so ``pin_memory()`` and ``DataLoader(pin_memory=True)`` ask it
-// for a pinned-memory allocator, which torch's Python hooks cannot give.
-//
 // Built by ``lazy_runtime/native_guard.py`` against the installed torch's headers and
-// registered before torch's Python guard and hooks would be. C ABI entry points only: no
-// Python and no pybind11 in here.
+// registered before torch's Python guard would be. C ABI entry point only: no Python
+// and no pybind11 in here.
 
-#include <ATen/detail/PrivateUse1HooksInterface.h>
-#include <c10/core/CPUAllocator.h>
 #include <c10/core/impl/DeviceGuardImplInterface.h>
 #include <c10/core/Stream.h>
 
@@ -49,23 +43,6 @@ struct LazyDeviceGuard final : public c10::impl::DeviceGuardImplInterface {
 
 LazyDeviceGuard guard;
 
-// What torch's Python hooks answer (available, built, a primary context), and pinned
-// memory: the lazy device copies host data itself (to JAX, at the next graph), so memory
-// "pinned" for it is ordinary host memory, and no pointer is pinned (``is_pinned()`` is
-// False, as for a CPU tensor without an accelerator).
-struct LazyHooks final : public at::PrivateUse1HooksInterface {
-  bool isBuilt() const override { return true; }
-  bool isAvailable() const override { return true; }
-  bool hasPrimaryContext(c10::DeviceIndex) const override { return true; }
-  bool isPinnedPtr(const void*) const override { return false; }
-  c10::Allocator* getPinnedMemoryAllocator() const override {
-    return c10::GetCPUAllocator();
-  }
-  Device getDeviceFromPtr(void*) const override { return the_device(); }
-};
-
-LazyHooks hooks;
-
 }  // namespace
 
 // 1: registered; 0: PrivateUse1 already has a guard (left as it is).
@@ -74,14 +51,5 @@ extern "C" int lazy_runtime_register_device_guard() {
     return 0;
   }
   c10::impl::registerDeviceGuard(kLazy, &guard);
-  return 1;
-}
-
-// 1: registered; 0: PrivateUse1 already has hooks (left as they are).
-extern "C" int lazy_runtime_register_hooks() {
-  if (at::isPrivateUse1HooksRegistered()) {
-    return 0;
-  }
-  at::RegisterPrivateUse1HooksInterface(&hooks);
   return 1;
 }

@@ -140,3 +140,19 @@ def test_pinned_memory_is_host_memory_so_a_pinning_dataloader_runs():
     p = t.pin_memory()
     assert torch.equal(p, t) and p.device.type == "cpu" and p.data_ptr() != t.data_ptr()
     assert not p.is_pinned()   # (no pointer is pinned: host memory as any other)
+
+
+@needs_compiler
+def test_hooks_that_cannot_be_built_leave_the_guard_standing(tmp_path, monkeypatch):
+    """The hooks are a library of their own (another torch's hooks API may differ): one
+    that fails to build is reported, and the guard is unaffected."""
+    assert native_guard.HOOKS[0] == native_guard.NATIVE
+    broken = tmp_path / "device_hooks.cpp"
+    broken.write_text("#error broken on purpose\n")
+    monkeypatch.setattr(native_guard, "HOOKS_SOURCE", broken)
+    monkeypatch.setenv("LAZY_RUNTIME_CACHE_DIR", str(tmp_path / "cache"))
+    status = native_guard._install_hooks()
+    assert status.startswith("python (the C++ hooks could not be built") and "broken" in status
+    assert backend.DEVICE_GUARD[0] == native_guard.NATIVE
+    monkeypatch.setattr(native_guard, "HOOKS", [status])
+    assert f"device guard    : native; hooks: {status}" in lr.metrics_report()
