@@ -178,7 +178,8 @@ def load_module(path: str | Path):
         spec.loader.exec_module(module)
     except SyntaxError as e:
         sys.modules.pop(mod_name, None)
-        raise SpecError(f"{path}:{e.lineno}:{e.offset or 0}: syntax error: {e.msg}") from e
+        where = f"{path}:{e.lineno}:{e.offset or 0}" if e.lineno else str(path)   # (null bytes)
+        raise SpecError(f"{where}: syntax error: {e.msg}") from e
     except Exception as e:  # user code failed at import time
         sys.modules.pop(mod_name, None)
         raise SpecError(f"{path}: importing the file failed: {type(e).__name__}: {e}") from e

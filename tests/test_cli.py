@@ -66,6 +66,14 @@ def test_syntax_error_names_file_and_line(capsys, tmp_path):
     assert f"{p}:3:" in err and "syntax error" in err
 
 
+def test_a_file_python_cannot_read_names_the_file_without_a_line(capsys, tmp_path):
+    p = tmp_path / "binary.py"
+    p.write_bytes(b"import torch\n\x00\x01")   # null bytes: a SyntaxError with no line
+    code, out, err = run(["report", str(p)], capsys)
+    assert code == 2
+    assert f"{p}: syntax error: " in err and "None" not in err
+
+
 def test_unknown_model_name(capsys, simple):
     code, out, err = run(["check", str(simple), "--model", "Nett()", "--input", "x=float32[B,4]"], capsys)
     assert code == 2
