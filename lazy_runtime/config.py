@@ -97,28 +97,17 @@ def _option_value(raw: str):
     return raw
 
 
-def _env_options() -> dict:
-    raw = os.environ.get("LAZY_RUNTIME_XLA_OPTIONS")
-    if not raw:
-        return {}
-    try:
-        return parse_options(raw)
-    except ValueError as e:
-        warnings.warn(f"LAZY_RUNTIME_XLA_OPTIONS={raw!r}: {e}; no options used",
-                      RuntimeWarning, stacklevel=3)
-        return {}
-
-
-def _env_buckets():
-    raw = os.environ.get("LAZY_RUNTIME_BUCKETS")
+def _env_parsed(name: str, parse, default, fallback: str):
+    """Environment variable ``name`` through ``parse``; unset, ``default``; a value
+    ``parse`` refuses (ValueError) is a warning naming it, and ``default``."""
+    raw = os.environ.get(name)
     if raw is None:
-        return "pow2"
+        return default
     try:
-        return parse_buckets(raw)
+        return parse(raw)
     except ValueError as e:
-        warnings.warn(f"LAZY_RUNTIME_BUCKETS={raw!r}: {e}; using pow2", RuntimeWarning,
-                      stacklevel=3)
-        return "pow2"
+        warnings.warn(f"{name}={raw!r}: {e}; {fallback}", RuntimeWarning, stacklevel=3)
+        return default
 
 
 class Config:
@@ -136,7 +125,7 @@ class Config:
         # (the smallest that fits), or "off" (every shape compiles on its own: classic
         # LazyTensor). Sizes above ``max_bucket`` are not padded (one compile per size).
         # A dict gives each symbol its own policy: {"B": [16], "T": "pow2"} ("*": the rest).
-        self.buckets = _env_buckets()
+        self.buckets = _env_parsed("LAZY_RUNTIME_BUCKETS", parse_buckets, "pow2", "using pow2")
         self.max_bucket: int = _env_int("LAZY_RUNTIME_MAX_BUCKET", 8192)
         # Make dims dynamic when a graph comes back with only some input sizes changed.
         self.automatic_dynamic: bool = True
@@ -155,7 +144,8 @@ class Config:
         # XLA compiler options of the runtime's own compiles (the user's JAX code keeps its
         # own), e.g. {"xla_gpu_graph_min_graph_size": 1}; they win over the settings above.
         # Env: LAZY_RUNTIME_XLA_OPTIONS="name=value name=value". Read when a graph compiles.
-        self.compiler_options: dict = _env_options()
+        self.compiler_options: dict = _env_parsed("LAZY_RUNTIME_XLA_OPTIONS", parse_options, {},
+                                                  "no options used")
         # Freeze Python's heap (gc.freeze) at the first mark_step after the first full
         # garbage collection, so later full collections skip it (see ``heap``).
         self.freeze_heap: bool = env_flag("LAZY_RUNTIME_FREEZE_HEAP", True)

@@ -71,34 +71,36 @@ def configure_from_env() -> None:
     set_logs(*[n for n in names if n not in bad])
 
 
+def _emit(channel: str, level: int, message: str, *args) -> None:
+    log = _LOGGERS[channel]
+    if log.isEnabledFor(level):   # (off: one level check, no formatting)
+        log.log(level, message, *args)
+
+
+def _first_info(first: bool) -> int:
+    """An event's first time at INFO, later ones at DEBUG."""
+    return logging.INFO if first else logging.DEBUG
+
+
 def compiled(n_ops: int, seconds: float, reason: str) -> None:
-    log = _LOGGERS["compiles"]
-    if log.isEnabledFor(logging.INFO):
-        log.info("compiled a graph of %d ops in %.2f s: %s", n_ops, seconds, reason)
+    _emit("compiles", logging.INFO, "compiled a graph of %d ops in %.2f s: %s", n_ops,
+          seconds, reason)
 
 
 def evicted(capacity: int) -> None:
-    log = _LOGGERS["cache"]
-    if log.isEnabledFor(logging.INFO):
-        log.info("evicted the least recently used executable (cache_size %d)", capacity)
+    _emit("cache", logging.INFO, "evicted the least recently used executable "
+          "(cache_size %d)", capacity)
 
 
 def fell_back(op: str, reason: str, first: bool) -> None:
     """``first``: the first time ``op`` fell back since the metrics were reset."""
-    log = _LOGGERS["fallbacks"]
-    level = logging.INFO if first else logging.DEBUG
-    if log.isEnabledFor(level):
-        log.log(level, "%s ran eagerly in torch%s", op, f": {reason}" if reason else "")
+    _emit("fallbacks", _first_info(first), "%s ran eagerly in torch%s", op,
+          f": {reason}" if reason else "")
 
 
 def made_dynamic(what: str) -> None:
-    log = _LOGGERS["dynamic"]
-    if log.isEnabledFor(logging.INFO):
-        log.info("dims made dynamic automatically: %s", what)
+    _emit("dynamic", logging.INFO, "dims made dynamic automatically: %s", what)
 
 
 def not_replayed(reason: str, first: bool) -> None:
-    log = _LOGGERS["replays"]
-    level = logging.INFO if first else logging.DEBUG
-    if log.isEnabledFor(level):
-        log.log(level, "not replayed: %s", reason)
+    _emit("replays", _first_info(first), "not replayed: %s", reason)

@@ -14,8 +14,7 @@ import torch
 import lazy_runtime as lr
 from conftest import DEV, ROOT
 from lazy_runtime import LazyRuntimeError, log
-from lazy_runtime.config import _env_buckets, _env_options, env_flag, parse_buckets, \
-    parse_options
+from lazy_runtime.config import Config, env_flag, parse_buckets, parse_options
 
 aten = torch.ops.aten
 
@@ -134,7 +133,7 @@ def test_bucket_policies_are_parsed_from_their_spelling(monkeypatch):
             parse_buckets(bad)
     monkeypatch.setenv("LAZY_RUNTIME_BUCKETS", "B=pow3")
     with pytest.warns(RuntimeWarning, match="LAZY_RUNTIME_BUCKETS='B=pow3'.*using pow2"):
-        assert _env_buckets() == "pow2"
+        assert Config().buckets == "pow2"
 
 
 def test_a_bad_bucket_policy_in_code_is_named_in_the_error(monkeypatch):
@@ -167,4 +166,4 @@ def test_xla_options_are_parsed_from_the_environment(monkeypatch):
         parse_options("xla_a")
     monkeypatch.setenv("LAZY_RUNTIME_XLA_OPTIONS", "xla_a=1 =2")
     with pytest.warns(RuntimeWarning, match="LAZY_RUNTIME_XLA_OPTIONS='xla_a=1 =2'.*no options"):
-        assert _env_options() == {}
+        assert Config().compiler_options == {}
