@@ -36,8 +36,8 @@ from .errors import NoLowering, UnsupportedOperation, as_torch_error
 from .metrics import METRICS
 from .ops import foreach, linalg, recurrent
 from .ops.elementwise import number_fits
-from .ops.registry import (COMPLEX_OK, DECOMPOSITIONS, DYNAMIC_SCALARS, LOWERINGS, RULES,
-                           SAME_LAYOUT)
+from .ops.registry import (COMPLEX_OK, DECOMPOSITIONS, DYNAMIC_SCALARS, LOWERINGS, PURE_RULES,
+                           RULES, SAME_LAYOUT)
 from .tensor import (DEVICE, LazyTensor, new_base, new_view, node_of, write, contiguous_strides,
                      view_strides)
 
@@ -75,15 +75,20 @@ def _rule_of(func):
     r = _RULE_CACHE.get(id(func))
     if r is None:
         rule_fn, multi = RULES[func]
-        r = _RULE_CACHE[id(func)] = (rule_fn, multi, DYNAMIC_SCALARS.get(func))
+        r = _RULE_CACHE[id(func)] = (rule_fn, multi, DYNAMIC_SCALARS.get(func),
+                                     func in PURE_RULES)
     return r
 
 
-def record(func, args, kwargs, extra_inputs=()) -> ir.Node:
-    """Record ``func(*args, **kwargs)`` as a node (a multi-output node for multi ops)."""
-    rule_fn, multi, static = _rule_of(func)
-    meta = rule_fn(*args, **kwargs)
-    inputs: list = []
+# A pure rule's answers (``registry.PURE_RULES``) by everything they may depend on: a
+# traced step asks the same questions every step, and a rule costs 2-30 µs (a conv's
+# goes through shapeinfer's symbolic shape functions) where the key costs about one.
+_RULE_MEMO: dict = {}
+_RULE_MEMO_MAX = 8192
+_SCALAR = ir.SCALAR
+
+
+def _templates(args, kwargs, static, inputs: list):
     if static is None:
         targs = tuple([_template(a, inputs, False) for a in args])
         tkw = tuple([(k, _template(v, inputs, False)) for k, v in kwargs.items()]) \
@@ -92,6 +97,46 @@ def record(func, args, kwargs, extra_inputs=()) -> ir.Node:
         targs = tuple([_template(a, inputs, i not in static) for i, a in enumerate(args)])
         tkw = tuple([(k, _template(v, inputs, k not in static))
                      for k, v in kwargs.items()]) if kwargs else ()
+    return targs, tkw
+
+
+def _memo_key(func, args, kwargs, targs, tkw, inputs) -> tuple:
+    """What a pure rule's answer depends on: the op; each argument's type (``1``, ``1.0``
+    and ``True`` are equal as template constants) and value (the templates); each input's
+    shape and dtype, and a dynamic scalar's ``_scalar_class``; torch's default dtype (a
+    float number's, an int op's to float)."""
+    return (id(func), torch.get_default_dtype(), targs, tkw, *map(type, args),
+            *[type(v) for v in kwargs.values()],
+            *[(n.shape, n.dtype) if n.op is not _SCALAR else _scalar_class(n.value)
+              for n in inputs])
+
+
+def _scalar_class(v: float):
+    """A dynamic float as a pure rule may see it. Rules read such a value only through
+    ``number_fits`` (a ``value=`` that float16 or an integer dtype cannot hold), which
+    answers alike for every value in [0, 127] and for every value in [-128, 0), whatever
+    the dtype (``test_rule_memo``): an optimizer's per-step scalars share one entry."""
+    if -128.0 <= v <= 127.0:
+        return v >= 0
+    return (v,)
+
+
+def record(func, args, kwargs, extra_inputs=()) -> ir.Node:
+    """Record ``func(*args, **kwargs)`` as a node (a multi-output node for multi ops)."""
+    rule_fn, multi, static, pure = _rule_of(func)
+    inputs: list = []
+    if pure:
+        targs, tkw = _templates(args, kwargs, static, inputs)
+        key = _memo_key(func, args, kwargs, targs, tkw, inputs)
+        meta = _RULE_MEMO.get(key)
+        if meta is None:
+            meta = rule_fn(*args, **kwargs)
+            if len(_RULE_MEMO) >= _RULE_MEMO_MAX:
+                _RULE_MEMO.clear()
+            _RULE_MEMO[key] = meta
+    else:
+        meta = rule_fn(*args, **kwargs)
+        targs, tkw = _templates(args, kwargs, static, inputs)
     for name, leaf in extra_inputs:
         inputs.append(leaf)
         tkw += ((name, _marker(len(inputs) - 1)),)

@@ -73,7 +73,7 @@ def elementwise(*ops, fn, kind=D.DEFAULT, operands=None, keep=(), static=(), int
         return r.astype(jdt(ctx.dtype))
 
     ELEMENTWISE.update(ops)
-    rule(*ops, dynamic_scalars=True, static=static)(
+    rule(*ops, dynamic_scalars=True, static=static, pure=True)(
         elementwise_rule if integral is None else _integers_only(elementwise_rule, integral))
     if kind in _KEEPS_FLOAT and integral is None:   # (its _one_float_layout answer)
         SAME_LAYOUT.update((op, elementwise_rule) for op in ops)
@@ -653,7 +653,7 @@ def _clamp(x, lo, hi):
 
 
 # masked_fill keeps self's dtype; the mask only broadcasts into self.
-@rule(aten.masked_fill.Scalar, aten.masked_fill.Tensor, dynamic_scalars=True)
+@rule(aten.masked_fill.Scalar, aten.masked_fill.Tensor, dynamic_scalars=True, pure=True)
 def masked_fill_rule(x, mask, value):
     if not _masked_fill_ok(x, mask, value):
         raise NoLowering(aten.masked_fill.Scalar, "arguments torch refuses or converts with "

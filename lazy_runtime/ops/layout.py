@@ -28,7 +28,7 @@ def _shape(x):
 # ---- views ----------------------------------------------------------------------------
 
 
-@rule(aten.view.default, aten._unsafe_view.default, aten._reshape_alias.default)
+@rule(aten.view.default, aten._unsafe_view.default, aten._reshape_alias.default, pure=True)
 def view_rule(x, size, stride=None):
     return sf.reshape_shape(_shape(x), tuple(size)), x.dtype
 
@@ -260,7 +260,7 @@ def lower_as_strided_scatter(x, src, size, stride, storage_offset=None):
 # ---- copying shape ops ------------------------------------------------------------------
 
 
-@rule(aten.cat.default)
+@rule(aten.cat.default, pure=True)
 def cat_rule(tensors, dim=0):
     shapes = [_shape(t) for t in tensors]
     return sf.cat_shape(shapes, dim), D.result_type(*tensors)
@@ -272,7 +272,7 @@ def lower_cat(ctx, tensors, dim=0):
     return jnp.concatenate(ts, axis=norm_dim(dim, ts[0].ndim))
 
 
-@rule(aten.stack.default)
+@rule(aten.stack.default, pure=True)
 def stack_rule(tensors, dim=0):
     return sf.stack_shape([_shape(t) for t in tensors], dim), D.result_type(*tensors)
 

@@ -39,14 +39,14 @@ def _mm(a, b, out_dtype):
     return jnp.matmul(a, b, precision=HIGHEST, preferred_element_type=pref)
 
 
-@rule(aten.mm.default)
+@rule(aten.mm.default, pure=True)
 def mm_rule(a, b):
     if a.ndim != 2 or b.ndim != 2:
         raise RuntimeError("mm: both arguments must be 2D")
     return sf.matmul_shape(tuple(a.shape), tuple(b.shape)), _check_dtypes("mm", a, b)
 
 
-@rule(aten.bmm.default)
+@rule(aten.bmm.default, pure=True)
 def bmm_rule(a, b):
     if a.ndim != 3 or b.ndim != 3:
         raise RuntimeError("bmm: both arguments must be 3D")
@@ -54,7 +54,7 @@ def bmm_rule(a, b):
     return sf.matmul_shape(tuple(a.shape), tuple(b.shape)), _check_dtypes("bmm", a, b)
 
 
-@rule(aten.mv.default, aten.dot.default)
+@rule(aten.mv.default, aten.dot.default, pure=True)
 def mv_rule(a, b):
     return sf.matmul_shape(tuple(a.shape), tuple(b.shape)), _check_dtypes("mv", a, b)
 
@@ -127,9 +127,9 @@ def _addmm_rule(kernel: str):
     return addmm_rule
 
 
-rule(aten.addmm.default)(_addmm_rule("addmm_impl_cpu_"))
-rule(aten.addmv.default)(_addmm_rule("addmv_impl_cpu"))
-rule(aten.baddbmm.default)(_addmm_rule("baddbmm"))
+rule(aten.addmm.default, pure=True)(_addmm_rule("addmm_impl_cpu_"))
+rule(aten.addmv.default, pure=True)(_addmm_rule("addmv_impl_cpu"))
+rule(aten.baddbmm.default, pure=True)(_addmm_rule("baddbmm"))
 
 
 def scalar_as(dtype, v):

@@ -41,7 +41,7 @@ def _tup(v, n):
     return v * n if len(v) == 1 else v
 
 
-@rule(aten.convolution.default)
+@rule(aten.convolution.default, pure=True)
 def convolution_rule(x, w, b, stride, padding, dilation, transposed, output_padding, groups):
     if transposed and not (x.dtype.is_floating_point or x.dtype.is_complex):
         # lowered as a JAX vjp, which has no integer form: torch's integer kernel runs
@@ -85,7 +85,7 @@ def lower_convolution(ctx, x, w, b, stride, padding, dilation, transposed, outpu
     return out
 
 
-@rule(aten.convolution_backward.default, multi=True)
+@rule(aten.convolution_backward.default, multi=True, pure=True)
 def convolution_backward_rule(g, x, w, bias_sizes, stride, padding, dilation, transposed,
                               output_padding, groups, output_mask):
     outs = [(_shape(x), x.dtype), (_shape(w), w.dtype),
@@ -130,8 +130,8 @@ def _max_pool_rule(n):
     return max_pool_rule
 
 
-rule(aten.max_pool2d_with_indices.default, multi=True)(_max_pool_rule(2))
-rule(aten.max_pool3d_with_indices.default, multi=True)(_max_pool_rule(3))
+rule(aten.max_pool2d_with_indices.default, multi=True, pure=True)(_max_pool_rule(2))
+rule(aten.max_pool3d_with_indices.default, multi=True, pure=True)(_max_pool_rule(3))
 
 
 def _lowest(dtype):
@@ -176,7 +176,7 @@ def lower_max_pool3d(x, kernel_size, stride=(), padding=0, dilation=1, ceil_mode
 
 
 @rule(aten.max_pool2d_with_indices_backward.default,
-      aten.max_pool3d_with_indices_backward.default)
+      aten.max_pool3d_with_indices_backward.default, pure=True)
 def max_pool_backward_rule(g, x, *args):
     return _shape(x), x.dtype
 
@@ -456,7 +456,7 @@ def _layer_norm(x, normalized_shape, w, b, eps):
     return out, mean, rstd
 
 
-@rule(aten.native_layer_norm.default, multi=True)
+@rule(aten.native_layer_norm.default, multi=True, pure=True)
 def native_layer_norm_rule(x, normalized_shape, w, b, eps):
     s = _shape(x)
     k = len(normalized_shape)
@@ -473,7 +473,7 @@ def lower_native_layer_norm(x, normalized_shape, w, b, eps):
     return _layer_norm(x, normalized_shape, w, b, eps)
 
 
-@rule(aten.native_layer_norm_backward.default, multi=True)
+@rule(aten.native_layer_norm_backward.default, multi=True, pure=True)
 def native_layer_norm_backward_rule(g, x, normalized_shape, mean, rstd, w, b, output_mask):
     outs = [(_shape(x), x.dtype), (_shape(w), w.dtype) if w is not None else None,
             (_shape(b), b.dtype) if b is not None else None]
@@ -516,7 +516,7 @@ def _batch_norm(x, w, b, rm, rv, training, eps):
     return out, mean, invstd, var
 
 
-@rule(aten._native_batch_norm_legit_functional.default, multi=True)
+@rule(aten._native_batch_norm_legit_functional.default, multi=True, pure=True)
 def batch_norm_rule(x, w, b, rm, rv, training, momentum, eps):
     c = _shape(x)[1]
     stat = (c,) if training else (0,)
@@ -561,7 +561,7 @@ def batch_norm_with_update(x, w, b, rm, rv, momentum, eps):
     return out, mean, invstd, torch.empty(0, dtype=torch.uint8, device=x.device), new_rm, new_rv
 
 
-@rule(aten.native_batch_norm_backward.default, multi=True)
+@rule(aten.native_batch_norm_backward.default, multi=True, pure=True)
 def batch_norm_backward_rule(g, x, w, rm, rv, save_mean, save_invstd, train, eps, output_mask):
     c = _shape(x)[1]
     wdt = w.dtype if w is not None else x.dtype
@@ -600,7 +600,7 @@ def lower_weight_norm_backward(grad_w, v, g, norms, dim):
 # ---- softmax ----------------------------------------------------------------------------------
 
 
-@rule(aten._softmax.default, aten._log_softmax.default)
+@rule(aten._softmax.default, aten._log_softmax.default, pure=True)
 def softmax_rule(x, dim, half_to_float):
     norm_dim(dim, x.ndim)
     return _shape(x), torch.float32 if half_to_float else x.dtype
@@ -630,7 +630,8 @@ def lower_safe_softmax(x, dim, dtype=None):
     return jnp.where(dead, 0, s)
 
 
-@rule(aten._softmax_backward_data.default, aten._log_softmax_backward_data.default)
+@rule(aten._softmax_backward_data.default, aten._log_softmax_backward_data.default,
+      pure=True)
 def softmax_backward_rule(g, y, dim, input_dtype):
     return _shape(g), input_dtype
 
@@ -652,7 +653,7 @@ def lower_log_softmax_backward(g, y, dim, input_dtype):
 # ---- losses -------------------------------------------------------------------------------------
 
 
-@rule(aten.nll_loss_forward.default, aten.nll_loss2d_forward.default, multi=True)
+@rule(aten.nll_loss_forward.default, aten.nll_loss2d_forward.default, multi=True, pure=True)
 def nll_loss_rule(x, target, weight, reduction, ignore_index):
     if not _nll_dtypes_ok(x, target, weight):
         raise NoLowering(aten.nll_loss_forward.default, "dtypes torch refuses (its errors)")
@@ -694,7 +695,7 @@ def lower_nll_loss(x, target, weight, reduction, ignore_index):
     return jnp.sum(loss), total
 
 
-@rule(aten.nll_loss_backward.default, aten.nll_loss2d_backward.default)
+@rule(aten.nll_loss_backward.default, aten.nll_loss2d_backward.default, pure=True)
 def nll_loss_backward_rule(g, x, target, weight, reduction, ignore_index, total_weight):
     return _shape(x), x.dtype
 
@@ -952,7 +953,7 @@ def lower_trilinear(i1, i2, i3, expand1, expand2, expand3, sumdim, unroll_dim=1)
 # ---- embedding ----------------------------------------------------------------------------------
 
 
-@rule(aten.embedding.default)
+@rule(aten.embedding.default, pure=True)
 def embedding_rule(w, indices, padding_idx=-1, scale_grad_by_freq=False, sparse=False):
     if indices.dtype not in (torch.int32, torch.int64):
         raise NoLowering(aten.embedding.default, "indices neither int32 nor int64 "
@@ -967,7 +968,7 @@ def lower_embedding(w, indices, padding_idx=-1, scale_grad_by_freq=False, sparse
     return jnp.take(w, indices, axis=0)
 
 
-@rule(aten.embedding_dense_backward.default)
+@rule(aten.embedding_dense_backward.default, pure=True)
 def embedding_backward_rule(g, indices, num_weights, padding_idx, scale_grad_by_freq):
     return (num_weights,) + _shape(g)[indices.ndim:], g.dtype
 

@@ -32,7 +32,7 @@ def _dims_arg(dim):
 # ---- sum / mean / prod ----------------------------------------------------------------
 
 
-@rule(aten.sum.default, aten.sum.dim_IntList)
+@rule(aten.sum.default, aten.sum.dim_IntList, pure=True)
 def sum_rule(x, dim=None, keepdim=False, *, dtype=None):
     return sf.reduce_shape(tuple(x.shape), _dims_arg(dim), keepdim), _sum_dtype(x, dtype)
 
@@ -44,7 +44,7 @@ def lower_sum(ctx, x, dim=None, keepdim=False, *, dtype=None):
     return jnp.sum(x.astype(acc), axis=axes, keepdims=keepdim)
 
 
-@rule(aten.mean.default, aten.mean.dim)
+@rule(aten.mean.default, aten.mean.dim, pure=True)
 def mean_rule(x, dim=None, keepdim=False, *, dtype=None):
     out = dtype if dtype is not None else x.dtype
     if not (out.is_floating_point or out.is_complex):

@@ -37,6 +37,11 @@ SAME_LAYOUT: dict = {}
 # Ops whose float Scalar arguments become runtime inputs (see ``dispatch``); the value is
 # the set of argument positions/names that stay compile-time constants.
 DYNAMIC_SCALARS: dict = {}
+# Ops whose rule is a function of what ``dispatch._memo_key`` holds: the arguments' types
+# and values, each tensor's shape, dtype and ndim (never its strides, values or
+# requires_grad), and torch's default dtype; no other global state (grad mode, config).
+# Their answers are memoized; a wrong entry here is a wrong shape, so each is audited.
+PURE_RULES: set = set()
 # The runtime's own decompositions, preferred to torch's (``torch._decomp``): an op whose
 # torch decomposition reaches prims without lowerings is expressed in lowered aten ops.
 DECOMPOSITIONS: dict = {}
@@ -129,11 +134,15 @@ def _check_new(table: dict, op, kind: str):
         raise ValueError(f"duplicate {kind} for {op}")
 
 
-def rule(*ops, multi: bool = False, dynamic_scalars: bool = False, static=()):
+def rule(*ops, multi: bool = False, dynamic_scalars: bool = False, static=(),
+         pure: bool = False):
+    """Register ``fn`` as the rule of ``ops``; ``pure``: see ``PURE_RULES``."""
     def deco(fn):
         for op in ops:
             _check_new(RULES, op, "rule")
             RULES[op] = (fn, multi)
+            if pure:
+                PURE_RULES.add(op)
             if dynamic_scalars:
                 DYNAMIC_SCALARS[op] = frozenset(static)
         return fn
@@ -170,7 +179,8 @@ def refuse(ops, bad, reason: str, *, with_kwargs: bool = False,
     """Wrap the rules of ``ops``: where ``bad(args, result dtype)`` (``bad(args, kwargs,
     result dtype)`` ``with_kwargs``), the op runs eagerly and torch raises its own error (a
     kernel torch does not build for that dtype, an argument it refuses). ``same_layout``:
-    ``bad`` is never true in the case ``SAME_LAYOUT`` describes."""
+    ``bad`` is never true in the case ``SAME_LAYOUT`` describes. A pure rule stays pure:
+    ``bad`` must read only what ``PURE_RULES`` allows."""
     from ..errors import NoLowering
     for op in ops:
         fn, multi = RULES[op]
