@@ -255,20 +255,28 @@ def bench_executables(cfg, reps=200):
 
 
 def micro_overhead(n=5000):
-    """Tracing cost of one recorded elementwise op (no autograd), in microseconds."""
+    """Tracing cost of one recorded op (no autograd), in microseconds; for the
+    ``_foreach_*`` ops of an optimizer, per tensor of a list of ten."""
     dev = lr.device()
     x = torch.randn(64, 64).to(dev)
     y = torch.randn(64, 64).to(dev)
+    xs = [torch.randn(64, 32).to(dev) for _ in range(10)]
+    ys = [torch.randn(64, 32).to(dev) for _ in range(10)]
     lr.mark_step()
     res = {}
-    for name, fn in (("add", lambda: x + y), ("mul by float", lambda: x * 0.5),
-                     ("matmul", lambda: x @ y), ("view", lambda: x.view(-1))):
+    for name, fn, per in (
+            ("add", lambda: x + y, 1), ("mul by float", lambda: x * 0.5, 1),
+            ("matmul", lambda: x @ y, 1), ("view", lambda: x.view(-1), 1),
+            ("foreach add_ with alpha", lambda: torch._foreach_add_(xs, ys, alpha=0.1), 10),
+            ("foreach mul_ by float", lambda: torch._foreach_mul_(xs, 0.9), 10),
+            ("foreach addcdiv_", lambda: torch._foreach_addcdiv_(xs, ys, ys, value=-0.01), 10),
+            ("foreach sqrt", lambda: torch._foreach_sqrt(xs), 10)):
         samples = []
         for _ in range(5):
             t0 = time.perf_counter()
-            for _ in range(n):
+            for _ in range(n // per):
                 fn()
-            samples.append((time.perf_counter() - t0) / n * 1e6)
+            samples.append((time.perf_counter() - t0) / (n // per * per) * 1e6)
             lr.sync()
         res[name] = statistics.median(samples)
     return res
@@ -333,7 +341,8 @@ def table(rows, micro, steps, rounds):
                      f"{lazy['us_per_op']:.1f} | {lazy['dispatch_us_per_op']:.1f} | "
                      f"{lazy['ttfr_s']:.2f} | "
                      f"{side['jax_first_s']:.2f} |")
-    lines += ["", "Tracing overhead of one recorded op outside autograd (median of 5 x 5000): " +
+    lines += ["", "Tracing overhead of one recorded op outside autograd (median of 5 x 5000; "
+              "foreach: per tensor of a list of ten, `micro_overhead`): " +
               ", ".join(f"{k} {v:.1f} µs" for k, v in micro.items()) + ".", ""]
     return "\n".join(lines)
 
@@ -371,7 +380,12 @@ def main():
     p.add_argument("--eager-device", default="cpu",
                    help="torch device of the eager contender (cuda on a GPU machine)")
     p.add_argument("--write", action="store_true")
+    p.add_argument("--micro", action="store_true",
+                   help="only the tracing overhead of single ops (printed, not written)")
     args = p.parse_args()
+    if args.micro:
+        print(", ".join(f"{k} {v:.2f} µs" for k, v in micro_overhead().items()))
+        return
     global EAGER_DEVICE
     EAGER_DEVICE = args.eager_device
     print(platform_line())

@@ -49,6 +49,12 @@ _DECOMP = collections.ChainMap(DECOMPOSITIONS, torch._decomp.decomposition_table
 # ---- recording ----------------------------------------------------------------------
 
 
+def _scalar_leaf(v: float) -> ir.Node:
+    """A dynamic float's input: the ``_foreach_*`` op's shared leaf for it, or a new one."""
+    shared = ir.SHARED_SCALARS.get((v, math.copysign(1.0, v))) if ir.SHARED_SCALARS else None
+    return shared or ir.leaf(ir.SCALAR, v, (), torch.float64)
+
+
 def _template(a, inputs: list, dyn):
     """``a`` with lazy tensors (and dynamic scalars) replaced by input markers."""
     if isinstance(a, LazyTensor):
@@ -56,9 +62,7 @@ def _template(a, inputs: list, dyn):
         return _marker(len(inputs) - 1)
     t = type(a)
     if t is float and dyn:
-        shared = ir.SHARED_SCALARS.get((a, math.copysign(1.0, a))) if ir.SHARED_SCALARS \
-            else None
-        inputs.append(shared or ir.leaf(ir.SCALAR, a, (), torch.float64))
+        inputs.append(_scalar_leaf(a))
         return _marker(len(inputs) - 1)
     if t is list or t is tuple:   # sizes (ints) stay as they are without a call each
         return tuple([x if type(x) is int else _template(x, inputs, dyn) for x in a])
@@ -177,8 +181,15 @@ def _same_layout_record(functional, inplace: bool, arg_kinds: tuple, kw_kinds: t
     without its rule, or None for arguments that are not of the recorded kinds (each
     position's type as in the first call; every lazy tensor of one shape and one
     float32/float64 dtype; every number fitting it)."""
+    n_args, n_kw = len(arg_kinds), len(kw_kinds)
+    markers = ir._MARKERS   # (a per-tensor op has a few inputs: within the table)
+
+    def scalar_input(v, inputs):
+        inputs.append(_scalar_leaf(v))
+        return markers[len(inputs) - 1]
+
     def rec(args: tuple, kwargs: dict):
-        if len(args) != len(arg_kinds) or len(kwargs) != len(kw_kinds):
+        if len(args) != n_args or len(kwargs) != n_kw:
             return None
         inputs: list = []
         numbers = []
@@ -188,22 +199,22 @@ def _same_layout_record(functional, inplace: bool, arg_kinds: tuple, kw_kinds: t
             if type(a) is not t0:
                 return None
             if kind is _TENSOR:
-                n = node_of(a)
+                n = node_of(a) if a._vw else a._st.node
                 if dtype is None:
                     shape, dtype = n.shape, n.dtype
                 elif n.shape != shape or n.dtype is not dtype:
                     return None
                 inputs.append(n)
-                targs.append(_marker(len(inputs) - 1))
+                targs.append(markers[len(inputs) - 1])
             else:
                 numbers.append(a)
-                targs.append(_template(a, inputs, True) if kind is _SCALAR_INPUT else a)
+                targs.append(scalar_input(a, inputs) if kind is _SCALAR_INPUT else a)
         tkw = []
         for (k, v), (k0, t0, kind) in zip(kwargs.items(), kw_kinds):
             if k != k0 or type(v) is not t0:
                 return None
             numbers.append(v)
-            tkw.append((k, _template(v, inputs, True) if kind is _SCALAR_INPUT else v))
+            tkw.append((k, scalar_input(v, inputs) if kind is _SCALAR_INPUT else v))
         if dtype not in _LAYOUT_DTYPES:
             return None
         for v in numbers:
@@ -1171,8 +1182,24 @@ def same_layout_recorder(packet, args: tuple, kwargs: dict, inplace: bool):
     The same node as ``record``'s; ``rec`` gives None where the case does not hold (then
     ``call_op`` decides). None where no call may be: the op's rule is not trusted, or it
     is an in-place op writing more than its first argument."""
-    func = _OVERLOADS.get(_overload_key(packet, args, kwargs))
-    if func is None or func in config.force_fallback:
+    key = (_overload_key(packet, args, kwargs), inplace)
+    rec = _RECORDERS.get(key, False)
+    if rec is False:
+        func = _OVERLOADS.get(key[0])
+        if func is None:   # (not learned: nothing to remember)
+            return None
+        rec = _RECORDERS[key] = _same_layout_recorder(func, args, kwargs, inplace)
+    return rec
+
+
+# same_layout_recorder's answers by the call's overload key (the argument types) and
+# whether it writes in place: all its answer depends on, besides the tables and
+# ``config.force_fallback`` (whose changes ``clear_handler_cache`` follows).
+_RECORDERS: dict = {}
+
+
+def _same_layout_recorder(func, args: tuple, kwargs: dict, inplace: bool):
+    if func in config.force_fallback:
         return None
     mutated = _mutated_args(func)
     if mutated == ((), ()):
@@ -1253,6 +1280,8 @@ def clear_handler_cache() -> None:
     _MUTATION_PLANS.clear()
     _VIEW_PLANS.clear()
     _OVERLOADS.clear()
+    _RECORDERS.clear()
+    _RULE_MEMO.clear()
 
 
 LazyTensor.__torch_dispatch__ = classmethod(torch_dispatch)

@@ -8,6 +8,7 @@ from __future__ import annotations
 
 import functools
 import importlib
+import itertools
 import math
 
 import torch
@@ -64,46 +65,63 @@ def foreach_handler(func, args, kwargs, call):
 
 
 def _apply(func, args, kwargs, call):
-    from ..dispatch import same_layout_recorder
     base, inplace, listy = _plan(func)
     n = next(len(a) for a, is_list in zip(args, listy) if is_list)
-    kw = dict(kwargs)
-    results = []
+    op = _op(base, inplace)
+    if op is None or base in _SPECIAL:
+        return _apply_each(base, inplace, listy, op, n, args, dict(kwargs), call)
+    kws = itertools.repeat(dict(kwargs), n)
+    if base in _VALUE_KW and len(args) > 3:
+        # addcdiv/addcmul's value (one number, one per tensor, or a tensor of them, which
+        # torch's kernel reads on the host too): keyword-only in the single-tensor op
+        values = args[3].tolist() if isinstance(args[3], torch.Tensor) else args[3]
+        if not listy[3] and not isinstance(values, list):
+            values = itertools.repeat(values, n)
+        kws = [{"value": v, **kwargs} for v in values]
+        args, listy = args[:3], listy[:3]
+    if n == 0:
+        return None if inplace else []
+    # Each element's arguments: the lists' items and the shared ones.
+    rows = zip(zip(*[a if is_list else itertools.repeat(a, n) for a, is_list in zip(args, listy)]),
+               kws)
+    first, kw = next(rows)
+    results = [call(op, first, kw)]
     # The per-tensor ops after the first: recorded without their rule where their operands
     # share one float layout (``dispatch.same_layout_recorder``), an optimizer's usual case.
-    fast = None
-    op = _op(base, inplace)
+    from ..dispatch import same_layout_recorder
+    fast = same_layout_recorder(op, first, kw, inplace)
+    if fast is None:
+        results += [call(op, a_i, kw_i) for a_i, kw_i in rows]
+    else:
+        for a_i, kw_i in rows:
+            out = fast(a_i, kw_i)
+            results.append(call(op, a_i, kw_i) if out is None else out)
+    return None if inplace else results
+
+
+_SPECIAL = frozenset(("norm", "copy", *_SCALAR_BOUND))
+
+
+def _apply_each(base, inplace, listy, op, n, args, kw, call):
+    """The per-tensor ops of the ``_foreach_*`` ops that are not one op over the lists'
+    items: norm, copy, maximum/minimum with a number, ops with no in-place spelling."""
+    results = []
     for i in range(n):
         a_i = [a[i] if is_list else a for a, is_list in zip(args, listy)]
         if base == "norm":
             ord_ = a_i[1] if len(a_i) > 1 else kw.get("ord", 2)
             results.append(call(aten.linalg_vector_norm, (a_i[0], ord_),
                                 {"dtype": kw.get("dtype")}))
-            continue
-        if base == "copy":
+        elif base == "copy":
             results.append(call(aten.copy_, tuple(a_i), kw) if inplace
                            else call(aten.clone, (a_i[1],), {}))
-            continue
-        if base in _SCALAR_BOUND and not isinstance(a_i[1], torch.Tensor):
+        elif base in _SCALAR_BOUND and not isinstance(a_i[1], torch.Tensor):
             # maximum/minimum with a number (ASGD's _foreach_maximum_(mus, 1.0)): a clamp
             results.append(call(_op(_SCALAR_BOUND[base], inplace), (a_i[0], a_i[1]), {}))
-            continue
-        if op is None:  # no in-place spelling (maximum_): compute, then copy into place
+        elif op is None:  # no in-place spelling (maximum_): compute, then copy into place
             call(aten.copy_, (a_i[0], call(_op(base, False), tuple(a_i), kw)), {})
-            continue
-        kw_i = kw
-        if base in _VALUE_KW and len(a_i) > 3:
-            value = a_i.pop(3)
-            if isinstance(value, torch.Tensor):
-                value = value.item()
-            kw_i = {"value": value, **kw}
-        a_i = tuple(a_i)
-        out = None if fast is None else fast(a_i, kw_i)
-        if out is None:
-            out = call(op, a_i, kw_i)
-            if i == 0:
-                fast = same_layout_recorder(op, a_i, kw_i, inplace)
-        results.append(out)
+        else:
+            results.append(call(op, tuple(a_i), kw))
     return None if inplace else results
 
 

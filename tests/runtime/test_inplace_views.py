@@ -269,6 +269,10 @@ _FOREACH = {
     "addcmul_value": lambda a, b: torch._foreach_addcmul_(a, b, b, value=0.1),
     "addcdiv_scalarlist": lambda a, b: torch._foreach_addcdiv_(
         a, b, [t.abs() + 1 for t in b], [0.1, 0.2, 0.3]),
+    "addcdiv_tensor_of_values": lambda a, b: torch._foreach_addcdiv_(
+        a, b, [t.abs() + 1 for t in b], torch.tensor([0.1, -0.2, 0.3])),
+    "addcmul_tensor_of_values": lambda a, b: torch._foreach_addcmul_(
+        a, b, b, torch.tensor([0.5, 0.25, -1.0])),
     "lerp_scalar": lambda a, b: torch._foreach_lerp_(a, b, 0.3),
     "sqrt": lambda a, b: torch._foreach_sqrt([t.abs() for t in a]),
     "neg_": lambda a, b: torch._foreach_neg_(a),
