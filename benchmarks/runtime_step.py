@@ -272,11 +272,12 @@ def micro_overhead(n=5000):
             ("foreach addcdiv_", lambda: torch._foreach_addcdiv_(xs, ys, ys, value=-0.01), 10),
             ("foreach sqrt", lambda: torch._foreach_sqrt(xs), 10)):
         samples = []
+        calls = n // per
         for _ in range(5):
             t0 = time.perf_counter()
-            for _ in range(n // per):
+            for _ in range(calls):
                 fn()
-            samples.append((time.perf_counter() - t0) / (n // per * per) * 1e6)
+            samples.append((time.perf_counter() - t0) / (calls * per) * 1e6)
             lr.sync()
         res[name] = statistics.median(samples)
     return res

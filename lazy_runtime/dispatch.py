@@ -248,8 +248,14 @@ def host_data_node(t: torch.Tensor) -> ir.Node:
 
 
 def _returns_list(func) -> bool:
-    r = func._schema.returns
-    return len(r) == 1 and isinstance(r[0].type, torch.ListType)
+    known = _RETURNS_LIST.get(id(func))   # (a schema's attributes cost a call into C++ each)
+    if known is None:
+        r = func._schema.returns
+        known = _RETURNS_LIST[id(func)] = len(r) == 1 and isinstance(r[0].type, torch.ListType)
+    return known
+
+
+_RETURNS_LIST: dict = {}
 
 
 def _wrap(func, node: ir.Node):
