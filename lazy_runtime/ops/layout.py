@@ -283,7 +283,7 @@ def lower_stack(ctx, tensors, dim=0):
     return jnp.stack(ts, axis=norm_dim(dim, ts[0].ndim + 1))
 
 
-@rule(aten.repeat.default)
+@rule(aten.repeat.default, pure=True)
 def repeat_rule(x, repeats):
     return sf.repeat_shape(_shape(x), tuple(repeats)), x.dtype
 
@@ -325,7 +325,7 @@ def lower_repeat_interleave(ctx, repeats, *, output_size=None):
                             ).astype(repeats.dtype)
 
 
-@rule(aten.flip.default)
+@rule(aten.flip.default, pure=True)
 def flip_rule(x, dims):
     return _shape(x), x.dtype
 
@@ -335,7 +335,7 @@ def lower_flip(x, dims):
     return jnp.flip(x, tuple(norm_dim(d, x.ndim) for d in dims))
 
 
-@rule(aten.roll.default)
+@rule(aten.roll.default, pure=True)
 def roll_rule(x, shifts, dims=()):
     return _shape(x), x.dtype
 
@@ -347,7 +347,7 @@ def lower_roll(x, shifts, dims=()):
     return jnp.roll(x, tuple(shifts), tuple(norm_dim(d, x.ndim) for d in dims))
 
 
-@rule(aten.constant_pad_nd.default)
+@rule(aten.constant_pad_nd.default, pure=True)
 def pad_rule(x, pad, value=0):
     return sf.pad_shape(_shape(x), tuple(pad)), x.dtype
 
@@ -360,7 +360,7 @@ def lower_pad(x, pad, value=0):
     return lax.pad(x, jnp.asarray(value, x.dtype), cfg)
 
 
-@rule(aten.tril.default, aten.triu.default)
+@rule(aten.tril.default, aten.triu.default, pure=True)
 def tril_rule(x, diagonal=0):
     return _shape(x), x.dtype
 
@@ -600,7 +600,7 @@ def lower_put(x, index, source, accumulate=False):
     return jnp.where(last >= 0, vals[jnp.maximum(last, 0)], flat).reshape(x.shape)
 
 
-@rule(aten.index_select.default)
+@rule(aten.index_select.default, pure=True)
 def index_select_rule(x, dim, index):
     if index.dtype not in _INDEX_DTYPES or index.ndim > 1 or (x.ndim == 0 and
                                                               index.numel() != 1):
@@ -627,7 +627,7 @@ def _check_dim_index(op: str, x, dim, index) -> None:
     check_index(index, n, _out_of_bounds(op, d, n))
 
 
-@rule(aten.take.default)
+@rule(aten.take.default, pure=True)
 def take_rule(x, index):
     """Flat (row-major) indices, lowered directly: torch's decomposition (``x.flatten()[i]``)
     reads a 0-d index on the host."""
@@ -648,7 +648,7 @@ def lower_take(x, index):
     return flat[jnp.where(index < 0, index + n, index)]
 
 
-@rule(aten.gather.default)
+@rule(aten.gather.default, pure=True)
 def gather_rule(x, dim, index, *, sparse_grad=False):
     if not _index_fits(x, dim, index):
         raise NoLowering(aten.gather.default, "an index torch refuses (its errors), or of "

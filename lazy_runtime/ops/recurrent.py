@@ -347,8 +347,8 @@ def _meta_backward(op, *args):
 
 for _name, _fwd, _bwd in (("lstm_layer", lstm_layer, lstm_layer_backward),
                           ("rnn_layer", rnn_layer, rnn_layer_backward)):
-    rule(_fwd, multi=True)(functools.partial(_forward_rule, _fwd))
-    rule(_bwd, multi=True)(functools.partial(_backward_rule, _bwd))
+    rule(_fwd, multi=True, pure=True)(functools.partial(_forward_rule, _fwd))
+    rule(_bwd, multi=True, pure=True)(functools.partial(_backward_rule, _bwd))
     lowering(_fwd)(functools.partial(layer_forward, _fwd, None))
     lowering(_bwd)(functools.partial(layer_backward, _bwd, None))
     for _key, _kernels in (("CPU", (_cpu_forward, _cpu_backward)),

@@ -59,7 +59,7 @@ def lower_mean(ctx, x, dim=None, keepdim=False, *, dtype=None):
     return jnp.mean(x.astype(jdt(opmath(ctx.dtype))), axis=axes, keepdims=keepdim)
 
 
-@rule(aten.prod.default, aten.prod.dim_int)
+@rule(aten.prod.default, aten.prod.dim_int, pure=True)
 def prod_rule(x, dim=None, keepdim=False, *, dtype=None):
     return sf.reduce_shape(tuple(x.shape), dim, keepdim), _sum_dtype(x, dtype)
 
@@ -73,7 +73,7 @@ def lower_prod(ctx, x, dim=None, keepdim=False, *, dtype=None):
 # ---- max / min / arg ------------------------------------------------------------------
 
 
-@rule(aten.amax.default, aten.amin.default)
+@rule(aten.amax.default, aten.amin.default, pure=True)
 def amax_rule(x, dim=(), keepdim=False):
     return sf.reduce_shape(tuple(x.shape), _dims_arg(dim), keepdim), x.dtype
 
@@ -88,7 +88,7 @@ def lower_amin(x, dim=(), keepdim=False):
     return amin(x, axis=norm_dims(_dims_arg(dim), x.ndim), keepdims=keepdim)
 
 
-@rule(aten.max.default, aten.min.default)
+@rule(aten.max.default, aten.min.default, pure=True)
 def max_all_rule(x):
     return (), x.dtype
 
@@ -103,7 +103,7 @@ def lower_min_all(x):
     return amin(x)
 
 
-@rule(aten.max.dim, aten.min.dim, multi=True)
+@rule(aten.max.dim, aten.min.dim, multi=True, pure=True)
 def max_dim_rule(x, dim, keepdim=False):
     s = sf.reduce_shape(tuple(x.shape), dim, keepdim)
     return [(s, x.dtype), (s, torch.int64)]
@@ -138,7 +138,7 @@ def lower_min_dim(x, dim, keepdim=False):
         _arg_reduce(x, dim, keepdim, amin)
 
 
-@rule(aten.argmax.default, aten.argmin.default)
+@rule(aten.argmax.default, aten.argmin.default, pure=True)
 def argmax_rule(x, dim=None, keepdim=False):
     return sf.reduce_shape(tuple(x.shape), dim, keepdim), torch.int64
 
@@ -336,7 +336,7 @@ def lower_vector_norm(ctx, x, ord=2, dim=None, keepdim=False, *, dtype=None):
     return jnp.sum(a ** ord, axis=axes, keepdims=keepdim) ** (1.0 / ord)
 
 
-@rule(aten.logsumexp.default)
+@rule(aten.logsumexp.default, pure=True)
 def logsumexp_rule(x, dim, keepdim=False):
     out = x.dtype if x.dtype.is_floating_point or x.dtype.is_complex else \
         torch.get_default_dtype()
@@ -365,7 +365,7 @@ def _complex_logsumexp(x, axes, keepdim):
     return s + (m if keepdim else jnp.squeeze(m, axes)).astype(s.dtype)
 
 
-@rule(aten.cumsum.default, aten.cumprod.default)
+@rule(aten.cumsum.default, aten.cumprod.default, pure=True)
 def cumsum_rule(x, dim, *, dtype=None):
     norm_dim(dim, x.ndim)
     return tuple(x.shape), _sum_dtype(x, dtype)
