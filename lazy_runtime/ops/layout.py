@@ -469,11 +469,26 @@ def mask_position(x, indices, values, accumulate) -> int:
     v = _shape(values)
     if len(v) > len(selected):
         raise NoLowering(op, "values of more dims than the indexing result (torch's error)")
+    if per_element_count(shape, p, mask, v) is not None:
+        return p
     for want, got in zip(selected[len(selected) - len(v):], v):
         if got != 1 and (want is None or got != want):
-            raise NoLowering(op, "values per selected element (a data-dependent count), or "
+            raise NoLowering(op, "values per selected element beside other indexed dims, or "
                                  "not broadcastable (torch's error)")
     return p
+
+
+def per_element_count(x_shape, p, mask_shape, v_shape):
+    """The number of values of a boolean-mask write over x's leading dims that gives one
+    value per selected element (``x[mask] = v``, and ``x[mask]``'s gradient): v's first
+    dim, its others x's dims after the mask (or 1). None for any other write. The count
+    the mask selects is data: the lowering checks it against this one."""
+    trailing = tuple(x_shape[len(mask_shape):])
+    if p != 0 or len(v_shape) != 1 + len(trailing) or v_shape[0] == 1:
+        return None
+    if any(g != 1 and g != w for g, w in zip(v_shape[1:], trailing)):
+        return None
+    return v_shape[0]
 
 
 @lowering(aten.index_put.default)
@@ -500,7 +515,22 @@ def mask_write_shapes(x_shape, p, mask_shape, v_shape) -> tuple:
 
 
 def _mask_put(x, p, mask, values, accumulate):
-    """index_put with a boolean mask over dims p.. : a ``where``."""
+    """index_put with a boolean mask over dims p.. : a ``where``; with one value per
+    selected element, a scatter to the mask's true positions in row-major order (torch's
+    order), checked to be as many as the values."""
+    k = per_element_count(x.shape, p, mask.shape, values.shape)
+    if k is not None:
+        flat = mask.reshape(-1)
+        check(jnp.sum(flat, dtype=jnp.int64) != k,
+              f"index_put: shape mismatch: value tensor of shape {list(values.shape)} cannot "
+              "be broadcast to the indexing result (the mask selects another number of "
+              "elements)")
+        rows = jnp.nonzero(flat, size=k, fill_value=0)[0]
+        trailing = x.shape[mask.ndim:]
+        xf = x.reshape((flat.shape[0],) + trailing)
+        v = jnp.broadcast_to(values.astype(x.dtype), (k,) + trailing)
+        out = _add_at(xf.at[rows], v) if accumulate else xf.at[rows].set(v)
+        return out.reshape(x.shape)
     m, v = mask_write_shapes(x.shape, p, mask.shape, values.shape)
     v = values.astype(x.dtype).reshape(v)
     if accumulate:

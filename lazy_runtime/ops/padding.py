@@ -51,6 +51,7 @@ from jax import lax
 from ..dynamic import (NoPadRule, Pad, SymSize, concrete, dnorm, dsize, has_sym, is_sym,
                        sym_or_int)
 from .common import jdt, norm_dim, norm_dims, opmath, vjp
+from .layout import per_element_count
 from .nn import _batch_norm, _f32, _tup, lower_convolution, lower_convolution_backward
 from . import recurrent
 from .recurrent import layer_backward, layer_forward
@@ -1269,6 +1270,11 @@ def pad_index_put(node, ins, cx):
         raise NoPadRule(node.op, "index pattern", _syms(*ins))
     il, k = r
     vl = ins[_i(values)]
+    masks = [i for i in indices if i is not None and node.inputs[_i(i)].dtype == torch.bool]
+    if masks and any(map(is_sym, xl + vl)) and per_element_count(
+            node.inputs[_i(x)].shape, 0, node.inputs[_i(masks[0])].shape,
+            node.inputs[_i(values)].shape) is not None:
+        raise NoPadRule(node.op, "values per element of a boolean mask", _syms(xl, vl))
     axes = tuple(a for a in range(len(il)) if is_sym(il[a]))
     if axes and len(vl) != len(il) + len(xl) - k:
         raise NoPadRule(node.op, "broadcast values", _syms(vl, il))

@@ -1,6 +1,7 @@
 """Ops without a lowering run eagerly in torch (the graph is cut there) and their results
 re-enter the lazy world; counted per op in metrics()["fallback_ops"]."""
 
+import pytest
 import torch
 import torch.nn.functional as F
 
@@ -107,3 +108,37 @@ def test_training_with_a_fallback_op_matches_eager():
     assert losses[2:] == [torch.tensor(v).item() for v in losses[:2]] or \
         all(abs(a - b) < 1e-5 for a, b in zip(losses[2:], losses[:2]))
     assert lr.metrics()["fallback_ops"].get("aten.gelu_backward.default", 0) >= 1
+
+
+def test_a_masked_selection_falls_back_only_forward():
+    """``x[mask]`` has a data-dependent shape: it runs eagerly. Its gradient, one value per
+    selected element written back through the mask, is lowered (a scatter to the mask's
+    positions): the backward stays in the graph."""
+    g = torch.Generator().manual_seed(3)
+    w = torch.randn(6, 3, generator=g)
+    x = torch.randn(6, 3, generator=g)
+
+    def step(device):
+        wd = w.clone().to(device).requires_grad_(True)
+        xd = x.to(device)
+        loss = (wd * xd)[xd > 0].pow(2).mean()
+        loss.backward()
+        return loss.detach().cpu(), wd.grad.cpu()
+
+    want = step("cpu")
+    lr.reset_metrics()
+    got = step(DEV)
+    assert_same(got, want)
+    assert lr.metrics()["fallback_ops"] == {"aten.index.Tensor": 1}
+
+
+def test_a_mask_write_of_the_wrong_count_raises_torchs_error():
+    x = torch.zeros(5)
+    mask = torch.tensor([True, False, True, True, False])
+    with pytest.raises(RuntimeError, match="shape mismatch"):
+        x.index_put((mask,), torch.ones(2))
+    with pytest.raises(RuntimeError, match="shape mismatch"):
+        x.to(DEV).index_put((mask.to(DEV),), torch.ones(2).to(DEV)).cpu()
+    lr.mark_step()
+    got = x.to(DEV).index_put((mask.to(DEV),), torch.arange(3.0).to(DEV)).cpu()
+    assert torch.equal(got, x.index_put((mask,), torch.arange(3.0)))

@@ -334,6 +334,19 @@ case("mask-setitem", lambda x, x3, a, row, col, s: (
     _setitem(x3 * 1, (slice(None), a[:4, :5] > 0), s.reshape(1))),
      lambda g, r: [rnd(g, (4, 5)), rnd(g, (3, 4, 5)), rnd(g, (4, 5)), rnd(g, (5,)),
                    rnd(g, (4, 1)), rnd(g, ())], grad=True)
+# one value per selected element of a leading mask (``x[mask] = v``, ``x[mask]``'s gradient):
+# a scatter to the mask's positions, the count checked on the device (the values are made
+# with the mask's count on the host: selecting them would run eagerly)
+def _per_element(g, r):
+    m, rows, none = rnd(g, (4, 5), BOOL), rnd(g, (4,), BOOL), torch.zeros(4, 5, dtype=BOOL)
+    return [rnd(g, (4, 5)), m, rnd(g, (int(m.sum()),)), rows, rnd(g, (int(rows.sum()), 5)),
+            rnd(g, (int(rows.sum()), 1)), none, rnd(g, (0,))]
+
+
+case("mask-put-per-element", lambda x, m, v, rows, vr, vcol, none, v0: (
+    x.index_put((m,), v), x.index_put((m,), v, accumulate=True),
+    x.index_put((rows,), vr), x.index_put((rows,), vcol, accumulate=True),  # a column each
+    x.index_put((none,), v0)), _per_element)
 case("mask-put-int-bool", lambda x, m, b: (
     x.index_put((m,), torch.tensor(7)), x.index_put((m[:, 1],), x[0] * 0 + 5, accumulate=True),
     b.index_put((m,), torch.tensor(True)), b.index_put((m[:, 0],), b[1], accumulate=True)),
