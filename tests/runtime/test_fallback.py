@@ -142,3 +142,26 @@ def test_a_mask_write_of_the_wrong_count_raises_torchs_error():
     lr.mark_step()
     got = x.to(DEV).index_put((mask.to(DEV),), torch.arange(3.0).to(DEV)).cpu()
     assert torch.equal(got, x.index_put((mask,), torch.arange(3.0)))
+
+
+def test_a_mask_write_of_values_requiring_grad_one_per_element():
+    """``x[mask] = v`` with one row of ``v`` per selected row and ``v`` requiring grad: a
+    scatter (not the ``where`` of a broadcast mask token); v's gradient, ``grad[mask]``,
+    runs eagerly."""
+    g = torch.Generator().manual_seed(5)
+    x = torch.randn(6, 3, generator=g)
+    mask = torch.tensor([True, False, True, True, False, True])
+    v = torch.randn(4, 3, generator=g)
+    scale = torch.arange(3.0)
+
+    def run(device):
+        vd = v.clone().to(device).requires_grad_(True)
+        xd = x.clone().to(device)
+        xd[mask.to(device)] = vd
+        (xd * scale.to(device)).sum().backward()
+        return xd.detach().cpu(), vd.grad.cpu()
+
+    want = run("cpu")
+    lr.reset_metrics()
+    assert_same(run(DEV), want)
+    assert lr.metrics()["fallback_ops"] == {"aten.index.Tensor": 1}
