@@ -394,7 +394,7 @@ def _index_shape(shape, indices):
     return tuple(bshape) + tuple(rest)
 
 
-@rule(aten.index.Tensor)
+@rule(aten.index.Tensor, pure=True)
 def index_rule(x, indices):
     _index_dtypes(aten.index.Tensor, indices)
     return _index_shape(_shape(x), indices), x.dtype
@@ -435,7 +435,7 @@ def lower_index(x, indices):
     return x[_jnp_index(indices, x.ndim)]
 
 
-@rule(aten.index_put.default)
+@rule(aten.index_put.default, pure=True)
 def index_put_rule(x, indices, values, accumulate=False):
     _index_dtypes(aten.index_put.default, indices)
     if any(i is not None and i.dtype in (torch.bool, torch.uint8) for i in indices):

@@ -301,7 +301,7 @@ def native_group_norm(*args, **kwargs):
         _OPMATH_MOMENTS[0] = was
 
 
-@rule(aten.linalg_vector_norm.default)
+@rule(aten.linalg_vector_norm.default, pure=True)
 def vector_norm_rule(x, ord=2, dim=None, keepdim=False, *, dtype=None):
     if dtype is not None:   # (torch's checks)
         if (x.dtype in D.REAL_OF) != (dtype in D.REAL_OF):
