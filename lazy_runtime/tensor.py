@@ -466,7 +466,7 @@ def _mask_write(x, key, value) -> bool:
     the mask, a data-dependent shape that runs eagerly every step. False: not such a
     write (torch's ``__setitem__`` does it)."""
     from .errors import NoLowering
-    from .ops.layout import mask_position, mask_write_shapes, per_element_count
+    from .ops.layout import mask_position, mask_write_shapes
     lead = key[:-1] if type(key) is tuple else ()
     mask = key[-1] if type(key) is tuple and key else key
     if not isinstance(mask, torch.Tensor) or mask.dtype != torch.bool or \
@@ -478,8 +478,6 @@ def _mask_write(x, key, value) -> bool:
         mask_position(x, [None] * p + [mask], value, False)
     except NoLowering:
         return False
-    if per_element_count(tuple(x.shape), p, tuple(mask.shape), tuple(value.shape)) is not None:
-        return False   # one value per selected element: index_put_ (no ``where``)
     m, v = mask_write_shapes(x.shape, p, mask.shape, value.shape)
     x.copy_(torch.where(mask.reshape(m), value.reshape(v), x))
     return True

@@ -439,19 +439,21 @@ def lower_index(x, indices):
 def index_put_rule(x, indices, values, accumulate=False):
     _index_dtypes(aten.index_put.default, indices)
     if any(i is not None and i.dtype in (torch.bool, torch.uint8) for i in indices):
-        mask_position(x, indices, values, accumulate)
+        mask_position(x, indices, values, accumulate, per_element=True)
     elif values.dtype != x.dtype:
         raise NoLowering(aten.index_put.default, "source and destination dtypes differ "
                                                  "(torch's error)")
     return _shape(x), x.dtype
 
 
-def mask_position(x, indices, values, accumulate) -> int:
+def mask_position(x, indices, values, accumulate, per_element: bool = False) -> int:
     """Where index_put's one boolean mask starts, when the write needs no count of the
     elements it selects (then it is a ``where``): one value (torch's ``masked_fill``, any
-    dtype), or values of x's dtype broadcasting over the selected elements. Values given
-    one per element (their count is data), and what torch refuses (its errors; its
-    deprecated uint8 masks), run eagerly."""
+    dtype), or values of x's dtype broadcasting over the selected elements. With
+    ``per_element`` also values one per selected element of a leading mask
+    (``per_element_count``: a scatter, its count checked on the device). Other values
+    per element, and what torch refuses (its errors; its deprecated uint8 masks), run
+    eagerly."""
     op = aten.index_put.default
     given = [k for k, i in enumerate(indices) if i is not None]
     if len(given) != 1 or indices[given[0]].dtype != torch.bool:
@@ -469,7 +471,7 @@ def mask_position(x, indices, values, accumulate) -> int:
     v = _shape(values)
     if len(v) > len(selected):
         raise NoLowering(op, "values of more dims than the indexing result (torch's error)")
-    if per_element_count(shape, p, mask, v) is not None:
+    if per_element and per_element_count(shape, p, mask, v) is not None:
         return p
     for want, got in zip(selected[len(selected) - len(v):], v):
         if got != 1 and (want is None or got != want):
