@@ -103,6 +103,33 @@ def pending_count() -> int:
     return sum(1 for r in _live.values() if (s := r()) is not None and s.node.op not in ir.SETTLED)
 
 
+NOT_TRACED = (
+    "torch.compile and torch.export do not trace lazy tensors: the lazy device records "
+    "and compiles the code itself, so torch.compile runs it as written (a graph break; "
+    "with fullgraph=True, and in torch.export, this is the error)")
+
+
+_SKIPPED_BY_DYNAMO: list = []
+
+
+def _refuse_tracing():
+    """What a tracer asking for a fake copy of a lazy tensor gets. Only tracers rebuild a
+    subclass from its flattened form: dynamo (torch.compile), torch.export, AOTAutograd.
+    Dynamo's own ``Unsupported`` makes torch.compile fall back to running the frame as
+    written, which on the lazy device is already compiled by XLA; fullgraph and export
+    raise it. The runtime's package and JAX join dynamo's skip list first, so dynamo does not
+    try to trace the dispatch code those frames run into."""
+    try:
+        from torch._dynamo import exc, trace_rules
+        if not _SKIPPED_BY_DYNAMO:
+            for package in (__name__.partition(".")[0], "jax", "jaxlib"):
+                trace_rules.add(package)
+            _SKIPPED_BY_DYNAMO.append(True)
+    except Exception:   # (no dynamo in this build of torch)
+        raise UnsupportedOperation(NOT_TRACED) from None
+    raise exc.Unsupported(NOT_TRACED, gb_type="lazy_runtime tensor")
+
+
 class LazyTensor(torch.Tensor):
     """A tensor on the lazy device. Ops on it are recorded, not run (see ``dispatch``)."""
 
@@ -151,7 +178,7 @@ class LazyTensor(torch.Tensor):
 
     @staticmethod
     def __tensor_unflatten__(inner, ctx, outer_size, outer_stride):
-        raise UnsupportedOperation("lazy tensors cannot be rebuilt from a flattened form")
+        _refuse_tracing()
 
     # ``t.data = new`` makes ``t`` hold ``new``'s contents: torch sets the sizes, strides
     # and dtype in C++; the lazy buffer and view chain must follow them.
