@@ -376,7 +376,12 @@ def _mutating(func, functional, args, kwargs):
     else:  # decomposable functional form
         METRICS.decomposed_ops[str(functional)] += 1
         res = _DECOMP[functional](*_lift(fargs), **_lift(fkw))
+        if res is NotImplemented:
+            raise NoLowering(func, "its decomposition does not cover these arguments")
         res = res if isinstance(res, (list, tuple)) else [res]
+        # (a list among the results, GradScaler's unscaled gradients, pairs with a list
+        # among the targets, flattened below)
+        res = [x for r in res for x in (r if isinstance(r, (list, tuple)) else (r,))]
         outs = [node_of(r) if isinstance(r, LazyTensor) else r for r in res]
     # Flatten list targets (_foreach_*_) and pair them with the functional outputs.
     flat = []
