@@ -14,7 +14,6 @@ import math
 import torch
 
 from .. import ir
-from .registry import decomposition
 
 aten = torch.ops.aten
 
@@ -54,15 +53,23 @@ def _plan(func):
 
 def foreach_handler(func, args, kwargs, call):
     floats = [a for a in (*args, *kwargs.values()) if type(a) is float]
-    if not floats or ir.SHARED_SCALARS:
+    if not floats or not share_scalars(floats):
         return _apply(func, args, kwargs, call)
-    for v in floats:
-        ir.SHARED_SCALARS.setdefault((v, math.copysign(1.0, v)),
-                                     ir.leaf(ir.SCALAR, v, (), torch.float64))
     try:
         return _apply(func, args, kwargs, call)
     finally:
         ir.SHARED_SCALARS.clear()
+
+
+def share_scalars(values) -> bool:
+    """One SCALAR leaf per distinct float of ``values`` for the ops recorded until the
+    caller clears ``ir.SHARED_SCALARS``; False, doing nothing, inside another such call."""
+    if ir.SHARED_SCALARS:
+        return False
+    for v in values:
+        ir.SHARED_SCALARS.setdefault((v, math.copysign(1.0, v)),
+                                     ir.leaf(ir.SCALAR, v, (), torch.float64))
+    return True
 
 
 def _apply(func, args, kwargs, call):
@@ -130,53 +137,3 @@ def _apply_each(base, inplace, listy, op, n, args, kw, call):
 def _op(base, inplace):
     return getattr(aten, base + ("_" if inplace else ""), None)
 
-
-# ---- GradScaler's ops (torch.amp.GradScaler: unscale_, update) ----------------------
-# Decompositions of the functional forms; their in-place spellings, the ones GradScaler
-# calls, write the results back (``dispatch._mutating``). Arguments torch's kernels refuse
-# answer ``NotImplemented``: the op runs eagerly and torch raises its error.
-
-
-def _one_float32(t) -> bool:
-    return t.numel() == 1 and t.dtype == torch.float32
-
-
-@decomposition(aten._amp_foreach_non_finite_check_and_unscale.default)
-def amp_unscale(grads, found_inf, inv_scale):
-    """Each gradient times ``inv_scale`` (a 16-bit one computed in float32 and rounded, as
-    torch's kernels do and as the lazy ``mul`` of a 0-d float32 does); ``found_inf``
-    becomes 1 where any element of any gradient is not finite, and is kept otherwise."""
-    if not (_one_float32(found_inf) and _one_float32(inv_scale)) or any(
-            g.dtype not in _UNSCALED for g in grads):
-        return NotImplemented
-    inv = inv_scale.reshape(())
-    out = [g * inv for g in grads]
-    if not grads:
-        return out, found_inf.clone()
-    bad = torch.stack([torch.isfinite(g).logical_not().any() for g in grads]).any()
-    return out, torch.where(bad, torch.ones_like(found_inf), found_inf)
-
-
-_UNSCALED = (torch.float32, torch.float64, torch.float16, torch.bfloat16)
-
-
-@decomposition(aten._amp_update_scale.default)
-def amp_update_scale(scale, growth_tracker, found_inf, growth_factor: float,
-                     backoff_factor: float, growth_interval: int):
-    """torch's kernel: after an overflow the scale times ``backoff_factor`` and the count of
-    good steps reset; else that count plus one, and at ``growth_interval`` the scale times
-    ``growth_factor`` (kept if finite) and the count reset. The products are in float64
-    (the float32 scale times a C double), rounded to float32."""
-    if not (_one_float32(scale) and _one_float32(found_inf)) or growth_tracker.numel() != 1 \
-            or growth_tracker.dtype != torch.int32:
-        return NotImplemented
-    found = found_inf.reshape(()) != 0
-    wide = scale.to(torch.float64)
-    backed_off = (wide * backoff_factor).to(torch.float32)
-    grown = (wide * growth_factor).to(torch.float32)
-    good_steps = growth_tracker + 1
-    grow = good_steps == growth_interval
-    new_scale = torch.where(found, backed_off,
-                            torch.where(grow & torch.isfinite(grown), grown, scale))
-    new_tracker = torch.where(found | grow, torch.zeros_like(growth_tracker), good_steps)
-    return new_scale, new_tracker
