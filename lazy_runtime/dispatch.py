@@ -764,6 +764,17 @@ def _both_lazy(func, args) -> tuple:
     return a, b
 
 
+def _has_same_storage_numel(func, args, kwargs):
+    """Forward-mode AD asks it of a primal and its tangent (``make_dual``): a lazy
+    tensor's storage is its base's buffer, counted in the tensor's own element size."""
+    def numel(t):
+        if isinstance(t, LazyTensor):
+            base = t._st.node
+            return math.prod(base.shape) * base.dtype.itemsize // t.dtype.itemsize
+        return t.untyped_storage().nbytes() // t.element_size()
+    return numel(args[0]) == numel(args[1])
+
+
 def _equal(func, args, kwargs):
     """``torch.equal``: the elements compared on the device and one bool read (a barrier),
     where the eager fallback copied both tensors to the host. Sizes that differ are
@@ -879,6 +890,7 @@ SPECIAL = {
     aten.resize_as_.default: _unsupported,
     aten._linalg_check_errors.default: linalg.check_errors,
     aten.equal.default: _equal,
+    aten._has_same_storage_numel.default: _has_same_storage_numel,
     aten.allclose.default: _allclose,
     aten.polygamma_.default: _polygamma_,
     aten.repeat_interleave.Tensor: _repeat_interleave,

@@ -1,0 +1,48 @@
+"""Forward-mode AD (``torch.autograd.forward_ad``, ``torch.func.jvp``) on lazy tensors:
+recorded like any other op, nothing run eagerly."""
+
+import pytest
+import torch
+import torch.autograd.forward_ad as fwAD
+from torch.func import hessian, jvp
+
+import lazy_runtime as lr
+
+from conftest import DEV
+
+
+def _forward_ad(device):
+    g = torch.Generator().manual_seed(0)
+    x, t = torch.randn(3, 4, generator=g).to(device), torch.randn(3, 4, generator=g).to(device)
+    with fwAD.dual_level():
+        y = torch.tanh(fwAD.make_dual(x, t)).sum(1) * 2
+        # a view as the primal: its tangent is laid out like its base
+        z = (fwAD.make_dual(x[1:], t[1:]) ** 2).mean()
+        tangents = [fwAD.unpack_dual(y).tangent, fwAD.unpack_dual(z).tangent]
+    _, j = jvp(lambda a: (a.sin() * a).sum(), (x,), (t,))
+    h = hessian(lambda a: (a ** 3).sum())(x[0])
+    return [v.cpu() for v in (*tangents, j, h)]
+
+
+def test_forward_ad_matches_torch_with_nothing_run_eagerly():
+    want = _forward_ad("cpu")
+    lr.reset_metrics()
+    got = _forward_ad(DEV)
+    for a, b in zip(got, want):
+        torch.testing.assert_close(a, b)
+    assert lr.metrics()["fallback_ops"] == {}
+
+
+@pytest.mark.parametrize("pair", [
+    lambda x: (x, x.clone()),
+    lambda x: (x[1:], x),              # a view counts its base's elements
+    lambda x: (x[1:], x[1:].clone()),
+    lambda x: (x.view(torch.int32), x),
+    lambda x: (x.view(torch.int16), x),  # counted in the view's own element size
+    lambda x: (x.reshape(-1)[:5], torch.zeros(12).to(x.device)),
+])
+def test_has_same_storage_numel_answers_as_torch(pair):
+    for_cpu = pair(torch.zeros(3, 4))
+    for_lazy = pair(torch.zeros(3, 4).to(DEV))
+    same = torch.ops.aten._has_same_storage_numel
+    assert same(*for_lazy) == same(*for_cpu)
