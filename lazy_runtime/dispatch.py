@@ -597,6 +597,10 @@ def _view_plan(func, args, kwargs):
     out_shape = [tuple(m[0]) for m in meta] if multi else tuple(meta[0])
     steps = _view_steps(func, args, kwargs, out_shape, None if multi else meta[1])
     size, stride, offset = tuple(x.shape), x.stride(), x.storage_offset()
+    if func is aten.view.default and view_strides(size, tuple(stride), out_shape) is None:
+        raise RuntimeError("view size is not compatible with input tensor's size and stride "
+                           "(at least one dimension spans across two contiguous subspaces). "
+                           "Use .reshape(...) instead.")
     if multi:
         return [(s, *_step_strides(s, size, stride, offset)) for s in steps]
     return (steps, *_step_strides(steps, size, stride, offset))

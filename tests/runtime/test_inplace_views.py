@@ -129,6 +129,31 @@ def test_as_strided_past_the_storage_raises_torchs_error(size, stride, offset):
     assert str(got.value) == str(want.value).split("\n")[0]
 
 
+@pytest.mark.parametrize("view", [
+    lambda t: t.t().view(24),                       # not viewable: torch's error
+    lambda t: t[:, ::2].view(-1),
+    lambda t: t.t().reshape(6, 4).view(24),         # (reshape copied: contiguous)
+    lambda t: t.t().view(2, 3, 4),                  # dims split within one stride: viewable
+    lambda t: t[2:].view(2, 2, 3),
+    lambda t: t.unsqueeze(0).transpose(0, 1).view(4, 6),
+    lambda t: t.expand(2, 4, 6).view(2, 24),
+])
+def test_view_is_refused_where_torch_refuses_it(view):
+    """``view`` keeps torch's strides rule (ATen's computeStride): where the sizes cannot be
+    a view of these strides, torch's error, not a silently copied value."""
+    base = torch.arange(24.0).reshape(4, 6)
+    try:
+        want = view(base)
+    except RuntimeError as e:
+        with pytest.raises(RuntimeError, match="view size is not compatible"):
+            view(base.to(DEV))
+        assert "view size is not compatible" in str(e)
+        return
+    got = view(base.to(DEV))
+    assert got.stride() == want.stride()
+    assert torch.equal(got.cpu(), want)
+
+
 def test_as_strided_of_a_real_view_of_complex_counts_the_storage_in_real_parts():
     c = torch.randn(5, dtype=torch.complex64)
     real = torch.view_as_real(c.to(DEV))
