@@ -31,6 +31,8 @@ sys.path.insert(0, str(ROOT / "benchmarks"))
 import lazy_runtime as lr  # noqa: E402
 from results_file import replace_section  # noqa: E402
 
+lr.config.compile_cache = None   # first results are timed with cold compiles
+
 DATE = "2026-11-22"
 WARMUP = 6
 

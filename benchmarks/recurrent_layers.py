@@ -31,6 +31,8 @@ import lazy_runtime as lr  # noqa: E402
 from lazy_runtime.ops import recurrent  # noqa: E402
 from results_file import replace_section  # noqa: E402
 
+lr.config.compile_cache = None   # first results are timed with cold compiles
+
 DATE = "2026-11-22"
 KINDS = ("LSTM", "GRU", "RNN")
 

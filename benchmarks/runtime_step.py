@@ -38,6 +38,8 @@ from step_configs import WARMUP, configs, training_step  # noqa: E402
 import runtime_jax_models as jm  # noqa: E402
 from results_file import replace_section  # noqa: E402
 
+lr.config.compile_cache = None   # first results are timed with cold compiles
+
 DATE = "2026-11-27"
 
 

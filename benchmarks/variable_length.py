@@ -37,6 +37,8 @@ sys.path.insert(0, str(ROOT))
 import lazy_runtime as lr  # noqa: E402
 import shapeinfer  # noqa: E402
 
+lr.config.compile_cache = None   # compile time is measured: cold compiles
+
 
 def load_gpt():
     spec = importlib.util.spec_from_file_location("train_gpt", ROOT / "examples" / "train_gpt.py")

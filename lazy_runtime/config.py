@@ -97,6 +97,27 @@ def _option_value(raw: str):
     return raw
 
 
+def default_compile_cache() -> str:
+    """Where compiled executables are kept between processes unless told otherwise: ``xla``
+    in the runtime's cache folder (``LAZY_RUNTIME_CACHE_DIR``, else ``lazy_runtime`` in
+    ``$XDG_CACHE_HOME`` or ``~/.cache``), beside the C++ device guard's build."""
+    base = os.environ.get("LAZY_RUNTIME_CACHE_DIR") or os.path.join(
+        os.environ.get("XDG_CACHE_HOME") or os.path.join(os.path.expanduser("~"), ".cache"),
+        "lazy_runtime")
+    return os.path.join(base, "xla")
+
+
+def parse_compile_cache(text: str):
+    """``LAZY_RUNTIME_COMPILE_CACHE``: a directory, ``off`` (or 0/false/no: None, no disk
+    cache), or ``on`` (1/true/yes: the default directory)."""
+    value = text.strip()
+    if value.lower() in _FALSE:
+        return None
+    if not value or value.lower() in _TRUE:
+        return default_compile_cache()
+    return os.path.expanduser(value)
+
+
 def _env_parsed(name: str, parse, default, fallback: str):
     """Environment variable ``name`` through ``parse``; unset, ``default``; a value
     ``parse`` refuses (ValueError) is a warning naming it, and ``default``."""
@@ -146,6 +167,12 @@ class Config:
         # Env: LAZY_RUNTIME_XLA_OPTIONS="name=value name=value". Read when a graph compiles.
         self.compiler_options: dict = _env_parsed("LAZY_RUNTIME_XLA_OPTIONS", parse_options, {},
                                                   "no options used")
+        # Directory of compiled executables kept between processes (JAX's persistent
+        # compilation cache): a graph compiled by an earlier run is loaded instead of
+        # compiled. None: no disk cache. Env: LAZY_RUNTIME_COMPILE_CACHE (a directory, or
+        # off). Read at each compile; the first directory a process uses stays its cache.
+        self.compile_cache: str | None = _env_parsed(
+            "LAZY_RUNTIME_COMPILE_CACHE", parse_compile_cache, default_compile_cache(), "")
         # Freeze Python's heap (gc.freeze) at the first mark_step after the first full
         # garbage collection, so later full collections skip it (see ``heap``).
         self.freeze_heap: bool = env_flag("LAZY_RUNTIME_FREEZE_HEAP", True)

@@ -20,7 +20,7 @@ import jax.numpy as jnp
 import numpy as np
 import torch
 
-from . import dtypes, dynamic, fold, heap, ir, log, replay
+from . import disk_cache, dtypes, dynamic, fold, heap, ir, log, replay
 from .config import config
 from .errors import (IndexCheckError, LazyRuntimeError, PaddedLoweringError,
                      UnsupportedOperation, ZeroDivisionCheckError)
@@ -489,8 +489,8 @@ def _jit_compile(g: ir.Graph, fn, datas, *more_avals) -> Executable:
         with _x64(True), jax.default_device(device):
             lowered = jax.jit(_with_checks(fn, messages, input_checks)).lower(*avals)
             try:
-                compiled = lowered.compile(
-                    compiler_options=_compiler_options(excess_precision, options))
+                compiled, from_disk = disk_cache.compile_cached(lambda: lowered.compile(
+                    compiler_options=_compiler_options(excess_precision, options)))
             except Exception as e:
                 if options and "option" in str(e):   # (jax: "No such compile option")
                     raise LazyRuntimeError(
@@ -503,6 +503,7 @@ def _jit_compile(g: ir.Graph, fn, datas, *more_avals) -> Executable:
     seconds = time.perf_counter() - t0
     METRICS.compile_seconds += seconds
     METRICS.compiles += 1
+    METRICS.disk_cache_hits += from_disk
     return Executable(compiled, sum(1 for n in g.nodes if n.op not in ir.LEAVES),
                       tuple(messages), tuple(input_checks), context, seconds)
 

@@ -6,7 +6,7 @@ import collections
 
 from . import log
 
-_COUNTS = ("compiles", "cache_hits", "graphs_executed", "traced_ops", "syncs",
+_COUNTS = ("compiles", "disk_cache_hits", "cache_hits", "graphs_executed", "traced_ops", "syncs",
            "cache_evictions", "transfers_to_device", "transfers_to_host", "host_ops",
            "host_folds", "padded_executions", "replays", "replays_across_sizes", "step_replays")
 _TIMES = ("compile_seconds", "execute_seconds")
@@ -85,7 +85,9 @@ def metrics_report() -> str:
              + ("" if native_guard.HOOKS[0] == native_guard.NATIVE
                 else f"; hooks: {native_guard.HOOKS[0]}"),
              f"  graphs executed : {m['graphs_executed']}  (ops in last graph: {m['last_graph_ops']})",
-             f"  compiles        : {m['compiles']}  ({m['compile_seconds']:.3f} s)",
+             f"  compiles        : {m['compiles']}  ({m['compile_seconds']:.3f} s"
+             + (f"; {m['disk_cache_hits']} loaded from {config.compile_cache}"
+                if config.compile_cache else "; no disk cache") + ")",
              f"  cache hits      : {m['cache_hits']}  (evictions: {m['cache_evictions']})",
              f"  execute time    : {m['execute_seconds']:.3f} s",
              f"  traced ops      : {m['traced_ops']}",

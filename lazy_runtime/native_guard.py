@@ -112,7 +112,7 @@ def _cache_dirs() -> list[Path]:
     return [home / "lazy_runtime", Path(tempfile.gettempdir()) / f"lazy_runtime-{os.getuid()}"]
 
 
-def _private_dir(d: Path) -> bool:
+def private_dir(d: Path) -> bool:
     """Make ``d`` (mode 0700) if needed; whether it is ours to load a library from."""
     try:
         d.mkdir(mode=0o700, parents=True, exist_ok=True)
@@ -133,7 +133,7 @@ def built_library(source: Path | None = None, libs=GUARD_LIBS) -> Path:
     key = hashlib.sha256("\0".join([source.read_text(), torch.__version__, str(torch_dir),
                                     cxx, *flags]).encode()).hexdigest()[:16]
     name = f"{source.stem}-{key}.so"
-    dirs = [d for d in _cache_dirs() if _private_dir(d)]
+    dirs = [d for d in _cache_dirs() if private_dir(d)]
     for d in dirs:
         if (d / name).is_file():
             return d / name

@@ -20,6 +20,7 @@ from .foreach import share_scalars
 from .registry import decomposition
 
 aten = torch.ops.aten
+_FLOATS = (torch.float32, torch.float64, torch.float16, torch.bfloat16)
 
 
 # ---- GradScaler's ops (torch.amp.GradScaler: unscale_, update) ----------------------
@@ -35,7 +36,7 @@ def amp_unscale(grads, found_inf, inv_scale):
     torch's kernels do and as the lazy ``mul`` of a 0-d float32 does); ``found_inf``
     becomes 1 where any element of any gradient is not finite, and is kept otherwise."""
     if not (_one_float32(found_inf) and _one_float32(inv_scale)) or any(
-            g.dtype not in _UNSCALED for g in grads):
+            g.dtype not in _FLOATS for g in grads):
         return NotImplemented
     inv = inv_scale.reshape(())
     out = [g * inv for g in grads]
@@ -44,8 +45,6 @@ def amp_unscale(grads, found_inf, inv_scale):
     bad = torch.stack([torch.isfinite(g).logical_not().any() for g in grads]).any()
     return out, torch.where(bad, torch.ones_like(found_inf), found_inf)
 
-
-_UNSCALED = (torch.float32, torch.float64, torch.float16, torch.bfloat16)
 
 
 @decomposition(aten._amp_update_scale.default)
@@ -71,9 +70,6 @@ def amp_update_scale(scale, growth_tracker, found_inf, growth_factor: float,
 
 
 # ---- fused optimizers -----------------------------------------------------------------
-
-
-_FLOATS = (torch.float32, torch.float64, torch.float16, torch.bfloat16)
 
 
 def _rec(packet, *args):

@@ -2,6 +2,7 @@
 
 import fnmatch
 import importlib.util
+import os
 import sys
 from pathlib import Path
 
@@ -11,6 +12,10 @@ import torch
 ROOT = Path(__file__).resolve().parents[2]
 if str(ROOT) not in sys.path:
     sys.path.insert(0, str(ROOT))
+
+# Tests compile from scratch, each run alike: no executables from earlier runs (the disk
+# cache has its own tests, in their own folders)
+os.environ.setdefault("LAZY_RUNTIME_COMPILE_CACHE", "off")
 
 import lazy_runtime as lr  # noqa: E402
 

@@ -77,9 +77,9 @@ def test_a_shared_cache_folder_is_not_used(tmp_path):
     shared = tmp_path / "shared"
     shared.mkdir()
     shared.chmod(0o777)   # another user could have put a library there
-    assert not native_guard._private_dir(shared)
+    assert not native_guard.private_dir(shared)
     mine = tmp_path / "mine"
-    assert native_guard._private_dir(mine) and mine.is_dir()
+    assert native_guard.private_dir(mine) and mine.is_dir()
 
 
 def test_without_a_compiler_torchs_python_guard_is_kept_and_training_works(tmp_path):
