@@ -36,8 +36,8 @@ from .errors import NoLowering, UnsupportedOperation, as_torch_error
 from .metrics import METRICS
 from .ops import foreach, linalg, recurrent
 from .ops.elementwise import number_fits
-from .ops.registry import (COMPLEX_OK, DECOMPOSITIONS, DYNAMIC_SCALARS, LOWERINGS, PURE_RULES,
-                           RULES, SAME_LAYOUT)
+from .ops.registry import (COMPLEX_OK, DECOMPOSITIONS, DYNAMIC_SCALARS, ELEMENTWISE, LOWERINGS,
+                           PURE_RULES, RULES, SAME_LAYOUT)
 from .tensor import (DEVICE, LazyTensor, new_base, new_view, node_of, write, contiguous_strides,
                      view_strides)
 
@@ -267,7 +267,114 @@ def _wrap(func, node: ir.Node):
 
 
 def _functional(func, args, kwargs):
-    return _wrap(func, record(func, args, kwargs))
+    node = record(func, args, kwargs)
+    if id(func) in _KEEPS_LAYOUT and _permuted_input(args):
+        out = _in_torch_layout(func, args, kwargs, node)
+        if out is not None:
+            return out
+    return _wrap(func, node)
+
+
+# ---- output layouts -------------------------------------------------------------------
+# torch's elementwise ops (TensorIterator), ``clone`` and dtype copies give a permuted
+# input's output the input's layout (``x.t() * 2`` has strides (1, n)). What is a view or
+# a copy later depends on it: ``reshape`` of such an output copies in torch, so a write to
+# one leaves the other alone, and ``view`` of it is refused. Such an output here is a
+# permute view of a base holding the value in torch's storage order, with torch's strides.
+
+_KEEPS_LAYOUT: set = set()   # ids of the ops (filled below, once the tables are complete)
+_LAYOUTS: dict = {}          # (op, input layouts, other arguments) -> torch's output strides
+_LAYOUTS_MAX = 4096
+
+
+def _permuted_input(args) -> bool:
+    """Whether a lazy tensor among ``args`` has strides out of order (a slice's, in order
+    with gaps, gives torch's kernels a contiguous output: no need to ask them)."""
+    for a in args:
+        # (only views can have non-contiguous strides: bases are contiguous)
+        if type(a) is LazyTensor and a._vw and not a.is_contiguous() and _out_of_order(a):
+            return True
+    return False
+
+
+def _out_of_order(t) -> bool:
+    last = None
+    for size, stride in zip(t.shape, t.stride()):
+        if size > 1:
+            if last is not None and stride > last:
+                return True
+            last = stride
+    return False
+
+
+def _in_torch_layout(func, args, kwargs, node: ir.Node):
+    """The op's output with the strides torch gives it (``_with_strides``)."""
+    if isinstance(node.dtype, tuple):
+        return None
+    return _with_strides(node, _torch_strides(func, args, kwargs))
+
+
+def _with_strides(node: ir.Node, strides):
+    """A new tensor of value ``node`` with these strides (made dense in their order): a
+    permute view of a base in that storage order; None where they are contiguous or
+    unknown."""
+    shape = tuple(node.shape)
+    if strides is None or len(strides) != len(shape) or strides == contiguous_strides(shape):
+        return None
+    order = tuple(sorted(range(len(shape)), key=lambda d: (-strides[d], d)))
+    stored = tuple(shape[d] for d in order)
+    dense = contiguous_strides(stored)
+    if any(shape[d] > 1 and strides[d] != dense[i] for i, d in enumerate(order)):
+        # with gaps (prims.copy_strided of a strided view's strides): the dense strides of
+        # that order, as torch's kernels keep a layout (``preserve_format``)
+        strides = tuple(dense[order.index(d)] for d in range(len(shape)))
+        if strides == contiguous_strides(shape):
+            return None
+    base = new_base(ir.make_node(aten.permute.default, (_marker(0), order), (), (node,),
+                                 stored, node.dtype))
+    back = tuple(order.index(d) for d in range(len(shape)))
+    return new_view(base, (("permute", shape, back),), shape, strides, 0)
+
+
+def _copy_strided(func, args, kwargs):
+    """``prims.copy_strided`` (torch's decompositions keep their input's layout with it): a
+    copy of the value with those strides."""
+    x, strides = args[0], tuple(args[1])
+    node = node_of(x)
+    out = _with_strides(node, strides)
+    return new_base(node) if out is None else out
+
+
+def _torch_strides(func, args, kwargs):
+    """torch's output strides for these inputs' layouts: its meta kernel's answer (slow,
+    Python), remembered by the op, each tensor's size, strides and dtype, and the rest."""
+    def layout(a):
+        if isinstance(a, torch.Tensor):
+            return (torch.Tensor, tuple(a.shape), a.stride(), a.dtype)
+        return _hashable(a)
+    try:
+        key = (id(func), *map(layout, args), *[(k, layout(v)) for k, v in kwargs.items()])
+        hash(key)
+    except TypeError:   # an unhashable argument
+        key = None
+    if key is not None and key in _LAYOUTS:
+        return _LAYOUTS[key]
+
+    def meta(a):
+        if isinstance(a, torch.Tensor):
+            return torch.empty_strided(tuple(a.shape), a.stride(), dtype=a.dtype,
+                                       device="meta")
+        return a
+    try:
+        strides = tuple(func(*map(meta, args), **{k: meta(v) for k, v in kwargs.items()})
+                        .stride())
+    except Exception:   # (no meta kernel, or one that refuses these: keep contiguous)
+        strides = None
+    if key is not None:
+        if len(_LAYOUTS) >= _LAYOUTS_MAX:
+            _LAYOUTS.clear()
+        _LAYOUTS[key] = strides
+    return strides
 
 
 # ---- mutation -----------------------------------------------------------------------
@@ -706,7 +813,12 @@ def _to_copy(func, args, kwargs):
     """A copy on this device (one to another device: ``_to_the_named_device``)."""
     x = args[0]
     dtype = kwargs.get("dtype")
-    return new_base(convert(node_of(x), dtype if dtype is not None else x.dtype))
+    node = convert(node_of(x), dtype if dtype is not None else x.dtype)
+    if _permuted_input(args):   # (a copy keeps a permuted layout: see _functional)
+        out = _in_torch_layout(func, args, kwargs, node)
+        if out is not None:
+            return out
+    return new_base(node)
 
 
 def _copy_(func, args, kwargs):
@@ -895,6 +1007,7 @@ SPECIAL = {
     aten._linalg_check_errors.default: linalg.check_errors,
     aten.equal.default: _equal,
     aten._has_same_storage_numel.default: _has_same_storage_numel,
+    torch.ops.prims.copy_strided.default: _copy_strided,
     aten.allclose.default: _allclose,
     aten.polygamma_.default: _polygamma_,
     aten.repeat_interleave.Tensor: _repeat_interleave,
@@ -918,6 +1031,7 @@ for _op in (aten.randn_like.default, aten.rand_like.default, aten.randint_like.d
 # (inference_mode); with them on, at AutogradPrivateUse1.
 for _op, _fn in recurrent.LAYER_OPS.items():
     SPECIAL[_op] = lambda func, args, kwargs, _fn=_fn: _fn(*args, **kwargs)
+_KEEPS_LAYOUT.update(id(op) for op in (*ELEMENTWISE, aten.clone.default))
 
 
 # ---- fallback -----------------------------------------------------------------------

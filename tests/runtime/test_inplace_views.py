@@ -154,6 +154,50 @@ def test_view_is_refused_where_torch_refuses_it(view):
     assert torch.equal(got.cpu(), want)
 
 
+LAYOUT_KEEPING = {
+    "mul": lambda t: t * 2,
+    "sin": lambda t: t.sin(),
+    "add-first-permuted": lambda t: t + torch.ones(t.shape, device=t.device),
+    "add-second-permuted": lambda t: torch.ones(t.shape, device=t.device) + t,
+    "clone": lambda t: t.clone(),
+    "to-float64": lambda t: t.double(),
+    "where": lambda t: torch.where(t > 0, t, 0.0),
+    "index_fill": lambda t: t.index_fill(0, torch.tensor([1], device=t.device), 2.0),
+    "sum-keeps-no-layout": lambda t: t.sum(0),
+}
+
+
+@pytest.mark.parametrize("name", list(LAYOUT_KEEPING))
+@pytest.mark.parametrize("permute", [lambda x: x.t(), lambda x: x[:, ::2].t(),
+                                     lambda x: x.reshape(2, 2, 3).permute(2, 0, 1)],
+                         ids=["t", "strided-t", "permute-3d"])
+def test_outputs_of_permuted_inputs_have_torchs_strides(name, permute):
+    """torch's elementwise ops, clone and dtype copies keep a permuted input's layout; what
+    a later reshape does (a view, or a copy) follows from it."""
+    x = torch.arange(12.0).reshape(3, 4) - 5
+    if name == "index_fill" and permute(x).stride() == (2, 4):   # (the strided t)
+        pytest.skip("index_fill is torch's decomposition, which keeps only a dense layout")
+    want = LAYOUT_KEEPING[name](permute(x))
+    got = LAYOUT_KEEPING[name](permute(x.to(DEV)))
+    assert got.stride() == want.stride() and got.is_contiguous() == want.is_contiguous()
+    assert torch.equal(got.cpu(), want)
+
+
+def test_a_reshape_that_copies_in_torch_copies_here():
+    def run(x):
+        y = x.t() * 2            # (1, 3)-strided in torch: reshape must copy
+        flat = y.reshape(-1)
+        flat.fill_(7.0)           # leaves y alone
+        y.add_(1)                 # leaves flat alone
+        z = (x.t() + 1).contiguous().view(-1)   # contiguous: a view, writes shared
+        return y, flat, z
+    x = torch.arange(6.0).reshape(2, 3)
+    lr.reset_metrics()
+    for got, want in zip(run(x.to(DEV)), run(x)):
+        assert torch.equal(got.cpu(), want)
+    assert lr.metrics()["fallback_ops"] == {}   # (prims.copy_strided included)
+
+
 def test_as_strided_of_a_real_view_of_complex_counts_the_storage_in_real_parts():
     c = torch.randn(5, dtype=torch.complex64)
     real = torch.view_as_real(c.to(DEV))
