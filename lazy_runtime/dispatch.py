@@ -366,8 +366,10 @@ def _torch_strides(func, args, kwargs):
                                        device="meta")
         return a
     try:
-        strides = tuple(func(*map(meta, args), **{k: meta(v) for k, v in kwargs.items()})
-                        .stride())
+        # (a copy to this device, ``x.to(dev, dtype)``: asked on the meta device too)
+        kw = {k: "meta" if k == "device" and v is not None else meta(v)
+              for k, v in kwargs.items()}
+        strides = tuple(func(*map(meta, args), **kw).stride())
     except Exception:   # (no meta kernel, or one that refuses these: keep contiguous)
         strides = None
     if key is not None:

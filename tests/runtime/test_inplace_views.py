@@ -161,6 +161,7 @@ LAYOUT_KEEPING = {
     "add-second-permuted": lambda t: torch.ones(t.shape, device=t.device) + t,
     "clone": lambda t: t.clone(),
     "to-float64": lambda t: t.double(),
+    "to-its-device-float16": lambda t: t.to(t.device, torch.float16),
     "where": lambda t: torch.where(t > 0, t, 0.0),
     "index_fill": lambda t: t.index_fill(0, torch.tensor([1], device=t.device), 2.0),
     "sum-keeps-no-layout": lambda t: t.sum(0),
