@@ -149,3 +149,45 @@ def test_arguments_torch_refuses_raise_its_error():
     with pytest.raises(RuntimeError) as got:
         call(DEV)
     assert str(got.value) == str(want.value)
+
+
+def _gpt2_mixed_precision(device, steps=5):
+    transformers = pytest.importorskip("transformers")
+    torch.manual_seed(0)
+    config = transformers.GPT2Config(n_layer=2, n_head=2, n_embd=32, vocab_size=100,
+                                     n_positions=32, resid_pdrop=0.0, embd_pdrop=0.0,
+                                     attn_pdrop=0.0, eos_token_id=0, bos_token_id=0)
+    model = transformers.GPT2LMHeadModel(config).to(device)
+    opt = torch.optim.AdamW(model.parameters(), lr=3e-3, weight_decay=0.1, fused=True)
+    schedule = torch.optim.lr_scheduler.CosineAnnealingLR(opt, steps)
+    kind = torch.device(device).type
+    scaler = torch.amp.GradScaler(kind, init_scale=2.0 ** 8)
+    losses, graphs = [], []
+    for step in range(steps):
+        before = lr.metrics()["graphs_executed"]
+        ids = torch.randint(0, 100, (4, 16), generator=torch.Generator().manual_seed(step))
+        with torch.autocast(kind, dtype=torch.float16):
+            loss = model(ids.to(device), labels=ids.to(device)).loss
+        scaler.scale(loss).backward()
+        scaler.unscale_(opt)
+        nn.utils.clip_grad_norm_(model.parameters(), 1.0)
+        scaler.step(opt)
+        scaler.update()
+        opt.zero_grad(set_to_none=True)
+        schedule.step()
+        if device == DEV:
+            lr.mark_step()
+        losses.append(loss.item())
+        graphs.append(lr.metrics()["graphs_executed"] - before)
+    return losses, graphs
+
+
+def test_a_float16_gpt2_step_with_a_scaler_and_fused_adamw_is_one_graph():
+    """transformers' GPT-2 under float16 autocast, GradScaler (unscale_, clipping, step,
+    update), fused AdamW and a schedule: eager's losses, one graph a step, nothing eager."""
+    want, _ = _gpt2_mixed_precision("cpu")
+    lr.reset_metrics()
+    got, graphs = _gpt2_mixed_precision(DEV)
+    torch.testing.assert_close(torch.tensor(got), torch.tensor(want), rtol=1e-4, atol=1e-5)
+    assert graphs == [1] * len(got)
+    assert lr.metrics()["fallback_ops"] == {}
