@@ -276,11 +276,12 @@ def _functional(func, args, kwargs):
 
 
 # ---- output layouts -------------------------------------------------------------------
-# torch's elementwise ops (TensorIterator), ``clone`` and dtype copies give a permuted
-# input's output the input's layout (``x.t() * 2`` has strides (1, n)). What is a view or
-# a copy later depends on it: ``reshape`` of such an output copies in torch, so a write to
-# one leaves the other alone, and ``view`` of it is refused. Such an output here is a
-# permute view of a base holding the value in torch's storage order, with torch's strides.
+# torch's elementwise ops (TensorIterator), ``clone``, ``flip``, dtype copies and
+# ``*_like`` factories give a permuted input's output the input's layout (``x.t() * 2``
+# has strides (1, n)). What is a view or a copy later depends on it: ``reshape`` of such
+# an output copies in torch, so a write to one leaves the other alone, and ``view`` of it
+# is refused. Such an output here is a permute view of a base holding the value in
+# torch's storage order, with torch's strides.
 
 _KEEPS_LAYOUT: set = set()   # ids of the ops (filled below, once the tables are complete)
 _LAYOUTS: dict = {}          # (op, input layouts, other arguments) -> torch's output strides
@@ -935,7 +936,12 @@ def _factory_like(func, args, kwargs):
         fill = args[2] if name == "new_full" else args[1]
         if not number_fits(fill, dtype):   # torch's checked conversion: its error or value
             fill = torch.full((), fill, dtype=dtype).item()
-    return host_constant(shape, dtype, fill)
+    out = host_constant(shape, dtype, fill)
+    if name.endswith("_like") and _permuted_input(args):   # (torch keeps the layout)
+        laid = _in_torch_layout(func, args, kwargs, node_of(out))
+        if laid is not None:
+            return laid
+    return out
 
 
 def _unsupported(func, args, kwargs):
@@ -1033,7 +1039,7 @@ for _op in (aten.randn_like.default, aten.rand_like.default, aten.randint_like.d
 # (inference_mode); with them on, at AutogradPrivateUse1.
 for _op, _fn in recurrent.LAYER_OPS.items():
     SPECIAL[_op] = lambda func, args, kwargs, _fn=_fn: _fn(*args, **kwargs)
-_KEEPS_LAYOUT.update(id(op) for op in (*ELEMENTWISE, aten.clone.default))
+_KEEPS_LAYOUT.update(id(op) for op in (*ELEMENTWISE, aten.clone.default, aten.flip.default))
 
 
 # ---- fallback -----------------------------------------------------------------------

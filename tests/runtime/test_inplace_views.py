@@ -164,6 +164,9 @@ LAYOUT_KEEPING = {
     "to-its-device-float16": lambda t: t.to(t.device, torch.float16),
     "where": lambda t: torch.where(t > 0, t, 0.0),
     "index_fill": lambda t: t.index_fill(0, torch.tensor([1], device=t.device), 2.0),
+    "flip": lambda t: t.flip(0),
+    "zeros_like": torch.zeros_like,
+    "full_like": lambda t: torch.full_like(t, 3.0),
     "sum-keeps-no-layout": lambda t: t.sum(0),
 }
 
