@@ -809,3 +809,22 @@ def plus_zero_at_zero(f):
 
 elementwise(aten.special_i1.default, torch.ops.prims.bessel_i1.default,
             fn=plus_zero_at_zero(jax.scipy.special.i1), kind=D.INT_TO_FLOAT, operands=(0,))
+
+
+# ---- bool and integer operands torch's kernels refuse -----------------------------------
+# (found by comparing random (op, dtype) pairs with torch: these gave a value here)
+
+def _is_bool(a) -> bool:
+    return type(a) is bool or (isinstance(a, torch.Tensor) and a.dtype is torch.bool)
+
+
+# "Subtraction, the `-` operator, with a bool tensor is not supported" (a Python bool is
+# wrapped as one), and negating one
+refuse((aten.sub.Tensor, aten.sub.Scalar, aten.rsub.Tensor, aten.rsub.Scalar),
+       lambda args, dt: _is_bool(args[0]) or _is_bool(args[1]),
+       "a bool operand of a subtraction (torch's error)")
+refuse((aten.neg.default, aten.abs.default, aten.relu.default, aten.ceil.default,
+        aten.floor.default, aten.round.default, aten.round.decimals, aten.trunc.default),
+       lambda args, dt: args[0].dtype is torch.bool, "a bool operand (torch's error)")
+refuse((aten.hypot.default,), lambda args, dt: not dt.is_floating_point,
+       "integer operands (torch's error)")

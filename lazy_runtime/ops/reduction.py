@@ -143,6 +143,11 @@ def argmax_rule(x, dim=None, keepdim=False):
     return sf.reduce_shape(tuple(x.shape), dim, keepdim), torch.int64
 
 
+# (torch: "argmax(): does not support bool input")
+refuse((aten.argmax.default, aten.argmin.default), lambda args, dt: args[0].dtype is torch.bool,
+       "a bool input (torch's error)")
+
+
 @lowering(aten.argmax.default)
 def lower_argmax(x, dim=None, keepdim=False):
     return _arg_reduce(x, dim, keepdim, amax)

@@ -173,6 +173,23 @@ REFUSED = [
     # full_like / new_full: torch's checked conversion of the fill
     ("full_like 300 into uint8", lambda a: torch.full_like(a, 300), [_x().byte()]),
     ("new_full inf into long", lambda a: a.new_full((2,), float("inf")), [_x().long()]),
+    # bool and integer operands torch's kernels refuse (found by a random (op, dtype) sweep)
+    ("bool minus int", lambda a, b: a - b, [_M, _x().long()]),
+    ("int minus bool", lambda a, b: a - b, [_x().long(), _M]),
+    ("int minus True", lambda a: a - True, [_x().long()]),
+    ("1 minus bool", lambda a: 1 - a, [_M]),
+    ("neg bool", lambda a: -a, [_M]),
+    ("abs bool", lambda a: a.abs(), [_M]),
+    ("relu bool", lambda a: a.relu(), [_M]),
+    ("ceil bool", lambda a: a.ceil(), [_M]),
+    ("floor bool", lambda a: a.floor(), [_M]),
+    ("round bool", lambda a: a.round(), [_M]),
+    ("round decimals bool", lambda a: a.round(decimals=1), [_M]),
+    ("trunc bool", lambda a: a.trunc(), [_M]),
+    ("hypot int", lambda a: torch.hypot(a, a), [_x().int()]),
+    ("hypot bool", lambda a: torch.hypot(a, a), [_M]),
+    ("argmax bool", lambda a: a.argmax(), [_M]),
+    ("argmin bool dim", lambda a: a.argmin(1), [_M]),
 ]
 
 
@@ -198,6 +215,12 @@ ACCEPTED = [
           torch.arange(4.), torch.tensor(1), torch.tensor(5.)),
     _case("scatter value 2.5 into int", lambda x, i: x.scatter(0, i, 2.5), _x().long(), _i2()),
     _case("index_select idx int32", lambda x, i: x.index_select(1, i), _x(), _i1(I32)),
+    _case("floor int", lambda a: a.floor(), _x().long()),
+    _case("round int", lambda a: a.round(), _x().int()),
+    _case("hypot float int", lambda a, b: torch.hypot(a, b), _x(), _x().long()),
+    _case("argmax uint8", lambda a: a.argmax(1), _x().byte()),
+    _case("sign bool", lambda a: a.sign(), _M),
+    _case("bool plus bool", lambda a: a + a, _M),
     _case("index_select 0-d idx", lambda x, i: x.index_select(0, i), _x(), torch.tensor(2)),
     _case("index_add idx int32 alpha", lambda x, i, s: x.index_add(0, i, s, alpha=2.5), _x(),
           _i1(I32), torch.ones(3, 4)),
