@@ -16,6 +16,7 @@ import jax
 import jax.numpy as jnp
 import numpy as np
 import torch
+import torch._decomp
 from jax import lax
 
 from .. import dtypes as D
@@ -828,3 +829,35 @@ refuse((aten.neg.default, aten.abs.default, aten.relu.default, aten.ceil.default
        lambda args, dt: args[0].dtype is torch.bool, "a bool operand (torch's error)")
 refuse((aten.hypot.default,), lambda args, dt: not dt.is_floating_point,
        "integer operands (torch's error)")
+
+
+@decomposition(aten.ldexp.Tensor)
+def ldexp(x, other):
+    """torch's decomposition (``x * 2 ** other``) where x and the exponent share one
+    floating dtype. Elsewhere torch 2.13's own kernel decides the result dtype otherwise
+    (a float16 x with integer exponents stays float16; the decomposition gave float32) and
+    refuses bool exponents: those run eagerly."""
+    if not (x.is_floating_point() and other.dtype == x.dtype):
+        raise NoLowering(aten.ldexp.Tensor, "mixed dtypes (torch's kernel decides)")
+    return torch._decomp.decomposition_table[aten.ldexp.Tensor](x, other)
+
+
+def _decomposed_where(op, ok, reason: str) -> None:
+    """torch's decomposition of ``op`` where ``ok(*args)``; elsewhere the op runs eagerly
+    (torch's kernel refuses what its decomposition would compute)."""
+    def decompose(*args, **kwargs):
+        if not ok(*args):
+            raise NoLowering(op, reason)
+        return torch._decomp.decomposition_table[op](*args, **kwargs)
+    decomposition(op)(decompose)
+
+
+_decomposed_where(aten.heaviside.default, lambda x, values: x.dtype == values.dtype,
+                  "operands of two dtypes (torch's error)")
+_decomposed_where(aten.logaddexp2.default, lambda a, b: a.is_floating_point() or
+                  b.is_floating_point(), "integer operands (torch's error)")
+refuse((aten.logaddexp.default,), lambda args, dt: not dt.is_floating_point,
+       "integer operands (torch's error)")
+# a Python exponent the result dtype cannot hold: torch's checked conversion raises
+refuse((aten.pow.Tensor_Scalar,), lambda args, dt: not number_fits(args[1], dt),
+       "an exponent out of the dtype's range (torch's error)")

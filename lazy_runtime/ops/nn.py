@@ -17,7 +17,7 @@ from jax import lax
 from .. import random as lrandom
 from ..errors import NoLowering, UnsupportedOperation
 from .common import HIGHEST, amax, check_index, norm_dim, opmath, sf, vjp
-from .registry import decomposition, lowering, rule
+from .registry import decomposition, lowering, refuse, rule
 
 aten = torch.ops.aten
 
@@ -604,6 +604,11 @@ def lower_weight_norm_backward(grad_w, v, g, norms, dim):
 def softmax_rule(x, dim, half_to_float):
     norm_dim(dim, x.ndim)
     return _shape(x), torch.float32 if half_to_float else x.dtype
+
+
+# (torch: "softmax_kernel_impl" not implemented for integers; softmax(x, dtype=) casts first)
+refuse((aten._softmax.default, aten._log_softmax.default),
+       lambda args, dt: not args[0].is_floating_point(), "an integer input (torch's error)")
 
 
 @lowering(aten._softmax.default)

@@ -190,6 +190,14 @@ REFUSED = [
     ("hypot bool", lambda a: torch.hypot(a, a), [_M]),
     ("argmax bool", lambda a: a.argmax(), [_M]),
     ("argmin bool dim", lambda a: a.argmin(1), [_M]),
+    ("softmax int", lambda a: a.softmax(1), [_x().long()]),
+    ("log_softmax int", lambda a: a.log_softmax(0), [_x().int()]),
+    ("heaviside two dtypes", lambda a, b: torch.heaviside(a, b), [_x(), _x().double()]),
+    ("logaddexp int", lambda a: torch.logaddexp(a, a), [_x().long()]),
+    ("logaddexp2 int", lambda a: torch.logaddexp2(a, a), [_x().int()]),
+    ("pow half 1e10", lambda a: a.pow(1e10), [_x().half()]),
+    ("pow int8 1000", lambda a: a.pow(1000), [_x().to(torch.int8)]),
+    ("ldexp bool exponent", lambda a, b: torch.ldexp(a, b), [_x(), _M]),
 ]
 
 
@@ -221,6 +229,10 @@ ACCEPTED = [
     _case("argmax uint8", lambda a: a.argmax(1), _x().byte()),
     _case("sign bool", lambda a: a.sign(), _M),
     _case("bool plus bool", lambda a: a + a, _M),
+    _case("ldexp half int", lambda a, b: torch.ldexp(a, b), _x().half(), _x().long()),
+    _case("ldexp float float", lambda a, b: torch.ldexp(a, b), _x(), _x() - 5),
+    _case("heaviside one dtype", lambda a, b: torch.heaviside(a, b), _x() - 5, _x()),
+    _case("softmax int to float", lambda a: a.softmax(1, dtype=torch.float32), _x().long()),
     _case("index_select 0-d idx", lambda x, i: x.index_select(0, i), _x(), torch.tensor(2)),
     _case("index_add idx int32 alpha", lambda x, i, s: x.index_add(0, i, s, alpha=2.5), _x(),
           _i1(I32), torch.ones(3, 4)),
