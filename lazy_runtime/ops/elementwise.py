@@ -455,6 +455,13 @@ for _name, _fn in (("bitwise_and", jnp.bitwise_and), ("bitwise_or", jnp.bitwise_
                    ("bitwise_xor", jnp.bitwise_xor)):
     _packet = getattr(aten, _name)
     elementwise(_packet.Tensor, _packet.Scalar, fn=_fn, operands=(0, 1))
+# floating operands: torch's kernels refuse them ("bitwise_and_cpu" not implemented for
+# 'Float') when the op is called; their lowering failed only at the graph's compile
+refuse((aten.bitwise_and.Tensor, aten.bitwise_and.Scalar, aten.bitwise_or.Tensor,
+        aten.bitwise_or.Scalar, aten.bitwise_xor.Tensor, aten.bitwise_xor.Scalar,
+        aten.bitwise_not.default),
+       lambda args, dt: dt.is_floating_point or dt.is_complex,
+       "floating operands (torch's error)")
 
 
 def _shift(left):
@@ -833,11 +840,16 @@ refuse((aten.hypot.default,), lambda args, dt: not dt.is_floating_point,
 
 @decomposition(aten.ldexp.Tensor)
 def ldexp(x, other):
-    """torch's decomposition (``x * 2 ** other``) where x and the exponent share one
-    floating dtype. Elsewhere torch 2.13's own kernel decides the result dtype otherwise
-    (a float16 x with integer exponents stays float16; the decomposition gave float32) and
-    refuses bool exponents: those run eagerly."""
-    if not (x.is_floating_point() and other.dtype == x.dtype):
+    """torch's decomposition (``x * 2 ** other``) where its dtype is torch's kernel's: x
+    and the exponent of one floating dtype, or integer exponents of a float32 x (or of a
+    float64 x of dims, or with 0-d exponents). Elsewhere torch 2.13's kernel decides the
+    dtype otherwise (a float16 x with integer exponents stays float16; the decomposition
+    gave float32) or refuses (bool exponents): those run eagerly."""
+    integer = not other.is_floating_point() and not other.is_complex() and \
+        other.dtype is not torch.bool
+    ok = x.is_floating_point() and (other.dtype == x.dtype or integer and (
+        x.dtype is torch.float32 or x.dtype is torch.float64 and (x.ndim or not other.ndim)))
+    if not ok:
         raise NoLowering(aten.ldexp.Tensor, "mixed dtypes (torch's kernel decides)")
     return torch._decomp.decomposition_table[aten.ldexp.Tensor](x, other)
 

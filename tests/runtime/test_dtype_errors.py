@@ -198,6 +198,10 @@ REFUSED = [
     ("pow half 1e10", lambda a: a.pow(1e10), [_x().half()]),
     ("pow int8 1000", lambda a: a.pow(1000), [_x().to(torch.int8)]),
     ("ldexp bool exponent", lambda a, b: torch.ldexp(a, b), [_x(), _M]),
+    ("bitwise_and float", lambda a: a & a, [_x()]),
+    ("bitwise_xor float int", lambda a, b: a ^ b, [_x().double(), _x().long()]),
+    ("bitwise_or float 3", lambda a: a | 3, [_x().half()]),
+    ("bitwise_not float", lambda a: ~a, [_x()]),
 ]
 
 
