@@ -868,7 +868,7 @@ _decomposed_where(aten.heaviside.default, lambda x, values: x.dtype == values.dt
                   "operands of two dtypes (torch's error)")
 _decomposed_where(aten.logaddexp2.default, lambda a, b: a.is_floating_point() or
                   b.is_floating_point(), "integer operands (torch's error)")
-refuse((aten.logaddexp.default,), lambda args, dt: not dt.is_floating_point,
+refuse((aten.logaddexp.default,), lambda args, dt: not (dt.is_floating_point or dt.is_complex),
        "integer operands (torch's error)")
 # a Python exponent the result dtype cannot hold: torch's checked conversion raises
 refuse((aten.pow.Tensor_Scalar,), lambda args, dt: not number_fits(args[1], dt),
