@@ -864,8 +864,9 @@ def _decomposed_where(op, ok, reason: str) -> None:
     decomposition(op)(decompose)
 
 
-_decomposed_where(aten.heaviside.default, lambda x, values: x.dtype == values.dtype,
-                  "operands of two dtypes (torch's error)")
+_decomposed_where(aten.heaviside.default,
+                  lambda x, values: x.dtype == values.dtype and not x.is_complex(),
+                  "operands of two dtypes, or complex ones (torch's error)")
 _decomposed_where(aten.logaddexp2.default, lambda a, b: a.is_floating_point() or
                   b.is_floating_point(), "integer operands (torch's error)")
 refuse((aten.logaddexp.default,), lambda args, dt: not (dt.is_floating_point or dt.is_complex),

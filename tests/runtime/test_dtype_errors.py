@@ -193,6 +193,7 @@ REFUSED = [
     ("softmax int", lambda a: a.softmax(1), [_x().long()]),
     ("log_softmax int", lambda a: a.log_softmax(0), [_x().int()]),
     ("heaviside two dtypes", lambda a, b: torch.heaviside(a, b), [_x(), _x().double()]),
+    ("heaviside complex", lambda a: torch.heaviside(a, a), [_x().to(torch.complex64)]),
     ("logaddexp int", lambda a: torch.logaddexp(a, a), [_x().long()]),
     ("logaddexp2 int", lambda a: torch.logaddexp2(a, a), [_x().int()]),
     ("pow half 1e10", lambda a: a.pow(1e10), [_x().half()]),
