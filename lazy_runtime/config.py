@@ -97,14 +97,19 @@ def _option_value(raw: str):
     return raw
 
 
-def default_compile_cache() -> str:
-    """Where compiled executables are kept between processes unless told otherwise: ``xla``
-    in the runtime's cache folder (``LAZY_RUNTIME_CACHE_DIR``, else ``lazy_runtime`` in
-    ``$XDG_CACHE_HOME`` or ``~/.cache``), beside the C++ device guard's build."""
-    base = os.environ.get("LAZY_RUNTIME_CACHE_DIR") or os.path.join(
+def cache_folder() -> str:
+    """The runtime's cache folder: ``LAZY_RUNTIME_CACHE_DIR``, else ``lazy_runtime`` in
+    ``$XDG_CACHE_HOME`` or ``~/.cache`` (the C++ device guard's build, compiled
+    executables)."""
+    return os.environ.get("LAZY_RUNTIME_CACHE_DIR") or os.path.join(
         os.environ.get("XDG_CACHE_HOME") or os.path.join(os.path.expanduser("~"), ".cache"),
         "lazy_runtime")
-    return os.path.join(base, "xla")
+
+
+def default_compile_cache() -> str:
+    """Where compiled executables are kept between processes unless told otherwise:
+    ``xla`` in the runtime's cache folder."""
+    return os.path.join(cache_folder(), "xla")
 
 
 def parse_compile_cache(text: str):

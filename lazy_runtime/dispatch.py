@@ -268,7 +268,7 @@ def _wrap(func, node: ir.Node):
 
 def _functional(func, args, kwargs):
     node = record(func, args, kwargs)
-    if id(func) in _KEEPS_LAYOUT and _permuted_input(args):
+    if id(func) in _KEEPS_LAYOUT:
         out = _in_torch_layout(func, args, kwargs, node)
         if out is not None:
             return out
@@ -309,8 +309,9 @@ def _out_of_order(t) -> bool:
 
 
 def _in_torch_layout(func, args, kwargs, node: ir.Node):
-    """The op's output with the strides torch gives it (``_with_strides``)."""
-    if isinstance(node.dtype, tuple):
+    """The op's output with the strides torch gives it (``_with_strides``), where a
+    permuted input may give it others than contiguous ones; else None."""
+    if isinstance(node.dtype, tuple) or not _permuted_input(args):
         return None
     return _with_strides(node, _torch_strides(func, args, kwargs))
 
@@ -817,11 +818,8 @@ def _to_copy(func, args, kwargs):
     x = args[0]
     dtype = kwargs.get("dtype")
     node = convert(node_of(x), dtype if dtype is not None else x.dtype)
-    if _permuted_input(args):   # (a copy keeps a permuted layout: see _functional)
-        out = _in_torch_layout(func, args, kwargs, node)
-        if out is not None:
-            return out
-    return new_base(node)
+    out = _in_torch_layout(func, args, kwargs, node)   # (a copy keeps a permuted layout)
+    return new_base(node) if out is None else out
 
 
 def _copy_(func, args, kwargs):
@@ -937,11 +935,9 @@ def _factory_like(func, args, kwargs):
         if not number_fits(fill, dtype):   # torch's checked conversion: its error or value
             fill = torch.full((), fill, dtype=dtype).item()
     out = host_constant(shape, dtype, fill)
-    if name.endswith("_like") and _permuted_input(args):   # (torch keeps the layout)
-        laid = _in_torch_layout(func, args, kwargs, node_of(out))
-        if laid is not None:
-            return laid
-    return out
+    laid = _in_torch_layout(func, args, kwargs, node_of(out)) if name.endswith("_like") \
+        else None   # (torch keeps a permuted input's layout)
+    return out if laid is None else laid
 
 
 def _unsupported(func, args, kwargs):

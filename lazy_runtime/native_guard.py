@@ -32,7 +32,7 @@ from pathlib import Path
 
 import torch
 
-from .config import env_flag
+from .config import cache_folder, env_flag
 
 SOURCE = Path(__file__).resolve().parent / "native" / "device_guard.cpp"
 HOOKS_SOURCE = SOURCE.with_name("device_hooks.cpp")
@@ -106,10 +106,11 @@ def _flags(torch_dir: Path, libs) -> list[str]:
 
 
 def _cache_dirs() -> list[Path]:
+    """The runtime's cache folder, and where none was named, a private one in the
+    temporary directory after it."""
     if os.environ.get("LAZY_RUNTIME_CACHE_DIR"):
-        return [Path(os.environ["LAZY_RUNTIME_CACHE_DIR"])]
-    home = Path(os.environ.get("XDG_CACHE_HOME") or Path.home() / ".cache")
-    return [home / "lazy_runtime", Path(tempfile.gettempdir()) / f"lazy_runtime-{os.getuid()}"]
+        return [Path(cache_folder())]
+    return [Path(cache_folder()), Path(tempfile.gettempdir()) / f"lazy_runtime-{os.getuid()}"]
 
 
 def private_dir(d: Path) -> bool:

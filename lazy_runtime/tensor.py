@@ -320,9 +320,10 @@ def write(t: LazyTensor, new: ir.Node) -> None:
         for step, base in zip(reversed(vw), reversed(vals)):
             value = scatter_step(step, base, value)
     except UnsupportedOperation:
-        if not any(step[0] == "expand" for step in vw):
+        value = _write_strided(t, st.node, new) if any(
+            step[0] == "expand" for step in vw) else None
+        if value is None:
             raise
-        value = _write_strided(t, st.node, new)
     set_node(st, value)
     t._vc = (st.version, new)
 
@@ -330,21 +331,18 @@ def write(t: LazyTensor, new: ir.Node) -> None:
 _FILLS = (aten.fill.Scalar, aten.fill.Tensor, aten.zero.default)
 
 
-def _write_strided(t: LazyTensor, base: ir.Node, new: ir.Node) -> ir.Node:
+def _write_strided(t: LazyTensor, base: ir.Node, new: ir.Node):
     """A write through a chain with an ``expand`` the steps cannot undo one by one (a later
     step picked one of its copies): an ``as_strided`` write at ``t``'s own sizes, strides
     and offset in its storage (the base, row-major), as torch writes memory, where no
-    element of ``t`` shares memory with another, or a fill writes one value to all;
-    refused otherwise (a stride 0 over more than one element), as torch's in-place ops
-    refuse it (``masked_fill_`` and ``index_fill_`` aside: torch lets them, deprecated).
-    """
+    element of ``t`` shares memory with another, or a fill writes one value to all. None
+    otherwise (a stride 0 over more than one element: the step's refusal stands, as
+    torch's in-place ops refuse it, ``masked_fill_`` and ``index_fill_`` aside: torch lets
+    them, deprecated)."""
     shape, strides = tuple(t.shape), t.stride()
     shared = any(n > 1 and st == 0 for n, st in zip(shape, strides))
     if (shared and new.op not in _FILLS) or base.dtype != t.dtype:
-        raise UnsupportedOperation(
-            "in-place write through a 'expand' view is not supported: more than one element "
-            "of the written-to tensor may refer to a single memory location (clone() it "
-            "first)")
+        return None
     return scatter_step(("as_strided", shape, tuple(strides), t.storage_offset()), base, new)
 
 

@@ -838,25 +838,9 @@ refuse((aten.hypot.default,), lambda args, dt: not dt.is_floating_point,
        "integer operands (torch's error)")
 
 
-@decomposition(aten.ldexp.Tensor)
-def ldexp(x, other):
-    """torch's decomposition (``x * 2 ** other``) where its dtype is torch's kernel's: x
-    and the exponent of one floating dtype, or integer exponents of a float32 x (or of a
-    float64 x of dims, or with 0-d exponents). Elsewhere torch 2.13's kernel decides the
-    dtype otherwise (a float16 x with integer exponents stays float16; the decomposition
-    gave float32) or refuses (bool exponents): those run eagerly."""
-    integer = not other.is_floating_point() and not other.is_complex() and \
-        other.dtype is not torch.bool
-    ok = x.is_floating_point() and (other.dtype == x.dtype or integer and (
-        x.dtype is torch.float32 or x.dtype is torch.float64 and (x.ndim or not other.ndim)))
-    if not ok:
-        raise NoLowering(aten.ldexp.Tensor, "mixed dtypes (torch's kernel decides)")
-    return torch._decomp.decomposition_table[aten.ldexp.Tensor](x, other)
-
-
 def _decomposed_where(op, ok, reason: str) -> None:
     """torch's decomposition of ``op`` where ``ok(*args)``; elsewhere the op runs eagerly
-    (torch's kernel refuses what its decomposition would compute)."""
+    (torch's kernel refuses what its decomposition would compute, or decides otherwise)."""
     def decompose(*args, **kwargs):
         if not ok(*args):
             raise NoLowering(op, reason)
@@ -864,6 +848,19 @@ def _decomposed_where(op, ok, reason: str) -> None:
     decomposition(op)(decompose)
 
 
+def _ldexp_lowered(x, other) -> bool:
+    """Where ldexp's decomposition (``x * 2 ** other``) gives torch's kernel's dtype: x and
+    the exponent of one floating dtype, or integer exponents of a float32 x (or of a
+    float64 x of dims, or with 0-d exponents). Elsewhere torch 2.13's kernel decides the
+    dtype otherwise (a float16 x with integer exponents stays float16; the decomposition
+    gave float32) or refuses (bool exponents): those run eagerly."""
+    integer = not other.is_floating_point() and not other.is_complex() and \
+        other.dtype is not torch.bool
+    return x.is_floating_point() and (other.dtype == x.dtype or integer and (
+        x.dtype is torch.float32 or x.dtype is torch.float64 and (x.ndim or not other.ndim)))
+
+
+_decomposed_where(aten.ldexp.Tensor, _ldexp_lowered, "mixed dtypes (torch's kernel decides)")
 _decomposed_where(aten.heaviside.default,
                   lambda x, values: x.dtype == values.dtype and not x.is_complex(),
                   "operands of two dtypes, or complex ones (torch's error)")

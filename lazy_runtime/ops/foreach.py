@@ -53,23 +53,24 @@ def _plan(func):
 
 def foreach_handler(func, args, kwargs, call):
     floats = [a for a in (*args, *kwargs.values()) if type(a) is float]
-    if not floats or not share_scalars(floats):
+    if not floats:
         return _apply(func, args, kwargs, call)
-    try:
-        return _apply(func, args, kwargs, call)
-    finally:
-        ir.SHARED_SCALARS.clear()
+    return with_shared_scalars(floats, lambda: _apply(func, args, kwargs, call))
 
 
-def share_scalars(values) -> bool:
-    """One SCALAR leaf per distinct float of ``values`` for the ops recorded until the
-    caller clears ``ir.SHARED_SCALARS``; False, doing nothing, inside another such call."""
+def with_shared_scalars(values, fn):
+    """``fn()`` recording one SCALAR leaf per distinct float of ``values`` (an op applied to
+    many tensors uses each of its numbers once per tensor: one graph input each, not one
+    per use). Inside another such call, that call's leaves serve."""
     if ir.SHARED_SCALARS:
-        return False
+        return fn()
     for v in values:
         ir.SHARED_SCALARS.setdefault((v, math.copysign(1.0, v)),
                                      ir.leaf(ir.SCALAR, v, (), torch.float64))
-    return True
+    try:
+        return fn()
+    finally:
+        ir.SHARED_SCALARS.clear()
 
 
 def _apply(func, args, kwargs, call):
@@ -136,4 +137,3 @@ def _apply_each(base, inplace, listy, op, n, args, kw, call):
 @functools.lru_cache(maxsize=None)
 def _op(base, inplace):
     return getattr(aten, base + ("_" if inplace else ""), None)
-

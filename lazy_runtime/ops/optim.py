@@ -14,9 +14,8 @@ from __future__ import annotations
 
 import torch
 
-from .. import ir
 from ..tensor import node_of
-from .foreach import share_scalars
+from .foreach import with_shared_scalars
 from .registry import decomposition
 
 aten = torch.ops.aten
@@ -98,33 +97,29 @@ def _as(t, dtype):
 _WIDE = (torch.float32, torch.float64)
 
 
-def _usable(lists, steps, grad_scale, found_inf) -> bool:
+def _usable(lists, grad_scale, found_inf, steps=None) -> bool:
     """What torch's fused kernels accept: equally long lists (an empty one: not used) of
-    one floating dtype and shape per parameter, a one-element step count per parameter,
-    float32 ``grad_scale``/``found_inf`` of one element."""
+    one floating dtype and shape per parameter, a one-element step count per parameter
+    (for the kernels that take ``steps``), float32 ``grad_scale``/``found_inf`` of one
+    element."""
     params = lists[0]
     used = [x for x in lists if len(x)]
-    if any(len(x) != len(params) for x in used) or len(steps) not in (0, len(params)):
+    if any(len(x) != len(params) for x in used) or \
+            steps is not None and len(steps) != len(params):
         return False
     for group in zip(*used):
         if group[0].dtype not in _FLOATS or any(
                 t.dtype != group[0].dtype or t.shape != group[0].shape for t in group[1:]):
             return False
-    return all(s.numel() == 1 for s in steps) and all(
+    return all(s.numel() == 1 for s in steps or ()) and all(
         t is None or (t.numel() == 1 and t.dtype == torch.float32)
         for t in (grad_scale, found_inf))
 
 
 def _step_with_shared_scalars(numbers, fn):
-    """``fn()`` with one graph input per distinct float of ``numbers`` (a fused step's
-    hyperparameters are used once per parameter: one input each, not one per use)."""
-    floats = [float(v) for v in numbers if isinstance(v, (int, float))]
-    if not share_scalars(floats):
-        return fn()
-    try:
-        return fn()
-    finally:
-        ir.SHARED_SCALARS.clear()
+    """``fn()`` with one graph input per distinct float among ``numbers`` (a fused step's
+    hyperparameters, a tensor lr aside)."""
+    return with_shared_scalars([float(v) for v in numbers if isinstance(v, (int, float))], fn)
 
 
 def _gradient(p, g, grad_scale, maximize: bool, weight_decay: float):
@@ -159,8 +154,7 @@ def _fused_adam(params, grads, exp_avgs, exp_avg_sqs, max_exp_avg_sqs, state_ste
                 beta1, beta2, weight_decay, eps, amsgrad, maximize, grad_scale=None,
                 found_inf=None, decoupled):
     lists = (params, grads, exp_avgs, exp_avg_sqs, max_exp_avg_sqs if amsgrad else [])
-    if not _usable(lists, state_steps, grad_scale, found_inf) or (
-            len(state_steps) != len(params)) or (
+    if not _usable(lists, grad_scale, found_inf, state_steps) or (
             amsgrad and len(max_exp_avg_sqs) != len(params)) or (
             not amsgrad and len(max_exp_avg_sqs)):
         return NotImplemented
@@ -175,7 +169,7 @@ def _fused_adam(params, grads, exp_avgs, exp_avg_sqs, max_exp_avg_sqs, state_ste
             P, G, g_out = _gradient(p, g, grad_scale, maximize,
                                     0 if decoupled else weight_decay)
             if decoupled and weight_decay != 0:
-                P = _rec(mul, P, _compute(1 - lr * weight_decay, P))
+                P = _rec(mul, P, _compute(1 - lr * weight_decay, P.dtype))
             M = _rec(aten.lerp, _opmath(m), G, 1 - beta1)
             V = _rec(add, _rec(mul, _opmath(v), beta2), _rec(mul, _rec(mul, G, 1 - beta2), G))
             new = [None, g_out, _as(M, m.dtype), _as(V, v.dtype)]
@@ -203,15 +197,14 @@ def _per_step(memo: dict, step, dtype, make) -> tuple:
     key = (node_of(step), dtype)
     if key not in memo:
         n = step.reshape(()).to(torch.float64)
-        memo[key] = tuple(_as(x, dtype) if isinstance(x, torch.Tensor) else x
-                          for x in make(n))
+        memo[key] = tuple(_compute(x, dtype) for x in make(n))
     return memo[key]
 
 
-def _compute(x, like):
-    """A float64 number or 0-d tensor in ``like``'s compute dtype (the kernel's
+def _compute(x, dtype):
+    """A float64 number or 0-d tensor in the compute ``dtype`` (the kernel's
     ``scalar_t(x)``)."""
-    return _as(x, like.dtype) if isinstance(x, torch.Tensor) else x
+    return _as(x, dtype) if isinstance(x, torch.Tensor) else x
 
 
 @decomposition(aten._fused_adam.default, aten._fused_adam.tensor_lr)
@@ -228,7 +221,7 @@ def fused_adamw(*args, **kwargs):
 def fused_sgd(params, grads, momentum_buffer_list, *, weight_decay, momentum, lr, dampening,
               nesterov, maximize, is_first_step, grad_scale=None, found_inf=None):
     buffers = momentum_buffer_list if momentum != 0 else []
-    if not _usable((params, grads, buffers), (), grad_scale, found_inf) or (
+    if not _usable((params, grads, buffers), grad_scale, found_inf) or (
             momentum != 0 and len(buffers) != len(params)):
         return NotImplemented
     neg_lr = -_as_float64(lr)
@@ -245,7 +238,7 @@ def fused_sgd(params, grads, momentum_buffer_list, *, weight_decay, momentum, lr
                 new.append(_as(B, buffers[i].dtype))
                 old.append(buffers[i])
                 G = _rec(aten.add, G, _rec(aten.mul, B, momentum)) if nesterov else B
-            new[0] = _as(_rec(aten.add, P, _rec(aten.mul, G, _compute(neg_lr, P))), p.dtype)
+            new[0] = _as(_rec(aten.add, P, _rec(aten.mul, G, _compute(neg_lr, P.dtype))), p.dtype)
             for out, value in zip(outs, _kept_if_skipped(found_inf, new, old)):
                 out.append(value)
         return tuple(outs)
@@ -256,8 +249,7 @@ def fused_sgd(params, grads, momentum_buffer_list, *, weight_decay, momentum, lr
 @decomposition(aten._fused_adagrad.default, aten._fused_adagrad.tensor_lr)
 def fused_adagrad(params, grads, state_sums, state_steps, *, lr, lr_decay, weight_decay, eps,
                   maximize, grad_scale=None, found_inf=None):
-    if not _usable((params, grads, state_sums), state_steps, grad_scale, found_inf) or (
-            len(state_steps) != len(params)):
+    if not _usable((params, grads, state_sums), grad_scale, found_inf, state_steps):
         return NotImplemented
     tensor_lr = isinstance(lr, torch.Tensor)
     lr = _as_float64(lr)
