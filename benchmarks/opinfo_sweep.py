@@ -20,6 +20,7 @@ import ``expecttest``, which the ``dev`` extra installs (``make test`` does).
 
 Usage: python benchmarks/opinfo_sweep.py [--dtypes float32,float64,int64,bool,complex64]
            [--grad] [--samples 4] [--only add,matmul] [--json benchmarks/opinfo_sweep.json]
+           [--exact16]
 """
 
 from __future__ import annotations
@@ -75,8 +76,15 @@ def _known(name: str) -> str | None:
     return None
 
 
+# --exact16: float16/bfloat16 compared bit for bit (where torch's kernels round as the
+# lowerings do; see lazy_runtime/README.md, Policies, "Dtypes")
+_EXACT16 = [False]
+
+
 def _tolerance(dtype) -> float:
     import torch
+    if _EXACT16[0] and dtype in (torch.float16, torch.bfloat16):
+        return 0.0
     return {torch.float16: 1e-2, torch.bfloat16: 2e-2, torch.float32: 1e-4,
             torch.complex64: 1e-4}.get(dtype, 1e-7)
 
@@ -224,12 +232,14 @@ def worker(dtype_name: str, grad: bool, start: int, stop: int, n_samples: int, o
         print(json.dumps(rec), flush=True)
 
 
-def _sweep(dtype: str, grad: bool, n_samples: int, only, total: int) -> list[dict]:
+def _sweep(dtype: str, grad: bool, n_samples: int, only, total: int,
+           exact16: bool = False) -> list[dict]:
     """Workers over op_db from the start; after a crash, a new one from the next op."""
     out, start = [], 0
     while start < total:
         cmd = [sys.executable, __file__, "--worker", dtype, str(start), str(total),
                "--samples", str(n_samples)] + (["--grad"] if grad else []) + \
+              (["--exact16"] if exact16 else []) + \
               (["--only", ",".join(only)] if only else [])
         started = None
         # (stderr to a file: warnings would fill a pipe nobody reads while stdout streams)
@@ -285,9 +295,12 @@ def main(argv=None) -> int:
     p.add_argument("--samples", type=int, default=4, help="sample inputs per op")
     p.add_argument("--only", default="", help="comma-separated OpInfo names")
     p.add_argument("--json", default="", help="write every record here")
+    p.add_argument("--exact16", action="store_true",
+                   help="compare float16/bfloat16 values bit for bit")
     p.add_argument("--worker", nargs=3, metavar=("DTYPE", "START", "STOP"), help=argparse.SUPPRESS)
     a = p.parse_args(argv)
     only = [s for s in a.only.split(",") if s]
+    _EXACT16[0] = a.exact16
     if a.worker:
         worker(a.worker[0], a.grad, int(a.worker[1]), int(a.worker[2]), a.samples, only)
         return 0
@@ -295,7 +308,7 @@ def main(argv=None) -> int:
     dtypes = ["float64"] if a.grad else a.dtypes.split(",")
     records = []
     for dtype in dtypes:
-        records += _sweep(dtype, a.grad, a.samples, only, len(op_db))
+        records += _sweep(dtype, a.grad, a.samples, only, len(op_db), a.exact16)
     for r in records:
         if r["status"] in ("differs", "lazy_error") and _known(r["op"]):
             r["known"] = _known(r["op"])

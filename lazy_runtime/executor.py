@@ -465,13 +465,32 @@ def _settings_changed(exe) -> str:
     return "compile settings changed: " + ", ".join(what)
 
 
-def _compiler_options(excess_precision: bool, options: tuple) -> dict:
+def _compiler_options(excess_precision: bool, options: tuple, unfused: bool = False) -> dict:
     """XLA options of the runtime's compiles only (the user's own JAX code keeps its own):
     excess precision as set, then ``config.compiler_options`` (which win). Without excess
     precision every 16-bit op's result is rounded as torch rounds it: XLA:GPU otherwise
     keeps fused intermediates in float32 (a trunc division of 4094 by 3 in float16 gave
-    1364, torch 1365)."""
-    return {"xla_allow_excess_precision": excess_precision, **dict(options)}
+    1364, torch 1365). ``unfused``: no YNNPACK fusions (see ``_ynn_drops_rounding``)."""
+    own = {"xla_allow_excess_precision": excess_precision}
+    if unfused:
+        own[_YNN_FUSIONS] = ""   # none
+    return {**own, **dict(options)}
+
+
+_YNN_FUSIONS = "xla_cpu_experimental_ynn_fusion_type"
+_HALF = (torch.float16, torch.bfloat16)
+_ynn_option_known = [True]   # False once XLA refuses the option (a jaxlib without it)
+
+
+def _ynn_drops_rounding(g: ir.Graph, device, excess_precision: bool) -> bool:
+    """Whether ``g`` compiles without XLA:CPU's YNNPACK fusions: they read a 16-bit value
+    feeding a reduction from its float32 source, unrounded, whatever the excess precision
+    setting (jax 0.10.2: a bfloat16 sum of three lgamma values gave 145, torch 146).
+    Only graphs holding 16-bit values, on the CPU, without excess precision, lose them."""
+    if excess_precision or device.platform != "cpu" or not _ynn_option_known[0]:
+        return False
+    return any(d in _HALF for n in g.nodes
+               for d in (n.dtype if isinstance(n.dtype, tuple) else (n.dtype,)))
 
 
 def _jit_compile(g: ir.Graph, fn, datas, *more_avals) -> Executable:
@@ -488,15 +507,21 @@ def _jit_compile(g: ir.Graph, fn, datas, *more_avals) -> Executable:
         # compiled for the runtime's device, which need not be jax's default one
         with _x64(True), jax.default_device(device):
             lowered = jax.jit(_with_checks(fn, messages, input_checks)).lower(*avals)
+            unfused = _ynn_drops_rounding(g, device, excess_precision)
             try:
                 compiled, from_disk = disk_cache.compile_cached(lambda: lowered.compile(
-                    compiler_options=_compiler_options(excess_precision, options)))
+                    compiler_options=_compiler_options(excess_precision, options, unfused)))
             except Exception as e:
-                if options and "option" in str(e):   # (jax: "No such compile option")
+                if unfused and _YNN_FUSIONS in str(e):   # a jaxlib without the option
+                    _ynn_option_known[0] = False
+                    compiled, from_disk = disk_cache.compile_cached(lambda: lowered.compile(
+                        compiler_options=_compiler_options(excess_precision, options)))
+                elif options and "option" in str(e):   # (jax: "No such compile option")
                     raise LazyRuntimeError(
                         f"lazy_runtime.config.compiler_options (or LAZY_RUNTIME_XLA_OPTIONS) "
                         f"{dict(options)}: XLA refused them: {e}") from None
-                raise
+                else:
+                    raise
     finally:
         TRACE_SCRATCH.clear()   # what lowerings handed each other in this trace
         TRACE_INPUTS.clear()

@@ -22,8 +22,8 @@ from jax import lax
 from .. import dtypes as D
 from ..errors import NoLowering
 from .common import bshape, c_abs, c_exp, c_log, cast, divide, is_array, jdt, vjp
-from .registry import (ELEMENTWISE, RULES, SAME_LAYOUT, ZERO_DIVISION, check, decomposition,
-                       lowering, refuse, rule)
+from .registry import (ELEMENTWISE, RULES, SAME_LAYOUT, ZERO_DIVISION, check,
+                       decomposed_in_own_type, decomposition, lowering, refuse, rule)
 
 aten = torch.ops.aten
 
@@ -44,11 +44,16 @@ def _integers_only(rule_fn, name):
 
 
 def elementwise(*ops, fn, kind=D.DEFAULT, operands=None, keep=(), static=(), integral=None,
-                typed=False):
+                typed=False, opmath=True, round_scalars=False):
     """Register ``ops`` as elementwise: rule (broadcast shape, promoted dtype), lowering
     (``fn`` in the compute dtype) and padding (passes through). ``integral``: the name
     of torch's kernel, for ops torch refuses on floating-point inputs when called.
-    ``typed``: ``fn`` takes the result's torch dtype first (torch's kernel depends on it)."""
+    ``typed``: ``fn`` takes the result's torch dtype first (torch's kernel depends on it).
+    ``opmath=False``: torch's CPU kernel computes 16-bit results in their own type, each
+    operation rounded (``logit``, ``xlogy``), not in float32 with one rounding.
+    ``round_scalars``: for a 16-bit result, torch's kernel takes number and 0-d operands
+    (and ``alpha``) rounded to that type (``bfloat16 + 1.717`` adds 1.71875), as
+    ``add``, ``sub``, ``fmod``; ``mul`` and ``div`` take them unrounded."""
     def elementwise_rule(*args, **kwargs):
         if len(args) == 2 and type(args[0]) is type(args[1]) and isinstance(args[0], torch.Tensor):
             a, b = args  # fast path: two tensors of one dtype and shape
@@ -62,10 +67,13 @@ def elementwise(*ops, fn, kind=D.DEFAULT, operands=None, keep=(), static=(), int
         shape = bshape(*args)
         ins = args if operands is None else [args[i] for i in operands if i < len(args)]
         compute, result = D.elementwise_dtypes(kind, *ins)
-        return shape, result, compute
+        return shape, result, (compute if opmath or result not in _LOW else result)
 
     def lower_elementwise(ctx, *args, **kwargs):
         cd = jdt(ctx.aux)
+        if round_scalars and ctx.dtype in _LOW:
+            args = [_in_type(a, ctx.dtype) for a in args]
+            kwargs = {k: _in_type(v, ctx.dtype) for k, v in kwargs.items()}
         args = [a if i in keep else cast(a, cd) for i, a in enumerate(args)]
         kwargs = {k: cast(v, cd) for k, v in kwargs.items()}
         r = fn(ctx.dtype, *args, **kwargs) if typed else fn(*args, **kwargs)
@@ -82,6 +90,19 @@ def elementwise(*ops, fn, kind=D.DEFAULT, operands=None, keep=(), static=(), int
 
 
 _LOW = (torch.float16, torch.bfloat16)
+
+
+def _in_type(v, dtype):
+    """A number or array rounded to the 16-bit ``dtype`` as torch converts a Scalar (a
+    double through float32); 16-bit arrays and everything else unchanged."""
+    low = jdt(dtype)
+    if is_array(v):
+        return v if v.dtype == low or not jnp.issubdtype(v.dtype, jnp.floating) \
+            else v.astype(jnp.float32).astype(low)
+    if type(v) is float or type(v) is int:
+        rounded = float(np.float32(v).astype(low))
+        return v if rounded == v else rounded
+    return v
 _KEEPS_FLOAT = (D.DEFAULT, D.INT_TO_FLOAT)
 _REAL_NUMBERS = (float, int, bool)
 
@@ -293,7 +314,8 @@ def _logit(dtype, x, eps=None):
     return jnp.log(x / (1 - x))
 
 
-elementwise(aten.logit.default, operands=(0,), kind=D.INT_TO_FLOAT, fn=_logit, typed=True)
+elementwise(aten.logit.default, operands=(0,), kind=D.INT_TO_FLOAT, fn=_logit, typed=True,
+            opmath=False)
 
 # ---- binary -------------------------------------------------------------------------
 
@@ -361,8 +383,11 @@ def _nonzero_divisor(fn):
 
 
 def _pow(a, b):
-    if isinstance(b, int) and not isinstance(b, bool) and b >= 0:
+    if isinstance(b, int) and not isinstance(b, bool) and b >= 0 \
+            and (b <= 3 or not jnp.issubdtype(a.dtype, jnp.floating)):
         return lax.integer_pow(a, b)
+    if isinstance(b, int) and not isinstance(b, bool) and b > 3:
+        return jnp.power(a, float(b))   # floats beyond cubes: C's pow, one rounding, as torch
     if type(b) is float and b in _POW_KERNELS and jnp.issubdtype(a.dtype, jnp.floating):
         return _POW_KERNELS[b](a)
     if not jnp.issubdtype(jnp.result_type(a, b), jnp.integer):
@@ -385,10 +410,18 @@ _POW_KERNELS = {0.5: jnp.sqrt, -0.5: lambda x: divide(1, jnp.sqrt(x)), -1.0: lam
 
 def _pow_of_type(dtype, a, b):
     """torch's float16 kernel is C's ``pow`` for every number exponent (+inf for -inf ** 0.5,
-    where the sqrt kernel of the other types gives NaN)."""
-    if dtype == torch.float16 and b in (0.5, -0.5):
-        return jnp.power(a, b)
-    return _pow(a, b)
+    where the sqrt kernel of the other types gives NaN). Both 16-bit kernels take the
+    exponent in the tensor's type (bfloat16 ``x ** 1.7`` is ``x ** 1.703125``); bfloat16's
+    products (2, 3, -2 after that rounding) round each multiplication."""
+    if dtype not in _LOW or type(b) not in (int, float) or b in (0.5, -0.5, -1):
+        return jnp.power(a, b) if dtype == torch.float16 and b in (0.5, -0.5) else _pow(a, b)
+    b = torch.tensor(b, dtype=dtype).item()
+    if dtype == torch.bfloat16:
+        if b not in (2.0, 3.0, -2.0):
+            return jnp.power(a, b)
+        x = a.astype(jnp.bfloat16)
+        return (x * x * x if b == 3.0 else x * x if b == 2.0 else divide(1, x * x)).astype(a.dtype)
+    return _POW_KERNELS[b](a) if b in (2.0, 3.0, -2.0, -1.0) else jnp.power(a, b)
 
 
 def _lerp(a, b, w):
@@ -396,10 +429,10 @@ def _lerp(a, b, w):
     return jnp.where(jnp.abs(w) < 0.5, a + w * d, b - d * (1 - w))
 
 
-elementwise(aten.add.Tensor, aten.add.Scalar, fn=_add, operands=(0, 1))
-elementwise(aten.sub.Tensor, aten.sub.Scalar, fn=_sub, operands=(0, 1))
+elementwise(aten.add.Tensor, aten.add.Scalar, fn=_add, operands=(0, 1), round_scalars=True)
+elementwise(aten.sub.Tensor, aten.sub.Scalar, fn=_sub, operands=(0, 1), round_scalars=True)
 elementwise(aten.rsub.Tensor, aten.rsub.Scalar, fn=lambda a, b, alpha=1: _sub(b, a, alpha),
-            operands=(0, 1))
+            operands=(0, 1), round_scalars=True)
 
 
 def _alpha_refused(args, kwargs, dt) -> bool:
@@ -425,10 +458,12 @@ elementwise(aten.floor_divide.default, aten.floor_divide.Scalar,
             fn=_nonzero_divisor(_floor_divide), operands=(0, 1), typed=True)
 elementwise(aten.remainder.Tensor, aten.remainder.Scalar, aten.remainder.Scalar_Tensor,
             fn=_nonzero_divisor(lambda dtype, a, b: jnp.remainder(a, b)), operands=(0, 1),
-            typed=True)
+            typed=True, round_scalars=True)
 elementwise(aten.fmod.Tensor, aten.fmod.Scalar,
-            fn=_nonzero_divisor(lambda dtype, a, b: jnp.fmod(a, b)), operands=(0, 1), typed=True)
-elementwise(aten.pow.Tensor_Tensor, aten.pow.Scalar, fn=_pow, operands=(0, 1))
+            fn=_nonzero_divisor(lambda dtype, a, b: jnp.fmod(a, b)), operands=(0, 1), typed=True,
+            round_scalars=True)
+elementwise(aten.pow.Tensor_Tensor, aten.pow.Scalar, fn=_pow, operands=(0, 1),
+            round_scalars=True)
 elementwise(aten.pow.Tensor_Scalar, fn=_pow_of_type, operands=(0, 1), static=(1,), typed=True)
 # an integer tensor to a negative Python power: torch refuses it (a tensor of negative
 # exponents is allowed)
@@ -438,12 +473,15 @@ elementwise(aten.maximum.default, fn=jnp.maximum, operands=(0, 1))
 elementwise(aten.minimum.default, fn=jnp.minimum, operands=(0, 1))
 elementwise(aten.fmax.default, fn=jnp.fmax, operands=(0, 1))
 elementwise(aten.fmin.default, fn=jnp.fmin, operands=(0, 1))
-elementwise(aten.atan2.default, fn=jnp.arctan2, kind=D.INT_TO_FLOAT, operands=(0, 1))
+elementwise(aten.atan2.default, fn=jnp.arctan2, kind=D.INT_TO_FLOAT, operands=(0, 1),
+            round_scalars=True)
 elementwise(aten.hypot.default, fn=jnp.hypot, operands=(0, 1))
 elementwise(aten.copysign.Tensor, aten.copysign.Scalar, fn=jnp.copysign, kind=D.INT_TO_FLOAT,
             operands=(0, 1))
 elementwise(aten.logaddexp.default, fn=_logaddexp, operands=(0, 1))
-elementwise(aten.xlogy.Tensor, fn=jax.scipy.special.xlogy, kind=D.INT_TO_FLOAT, operands=(0, 1))
+elementwise(aten.xlogy.Tensor, fn=jax.scipy.special.xlogy, kind=D.INT_TO_FLOAT, operands=(0, 1),
+            opmath=False)
+decomposed_in_own_type(aten.xlogy.Scalar_Self, aten.xlogy.Scalar_Other)
 for _name, _fn in (("eq", jnp.equal), ("ne", jnp.not_equal), ("lt", jnp.less),
                    ("le", jnp.less_equal), ("gt", jnp.greater), ("ge", jnp.greater_equal)):
     _packet = getattr(aten, _name)

@@ -19,7 +19,7 @@ from jax.lax import linalg as lax_linalg
 from ..config import config
 from ..errors import NoLowering
 from .common import HIGHEST, jdt, opmath, sf, type_name
-from .registry import COMPLEX_OK, decomposition, lowering, rule
+from .registry import COMPLEX_OK, decomposed_in_own_type, decomposition, lowering, rule
 
 aten = torch.ops.aten
 
@@ -158,7 +158,44 @@ def lower_addmm(ctx, x, a, b, *, beta=1, alpha=1):
         p = p * alpha
     if beta == 0:
         return p
-    return p + (x if beta == 1 else x * beta).astype(p.dtype)
+    x = x.astype(p.dtype)   # 16-bit: torch's kernel scales and adds in float32, one rounding
+    return p + (x if beta == 1 else x * beta)
+
+
+@decomposition(aten.addr.default)
+def addr(x, v1, v2, *, beta=1, alpha=1):
+    """``beta * x + alpha * v1 * v2`` in torch's CPU kernel's arithmetic: the scalars in the
+    tensors' dtype, each operation in it (16-bit: each rounded), where torch's own
+    decomposition computes 16-bit types in float32 and rounds once. Arguments torch's
+    kernel refuses run eagerly (its errors)."""
+    dtype = x.dtype
+    if v1.dim() != 1 or v2.dim() != 1 or not dtype == v1.dtype == v2.dtype \
+            or not _expandable(tuple(x.shape), (v1.shape[0], v2.shape[0])) \
+            or not (dtype.is_floating_point or dtype.is_complex) \
+            and (isinstance(beta, float) or isinstance(alpha, float)):
+        return NotImplemented
+    try:
+        beta, alpha = _in_dtype(dtype, beta), _in_dtype(dtype, alpha)
+    except RuntimeError:
+        return NotImplemented
+    outer = v1.unsqueeze(1) * alpha * v2 if dtype != torch.bool else \
+        v1.unsqueeze(1) & v2 & alpha
+    if not beta:   # x ignored, NaN included, as the kernel's beta == 0 branch
+        return outer.expand(v1.shape[0], v2.shape[0]).clone()
+    if dtype == torch.bool:
+        return outer.logical_or(x)
+    return x * beta + outer
+
+
+def _in_dtype(dtype, v):
+    """A Scalar argument as torch's kernels convert it to the tensors' type (16-bit floats
+    rounded; integers truncated, overflow refused)."""
+    if dtype.is_floating_point or dtype.is_complex:
+        return torch.tensor(v, dtype=dtype).item()
+    return scalar_as(dtype, v)
+
+
+decomposed_in_own_type(aten.linalg_cross.default)
 
 
 def _expandable(shape, out) -> bool:

@@ -174,6 +174,31 @@ pad_rule = _function_table(PAD_RULES, "padding rule")
 decomposition = _function_table(DECOMPOSITIONS, "decomposition")
 
 
+_HALF_TYPES = (torch.float16, torch.bfloat16)
+
+
+def decomposed_in_own_type(*ops) -> None:
+    """Decompose ``ops`` with torch's decompositions, but where every tensor argument has one
+    16-bit type, without their float32 upcast: torch's CPU kernels of these ops compute
+    16-bit tensors in their own type, each operation rounded (``linalg.cross``,
+    ``special.entr``), where the decompositions compute in float32 and round once."""
+    import inspect
+
+    import torch._decomp
+    for op in ops:
+        upcast = torch._decomp.decomposition_table[op]
+        bare = inspect.unwrap(upcast)
+
+        def decompose(*args, _upcast=upcast, _bare=bare, **kwargs):
+            types = {a.dtype for a in args if isinstance(a, torch.Tensor)}
+            own = types.pop() if len(types) == 1 else None
+            if own not in _HALF_TYPES:
+                return _upcast(*args, **kwargs)
+            out = _bare(*args, **kwargs)   # (a number among its steps may promote: cast back)
+            return out if out.dtype == own else out.to(own)
+        decomposition(op)(decompose)
+
+
 def refuse(ops, bad, reason: str, *, with_kwargs: bool = False,
            same_layout: bool = False) -> None:
     """Wrap the rules of ``ops``: where ``bad(args, result dtype)`` (``bad(args, kwargs,

@@ -23,7 +23,7 @@ from .. import dtypes as D
 from ..errors import NoLowering
 from .common import is_array
 from .elementwise import elementwise, plus_zero_at_zero
-from .registry import lowering, refuse, rule
+from .registry import decomposed_in_own_type, lowering, refuse, rule
 
 aten = torch.ops.aten
 prims = torch.ops.prims
@@ -1108,3 +1108,9 @@ _IGAM_D = (
      1.1220095449981469, -0.7605237992614992, 0.36262236505085255, 0.2216867741940747,
      0.48683443692930506),
 )
+
+
+# torch's decompositions, 16-bit tensors computed in their own type (as torch's kernels)
+decomposed_in_own_type(aten.special_entr.default, aten.special_xlog1py.default,
+                       aten.special_xlog1py.self_scalar, aten.special_xlog1py.other_scalar,
+                       aten.mvlgamma.default)
