@@ -63,6 +63,8 @@ KNOWN = {
     "to_sparse": "refused: sparse layouts have no lazy form",
     "sparse.": "refused: sparse layouts have no lazy form",
     "chalf": "refused: complex32 is not supported on the device",
+    "view_as_complex": "refused: complex32 (of float16 parts) is not supported on the device",
+    "complex": "refused: complex32 (of float16 parts) is not supported on the device",
     "hash_tensor": "refused: uint64 is not supported on the device",
 }
 
