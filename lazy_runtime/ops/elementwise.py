@@ -103,6 +103,8 @@ def _in_type(v, dtype):
         rounded = float(np.float32(v).astype(low))
         return v if rounded == v else rounded
     return v
+
+
 _KEEPS_FLOAT = (D.DEFAULT, D.INT_TO_FLOAT)
 _REAL_NUMBERS = (float, int, bool)
 
