@@ -149,7 +149,7 @@ COMPLEX_TO_FLOAT = "complex_to_float"
 NO_OPMATH = "no_opmath"
 BOOL_TO_LONG = "bool_to_long"
 
-_LOW_PRECISION = (torch.float16, torch.bfloat16)
+HALF_TYPES = (torch.float16, torch.bfloat16)   # the 16-bit floating types
 
 
 def elementwise_dtypes(kind: str, *operands) -> tuple[torch.dtype, torch.dtype]:
@@ -159,7 +159,7 @@ def elementwise_dtypes(kind: str, *operands) -> tuple[torch.dtype, torch.dtype]:
         r = torch.get_default_dtype()
     if kind == BOOL_TO_LONG and r is torch.bool:
         r = torch.int64
-    compute = torch.float32 if r in _LOW_PRECISION and kind != NO_OPMATH else r
+    compute = torch.float32 if r in HALF_TYPES and kind != NO_OPMATH else r
     if kind == ALWAYS_BOOL:
         return compute, torch.bool
     if kind == COMPLEX_TO_FLOAT and r.is_complex:

@@ -478,7 +478,6 @@ def _compiler_options(excess_precision: bool, options: tuple, unfused: bool = Fa
 
 
 _YNN_FUSIONS = "xla_cpu_experimental_ynn_fusion_type"
-_HALF = (torch.float16, torch.bfloat16)
 _ynn_option_known = [True]   # False once XLA refuses the option (a jaxlib without it)
 
 
@@ -489,7 +488,7 @@ def _ynn_drops_rounding(g: ir.Graph, device, excess_precision: bool) -> bool:
     Only graphs holding 16-bit values, on the CPU, without excess precision, lose them."""
     if excess_precision or device.platform != "cpu" or not _ynn_option_known[0]:
         return False
-    return any(d in _HALF for n in g.nodes
+    return any(d in dtypes.HALF_TYPES for n in g.nodes
                for d in (n.dtype if isinstance(n.dtype, tuple) else (n.dtype,)))
 
 

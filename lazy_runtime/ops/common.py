@@ -73,6 +73,32 @@ def norm_dims(dims, ndim: int) -> tuple:
     return tuple(sorted(sf.normalize_dim(d, max(ndim, 1)) for d in dims)) if ndim else ()
 
 
+def scalar_as(dtype, v):
+    """A Scalar argument as torch's integer kernels take it: converted to the tensors' type
+    (``alpha=0.6`` with int64 tensors is 0)."""
+    if dtype.is_floating_point or dtype.is_complex:
+        return v
+    if dtype == torch.bool:
+        return bool(v)
+    info = torch.iinfo(dtype)
+    if not info.min <= v <= info.max:
+        raise RuntimeError(f"value cannot be converted to type {_C_NAMES.get(dtype, dtype)} "
+                           "without overflow")
+    return int(v)
+
+
+_C_NAMES = {torch.uint8: "uint8_t", torch.int8: "int8_t", torch.int16: "int16_t",
+            torch.int32: "int32_t", torch.int64: "int64_t"}
+
+
+def number_in(dtype: torch.dtype, v):
+    """A Scalar argument as torch's kernels convert it to the tensors' type: floats rounded
+    to it (a double through float32 for the 16-bit types), integers as ``scalar_as``."""
+    if dtype.is_floating_point or dtype.is_complex:
+        return torch.tensor(v, dtype=dtype).item()
+    return scalar_as(dtype, v)
+
+
 def opmath(dtype: torch.dtype) -> torch.dtype:
     """The dtype torch computes in for ``dtype`` (float32 for the half types)."""
     return torch.float32 if dtype in (torch.float16, torch.bfloat16) else dtype

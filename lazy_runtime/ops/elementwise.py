@@ -21,7 +21,8 @@ from jax import lax
 
 from .. import dtypes as D
 from ..errors import NoLowering
-from .common import bshape, c_abs, c_exp, c_log, cast, divide, is_array, jdt, vjp
+from .common import (bshape, c_abs, c_exp, c_log, cast, divide, is_array, jdt, number_in,
+                     vjp)
 from .registry import (ELEMENTWISE, RULES, SAME_LAYOUT, ZERO_DIVISION, check,
                        decomposed_in_own_type, decomposition, lowering, refuse, rule)
 
@@ -58,7 +59,7 @@ def elementwise(*ops, fn, kind=D.DEFAULT, operands=None, keep=(), static=(), int
         if len(args) == 2 and type(args[0]) is type(args[1]) and isinstance(args[0], torch.Tensor):
             a, b = args  # fast path: two tensors of one dtype and shape
             if a.dtype == b.dtype and a.shape == b.shape and a.ndim and kind == D.DEFAULT \
-                    and a.dtype not in _LOW:
+                    and a.dtype not in D.HALF_TYPES:
                 return tuple(a.shape), a.dtype, a.dtype
         if kind in _KEEPS_FLOAT:
             fast = _one_float_layout(args)
@@ -67,11 +68,11 @@ def elementwise(*ops, fn, kind=D.DEFAULT, operands=None, keep=(), static=(), int
         shape = bshape(*args)
         ins = args if operands is None else [args[i] for i in operands if i < len(args)]
         compute, result = D.elementwise_dtypes(kind, *ins)
-        return shape, result, (compute if opmath or result not in _LOW else result)
+        return shape, result, (compute if opmath or result not in D.HALF_TYPES else result)
 
     def lower_elementwise(ctx, *args, **kwargs):
         cd = jdt(ctx.aux)
-        if round_scalars and ctx.dtype in _LOW:
+        if round_scalars and ctx.dtype in D.HALF_TYPES:
             args = [_in_type(a, ctx.dtype) for a in args]
             kwargs = {k: _in_type(v, ctx.dtype) for k, v in kwargs.items()}
         args = [a if i in keep else cast(a, cd) for i, a in enumerate(args)]
@@ -89,9 +90,6 @@ def elementwise(*ops, fn, kind=D.DEFAULT, operands=None, keep=(), static=(), int
     lowering(*ops, ctx=True)(lower_elementwise)
 
 
-_LOW = (torch.float16, torch.bfloat16)
-
-
 def _in_type(v, dtype):
     """A number or array rounded to the 16-bit ``dtype`` as torch converts a Scalar (a
     double through float32); 16-bit arrays and everything else unchanged."""
@@ -100,7 +98,7 @@ def _in_type(v, dtype):
         return v if v.dtype == low or not jnp.issubdtype(v.dtype, jnp.floating) \
             else v.astype(jnp.float32).astype(low)
     if type(v) is float or type(v) is int:
-        rounded = float(np.float32(v).astype(low))
+        rounded = number_in(dtype, v)
         return v if rounded == v else rounded
     return v
 
@@ -122,7 +120,7 @@ def _one_float_layout(args):
                 return None
         elif type(a) not in _REAL_NUMBERS:
             return None
-    if dtype is None or not dtype.is_floating_point or dtype in _LOW:
+    if dtype is None or not dtype.is_floating_point or dtype in D.HALF_TYPES:
         return None
     return tuple(shape), dtype, dtype
 
@@ -415,9 +413,9 @@ def _pow_of_type(dtype, a, b):
     where the sqrt kernel of the other types gives NaN). Both 16-bit kernels take the
     exponent in the tensor's type (bfloat16 ``x ** 1.7`` is ``x ** 1.703125``); bfloat16's
     products (2, 3, -2 after that rounding) round each multiplication."""
-    if dtype not in _LOW or type(b) not in (int, float) or b in (0.5, -0.5, -1):
+    if dtype not in D.HALF_TYPES or type(b) not in (int, float) or b in (0.5, -0.5, -1):
         return jnp.power(a, b) if dtype == torch.float16 and b in (0.5, -0.5) else _pow(a, b)
-    b = torch.tensor(b, dtype=dtype).item()
+    b = number_in(dtype, b)
     if dtype == torch.bfloat16:
         if b not in (2.0, 3.0, -2.0):
             return jnp.power(a, b)

@@ -18,7 +18,7 @@ from jax.lax import linalg as lax_linalg
 
 from ..config import config
 from ..errors import NoLowering
-from .common import HIGHEST, jdt, opmath, sf, type_name
+from .common import HIGHEST, jdt, number_in, opmath, scalar_as, sf, type_name
 from .registry import COMPLEX_OK, decomposed_in_own_type, decomposition, lowering, rule
 
 aten = torch.ops.aten
@@ -132,24 +132,6 @@ rule(aten.addmv.default, pure=True)(_addmm_rule("addmv_impl_cpu"))
 rule(aten.baddbmm.default, pure=True)(_addmm_rule("baddbmm"))
 
 
-def scalar_as(dtype, v):
-    """A Scalar argument as torch's integer kernels take it: converted to the tensors' type
-    (``alpha=0.6`` with int64 tensors is 0)."""
-    if dtype.is_floating_point or dtype.is_complex:
-        return v
-    if dtype == torch.bool:
-        return bool(v)
-    info = torch.iinfo(dtype)
-    if not info.min <= v <= info.max:
-        raise RuntimeError(f"value cannot be converted to type {_C_NAMES.get(dtype, dtype)} "
-                           "without overflow")
-    return int(v)
-
-
-_C_NAMES = {torch.uint8: "uint8_t", torch.int8: "int8_t", torch.int16: "int16_t",
-            torch.int32: "int32_t", torch.int64: "int64_t"}
-
-
 @lowering(aten.addmm.default, aten.baddbmm.default, aten.addmv.default, ctx=True)
 def lower_addmm(ctx, x, a, b, *, beta=1, alpha=1):
     beta, alpha = scalar_as(ctx.dtype, beta), scalar_as(ctx.dtype, alpha)
@@ -175,7 +157,7 @@ def addr(x, v1, v2, *, beta=1, alpha=1):
             and (isinstance(beta, float) or isinstance(alpha, float)):
         return NotImplemented
     try:
-        beta, alpha = _in_dtype(dtype, beta), _in_dtype(dtype, alpha)
+        beta, alpha = number_in(dtype, beta), number_in(dtype, alpha)
     except RuntimeError:
         return NotImplemented
     outer = v1.unsqueeze(1) * alpha * v2 if dtype != torch.bool else \
@@ -185,14 +167,6 @@ def addr(x, v1, v2, *, beta=1, alpha=1):
     if dtype == torch.bool:
         return outer.logical_or(x)
     return x * beta + outer
-
-
-def _in_dtype(dtype, v):
-    """A Scalar argument as torch's kernels convert it to the tensors' type (16-bit floats
-    rounded; integers truncated, overflow refused)."""
-    if dtype.is_floating_point or dtype.is_complex:
-        return torch.tensor(v, dtype=dtype).item()
-    return scalar_as(dtype, v)
 
 
 decomposed_in_own_type(aten.linalg_cross.default)

@@ -22,6 +22,8 @@ from typing import Callable
 
 import torch
 
+from ..dtypes import HALF_TYPES
+
 RULES: dict = {}
 LOWERINGS: dict = {}
 # Padding rules (``ops/padding.py``): how an op runs on inputs padded along dynamic dims.
@@ -174,9 +176,6 @@ pad_rule = _function_table(PAD_RULES, "padding rule")
 decomposition = _function_table(DECOMPOSITIONS, "decomposition")
 
 
-_HALF_TYPES = (torch.float16, torch.bfloat16)
-
-
 def decomposed_in_own_type(*ops) -> None:
     """Decompose ``ops`` with torch's decompositions, but where every tensor argument has one
     16-bit type, without their float32 upcast: torch's CPU kernels of these ops compute
@@ -192,7 +191,7 @@ def decomposed_in_own_type(*ops) -> None:
         def decompose(*args, _upcast=upcast, _bare=bare, **kwargs):
             types = {a.dtype for a in args if isinstance(a, torch.Tensor)}
             own = types.pop() if len(types) == 1 else None
-            if own not in _HALF_TYPES:
+            if own not in HALF_TYPES:
                 return _upcast(*args, **kwargs)
             out = _bare(*args, **kwargs)   # (a number among its steps may promote: cast back)
             return out if out.dtype == own else out.to(own)

@@ -27,7 +27,6 @@ from .registry import decomposed_in_own_type, lowering, refuse, rule
 
 aten = torch.ops.aten
 prims = torch.ops.prims
-_HALF = (torch.float16, torch.bfloat16)
 
 
 def _special(*ops, fn, operands=(0,), kind=D.INT_TO_FLOAT, half=False, integral=True):
