@@ -518,26 +518,34 @@ def mask_write_shapes(x_shape, p, mask_shape, v_shape) -> tuple:
 
 def _mask_put(x, p, mask, values, accumulate):
     """index_put with a boolean mask over dims p.. : a ``where``; with one value per
-    selected element, a scatter to the mask's true positions in row-major order (torch's
-    order), checked to be as many as the values."""
+    selected element, ``mask_rows_put``."""
     k = per_element_count(x.shape, p, mask.shape, values.shape)
     if k is not None:
-        flat = mask.reshape(-1)
-        check(jnp.sum(flat, dtype=jnp.int64) != k,
-              f"index_put: shape mismatch: value tensor of shape {list(values.shape)} cannot "
-              "be broadcast to the indexing result (the mask selects another number of "
-              "elements)")
-        rows = jnp.nonzero(flat, size=k, fill_value=0)[0]
-        trailing = x.shape[mask.ndim:]
-        xf = x.reshape((flat.shape[0],) + trailing)
-        v = jnp.broadcast_to(values.astype(x.dtype), (k,) + trailing)
-        out = _add_at(xf.at[rows], v) if accumulate else xf.at[rows].set(v)
-        return out.reshape(x.shape)
+        return mask_rows_put(x, mask, values, accumulate, k)
     m, v = mask_write_shapes(x.shape, p, mask.shape, values.shape)
     v = values.astype(x.dtype).reshape(v)
     if accumulate:
         v = jnp.logical_or(x, v) if x.dtype == jnp.bool_ else x + v
     return jnp.where(mask.reshape(m), v, x)
+
+
+def mask_rows_put(x, mask, values, accumulate, count):
+    """``x[mask] = values`` (or ``+=``), one row of values per selected element of a mask
+    over x's leading dims: a scatter to the mask's true positions in row-major order
+    (torch's order), checked to be ``count`` (traced where values' rows are padded: rows
+    past it are padding, and land nowhere)."""
+    rows_in = values.shape[0]
+    flat = mask.reshape(-1)
+    check(jnp.sum(flat, dtype=jnp.int64) != count,
+          "index_put: shape mismatch: value tensor cannot be broadcast to the indexing "
+          "result (the mask selects another number of elements than the values' rows)")
+    rows = jnp.nonzero(flat, size=rows_in, fill_value=flat.shape[0])[0]
+    trailing = x.shape[mask.ndim:]
+    xf = x.reshape((flat.shape[0],) + trailing)
+    v = jnp.broadcast_to(values.astype(x.dtype), (rows_in,) + trailing)
+    at = xf.at[rows]
+    out = _add_at(at, v, "drop") if accumulate else at.set(v, mode="drop")
+    return out.reshape(x.shape)
 
 
 @rule(aten.masked_scatter.default)
@@ -586,10 +594,10 @@ def lower_masked_scatter_backward(grad, mask, sizes):
     return out.reshape(tuple(sizes))
 
 
-def _add_at(at, v):
+def _add_at(at, v, mode=None):
     """``x.at[i].add(v)``; for bools a logical or (XLA has no bool add; torch's sum of
     bools is their or)."""
-    return at.max(v) if v.dtype == jnp.bool_ else at.add(v)
+    return at.max(v, mode=mode) if v.dtype == jnp.bool_ else at.add(v, mode=mode)
 
 
 def _multiply_at(at, v):

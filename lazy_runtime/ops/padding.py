@@ -35,6 +35,9 @@ Rules by family:
   (so weight/bias gradients are exact).
 * nll_loss: padded targets become ``ignore_index`` (mean divides by the true count).
 * embedding: padded ids gather garbage rows; its backward zeroes their gradients.
+* index_put with a boolean mask, one row of values per selected element, only the rows
+  padded (an eager ``x[mask]``'s gradient): the count checked is the true one; padding
+  rows write nowhere.
 * complex values: conj, polar, complex, angle and bitcasts are elementwise;
   view_as_real/view_as_complex add or drop the pair dim; the FFT along concrete dims
   passes the others' padding through (along a padded dim it compiles exactly).
@@ -51,7 +54,7 @@ from jax import lax
 from ..dynamic import (NoPadRule, Pad, SymSize, concrete, dnorm, dsize, has_sym, is_sym,
                        sym_or_int)
 from .common import jdt, norm_dim, norm_dims, opmath, vjp
-from .layout import per_element_count
+from .layout import mask_rows_put, per_element_count
 from .nn import _batch_norm, _f32, _tup, lower_convolution, lower_convolution_backward
 from . import recurrent
 from .recurrent import layer_backward, layer_forward
@@ -1274,7 +1277,7 @@ def pad_index_put(node, ins, cx):
     if masks and any(map(is_sym, xl + vl)) and per_element_count(
             node.inputs[_i(x)].shape, 0, node.inputs[_i(masks[0])].shape,
             node.inputs[_i(values)].shape) is not None:
-        raise NoPadRule(node.op, "values per element of a boolean mask", _syms(xl, vl))
+        return _pad_mask_rows_put(node, xl, ins[_i(masks[0])], vl)
     axes = tuple(a for a in range(len(il)) if is_sym(il[a]))
     if axes and len(vl) != len(il) + len(xl) - k:
         raise NoPadRule(node.op, "broadcast values", _syms(vl, il))
@@ -1282,6 +1285,20 @@ def pad_index_put(node, ins, cx):
     if axes and not accumulate:
         raise NoPadRule(node.op, "index_put without accumulate from padded rows", _syms(il))
     return Pad(xl, pre=((_i(values), axes, 0),) if axes else ())
+
+
+def _pad_mask_rows_put(node, xl, ml, vl):
+    """``x[mask] = v`` with one row of v per selected element (``x[mask]``'s gradient)
+    where only v's rows are padded (they came from an eager ``x[mask]`` whose count
+    varies): the count checked is their true number, padding rows write nowhere."""
+    if has_sym(xl) or has_sym(ml) or has_sym(vl[1:]) or len(vl[0]) != 1:
+        raise NoPadRule(node.op, "values per element of a boolean mask", _syms(xl, ml, vl))
+    return Pad(xl, fn=functools.partial(_mask_rows_put_fn, vl[0]), tag="mask_rows_put")
+
+
+def _mask_rows_put_fn(rows, ctx, env, in_lays, x, indices, values, accumulate=False):
+    mask = next(i for i in indices if i is not None)
+    return mask_rows_put(x, mask, values, accumulate, env.count((rows,), (0,)))
 
 
 def _same_but(op, a, b, d):

@@ -365,3 +365,69 @@ def test_compile_with_an_analyzer_plan_marks_inputs_from_the_first_call(tmp_path
     m = lr.metrics()
     assert m["padded_executions"] == 2 and m["exact_compiles"] == {}
     assert m["buckets"] == {"B": [2, 4], "T": [16]}
+
+
+def _masked_lm_step(model, ids, mask, opt):
+    """A masked-LM step: the loss over the masked positions only (``x[mask]``, whose
+    count is data: it runs eagerly, and its gradient writes the rows back)."""
+    logits = model(ids)
+    loss = F.cross_entropy(logits[mask], ids[mask])
+    loss.backward()
+    opt.step()
+    opt.zero_grad()
+    return loss
+
+
+def test_boolean_mask_rows_compile_once_per_bucket_of_their_count():
+    torch.manual_seed(0)
+    eager = torch.nn.Sequential(torch.nn.Embedding(30, 8), torch.nn.Linear(8, 30))
+    lazy = copy.deepcopy(eager).to(DEV)
+    opts = [torch.optim.SGD(m.parameters(), lr=0.5) for m in (eager, lazy)]
+    g = torch.Generator().manual_seed(3)
+    lr.mark_step()
+    lr.reset_metrics()
+    counts = []
+    for _ in range(6):
+        ids = torch.randint(0, 30, (4, 8), generator=g)
+        mask = torch.rand(4, 8, generator=g) < 0.3
+        counts.append(int(mask.sum()))
+        want = _masked_lm_step(eager, ids, mask, opts[0])
+        got = _masked_lm_step(lazy, ids.to(DEV), mask.to(DEV), opts[1])
+        lr.mark_step()
+        assert_same(got, want.detach(), rtol=1e-5, atol=1e-6, what=f"loss at {counts}")
+    for a, b in zip(lazy.parameters(), eager.parameters()):
+        assert_same(a, b.detach(), rtol=1e-4, atol=1e-6)
+    m = lr.metrics()
+    assert len(set(counts)) >= 4, counts
+    assert m["exact_compiles"] == {}, m["recompile_reasons"]
+    # forward; the loss step exact, then padded once per bucket of the count
+    assert m["compiles"] <= 2 + len({1 << (c - 1).bit_length() for c in counts[1:]}), (
+        counts, m["recompile_reasons"])
+    assert m["padded_executions"] >= 4
+
+
+def test_boolean_mask_rows_of_another_count_are_torch_error_when_padded():
+    src = torch.randn(4, 8, 3)
+    lr.mark_step()
+    lr.reset_metrics()
+    g = torch.Generator().manual_seed(5)
+    for k in range(3):
+        a = torch.rand(4, 8, generator=g) < 0.4
+        a[0, 0] = False    # padding rows written to row 0 would show
+        b = a.clone()
+        if k == 2:    # one row fewer than the mask written through selects
+            b.view(-1)[int(a.view(-1).to(torch.uint8).argmax())] = False
+            with pytest.raises(RuntimeError, match="shape mismatch"):
+                torch.zeros(4, 8, 3)[a] = src[b]
+            dst = torch.zeros(4, 8, 3).to(DEV)
+            dst[a] = src.to(DEV)[b]
+            with pytest.raises(RuntimeError, match="shape mismatch"):
+                dst.cpu()
+            break
+        want = torch.full((4, 8, 3), 7.0)
+        want[a] = src[b]
+        dst = torch.full((4, 8, 3), 7.0).to(DEV)
+        dst[a] = src.to(DEV)[b]
+        assert_same(dst, want)
+    m = lr.metrics()
+    assert m["padded_executions"] >= 1 and not m["exact_compiles"], m["recompile_reasons"]
