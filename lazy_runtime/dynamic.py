@@ -19,7 +19,8 @@ constants such as ``arange(T)``) -- any dim whose size equals exactly one symbol
 That last step is a guess; a guess never makes a result wrong, because the padded program
 is checked to describe every value of *this* trace (layout sizes equal true sizes) and the
 key holds every layout, so a key is only shared by traces whose values co-vary the same
-way. A guess that leads to a contradiction is withdrawn and the pass retried.
+way. A guess that leads to a contradiction is withdrawn and the pass retried (taken back
+for an earlier one where that leads to a contradiction no guess explains).
 
 Rules may also *derive* symbols (``Cx.derive``/``Cx.shrink``): ``T-1`` for ``x[:, 1:]``,
 ``(T+1)//2`` for a strided conv. A derived symbol is a plain symbol of the plan (its true
@@ -388,7 +389,12 @@ MAX_RETRIES = 48
 def build_plan(g: ir.Graph, fresh: frozenset, auto: dict):
     """The padded translation of ``g`` (a SymPlan), or the op forcing an exact compile
     (a string), or None when ``g`` has no dynamic dim at all."""
-    disabled: set = set()
+    disabled: frozenset = frozenset()
+    # (the guesses withdrawn before a contradiction, its other suspects): a withdrawal
+    # that leads to a contradiction no guess explains is taken back for the next suspect
+    # (the latest guess is not always the wrong one: ``zeros(24, 5)`` read as (24, n)
+    # when n = 5, where the expand's n after it was right)
+    choices: list = []
     last = None
     for _ in range(MAX_RETRIES):
         try:
@@ -397,13 +403,20 @@ def build_plan(g: ir.Graph, fresh: frozenset, auto: dict):
             last = e
             if not e.retry:
                 break
-            # withdraw the latest guess that the contradicting values came from
             blame = sorted(((site, s) for site, s in e.cx.guesses
                             if site in e.prov and (site, s) not in disabled
                             and (not e.syms or s in e.syms)), key=lambda t: t[0][0])
-            if not blame:
+            if blame:   # withdraw the latest guess the contradicting values came from
+                choices.append((disabled, blame[:-1]))
+                disabled = disabled | {blame[-1]}
+                continue
+            while choices and not choices[-1][1]:
+                choices.pop()
+            if not choices:
                 break
-            disabled.add(blame[-1])
+            before, suspects = choices.pop()
+            choices.append((before, suspects[:-1]))
+            disabled = before | {suspects[-1]}
     return str(last.op) if last is not None else "?"
 
 

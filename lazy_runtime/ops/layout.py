@@ -568,10 +568,16 @@ def lower_masked_scatter(x, mask, source):
     """x with the masked positions taking source's elements in order (a static shape: a
     running count of the mask picks each one, as multimodal models merge image features
     into token embeddings)."""
+    return masked_scatter_from(x, mask, source, source.size)
+
+
+def masked_scatter_from(x, mask, source, available):
+    """``lower_masked_scatter`` from the first ``available`` elements of source (traced
+    where source's leading dim is padded: the padding is its tail)."""
     shape = jnp.broadcast_shapes(x.shape, mask.shape)
     m, pos = _scatter_positions(mask, shape)
     flat = source.reshape(-1)
-    check(pos[-1:] >= flat.size, "Number of elements of source < number of ones in mask")
+    check(pos[-1:] >= available, "Number of elements of source < number of ones in mask")
     if flat.size == 0:
         return jnp.broadcast_to(x, shape)
     taken = flat[jnp.clip(pos, 0, flat.size - 1)]

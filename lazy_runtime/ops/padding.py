@@ -37,7 +37,10 @@ Rules by family:
 * embedding: padded ids gather garbage rows; its backward zeroes their gradients.
 * index_put with a boolean mask, one row of values per selected element, only the rows
   padded (an eager ``x[mask]``'s gradient): the count checked is the true one; padding
-  rows write nowhere.
+  rows write nowhere. masked_scatter from a source padded along its leading dim
+  (``masked_select``'s gradient) likewise.
+* index_select, index_add and ``x[:, cols]``: a padded index gives padded rows; the
+  indexed dim padded at its end (index_select, index_add: indices point at true rows).
 * complex values: conj, polar, complex, angle and bitcasts are elementwise;
   view_as_real/view_as_complex add or drop the pair dim; the FFT along concrete dims
   passes the others' padding through (along a padded dim it compiles exactly).
@@ -54,7 +57,7 @@ from jax import lax
 from ..dynamic import (NoPadRule, Pad, SymSize, concrete, dnorm, dsize, has_sym, is_sym,
                        sym_or_int)
 from .common import jdt, norm_dim, norm_dims, opmath, vjp
-from .layout import mask_rows_put, per_element_count
+from .layout import mask_rows_put, masked_scatter_from, per_element_count
 from .nn import _batch_norm, _f32, _tup, lower_convolution, lower_convolution_backward
 from . import recurrent
 from .recurrent import layer_backward, layer_forward
@@ -1241,16 +1244,20 @@ def pad_embedding_backward(node, ins, cx):
 
 
 def _leading_index(node, ins, xl, indices):
-    """Layout of x[idx0, idx1, ...] when the index tensors index x's leading, concrete dims
-    (the common gather of rows); None when that is not the case."""
-    if any(i is None for i in indices):
+    """(layout of the broadcast index, p, k) of ``x[:, ..., idx0, ..., idx(k-1)]``: after p
+    full dims, k adjacent index tensors index concrete dims of x (rows of a table, the
+    columns ``x[:, cols]``); None for other patterns."""
+    p = 0
+    while p < len(indices) and indices[p] is None:
+        p += 1
+    k = len(indices) - p
+    if k == 0 or any(i is None for i in indices[p:]):
         return None
-    k = len(indices)
-    if has_sym(xl[:k]):
+    if has_sym(xl[p:p + k]):
         raise NoPadRule(node.op, "indexing into a dynamic dim", _syms(xl))
-    ils = [ins[_i(i)] for i in indices]
+    ils = [ins[_i(i)] for i in indices[p:]]
     nd = max(len(l) for l in ils)
-    return broadcast_layouts(node.op, ils, nd), k
+    return broadcast_layouts(node.op, ils, nd), p, k
 
 
 @pad_rule(aten.index.Tensor)
@@ -1260,8 +1267,8 @@ def pad_index(node, ins, cx):
     r = _leading_index(node, ins, xl, indices)
     if r is None:
         raise NoPadRule(node.op, "index pattern", _syms(*ins))
-    il, k = r
-    return Pad(il + xl[k:])
+    il, p, k = r
+    return Pad(xl[:p] + il + xl[p + k:])
 
 
 @pad_rule(aten.index_put.default)
@@ -1271,14 +1278,14 @@ def pad_index_put(node, ins, cx):
     r = _leading_index(node, ins, xl, indices)
     if r is None:
         raise NoPadRule(node.op, "index pattern", _syms(*ins))
-    il, k = r
+    il, p, k = r
     vl = ins[_i(values)]
     masks = [i for i in indices if i is not None and node.inputs[_i(i)].dtype == torch.bool]
     if masks and any(map(is_sym, xl + vl)) and per_element_count(
-            node.inputs[_i(x)].shape, 0, node.inputs[_i(masks[0])].shape,
+            node.inputs[_i(x)].shape, p, node.inputs[_i(masks[0])].shape,
             node.inputs[_i(values)].shape) is not None:
         return _pad_mask_rows_put(node, xl, ins[_i(masks[0])], vl)
-    axes = tuple(a for a in range(len(il)) if is_sym(il[a]))
+    axes = tuple(p + a for a in range(len(il)) if is_sym(il[a]))
     if axes and len(vl) != len(il) + len(xl) - k:
         raise NoPadRule(node.op, "broadcast values", _syms(vl, il))
     accumulate = node.args[3] if len(node.args) > 3 else dict(node.kwargs).get("accumulate")
@@ -1334,6 +1341,55 @@ def pad_gather(node, ins, cx):
     return Pad(il)
 
 
+@pad_rule(aten.index_select.default)
+def pad_index_select(node, ins, cx):
+    """Rows picked by a padded index (an eager ``nonzero``'s) land in the result's padded
+    rows; x's own dim may be padded at its end (the index points at true rows)."""
+    x, dim, index = node.args
+    xl, il = ins[_i(x)], ins[_i(index)]
+    if not xl:
+        raise NoPadRule(node.op, "index_select of a 0-d tensor", _syms(il))
+    d = norm_dim(dim, len(xl))
+    _end_padded(node.op, xl[d])
+    return Pad(xl[:d] + (il[0] if il else (1,),) + xl[d + 1:])
+
+
+@pad_rule(aten.index_add.default)
+def pad_index_add(node, ins, cx):
+    """index_select's gradient: padded index rows add zero rows (to row 0)."""
+    x, dim, index, source = node.args[:4]
+    xl, il, sl = ins[_i(x)], ins[_i(index)], ins[_i(source)]
+    if not xl:
+        raise NoPadRule(node.op, "index_add into a 0-d tensor", _syms(il, sl))
+    d = norm_dim(dim, len(xl))
+    _end_padded(node.op, xl[d])
+    rows = il[0] if il else (1,)
+    if sl[d] != rows:
+        raise NoPadRule(node.op, f"source rows {sl[d]} and index {rows} differ", _syms(sl, il))
+    _same_but(node.op, xl, sl, d)
+    pre = _zero_padded(index, il) + ((_i(source), (d,), 0),) if is_sym(rows) else ()
+    return Pad(xl, pre=pre)
+
+
+@pad_rule(aten.masked_scatter.default)
+def pad_masked_scatter(node, ins, cx):
+    """x[mask] = source.flatten() (``masked_select``'s gradient) where only source's
+    leading dim is padded (an eager ``masked_select``'s result): its true elements are a
+    prefix of the flattened source, which the mask's count is checked against."""
+    x, mask, source = node.args
+    xl, ml, sl = ins[_i(x)], ins[_i(mask)], ins[_i(source)]
+    if has_sym(xl) or has_sym(ml) or not sl or has_sym(sl[1:]) or len(sl[0]) != 1:
+        raise NoPadRule(node.op, "masked_scatter other than from a source padded along its "
+                                 "leading dim", _syms(xl, ml, sl))
+    return Pad(concrete(node.shape), fn=functools.partial(_masked_scatter_fn, sl),
+               tag="masked_scatter_rows")
+
+
+def _masked_scatter_fn(source_layout, ctx, env, in_lays, x, mask, source):
+    available = env.count(source_layout, tuple(range(len(source_layout))))
+    return masked_scatter_from(x, mask, source, available)
+
+
 # ---- index checks in padded graphs ----------------------------------------------------
 
 
@@ -1384,6 +1440,9 @@ _INDEXED = {
     aten.gather.default: _dim_indexed, aten.scatter.src: _dim_indexed,
     aten.scatter.value: _dim_indexed, aten.scatter_add.default: _dim_indexed,
     aten.embedding.default: _embedding_indexed,
+    aten.index_select.default: _dim_indexed, aten.index_add.default: _dim_indexed,
+    # the rule checks against the source's true count; x and the mask are concrete
+    aten.masked_scatter.default: lambda node, ins: ((), ()),
     # the rule's own sanitizing makes padded targets ignore_index; its class dim is
     # concrete (a padded one has no rule)
     aten.nll_loss_forward.default: lambda node, ins: ((), ()),

@@ -367,42 +367,64 @@ def test_compile_with_an_analyzer_plan_marks_inputs_from_the_first_call(tmp_path
     assert m["buckets"] == {"B": [2, 4], "T": [16]}
 
 
-def _masked_lm_step(model, ids, mask, opt):
-    """A masked-LM step: the loss over the masked positions only (``x[mask]``, whose
-    count is data: it runs eagerly, and its gradient writes the rows back)."""
-    logits = model(ids)
-    loss = F.cross_entropy(logits[mask], ids[mask])
-    loss.backward()
-    opt.step()
-    opt.zero_grad()
-    return loss
+# Losses over a data-dependent subset of rows or columns: the subset is read eagerly (its
+# size is data) and the graph after it sees a new size almost every step.
+def _mask_rows_ce(out, y):
+    mask = y > 0
+    return F.cross_entropy(out[mask], y[mask])
 
 
-def test_boolean_mask_rows_compile_once_per_bucket_of_their_count():
+def _masked_select_sq(out, y):
+    return out.masked_select((y > 0)[:, None]).pow(2).mean()
+
+
+def _nonzero_index_select(out, y):
+    rows = (y == 2).nonzero().squeeze(1)
+    return out.index_select(0, rows).logsumexp(1).sum() + rows.numel() * 0.0
+
+
+def _unique_columns(out, y):
+    return out[:, torch.unique(y[:6])].tanh().mean()
+
+
+_SUBSET_LOSSES = {f.__name__[1:]: f for f in (_mask_rows_ce, _masked_select_sq,
+                                               _nonzero_index_select, _unique_columns)}
+
+
+@pytest.mark.parametrize("name", sorted(_SUBSET_LOSSES))
+def test_losses_over_data_dependent_subsets_compile_once_per_bucket(name):
+    loss_fn = _SUBSET_LOSSES[name]
     torch.manual_seed(0)
-    eager = torch.nn.Sequential(torch.nn.Embedding(30, 8), torch.nn.Linear(8, 30))
+    eager = torch.nn.Sequential(torch.nn.Embedding(30, 8), torch.nn.Linear(8, 5))
     lazy = copy.deepcopy(eager).to(DEV)
     opts = [torch.optim.SGD(m.parameters(), lr=0.5) for m in (eager, lazy)]
     g = torch.Generator().manual_seed(3)
     lr.mark_step()
     lr.reset_metrics()
-    counts = []
-    for _ in range(6):
-        ids = torch.randint(0, 30, (4, 8), generator=g)
-        mask = torch.rand(4, 8, generator=g) < 0.3
-        counts.append(int(mask.sum()))
-        want = _masked_lm_step(eager, ids, mask, opts[0])
-        got = _masked_lm_step(lazy, ids.to(DEV), mask.to(DEV), opts[1])
-        lr.mark_step()
-        assert_same(got, want.detach(), rtol=1e-5, atol=1e-6, what=f"loss at {counts}")
+    sizes = []
+    for _ in range(8):
+        ids = torch.randint(0, 30, (24,), generator=g)
+        y = torch.randint(0, 5, (24,), generator=g)
+        for model, opt, dev in ((eager, opts[0], "cpu"), (lazy, opts[1], DEV)):
+            loss = loss_fn(model(ids.to(dev)), y.to(dev))
+            loss.backward()
+            opt.step()
+            opt.zero_grad()
+            lr.mark_step()
+            if dev == "cpu":
+                want = loss.detach()
+        assert_same(loss, want, rtol=1e-5, atol=1e-6, what=f"{name} loss")
+        sizes.append(len(torch.unique(y[:6])) if name == "unique_columns" else
+                     int((y == 2).sum()) if name == "nonzero_index_select" else
+                     int((y > 0).sum()))
     for a, b in zip(lazy.parameters(), eager.parameters()):
-        assert_same(a, b.detach(), rtol=1e-4, atol=1e-6)
+        assert_same(a, b.detach(), rtol=1e-4, atol=1e-6, what=name)
     m = lr.metrics()
-    assert len(set(counts)) >= 4, counts
+    assert len(set(sizes)) >= 3, sizes
     assert m["exact_compiles"] == {}, m["recompile_reasons"]
-    # forward; the loss step exact, then padded once per bucket of the count
-    assert m["compiles"] <= 2 + len({1 << (c - 1).bit_length() for c in counts[1:]}), (
-        counts, m["recompile_reasons"])
+    # the forward; the step after the cut at its first size, then once per bucket
+    buckets = {1 << (n - 1).bit_length() for n in sizes[1:] if n > 1}
+    assert m["compiles"] <= 2 + len(buckets) + (1 in sizes), (sizes, m["recompile_reasons"])
     assert m["padded_executions"] >= 4
 
 

@@ -406,3 +406,31 @@ def test_examples_train_with_a_dynamic_batch_without_exact_compiles(name):
     m = lr.metrics()
     assert m["exact_compiles"] == {}, m["recompile_reasons"]
     assert m["compiles"] == 1 and m["buckets"]["B"] == [8], m["recompile_reasons"]
+
+
+def indexed(x, rows, cols, w):
+    """x (B, T, C) padded along T, rows (T,) padded too (as an eager nonzero's), cols (5,)
+    below every T: index_select and x[:, cols] into and out of padded dims."""
+    h = torch.tanh(x @ w)
+    outs = {}
+    outs["select_T"] = h.index_select(1, cols) * 1.0              # from a padded dim
+    outs["columns"] = h[:, :, cols % h.shape[2]] * 2.0            # x[:, :, cols]
+    outs["select_rows"] = (w * 1.0).index_select(0, rows % w.shape[0]).sin()  # a table
+    outs["by_rows"] = h[:, 0][:, rows % h.shape[2]] * 1.0          # x[:, rows]
+    return outs
+
+
+def test_index_select_and_column_indexing_with_padded_indices_and_dims():
+    g = torch.Generator().manual_seed(0)
+    w = torch.randn(4, 4, generator=g).requires_grad_()
+
+    def inputs(n):
+        gi = torch.Generator().manual_seed(n)
+        return (torch.randn(2, n, 4, generator=gi), torch.randint(0, 99, (n,), generator=gi),
+                torch.tensor([0, 3, 1, 3, 2]))
+
+    sizes = _sizes(5, 8, 3)
+    m = _check_padded(indexed, inputs, [(1, "T"), (0, "T"), (0, "K")], sizes, params=(w,),
+                      rtol=1e-5, atol=1e-5)
+    assert m["exact_compiles"] == {}, m["recompile_reasons"]
+    assert m["compiles"] == 1 and m["padded_executions"] == len(sizes), m["recompile_reasons"]
