@@ -13,7 +13,8 @@ dynamic size, padded at the end up to its bucket). ``(8, "T")`` is a dim of 8*T 
 ``t >= T``. A concrete dim is ``(n,)``.
 
 Where symbols come from: ``mark_dynamic`` (or ``compile(model, shapes=plan)``), automatic
-dynamic (a graph family seen again with some input sizes changed), padded results of
+dynamic (a graph family seen again with some input sizes, or slice lengths, changed:
+``x[:, :int(lengths.max())]``), padded results of
 earlier graphs, and -- for data copied to the device in this step (inputs, host
 constants such as ``arange(T)``) -- any dim whose size equals exactly one symbol's size.
 That last step is a guess; a guess never makes a result wrong, because the padded program
@@ -318,6 +319,7 @@ class Cx:
         self.site = None
         self.derived: set = set()  # symbols made by ``derive`` in this pass
         self.shrunk: dict = {}    # derived symbol -> (its base symbol, k): size n(base) - k
+        self.slice_marks: dict = {}  # node index -> symbol: a slice whose length varies
 
     def derive(self, name: str, size: int, padded: int) -> str:
         """A new symbol for a size that is a function of other symbols' sizes (``name``
@@ -473,10 +475,12 @@ def _leaf_layouts(g, fresh, auto):
 def _build(g, fresh, auto, disabled):
     from .ops.registry import PAD_RULES
     sizes, marked = _leaf_layouts(g, fresh, auto)
-    if not sizes:
+    slice_marks = {k[1]: s for k, s in auto.items() if k[0] == "slice"}
+    if not sizes and not slice_marks:
         return None
     buckets = {s: bucket(v, s) for s, v in sizes.items()}
     cx = Cx(sizes, buckets, disabled)
+    cx.slice_marks = slice_marks
     index = {id(n): i for i, n in enumerate(g.nodes)}
     layouts: list = []
     pads: list = []
@@ -670,21 +674,40 @@ def _family(g: ir.Graph):
     return (tuple(out), g.outputs)
 
 
+_SLICE = torch.ops.aten.slice.Tensor
+
+
+def _slices(g: ir.Graph) -> tuple:
+    """(node index, (dim, start, step), length) of each slice in ``g``: a length read
+    from a value (``x[:, :n]``, ``n = int(lengths.max())``) is a size of the graph that no
+    input shows."""
+    out = []
+    for i, n in enumerate(g.nodes):
+        if n.op is _SLICE:
+            x, dim, start, end, step = (tuple(n.args) + (0, None, None, 1))[:5]
+            d = dim % len(n.shape) if n.shape else 0
+            out.append((i, (d, start, step), n.shape[d] if n.shape else 0))
+    return tuple(out)
+
+
 def _auto_marks(g: ir.Graph) -> dict:
     """Automatic dynamic: the marks of ``g``'s family, learnt when a graph of the same
-    structure comes back with only some input sizes changed."""
+    structure comes back with only some input sizes, or some slices' lengths, changed:
+    ``{(input, dim): symbol}`` and ``{("slice", node index): symbol}``."""
     fam = _family(g)
     shapes = [n.shape for n in g.data_nodes]
     auto = _AUTO.get(fam)
     if auto is not None:
         return auto
     seen = _FAMILIES.get(fam)
+    slices = _slices(g)
     if seen is None:
-        _FAMILIES[fam] = shapes
+        _FAMILIES[fam] = (shapes, slices)
         while len(_FAMILIES) > 256:
             _FAMILIES.popitem(last=False)
         return {}
-    if seen == shapes or len(seen) != len(shapes):
+    seen, seen_slices = seen
+    if seen == shapes and seen_slices == slices or len(seen) != len(shapes):
         return {}
     groups: dict = {}
     auto = {}
@@ -695,10 +718,16 @@ def _auto_marks(g: ir.Graph) -> dict:
             if x != y:
                 name = groups.setdefault((x, y), f"s{len(_AUTO)}_{len(groups)}")
                 auto[(k, d)] = name
+    for (i, how, x), (_, how2, y) in zip(seen_slices, slices):
+        if x != y and how == how2 and min(x, y) > 1:   # the same cut, to another length
+            auto[("slice", i)] = groups.setdefault((x, y), f"s{len(_AUTO)}_{len(groups)}")
+    if not auto:
+        return {}
     _AUTO[fam] = auto
     _PLANS.clear()  # graphs of this family planned as static are dynamic from now on
-    METRICS.automatic_dynamic.append(", ".join(f"input {k} dim {d} -> {s}"
-                                               for (k, d), s in auto.items()))
+    METRICS.automatic_dynamic.append(", ".join(
+        f"slice at node {k[1]} -> {s}" if k[0] == "slice" else f"input {k[0]} dim {k[1]} -> {s}"
+        for k, s in auto.items()))
     log.made_dynamic(METRICS.automatic_dynamic[-1])
     return auto
 

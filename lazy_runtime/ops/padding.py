@@ -54,8 +54,8 @@ import jax.numpy as jnp
 import torch
 from jax import lax
 
-from ..dynamic import (NoPadRule, Pad, SymSize, concrete, dnorm, dsize, has_sym, is_sym,
-                       sym_or_int)
+from ..dynamic import (NoPadRule, Pad, SymSize, bucket, concrete, dnorm, dsize, has_sym,
+                       is_sym, sym_or_int)
 from .common import jdt, norm_dim, norm_dims, opmath, vjp
 from .layout import mask_rows_put, masked_scatter_from, per_element_count
 from .nn import _batch_norm, _f32, _tup, lower_convolution, lower_convolution_backward
@@ -340,6 +340,17 @@ def pad_slice(node, ins, cx):
     m = hi - lo
     out = list(lay)
     if sym is None:
+        name = cx.slice_marks.get(cx.site)
+        if name is not None and step == 1 and m > 1:
+            # a length that varies (read from a value): a symbol padded up to its bucket,
+            # at most the rest of the dim (the padding reads x's own elements past it)
+            padded = min(bucket(m, name), dsize(src, {}) - lo)
+            same = (cx.sizes.get(name), cx.buckets.get(name)) == (m, padded)
+            nd = (name if same else cx.derive(name, m, padded),)
+            out[d] = nd
+            if lo == 0:
+                return Pad(tuple(out), args=(x, d, 0, SymSize(nd), 1))
+            return Pad(tuple(out), args=(x, d, lo), fn=_slice_fn, tag="slice")
         if lo == 0 and step == 1:
             nd = cx.symbolize(m, "end")
             if is_sym(nd):

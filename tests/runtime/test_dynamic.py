@@ -367,6 +367,18 @@ def test_compile_with_an_analyzer_plan_marks_inputs_from_the_first_call(tmp_path
     assert m["buckets"] == {"B": [2, 4], "T": [16]}
 
 
+def _twins(layers, opt_cls, **opt_args):
+    """An eager model of ``layers()`` (seeded), its copy on the device, an optimizer for
+    each; metrics reset."""
+    torch.manual_seed(0)
+    eager = torch.nn.Sequential(*layers())
+    lazy = copy.deepcopy(eager).to(DEV)
+    opts = [opt_cls(m.parameters(), **opt_args) for m in (eager, lazy)]
+    lr.mark_step()
+    lr.reset_metrics()
+    return eager, lazy, opts
+
+
 # Losses over a data-dependent subset of rows or columns: the subset is read eagerly (its
 # size is data) and the graph after it sees a new size almost every step.
 def _mask_rows_ce(out, y):
@@ -394,13 +406,9 @@ _SUBSET_LOSSES = {f.__name__[1:]: f for f in (_mask_rows_ce, _masked_select_sq,
 @pytest.mark.parametrize("name", sorted(_SUBSET_LOSSES))
 def test_losses_over_data_dependent_subsets_compile_once_per_bucket(name):
     loss_fn = _SUBSET_LOSSES[name]
-    torch.manual_seed(0)
-    eager = torch.nn.Sequential(torch.nn.Embedding(30, 8), torch.nn.Linear(8, 5))
-    lazy = copy.deepcopy(eager).to(DEV)
-    opts = [torch.optim.SGD(m.parameters(), lr=0.5) for m in (eager, lazy)]
+    eager, lazy, opts = _twins(lambda: [torch.nn.Embedding(30, 8), torch.nn.Linear(8, 5)],
+                               torch.optim.SGD, lr=0.5)
     g = torch.Generator().manual_seed(3)
-    lr.mark_step()
-    lr.reset_metrics()
     sizes = []
     for _ in range(8):
         ids = torch.randint(0, 30, (24,), generator=g)
@@ -453,3 +461,42 @@ def test_boolean_mask_rows_of_another_count_are_torch_error_when_padded():
         assert_same(dst, want)
     m = lr.metrics()
     assert m["padded_executions"] >= 1 and not m["exact_compiles"], m["recompile_reasons"]
+
+
+def _trimmed_step(model, ids, lengths, opt):
+    """A batch padded to 32 trimmed to its longest sequence (``int(lengths.max())``, a
+    value read every step), a masked mean over time, a classification loss."""
+    T = int(lengths.max())
+    ids = ids[:, :T]
+    mask = (torch.arange(T, device=ids.device)[None, :] < lengths[:, None]).float()
+    h = torch.tanh(model[1](model[0](ids)))
+    pooled = (h * mask[..., None]).sum(1) / mask.sum(1, keepdim=True)
+    loss = F.cross_entropy(model[2](pooled), lengths % 3)
+    loss.backward()
+    opt.step()
+    opt.zero_grad()
+    return loss
+
+
+def test_a_slice_to_a_length_read_from_a_value_compiles_once_per_bucket():
+    eager, lazy, opts = _twins(lambda: [torch.nn.Embedding(40, 8), torch.nn.Linear(8, 8),
+                                        torch.nn.Linear(8, 3)], torch.optim.Adam, lr=0.01)
+    g = torch.Generator().manual_seed(4)
+    longest = []
+    for _ in range(7):
+        ids = torch.randint(0, 40, (4, 32), generator=g)
+        lengths = torch.randint(3, 30, (4,), generator=g)
+        longest.append(int(lengths.max()))
+        want = _trimmed_step(eager, ids, lengths, opts[0])
+        got = _trimmed_step(lazy, ids.to(DEV), lengths.to(DEV), opts[1])
+        lr.mark_step()
+        assert_same(got, want.detach(), rtol=1e-5, atol=1e-6, what=f"loss at {longest}")
+    for a, b in zip(lazy.parameters(), eager.parameters()):
+        assert_same(a, b.detach(), rtol=1e-4, atol=1e-6)
+    m = lr.metrics()
+    assert len(set(longest)) >= 4, longest
+    assert m["exact_compiles"] == {}, m["recompile_reasons"]
+    assert any("slice at node" in line for line in m["automatic_dynamic"]), m
+    # the step at its first length, then once per bucket (16, 32) of the others
+    buckets = {min(1 << (n - 1).bit_length(), 32) for n in longest[1:]}
+    assert m["compiles"] - 1 <= 1 + len(buckets), (longest, m["recompile_reasons"])
