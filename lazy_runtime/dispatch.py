@@ -14,7 +14,8 @@ torch on materialized inputs and its results re-enter the lazy world (``fallback
 
 Float scalars in Scalar/Tensor positions of ops registered with ``dynamic_scalars`` become
 runtime inputs (``ir.SCALAR`` leaves), so a learning-rate schedule or Adam's bias
-corrections do not recompile. Ints and bools stay compile-time constants.
+corrections do not recompile; so do ints of arithmetic on floating tensors
+(``_INT_INPUT_OPS``). Other ints, and bools, stay compile-time constants.
 """
 
 from __future__ import annotations
@@ -56,13 +57,14 @@ def _scalar_leaf(v: float) -> ir.Node:
 
 
 def _template(a, inputs: list, dyn):
-    """``a`` with lazy tensors (and dynamic scalars) replaced by input markers."""
+    """``a`` with lazy tensors (and dynamic scalars) replaced by input markers. ``dyn``:
+    False, True (floats are inputs) or ``_INTS_TOO`` (ints as well)."""
     if isinstance(a, LazyTensor):
         inputs.append(node_of(a))
         return _marker(len(inputs) - 1)
     t = type(a)
-    if t is float and dyn:
-        inputs.append(_scalar_leaf(a))
+    if t is float and dyn or t is int and dyn is _INTS_TOO and _int_input(a):
+        inputs.append(_scalar_leaf(float(a)))
         return _marker(len(inputs) - 1)
     if t is list or t is tuple:   # sizes (ints) stay as they are without a call each
         return tuple([x if type(x) is int else _template(x, inputs, dyn) for x in a])
@@ -92,14 +94,50 @@ _RULE_MEMO_MAX = 8192
 _SCALAR = ir.SCALAR
 
 
-def _templates(args, kwargs, static, inputs: list):
+# Ints of these arithmetic ops become runtime inputs too where their tensors are all
+# floating (``loss / n_tokens``, ``x * step``, ``x.clamp(max=n)``): there an int and the
+# float of its value compute alike (the lowering casts every operand to the compute dtype
+# the rule chose from the int). Integer tensors keep them constant (their promotion and
+# arithmetic are the int's), as do ops whose int is a count or an exponent (``polygamma``'s
+# n, ``round``'s decimals, ``pow``).
+_INT_INPUT_OPS = frozenset(getattr(getattr(aten, name), overload) for name, overloads in (
+    ("add", "Tensor Scalar"), ("sub", "Tensor Scalar"), ("rsub", "Tensor Scalar"),
+    ("mul", "Tensor Scalar"), ("div", "Tensor Scalar"), ("clamp", "default"),
+    ("clamp_min", "default"), ("clamp_max", "default"), ("eq", "Scalar"), ("ne", "Scalar"),
+    ("lt", "Scalar"), ("le", "Scalar"), ("gt", "Scalar"), ("ge", "Scalar"),
+    ("fmod", "Scalar"), ("remainder", "Scalar"), ("lerp", "Scalar"), ("addcmul", "default"),
+    ("addcdiv", "default")) for overload in overloads.split())
+_INTS_TOO = "ints too"
+
+
+def _int_input(v: int) -> bool:
+    """Ints a float64 input holds exactly, but 0 and 1: as torch.compile specializes them,
+    they stay constants (``step += 1``, ``1 - x``: structure, not a per-step value; an
+    input each would cost every such op an input of the graph)."""
+    return 1 < v <= 2 ** 53 or -2 ** 53 <= v < 0
+
+
+def _dynamic_kind(func, args, kwargs):
+    """``_INTS_TOO`` for an op of ``_INT_INPUT_OPS`` with an int and floating tensors."""
+    if func not in _INT_INPUT_OPS or not (any(type(a) is int for a in args) or kwargs and any(
+            type(v) is int for v in kwargs.values())):
+        return True
+    for a in args:
+        if type(a) is LazyTensor and not a.dtype.is_floating_point:
+            return True
+    return _INTS_TOO
+
+
+def _templates(args, kwargs, static, inputs: list, func=None):
     if static is None:
         targs = tuple([_template(a, inputs, False) for a in args])
         tkw = tuple([(k, _template(v, inputs, False)) for k, v in kwargs.items()]) \
             if kwargs else ()
     else:
-        targs = tuple([_template(a, inputs, i not in static) for i, a in enumerate(args)])
-        tkw = tuple([(k, _template(v, inputs, k not in static))
+        dyn = _dynamic_kind(func, args, kwargs)
+        targs = tuple([_template(a, inputs, i not in static and dyn)
+                       for i, a in enumerate(args)])
+        tkw = tuple([(k, _template(v, inputs, k not in static and dyn))
                      for k, v in kwargs.items()]) if kwargs else ()
     return targs, tkw
 
@@ -130,7 +168,7 @@ def record(func, args, kwargs, extra_inputs=()) -> ir.Node:
     rule_fn, multi, static, pure = _rule_of(func)
     inputs: list = []
     if pure:
-        targs, tkw = _templates(args, kwargs, static, inputs)
+        targs, tkw = _templates(args, kwargs, static, inputs, func)
         key = _memo_key(func, args, kwargs, targs, tkw, inputs)
         meta = _RULE_MEMO.get(key)
         if meta is None:
@@ -140,7 +178,7 @@ def record(func, args, kwargs, extra_inputs=()) -> ir.Node:
             _RULE_MEMO[key] = meta
     else:
         meta = rule_fn(*args, **kwargs)
-        targs, tkw = _templates(args, kwargs, static, inputs)
+        targs, tkw = _templates(args, kwargs, static, inputs, func)
     for name, leaf in extra_inputs:
         inputs.append(leaf)
         tkw += ((name, _marker(len(inputs) - 1)),)

@@ -63,6 +63,29 @@ def test_changing_float_scalars_do_not_recompile():
         torch.testing.assert_close(y.cpu(), (x.cpu() * s + 1).relu().sum(0))
 
 
+def test_changing_int_scalars_of_float_tensors_do_not_recompile_integer_ones_do():
+    def f(t, n):   # a per-step count (``loss / n_tokens``), a step number
+        return (t / n + t * n - n).clamp(min=-n, max=n * 2) + t.add(n, alpha=2)
+
+    x = torch.randn(4, 3)
+    xl = x.to(DEV)
+    f(xl, 3).cpu()
+    lr.reset_metrics()
+    for n in (2, 7, -3, 1000, 2 ** 40):
+        torch.testing.assert_close(f(xl, n).cpu(), f(x, n), rtol=1e-6, atol=0)
+        assert f(xl, n).dtype == torch.float32
+    assert lr.metrics()["compiles"] == 0, lr.metrics()["recompile_reasons"]
+    f(xl, 1).cpu()   # 0 and 1 are constants (as torch.compile specializes them)
+    assert lr.metrics()["compiles"] == 1
+    i = torch.arange(6)
+    il = i.to(DEV)
+    ((il * 3 + 1) * 0.5).cpu()   # (a float read: integer ones are computed on the host)
+    lr.reset_metrics()
+    for n in (2, 5):   # an integer tensor's arithmetic is the int's: a constant
+        assert torch.equal(((il * n + n) * 0.5).cpu(), (i * n + n) * 0.5)
+    assert lr.metrics()["compiles"] == 2, lr.metrics()["recompile_reasons"]
+
+
 def test_lr_schedule_does_not_recompile():
     model = torch.nn.Linear(3, 2).to(DEV)
     opt = torch.optim.SGD(model.parameters(), lr=0.1)
