@@ -48,9 +48,12 @@ def staged(t: torch.Tensor) -> np.ndarray:
 def data_node_from_cpu(t: torch.Tensor) -> ir.Node:
     if t.layout != torch.strided or t.is_nested:
         kind = "nested" if t.is_nested else str(t.layout).replace("torch.", "")
+        hint = (" (a sparse gradient comes from nn.Embedding or nn.EmbeddingBag with "
+                "sparse=True: pass sparse=False, whose dense gradient any optimizer but "
+                "SparseAdam takes)") if t.layout == torch.sparse_coo else ""
         raise UnsupportedOperation(
             f"a {kind} tensor cannot live on the lazy device (its tensors are dense and "
-            "strided): keep it on the CPU, or convert it with .to_dense() first")
+            f"strided): keep it on the CPU, or convert it with .to_dense() first{hint}")
     marks = dynamic.marks_of_cpu(t)
     if t.numel() == 0 and not marks:
         # no values: one made with its recipe, so traces of a whole step that copy an

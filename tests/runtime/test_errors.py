@@ -154,6 +154,13 @@ def test_non_strided_layouts_are_refused_clearly(make):
         make()
 
 
+def test_a_sparse_embedding_gradient_is_refused_with_the_setting_to_change():
+    emb = torch.nn.Embedding(10, 3, sparse=True).to(DEV)
+    with pytest.raises(lr.UnsupportedOperation, match="sparse=False"):
+        emb(torch.tensor([1, 2]).to(DEV)).sum().backward()
+    lr.mark_step()
+
+
 def test_a_failing_lowering_poisons_its_graph_not_the_runtime(monkeypatch):
     def broken(*args, **kwargs):
         raise ValueError("deliberately broken")
