@@ -205,13 +205,16 @@ def same_layout_ok(func) -> bool:
         and func not in config.force_fallback
 
 
-def _argument_kind(a, dyn: bool):
+def _argument_kind(a, dyn: bool, ints: bool):
+    """A position's kind. Its numbers become inputs as ``_template`` makes them: floats
+    where ``dyn``, ints of ``_INT_INPUT_OPS`` too (the recorder's tensors are floating),
+    each value by ``_int_input``."""
     t = type(a)
     if t is LazyTensor:
         return _TENSOR
     if t not in _NUMBERS:
         return None
-    return _SCALAR_INPUT if t is float and dyn else _CONSTANT
+    return _SCALAR_INPUT if dyn and (t is float or ints) else _CONSTANT
 
 
 def _same_layout_record(functional, inplace: bool, arg_kinds: tuple, kw_kinds: tuple):
@@ -223,7 +226,7 @@ def _same_layout_record(functional, inplace: bool, arg_kinds: tuple, kw_kinds: t
     markers = ir._MARKERS   # (a per-tensor op has a few inputs: within the table)
 
     def scalar_input(v, inputs):
-        inputs.append(_scalar_leaf(v))
+        inputs.append(_scalar_leaf(float(v)))
         return markers[len(inputs) - 1]
 
     def rec(args: tuple, kwargs: dict):
@@ -246,13 +249,15 @@ def _same_layout_record(functional, inplace: bool, arg_kinds: tuple, kw_kinds: t
                 targs.append(markers[len(inputs) - 1])
             else:
                 numbers.append(a)
-                targs.append(scalar_input(a, inputs) if kind is _SCALAR_INPUT else a)
+                targs.append(scalar_input(a, inputs) if kind is _SCALAR_INPUT and (
+                    t0 is float or _int_input(a)) else a)
         tkw = []
         for (k, v), (k0, t0, kind) in zip(kwargs.items(), kw_kinds):
             if k != k0 or type(v) is not t0:
                 return None
             numbers.append(v)
-            tkw.append((k, scalar_input(v, inputs) if kind is _SCALAR_INPUT else v))
+            tkw.append((k, scalar_input(v, inputs) if kind is _SCALAR_INPUT and (
+                t0 is float or _int_input(v)) else v))
         if dtype not in _LAYOUT_DTYPES:
             return None
         for v in numbers:
@@ -1394,10 +1399,11 @@ def _same_layout_recorder(func, args: tuple, kwargs: dict, inplace: bool):
     if functional is None or not same_layout_ok(functional):
         return None
     static = _rule_of(functional)[2]
-    arg_kinds = tuple((type(a), _argument_kind(a, static is not None and i not in static))
+    ints = functional in _INT_INPUT_OPS
+    arg_kinds = tuple((type(a), _argument_kind(a, static is not None and i not in static, ints))
                       for i, a in enumerate(args))
-    kw_kinds = tuple((k, type(v), _argument_kind(v, static is not None and k not in static))
-                     for k, v in kwargs.items())
+    kw_kinds = tuple((k, type(v), _argument_kind(v, static is not None and k not in static,
+                                                 ints)) for k, v in kwargs.items())
     if any(kind is None for _, kind in arg_kinds) \
             or any(k[2] is None or k[2] is _TENSOR for k in kw_kinds):
         return None
