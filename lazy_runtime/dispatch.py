@@ -1039,6 +1039,60 @@ def _repeat_interleave(func, args, kwargs):
     return _functional(func, args, kwargs)
 
 
+def _true_positions(mask) -> list:
+    """A bool lazy tensor's true positions, one long lazy tensor per dim: read on the
+    host as ``_repeat_interleave`` reads its repeats (torch's kernels read a mask there
+    too), then copied to the device as this step's data."""
+    from .executor import data_tensor, read_for_shape
+    return [data_tensor(p) for p in torch.nonzero(read_for_shape(mask)).unbind(1)]
+
+
+def _index_with_masks(func, args, kwargs):
+    """``x[mask]`` (boolean masks among the indices): its size is the mask's count. The
+    mask's true positions index x instead (torch's own rewrite of a mask), so x stays
+    lazy and the step's graph goes on, where an eager ``x[mask]`` cut it and copied x to
+    the host and back. The count is a new size most steps: automatic dynamic pads it. A
+    0-d, uint8, or misshapen mask runs eagerly (torch's semantics and errors)."""
+    x, indices = args
+    if not any(type(i) is LazyTensor and i.dtype == torch.bool for i in indices):
+        return _functional(func, args, kwargs)
+    out, d = [], 0
+    for i in indices:
+        if type(i) is LazyTensor and i.dtype == torch.bool:
+            if i.ndim == 0 or tuple(i.shape) != tuple(x.shape[d:d + i.ndim]):
+                raise NoLowering(func, "a 0-d mask, or one not of the indexed dims' shape")
+            out.extend(_true_positions(i))
+            d += i.ndim
+        else:
+            out.append(i)
+            d += 1
+    return _functional(func, (x, out), kwargs)
+
+
+def _masked_select(func, args, kwargs):
+    """``masked_select(x, mask)``: ``x[mask]`` of the two broadcast (``_index_with_masks``);
+    its gradient is torch's (a ``masked_scatter``)."""
+    x, mask = args
+    if type(x) is not LazyTensor or type(mask) is not LazyTensor or mask.dtype != torch.bool:
+        raise NoLowering(func, "a mask that is not a bool lazy tensor")
+    try:
+        shape = torch.broadcast_shapes(x.shape, mask.shape)
+    except RuntimeError:
+        raise NoLowering(func, "shapes that do not broadcast (torch's error)") from None
+    shape = shape or (1,)   # (0-d operands: a 1-d result all the same)
+    return aten.index.Tensor(x.expand(shape), [mask.expand(shape)])
+
+
+def _nonzero(func, args, kwargs):
+    """``nonzero`` (``argwhere``, ``torch.where(cond)``): its input read on the host (see
+    ``_true_positions``), the positions copied back as data."""
+    x = args[0]
+    if not isinstance(x, LazyTensor) or x.is_complex():
+        raise NoLowering(func, "a complex or non-lazy input")
+    from .executor import data_tensor, read_for_shape
+    return data_tensor(torch.nonzero(read_for_shape(x)))
+
+
 SPECIAL = {
     aten._to_copy.default: _to_copy,
     aten.copy_.default: _copy_,
@@ -1058,6 +1112,9 @@ SPECIAL = {
     aten.allclose.default: _allclose,
     aten.polygamma_.default: _polygamma_,
     aten.repeat_interleave.Tensor: _repeat_interleave,
+    aten.index.Tensor: _index_with_masks,
+    aten.nonzero.default: _nonzero,
+    aten.masked_select.default: _masked_select,
 }
 for _op in _INPLACE_VIEWS:
     SPECIAL[_op] = _inplace_view

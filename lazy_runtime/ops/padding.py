@@ -36,8 +36,8 @@ Rules by family:
 * nll_loss: padded targets become ``ignore_index`` (mean divides by the true count).
 * embedding: padded ids gather garbage rows; its backward zeroes their gradients.
 * index_put with a boolean mask, one row of values per selected element, only the rows
-  padded (an eager ``x[mask]``'s gradient): the count checked is the true one; padding
-  rows write nowhere. masked_scatter from a source padded along its leading dim
+  padded (``x[mask] = y[mask]``): the count checked is the true one; padding rows write
+  nowhere. masked_scatter from a source padded along its leading dim
   (``masked_select``'s gradient) likewise.
 * index_select, index_add and ``x[:, cols]``: a padded index gives padded rows; the
   indexed dim padded at its end (index_select, index_add: indices point at true rows).
@@ -1307,8 +1307,8 @@ def pad_index_put(node, ins, cx):
 
 def _pad_mask_rows_put(node, xl, ml, vl):
     """``x[mask] = v`` with one row of v per selected element (``x[mask]``'s gradient)
-    where only v's rows are padded (they came from an eager ``x[mask]`` whose count
-    varies): the count checked is their true number, padding rows write nowhere."""
+    where only v's rows are padded (``x[mask] = y[mask]``: a count that varies): the count
+    checked is their true number, padding rows write nowhere."""
     if has_sym(xl) or has_sym(ml) or has_sym(vl[1:]) or len(vl[0]) != 1:
         raise NoPadRule(node.op, "values per element of a boolean mask", _syms(xl, ml, vl))
     return Pad(xl, fn=functools.partial(_mask_rows_put_fn, vl[0]), tag="mask_rows_put")
@@ -1385,7 +1385,7 @@ def pad_index_add(node, ins, cx):
 @pad_rule(aten.masked_scatter.default)
 def pad_masked_scatter(node, ins, cx):
     """x[mask] = source.flatten() (``masked_select``'s gradient) where only source's
-    leading dim is padded (an eager ``masked_select``'s result): its true elements are a
+    leading dim is padded (a ``masked_select``'s result): its true elements are a
     prefix of the flattened source, which the mask's count is checked against."""
     x, mask, source = node.args
     xl, ml, sl = ins[_i(x)], ins[_i(mask)], ins[_i(source)]

@@ -379,8 +379,9 @@ def _twins(layers, opt_cls, **opt_args):
     return eager, lazy, opts
 
 
-# Losses over a data-dependent subset of rows or columns: the subset is read eagerly (its
-# size is data) and the graph after it sees a new size almost every step.
+# Losses over a data-dependent subset of rows or columns: the subset's positions are read
+# on the host (its size is data; ``unique`` runs eagerly) and the graph sees a new size
+# almost every step.
 def _mask_rows_ce(out, y):
     mask = y > 0
     return F.cross_entropy(out[mask], y[mask])
