@@ -1040,11 +1040,20 @@ def _repeat_interleave(func, args, kwargs):
 
 
 def _true_positions(mask) -> list:
-    """A bool lazy tensor's true positions, one long lazy tensor per dim: read on the
-    host as ``_repeat_interleave`` reads its repeats (torch's kernels read a mask there
-    too), then copied to the device as this step's data."""
+    """A bool mask's true positions, one long lazy tensor per dim: a lazy mask read on
+    the host as ``_repeat_interleave`` reads its repeats (torch's kernels read a mask
+    there too), then copied to the device as this step's data."""
     from .executor import data_tensor, read_for_shape
-    return [data_tensor(p) for p in torch.nonzero(read_for_shape(mask)).unbind(1)]
+    if type(mask) is LazyTensor:
+        host = read_for_shape(mask)
+    else:   # counted as a read too: a replay must not reuse these positions
+        host = mask
+        METRICS.host_folds += 1
+    return [data_tensor(p) for p in torch.nonzero(host).unbind(1)]
+
+
+def _is_mask(i) -> bool:
+    return isinstance(i, torch.Tensor) and i.dtype == torch.bool
 
 
 def _index_with_masks(func, args, kwargs):
@@ -1052,13 +1061,14 @@ def _index_with_masks(func, args, kwargs):
     mask's true positions index x instead (torch's own rewrite of a mask), so x stays
     lazy and the step's graph goes on, where an eager ``x[mask]`` cut it and copied x to
     the host and back. The count is a new size most steps: automatic dynamic pads it. A
-    0-d, uint8, or misshapen mask runs eagerly (torch's semantics and errors)."""
+    CPU mask needs no read. A 0-d, uint8, or misshapen mask runs eagerly (torch's
+    semantics and errors)."""
     x, indices = args
-    if not any(type(i) is LazyTensor and i.dtype == torch.bool for i in indices):
+    if not any(map(_is_mask, indices)):
         return _functional(func, args, kwargs)
     out, d = [], 0
     for i in indices:
-        if type(i) is LazyTensor and i.dtype == torch.bool:
+        if _is_mask(i):
             if i.ndim == 0 or tuple(i.shape) != tuple(x.shape[d:d + i.ndim]):
                 raise NoLowering(func, "a 0-d mask, or one not of the indexed dims' shape")
             out.extend(_true_positions(i))

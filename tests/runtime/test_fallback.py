@@ -46,6 +46,7 @@ def test_data_dependent_shapes_read_their_mask_or_fall_back():
     assert_same(torch.where(xl != 0)[1], torch.where(x != 0)[1])
     assert_same(xl[xl > 0] * 2, x[x > 0] * 2)
     assert_same(xl[:, xl[0] > 1], x[:, x[0] > 1])
+    assert_same(xl[x > 0] + 1, x[x > 0] + 1)   # a CPU mask
     assert_same(torch.unique(xl), torch.unique(x))
     assert lr.metrics()["fallback_ops"] == {"aten._unique2.default": 1}
 

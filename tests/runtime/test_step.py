@@ -495,3 +495,33 @@ def test_a_padded_step_returning_a_dynamic_value_is_traced():
     assert m["step_replays"] == 0
     assert m["replay_misses"]["whole step: the step keeps or returns a value with a dynamic "
                               "dim"] >= 1, m["replay_misses"]
+
+
+@pytest.mark.parametrize("where", ["device", "cpu"])
+def test_a_step_selecting_by_a_mask_is_traced_at_each_call(where):
+    """``logits[mask]`` reads the mask (its positions are the step's data): a replay
+    would reuse one call's positions, so each call is traced, and right."""
+    model, opt = make()
+    eager = copy.deepcopy(model).to("cpu")
+    eager_opt = torch.optim.AdamW(eager.parameters(), lr=1e-2)
+
+    def masked_step(m, o, device):
+        def step(x, y):
+            mask = y > 0
+            out = m(x.to(device))[mask.to(device) if where == "device" else mask]
+            loss = out.pow(2).mean()
+            loss.backward()
+            o.step()
+            o.zero_grad()
+            return loss
+        return step
+
+    step = lr.compile_step(masked_step(model, opt, DEV), model, opt)
+    lr.reset_metrics()
+    g = torch.Generator().manual_seed(11)
+    for x, _ in batches(6, seed=11):   # the same count at other positions each call
+        y = torch.tensor([0, 1, 2, 1, 0])[torch.randperm(5, generator=g)]
+        got = step(x, y).item()
+        want = masked_step(eager, eager_opt, "cpu")(x, y).item()
+        assert got == pytest.approx(want, rel=1e-5, abs=1e-6)
+    assert lr.metrics()["step_replays"] == 0, lr.metrics()["replay_misses"]
