@@ -1083,8 +1083,8 @@ def _masked_select(func, args, kwargs):
     """``masked_select(x, mask)``: ``x[mask]`` of the two broadcast (``_index_with_masks``);
     its gradient is torch's (a ``masked_scatter``)."""
     x, mask = args
-    if type(x) is not LazyTensor or type(mask) is not LazyTensor or mask.dtype != torch.bool:
-        raise NoLowering(func, "a mask that is not a bool lazy tensor")
+    if type(x) is not LazyTensor or not _is_mask(mask):
+        raise NoLowering(func, "a CPU tensor selected from, or a mask that is not bool")
     try:
         shape = torch.broadcast_shapes(x.shape, mask.shape)
     except RuntimeError:

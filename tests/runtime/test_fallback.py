@@ -129,6 +129,7 @@ def test_masked_select_reads_only_its_mask_values_and_gradients(shapes):
         (want.exp() * 2).sum().backward()
         assert_same(got, want.detach())
         assert_same(xl.grad, xc.grad)
+        assert_same(torch.masked_select(xl, mask) * 1, want)   # a CPU mask
         assert lr.metrics()["fallback_ops"] == {}
 
 
