@@ -1306,9 +1306,9 @@ def pad_index_put(node, ins, cx):
 
 
 def _pad_mask_rows_put(node, xl, ml, vl):
-    """``x[mask] = v`` with one row of v per selected element (``x[mask]``'s gradient)
-    where only v's rows are padded (``x[mask] = y[mask]``: a count that varies): the count
-    checked is their true number, padding rows write nowhere."""
+    """``x[mask] = v`` with one row of v per selected element where only v's rows are
+    padded (``x[mask] = y[mask]``: a count that varies): the count checked is their true
+    number, padding rows write nowhere."""
     if has_sym(xl) or has_sym(ml) or has_sym(vl[1:]) or len(vl[0]) != 1:
         raise NoPadRule(node.op, "values per element of a boolean mask", _syms(xl, ml, vl))
     return Pad(xl, fn=functools.partial(_mask_rows_put_fn, vl[0]), tag="mask_rows_put")
@@ -1354,8 +1354,9 @@ def pad_gather(node, ins, cx):
 
 @pad_rule(aten.index_select.default)
 def pad_index_select(node, ins, cx):
-    """Rows picked by a padded index (an eager ``nonzero``'s) land in the result's padded
-    rows; x's own dim may be padded at its end (the index points at true rows)."""
+    """Rows picked by a padded index (``nonzero``'s positions, a count that varies) land
+    in the result's padded rows; x's own dim may be padded at its end (the index points at
+    true rows)."""
     x, dim, index = node.args
     xl, il = ins[_i(x)], ins[_i(index)]
     if not xl:
