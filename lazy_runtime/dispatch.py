@@ -1039,17 +1039,21 @@ def _repeat_interleave(func, args, kwargs):
     return _functional(func, args, kwargs)
 
 
+def _host_nonzero(t) -> torch.Tensor:
+    """``torch.nonzero`` of ``t`` on the host: a lazy tensor read as ``_repeat_interleave``
+    reads its repeats (torch's kernels read a mask there too), a CPU one counted as a read
+    as well (a replay must not reuse these positions)."""
+    from .executor import read_for_shape
+    if type(t) is LazyTensor:
+        return torch.nonzero(read_for_shape(t))
+    METRICS.host_folds += 1
+    return torch.nonzero(t)
+
+
 def _true_positions(mask) -> list:
-    """A bool mask's true positions, one long lazy tensor per dim: a lazy mask read on
-    the host as ``_repeat_interleave`` reads its repeats (torch's kernels read a mask
-    there too), then copied to the device as this step's data."""
-    from .executor import data_tensor, read_for_shape
-    if type(mask) is LazyTensor:
-        host = read_for_shape(mask)
-    else:   # counted as a read too: a replay must not reuse these positions
-        host = mask
-        METRICS.host_folds += 1
-    return [data_tensor(p) for p in torch.nonzero(host).unbind(1)]
+    """A bool mask's true positions, one long lazy tensor per dim (this step's data)."""
+    from .executor import data_tensor
+    return [data_tensor(p) for p in _host_nonzero(mask).unbind(1)]
 
 
 def _is_mask(i) -> bool:
@@ -1094,13 +1098,13 @@ def _masked_select(func, args, kwargs):
 
 
 def _nonzero(func, args, kwargs):
-    """``nonzero`` (``argwhere``, ``torch.where(cond)``): its input read on the host (see
-    ``_true_positions``), the positions copied back as data."""
+    """``nonzero`` (``argwhere``, ``torch.where(cond)``): its input read on the host
+    (``_host_nonzero``), the positions copied back as data."""
     x = args[0]
     if not isinstance(x, LazyTensor) or x.is_complex():
         raise NoLowering(func, "a complex or non-lazy input")
-    from .executor import data_tensor, read_for_shape
-    return data_tensor(torch.nonzero(read_for_shape(x)))
+    from .executor import data_tensor
+    return data_tensor(_host_nonzero(x))
 
 
 SPECIAL = {

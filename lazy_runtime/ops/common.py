@@ -101,7 +101,7 @@ def number_in(dtype: torch.dtype, v):
 
 def opmath(dtype: torch.dtype) -> torch.dtype:
     """The dtype torch computes in for ``dtype`` (float32 for the half types)."""
-    return torch.float32 if dtype in (torch.float16, torch.bfloat16) else dtype
+    return torch.float32 if dtype in D.HALF_TYPES else dtype
 
 
 def c_exp(z):

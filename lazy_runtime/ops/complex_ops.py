@@ -26,7 +26,7 @@ aten = torch.ops.aten
 def _real_part(d, name):
     """The float dtype of the parts of a ``name`` result built from ``d`` values."""
     if d not in D.COMPLEX_OF:   # half types would make complex32, which XLA lacks
-        if d in (torch.float16, torch.bfloat16):
+        if d in D.HALF_TYPES:
             raise NoLowering(getattr(aten, name).default, f"{d} parts")
         raise RuntimeError(f"{name}: expected both inputs to be Half, Float or Double tensors "
                            f"but got {str(d)[6:].capitalize()}")
@@ -50,7 +50,7 @@ def lower_view_as_real(x):
 @rule(aten.view_as_complex.default)
 def view_as_complex_rule(x):
     if x.dtype not in D.COMPLEX_OF:
-        if x.dtype in (torch.float16, torch.bfloat16):
+        if x.dtype in D.HALF_TYPES:
             raise NoLowering(aten.view_as_complex.default, f"{x.dtype} parts")
         raise RuntimeError("view_as_complex is only supported for floating point tensors, "
                            f"but got a tensor of scalar type: {str(x.dtype)[6:].capitalize()}")

@@ -347,7 +347,7 @@ def _step_rounding(dtype, b):
     """How torch's 16-bit division kernels round each step: to the 16-bit type (a
     ``Vectorized<Half>`` op), except by a single-element divisor, computed in float (its
     ``is_scalar(2)`` kernels). The identity for the other types."""
-    if dtype not in (torch.float16, torch.bfloat16) or not is_array(b) or b.size == 1:
+    if dtype not in D.HALF_TYPES or not is_array(b) or b.size == 1:
         return lambda v: v
     return lambda v: v.astype(jdt(dtype)).astype(v.dtype)
 

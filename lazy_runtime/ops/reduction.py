@@ -855,7 +855,7 @@ def cdist_rule(x1, x2, p, compute_mode=None):
     if x1.dtype != x2.dtype:
         raise RuntimeError(f"expected scalar type {type_name(x1.dtype)} but found "
                            f"{type_name(x2.dtype)}")
-    if x1.dtype in (torch.float16, torch.bfloat16):
+    if x1.dtype in D.HALF_TYPES:
         raise NotImplementedError(f"\"cdist\" not implemented for '{type_name(x1.dtype)}'")
     return _cdist_batch(x1, x2) + (x1.shape[-2], x2.shape[-2]), x1.dtype
 
@@ -955,7 +955,7 @@ def _all_finite(x) -> bool:
 
 def _hist_checks(op, x, bins_ok, weight):
     ok = x.dtype in (torch.float32, torch.float64) or (
-        x.dtype in (torch.float16, torch.bfloat16) and weight is None)
+        x.dtype in D.HALF_TYPES and weight is None)
     if not ok or not bins_ok or (weight is not None and (
             weight.dtype != x.dtype or weight.numel() != x.numel())):
         raise NoLowering(op, "arguments torch refuses (its error), or a weighted 16-bit one")
@@ -1004,7 +1004,7 @@ def histogram(x, bins=100, *, range=None, weight=None, density=False):
     _hist_checks(op, x, bins > 0 and (range is None or len(range) == 2), weight)
     data = range is None and x.numel() > 0
     lo, hi = (0.0, 1.0) if range is None else map(float, range)
-    if x.dtype in (torch.float16, torch.bfloat16) and range is None:
+    if x.dtype in D.HALF_TYPES and range is None:
         raise NoLowering(op, "16-bit input without a range (torch's error)")
     if (data and not _all_finite(x)) or not (data or -math.inf < lo <= hi < math.inf):
         raise NoLowering(op, "a range torch refuses (its error)")

@@ -34,7 +34,7 @@ def _special(*ops, fn, operands=(0,), kind=D.INT_TO_FLOAT, half=False, integral=
     ``integral``: torch accepts integer and bool inputs (promoted to float)."""
     elementwise(*ops, fn=fn, kind=kind, operands=operands)
     if not half:
-        refuse(ops, lambda args, dt: dt in (torch.float16, torch.bfloat16),
+        refuse(ops, lambda args, dt: dt in D.HALF_TYPES,
                 "torch has no 16-bit kernel for it")
     if not integral:
         refuse(ops, lambda args, dt: not dt.is_floating_point,

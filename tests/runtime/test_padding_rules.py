@@ -409,7 +409,7 @@ def test_examples_train_with_a_dynamic_batch_without_exact_compiles(name):
 
 
 def indexed(x, rows, cols, w):
-    """x (B, T, C) padded along T, rows (T,) padded too (as an eager nonzero's), cols (5,)
+    """x (B, T, C) padded along T, rows (T,) padded too (as nonzero's positions), cols (5,)
     below every T: index_select and x[:, cols] into and out of padded dims."""
     h = torch.tanh(x @ w)
     outs = {}
