@@ -15,7 +15,8 @@ torch on materialized inputs and its results re-enter the lazy world (``fallback
 Float scalars in Scalar/Tensor positions of ops registered with ``dynamic_scalars`` become
 runtime inputs (``ir.SCALAR`` leaves), so a learning-rate schedule or Adam's bias
 corrections do not recompile; so do ints of arithmetic on floating tensors
-(``_INT_INPUT_OPS``). Other ints, and bools, stay compile-time constants.
+(``_INT_INPUT_OPS``) and of comparisons with int64 ones. Other ints, and bools, stay
+compile-time constants.
 """
 
 from __future__ import annotations
@@ -108,6 +109,9 @@ _INT_INPUT_OPS = frozenset(getattr(getattr(aten, name), overload) for name, over
     ("fmod", "Scalar"), ("remainder", "Scalar"), ("lerp", "Scalar"), ("addcmul", "default"),
     ("addcdiv", "default")) for overload in overloads.split())
 _INTS_TOO = "ints too"
+# ... and of comparisons with int64 tensors (``arange(L) <= pos``, a decoding step's mask
+# over its cache): compared in int64, exactly, whether the int is a constant or an input
+_INT64_TOO = frozenset(getattr(aten, name).Scalar for name in ("eq", "ne", "lt", "le", "gt", "ge"))
 
 
 def _int_input(v: int) -> bool:
@@ -118,12 +122,14 @@ def _int_input(v: int) -> bool:
 
 
 def _dynamic_kind(func, args, kwargs):
-    """``_INTS_TOO`` for an op of ``_INT_INPUT_OPS`` with an int and floating tensors."""
+    """``_INTS_TOO`` for an op of ``_INT_INPUT_OPS`` with an int and floating tensors (or
+    int64 ones, for ``_INT64_TOO``)."""
     if func not in _INT_INPUT_OPS or not (any(type(a) is int for a in args) or kwargs and any(
             type(v) is int for v in kwargs.values())):
         return True
     for a in args:
-        if type(a) is LazyTensor and not a.dtype.is_floating_point:
+        if type(a) is LazyTensor and not a.dtype.is_floating_point and not (
+                a.dtype is torch.int64 and func in _INT64_TOO):
             return True
     return _INTS_TOO
 

@@ -23,6 +23,12 @@ key holds every layout, so a key is only shared by traces whose values co-vary t
 way. A guess that leads to a contradiction is withdrawn and the pass retried (taken back
 for an earlier one where that leads to a contradiction no guess explains).
 
+Offsets: a slice, select or scatter of them whose start moves while nothing else changes
+(``cache[:, pos] = k``) is marked too (automatic dynamic, ``("offset", node index)``);
+its padding rule reads the start at run time (``Cx.offset``: a name beside the symbols in
+the executable's sizes, with no bucket), and graphs that differ only in such starts share
+one plan (``_OFFSET_PLANS``).
+
 Rules may also *derive* symbols (``Cx.derive``/``Cx.shrink``): ``T-1`` for ``x[:, 1:]``,
 ``(T+1)//2`` for a strided conv. A derived symbol is a plain symbol of the plan (its true
 size enters at run time) whose name spells how it follows from its base, so the key still
@@ -320,6 +326,18 @@ class Cx:
         self.derived: set = set()  # symbols made by ``derive`` in this pass
         self.shrunk: dict = {}    # derived symbol -> (its base symbol, k): size n(base) - k
         self.slice_marks: dict = {}  # node index -> symbol: a slice whose length varies
+        self.offset_marks: dict = {}  # node index -> name: a cut whose start varies
+        self.offsets: dict = {}   # name -> this trace's start (``offset``)
+
+    def offset(self, node):
+        """The start of cut ``node`` (slice, select or their scatter, of a concrete dim)
+        as a position spec (``padding._at``) read at run time, where its start varies
+        (``offset_marks``); else None."""
+        name = self.offset_marks.get(self.site)
+        if name is None:
+            return None
+        self.offsets[name] = cut_at(node)[1]
+        return (name, 0)
 
     def derive(self, name: str, size: int, padded: int) -> str:
         """A new symbol for a size that is a function of other symbols' sizes (``name``
@@ -476,11 +494,13 @@ def _build(g, fresh, auto, disabled):
     from .ops.registry import PAD_RULES
     sizes, marked = _leaf_layouts(g, fresh, auto)
     slice_marks = {k[1]: s for k, s in auto.items() if k[0] == "slice"}
-    if not sizes and not slice_marks:
+    offset_marks = {k[1]: s for k, s in auto.items() if k[0] == "offset"}
+    if not sizes and not slice_marks and not offset_marks:
         return None
     buckets = {s: bucket(v, s) for s, v in sizes.items()}
     cx = Cx(sizes, buckets, disabled)
     cx.slice_marks = slice_marks
+    cx.offset_marks = offset_marks
     index = {id(n): i for i, n in enumerate(g.nodes)}
     layouts: list = []
     pads: list = []
@@ -556,11 +576,12 @@ def _build(g, fresh, auto, disabled):
         e.cx = cx
         e.prov = prov[cx.site] | frozenset(site for site, _ in cx.guesses[ng:])
         raise
-    syms = tuple(sorted(sizes))
+    # offsets enter the executable beside the sizes (``Env.n``), with no bucket
+    syms = tuple(sorted(sizes)) + tuple(cx.offsets)
     plan = SymPlan()
     plan.syms = syms
-    plan.sizes = tuple(sizes[s] for s in syms)
-    plan.buckets = tuple(buckets[s] for s in syms)
+    plan.sizes = tuple(sizes[s] for s in syms[:len(sizes)]) + tuple(cx.offsets.values())
+    plan.buckets = tuple(buckets[s] for s in syms[:len(sizes)]) + (0,) * len(cx.offsets)
     plan.layouts = layouts
     plan.pads = pads
     plan.data_layouts = data_layouts
@@ -674,60 +695,111 @@ def _family(g: ir.Graph):
     return (tuple(out), g.outputs)
 
 
-_SLICE = torch.ops.aten.slice.Tensor
+_aten = torch.ops.aten
+_SLICE = _aten.slice.Tensor
+_CUTS = frozenset((_SLICE, _aten.select.int, _aten.slice_scatter.default,
+                   _aten.select_scatter.default))
 
 
-def _slices(g: ir.Graph) -> tuple:
-    """(node index, (dim, start, step), length) of each slice in ``g``: a length read
-    from a value (``x[:, :n]``, ``n = int(lengths.max())``) is a size of the graph that no
-    input shows."""
-    out = []
+def cut_at(n: ir.Node) -> tuple:
+    """Where slice, select or their scatter ``n`` cuts its dim: (dim, start, length,
+    step), normalized as torch does (a negative start counts from the end, a slice's
+    bounds are clipped to the dim); length None for a select."""
+    scatter = n.op is _aten.slice_scatter.default or n.op is _aten.select_scatter.default
+    x = n.inputs[0]
+    args = n.args[2:] if scatter else n.args[1:]
+    size_of = x.shape
+    if n.op is _SLICE or n.op is _aten.slice_scatter.default:
+        dim, start, end, step = tuple(args[:4]) + (0, None, None, 1)[len(args):]
+        d = dim % len(size_of) if size_of else 0
+        lo, hi, _ = slice(start, end).indices(size_of[d] if size_of else 1)
+        step = step or 1
+        return d, lo, len(range(lo, max(hi, lo), step)), step
+    dim, index = args[:2]
+    d = dim % len(size_of)
+    return d, index % size_of[d], None, 1
+
+
+def _cuts(g: ir.Graph) -> tuple:
+    """(the slices, the cuts) of ``g``. Slices: (node index, (dim, start, step), length)
+    of each slice: a length read from a value (``x[:, :n]``, ``n = int(lengths.max())``)
+    is a size of the graph that no input shows. Cuts: (node index, (op, dim, length,
+    step), start) of each slice, select and scatter of them: a start read from a value
+    (``cache[:, pos] = k``, ``x[:, s:s + 8]``) is an offset no input shows."""
+    slices, cuts = [], []
     for i, n in enumerate(g.nodes):
-        if n.op is _SLICE:
-            x, dim, start, end, step = (tuple(n.args) + (0, None, None, 1))[:5]
-            d = dim % len(n.shape) if n.shape else 0
-            out.append((i, (d, start, step), n.shape[d] if n.shape else 0))
-    return tuple(out)
+        if n.op in _CUTS:
+            d, lo, length, step = cut_at(n)
+            cuts.append((i, (n.op, d, length, step), lo))
+            if n.op is _SLICE:
+                slices.append((i, (d, lo, step), length))
+    return tuple(slices), tuple(cuts)
 
 
-def _auto_marks(g: ir.Graph) -> dict:
+def _offset_marks(seen_cuts, cuts, known) -> dict:
+    """``{("offset", node index): name}`` for each cut that starts elsewhere than when
+    first seen, with the same dim, length and step (a length that changes too is the
+    slices' business), and is not in ``known``."""
+    return {("offset", i): f"@{i}" for (i, how, a), (_, how2, b) in zip(seen_cuts, cuts)
+            if a != b and how == how2 and how[2] != 0 and ("offset", i) not in known}
+
+
+def _auto_marks(g: ir.Graph, cuts_only: bool = False) -> dict:
     """Automatic dynamic: the marks of ``g``'s family, learnt when a graph of the same
-    structure comes back with only some input sizes, or some slices' lengths, changed:
-    ``{(input, dim): symbol}`` and ``{("slice", node index): symbol}``."""
+    structure comes back with only some input sizes, slices' lengths or cuts' starts
+    changed: ``{(input, dim): symbol}``, ``{("slice", node index): symbol}`` and
+    ``{("offset", node index): name}``. Input dims are learnt from the first change;
+    slices and offsets also later (a cache read ``k[:, :pos + 1]`` is first seen with
+    length 1, which says nothing, and the write at ``pos`` moves from the start).
+    ``cuts_only``: only offsets are learnt (``g`` has marked or padded inputs: its
+    symbols explain its sizes)."""
     fam = _family(g)
     shapes = [n.shape for n in g.data_nodes]
     auto = _AUTO.get(fam)
-    if auto is not None:
-        return auto
     seen = _FAMILIES.get(fam)
-    slices = _slices(g)
-    if seen is None:
-        _FAMILIES[fam] = (shapes, slices)
+    slices, cuts = _cuts(g)
+    if seen is None or len(seen[0]) != len(shapes):
+        _FAMILIES[fam] = (shapes, slices, cuts)
         while len(_FAMILIES) > 256:
             _FAMILIES.popitem(last=False)
-        return {}
-    seen, seen_slices = seen
-    if seen == shapes and seen_slices == slices or len(seen) != len(shapes):
-        return {}
+        return auto or {}
+    seen, seen_slices, seen_cuts = seen
+    known = auto or {}
+    new = _offset_marks(seen_cuts, cuts, known)
     groups: dict = {}
-    auto = {}
-    for k, (a, b) in enumerate(zip(seen, shapes)):
-        if len(a) != len(b):
-            return {}
-        for d, (x, y) in enumerate(zip(a, b)):
-            if x != y:
-                name = groups.setdefault((x, y), f"s{len(_AUTO)}_{len(groups)}")
-                auto[(k, d)] = name
-    for (i, how, x), (_, how2, y) in zip(seen_slices, slices):
-        if x != y and how == how2 and min(x, y) > 1:   # the same cut, to another length
-            auto[("slice", i)] = groups.setdefault((x, y), f"s{len(_AUTO)}_{len(groups)}")
-    if not auto:
-        return {}
+
+    def name(x, y):
+        return groups.setdefault((x, y), f"s{len(_AUTO)}_{len(known) + len(groups)}")
+    if not cuts_only and seen != shapes and not any(type(k[0]) is int for k in known):
+        for k, (a, b) in enumerate(zip(seen, shapes)):
+            if len(a) != len(b):
+                return {}
+            for d, (x, y) in enumerate(zip(a, b)):
+                if x != y:
+                    new[(k, d)] = name(x, y)
+    short = False
+    for (i, how, x), (_, how2, y) in zip(() if cuts_only else seen_slices, slices):
+        if x != y and how == how2 and ("slice", i) not in known:   # the same cut, resized
+            if min(x, y) > 1:
+                new[("slice", i)] = name(x, y)
+            else:
+                short = True
+    if short:   # a length of 0 or 1 tells nothing: compare the next graph with this one
+        _FAMILIES[fam] = (shapes, slices, cuts)
+    if not new:
+        return known
+    return _learnt(fam, {**known, **new}, new)
+
+
+def _learnt(fam, auto: dict, new: dict) -> dict:
+    """``auto`` becomes the marks of family ``fam``; ``new`` of them are reported."""
     _AUTO[fam] = auto
     _PLANS.clear()  # graphs of this family planned as static are dynamic from now on
+    _OFFSET_PLANS.clear()
     METRICS.automatic_dynamic.append(", ".join(
-        f"slice at node {k[1]} -> {s}" if k[0] == "slice" else f"input {k[0]} dim {k[1]} -> {s}"
-        for k, s in auto.items()))
+        f"slice at node {k[1]} -> {s}" if k[0] == "slice" else
+        f"offset at node {k[1]}" if k[0] == "offset" else f"input {k[0]} dim {k[1]} -> {s}"
+        for k, s in new.items()))
     log.made_dynamic(METRICS.automatic_dynamic[-1])
     return auto
 
@@ -735,7 +807,11 @@ def _auto_marks(g: ir.Graph) -> dict:
 def _dynamic_inputs(g: ir.Graph) -> tuple:
     """(whether a data leaf is marked or padded, the automatic marks of ``g``'s family)."""
     has_dyn = any(n.aux is not None for n in g.data_nodes)
-    auto = _auto_marks(g) if config.automatic_dynamic and not has_dyn else {}
+    if not config.automatic_dynamic:
+        return has_dyn, {}
+    auto = _auto_marks(g, cuts_only=has_dyn)
+    if has_dyn:   # marks and padding give the sizes; offsets are learnt
+        auto = {k: s for k, s in auto.items() if k[0] == "offset"}
     return has_dyn, auto
 
 
@@ -764,15 +840,61 @@ def plan_for(g: ir.Graph):
         _PLANS.move_to_end(key)
         return hit
     has_dyn, auto = _dynamic_inputs(g)
-    res = build_plan(g, fresh, auto) if (has_dyn or auto) else None
+    moved = _without_starts(g, auto)
+    res = _OFFSET_PLANS.get(moved) if moved is not None else None
+    if res is not None:   # another start of a planned graph: its plan, this graph's starts
+        _OFFSET_PLANS.move_to_end(moved)
+        res = _at_starts(res, g)
+    else:
+        res = build_plan(g, fresh, auto) if (has_dyn or auto) else None
+        if moved is not None and isinstance(res, SymPlan) and \
+                {("offset", int(s[1:])) for s in res.syms if s[0] == "@"} == \
+                {k for k in auto if k[0] == "offset"}:   # (every moving start an input)
+            _OFFSET_PLANS[moved] = res
+            while len(_OFFSET_PLANS) > 128:
+                _OFFSET_PLANS.popitem(last=False)
     _PLANS[key] = res
     while len(_PLANS) > 512:
         _PLANS.popitem(last=False)
     return res
 
 
+# A graph's key without the starts of its moving cuts -> its plan: a decoding loop writes
+# a new position every step, and planning each (a walk over every node) would cost more
+# than its executable's run.
+_OFFSET_PLANS: "collections.OrderedDict" = collections.OrderedDict()
+
+
+def _without_starts(g: ir.Graph, auto: dict):
+    """``g``'s key with each cut whose start moves (``auto``'s offsets) keyed by its op,
+    type, inputs, dim, length and step only; None where none moves."""
+    moving = [k[1] for k in auto if k[0] == "offset"] if auto else ()
+    if not moving:
+        return None
+    entries = list(g.key[0])
+    for i in moving:
+        sig, ins = entries[i]
+        d, _, length, step = cut_at(g.nodes[i])
+        entries[i] = ("cut", sig[0], sig[2:], ins, d, length, step)
+    return (tuple(entries), g.key[1])
+
+
+def _at_starts(plan: SymPlan, g: ir.Graph) -> SymPlan:
+    """``plan`` (of a graph that differs from ``g`` in its moving starts only) with
+    ``g``'s starts."""
+    out = SymPlan()
+    for f in SymPlan.__slots__:
+        setattr(out, f, getattr(plan, f))
+    k = sum(1 for s in plan.syms if s[0] != "@")   # (the offsets come last)
+    out.sizes = plan.sizes[:k] + tuple(cut_at(g.nodes[int(s[1:])])[1] for s in plan.syms[k:])
+    return out
+
+
 def refuse_plan(g: ir.Graph, why: str) -> str:
     """From now on ``g``'s shapes compile exactly, for the reason ``why``."""
+    for moved, plan in list(_OFFSET_PLANS.items()):
+        if plan.key == getattr(_PLANS.get(g.key), "key", None):
+            del _OFFSET_PLANS[moved]
     _PLANS[g.key] = why
     return why
 
@@ -781,6 +903,7 @@ def reset() -> None:
     _FAMILIES.clear()
     _AUTO.clear()
     _PLANS.clear()
+    _OFFSET_PLANS.clear()
 
 
 # ---- running a padded plan ----------------------------------------------------------
@@ -838,7 +961,8 @@ def result_leaf(n: ir.Node, value, layout, plan: SymPlan) -> ir.Node:
 
 def note_compile(plan: SymPlan) -> None:
     for s, b in zip(plan.syms, plan.buckets):
-        METRICS.buckets.setdefault(s, set()).add(b)
+        if s[0] != "@":   # (an offset)
+            METRICS.buckets.setdefault(s, set()).add(b)
 
 
 __all__ = ["mark_dynamic", "bucket", "plan_for", "NoPadRule", "Pad", "SymSize", "time"]

@@ -19,6 +19,8 @@ Rules by family:
   symbol ``T-1`` (``Cx.shrink``: padded like T, no copy); their backward (slice/select
   scatter) writes at the same positions; a strided slice compiles exactly. roll rotates
   the true positions; flip flips and rolls back.
+* slice/select and their scatter of a *concrete* dim at a moving start (``Cx.offset``):
+  ``lax.dynamic_slice``/``dynamic_update_slice`` at a start read at run time.
 * convolution (and its backward): batch dims pass through; a padded spatial dim is zeroed
   at its tail and maps to T, T-k (valid conv) or a derived ``(T+c)//s`` (strided); a conv
   that grows the dim, or a transposed one, compiles exactly. max pool: batch dims only.
@@ -54,8 +56,8 @@ import jax.numpy as jnp
 import torch
 from jax import lax
 
-from ..dynamic import (NoPadRule, Pad, SymSize, bucket, concrete, dnorm, dsize, has_sym,
-                       is_sym, sym_or_int)
+from ..dynamic import (NoPadRule, Pad, SymSize, bucket, concrete, cut_at, dnorm, dsize,
+                       has_sym, is_sym, sym_or_int)
 from .common import jdt, norm_dim, norm_dims, opmath, vjp
 from .layout import mask_rows_put, masked_scatter_from, per_element_count
 from .nn import _batch_norm, _f32, _tup, lower_convolution, lower_convolution_backward
@@ -322,6 +324,28 @@ def _place_fn(ctx, env, in_lays, base, src, d, start, size):
     return _place(base, src, d, _at(env, start), _at(env, size))
 
 
+def _offset_slice_fn(ctx, env, in_lays, x, d, start, length, step):
+    """``x[start:start + length * step:step]`` along ``d`` with a run-time start (the
+    host normalized it as torch does, so the window lies inside the dim)."""
+    w = lax.dynamic_slice_in_dim(x, _at(env, start), (length - 1) * step + 1, d)
+    return w if step == 1 else lax.slice_in_dim(w, 0, None, step, d)
+
+
+def _offset_select_fn(ctx, env, in_lays, x, d, index):
+    return lax.dynamic_index_in_dim(x, _at(env, index), d, keepdims=False)
+
+
+def _offset_place_fn(ctx, env, in_lays, base, src, d, start, step):
+    """The scatter of ``_offset_slice_fn`` (``_offset_select_fn`` where ``step`` is None):
+    only the written window is touched (a KV cache's one new position)."""
+    at, src = _at(env, start), src.astype(base.dtype)
+    if step is None:
+        return lax.dynamic_update_index_in_dim(base, src, at, d)
+    if step == 1:
+        return lax.dynamic_update_slice_in_dim(base, src, at, d)
+    return base.at[(slice(None),) * d + (at + step * jnp.arange(src.shape[d]),)].set(src)
+
+
 def _bounds(args, n):
     """Normalized (start, end) of a slice of a dim of true size ``n`` and its step."""
     start, end, step = (tuple(args) + (None,) * 3)[:3]
@@ -340,6 +364,12 @@ def pad_slice(node, ins, cx):
     m = hi - lo
     out = list(lay)
     if sym is None:
+        start = cx.offset(node)
+        if start is not None:   # a start that varies: read at run time
+            m = node.shape[d]
+            out[d] = (m,)
+            return Pad(tuple(out), args=(x, d, start, m, step), fn=_offset_slice_fn,
+                       tag="offset slice")
         name = cx.slice_marks.get(cx.site)
         if name is not None and step == 1 and m > 1:
             # a length that varies (read from a value): a symbol padded up to its bucket,
@@ -382,7 +412,9 @@ def pad_select(node, ins, cx):
     sym = _lone_sym(node.op, lay[d])
     out = lay[:d] + lay[d + 1:]
     if sym is None:
-        return Pad(out)
+        start = cx.offset(node)
+        return Pad(out) if start is None else Pad(
+            out, args=(x, d, start), fn=_offset_select_fn, tag="offset select")
     n = cx.sizes[sym]
     spec = _pos_spec(index % n, n, sym)
     return Pad(out, args=(x, d, spec), fn=_select_fn, tag="select")
@@ -401,7 +433,10 @@ def pad_slice_scatter(node, ins, cx):
     _scatter_dims(node.op, base, src, d)
     sym, src_sym = _lone_sym(node.op, base[d]), _lone_sym(node.op, src[d])
     if sym is None and src_sym is None:
-        return Pad(base)
+        start = cx.offset(node)
+        return Pad(base) if start is None else Pad(
+            base, args=(x, y, d, start, cut_at(node)[3]), fn=_offset_place_fn,
+            tag="offset place")
     lo, hi, step = _bounds(node.args[3:], dsize(base[d], cx.sizes))
     if step != 1:
         raise NoPadRule(node.op, "slice_scatter of step > 1 into a dynamic dim", retry=False)
@@ -421,7 +456,9 @@ def pad_select_scatter(node, ins, cx):
         raise NoPadRule(node.op, "select_scatter layouts differ", _syms(base, src))
     sym = _lone_sym(node.op, base[d])
     if sym is None:
-        return Pad(base)
+        start = cx.offset(node)
+        return Pad(base) if start is None else Pad(
+            base, args=(x, y, d, start, None), fn=_offset_place_fn, tag="offset place")
     n = cx.sizes[sym]
     spec = _pos_spec(index % n, n, sym)
     return Pad(base, args=(x, y, d, spec, None), fn=_place_fn, tag="place")
