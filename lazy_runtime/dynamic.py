@@ -44,6 +44,7 @@ padded dim and has no rule makes the whole graph compile at its exact shape.
 from __future__ import annotations
 
 import collections
+import re
 import time
 
 import jax.numpy as jnp
@@ -440,10 +441,14 @@ def build_plan(g: ir.Graph, fresh: frozenset, auto: dict):
     return str(last.op) if last is not None else "?"
 
 
+_DERIVED = re.compile(r"[-+*/()'~]")   # in a derived symbol's name (``Cx.derive``)
+
+
 def _leaf_layouts(g, fresh, auto):
     """Layouts of the DATA leaves from marks, padding and automatic dynamic; sizes."""
     sizes: dict = {}
     layouts: dict = {}
+    derived: dict = {}
     k = 0
     for i, n in enumerate(g.nodes):
         if n.op is not ir.DATA:
@@ -454,7 +459,10 @@ def _leaf_layouts(g, fresh, auto):
             sz = dict(sz)
             rename = {}
             for s, v in sz.items():
-                t = s
+                # a symbol derived by an earlier graph gets a name of this graph's own: a
+                # loop that grows a value by one each step (``cat([ids, new])``) would
+                # otherwise derive ``T+1``, then ``T+1+1``, a new key every step
+                t = derived.setdefault(s, f"~{len(derived)}") if _DERIVED.search(s) else s
                 while t in sizes and sizes[t] != v:
                     t = t + "'"
                 rename[s] = t

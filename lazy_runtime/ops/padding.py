@@ -493,9 +493,14 @@ def pad_cat(node, ins, cx):
     dyn = [s for s in syms if s is not None]
     rest = node.shape[d] - cx.sizes[dyn[0]]
     base, k = cx.shrunk.get(dyn[0], (dyn[0], 0))
-    if len(dyn) > 1 or rest > k:
-        raise NoPadRule(node.op, "cat along a dynamic dim that grows it", _syms(*ins))
-    out[d] = (cx.shrink(base, k - rest) if k > rest else base,)
+    if len(dyn) > 1:
+        raise NoPadRule(node.op, "cat of two dynamic pieces", _syms(*ins))
+    if rest > k:   # it grows: T + g, padded to that size's bucket (a token appended to ids)
+        grown = cx.sizes[base] + rest - k
+        out[d] = (cx.derive(f"{base}+{rest - k}", grown,
+                            max(bucket(grown, base), cx.buckets[base])),)
+    else:
+        out[d] = (cx.shrink(base, k - rest) if k > rest else base,)
     sizes = tuple((s, 0) if s is not None else lay[d][0] for s, (_, lay) in zip(syms, parts))
     return Pad(tuple(out), args=(tuple(t for t, _ in parts), d, sizes), fn=_cat_fn, tag="cat")
 

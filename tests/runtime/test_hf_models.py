@@ -105,3 +105,32 @@ def test_llama_training_step_is_replayed_whole_and_matches_eager():
         got = whole({k: v.to(DEV) for k, v in batch.items()}).item()
         assert got == pytest.approx(want, rel=1e-5)
     assert lr.metrics()["step_replays"] >= 2, lr.metrics()["replay_misses"]
+
+
+@pytest.mark.parametrize("cache", [None, "static"], ids=["dynamic cache", "static cache"])
+def test_llama_generate_matches_eager_with_a_few_compiles_not_one_per_token(cache):
+    """``model.generate`` unmodified: the ids (and a dynamic cache) grow by one token a
+    step, a static cache is written at a moving position. Padded to buckets, those steps
+    share executables: a few per bucket of the length, not one per token."""
+    make, _ = MODELS["llama"]
+    torch.manual_seed(0)
+    model = make().eval()
+    lazy_model = copy.deepcopy(model).to(DEV)
+    ids = _ids(torch.Generator().manual_seed(2), 5)
+    # (an end token makes generate read whether every sequence has ended: one graph a
+    # step, as a server's loop has; 98 never comes in these 40 steps)
+    kw = dict(max_new_tokens=40, do_sample=False, pad_token_id=0, eos_token_id=98)
+    if cache:
+        kw["cache_implementation"] = cache
+    with torch.no_grad():
+        want = model.generate(ids, **kw)
+        lr.reset_metrics()
+        got = lazy_model.generate(ids.to(DEV), **kw).cpu()
+    assert torch.equal(got, want) and got.shape[1] == 45
+    m = lr.metrics()
+    assert m["graphs_executed"] >= 40, m["sync_reasons"]
+    # lengths 6 to 45: the first graphs at their own shapes, then up to three per bucket
+    # (8, 16, 32, 64: one within it, one where the ids cross into the next and one where
+    # the cache, a token shorter, does): 12 with the dynamic cache, 9 with the static one
+    assert m["compiles"] <= 14 and m["exact_compiles"] == {}, m["recompile_reasons"]
+    assert m["fallback_ops"] == {}, m["fallback_ops"]

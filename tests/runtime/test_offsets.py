@@ -156,3 +156,25 @@ def test_comparing_an_int64_tensor_with_a_changing_int_does_not_recompile():
         for op in ops:
             assert torch.equal(op(xl.long(), n).cpu(), op(x.long(), n))
     assert lr.metrics()["compiles"] == 0, lr.metrics()["recompile_reasons"]
+
+
+def test_a_value_grown_by_cat_each_step_compiles_about_twice_per_bucket():
+    """``ids = cat([ids, new], 1)`` every step (a generation loop's ids, a dynamic KV
+    cache): the result is padded to its length's bucket, and the next step's symbol,
+    derived from the step before, gets a name of its own graph (not ``T+1+1``)."""
+    emb = torch.randn(50, 6)
+    ids = torch.randint(0, 50, (3, 5))
+    embl, idsl = emb.to(DEV), ids.to(DEV)
+    lr.reset_metrics()
+    for step in range(24):
+        def grow(e, x):
+            h = e[x].mean(1)                                   # over the grown length
+            new = (h.sum(1, keepdim=True).abs() * 7).long() % 50
+            return torch.cat([x, new], 1), h
+        ids, want = grow(emb, ids)
+        idsl, got = grow(embl, idsl)
+        assert_same(got.cpu(), want, what=f"step {step}")
+    assert torch.equal(idsl.cpu(), ids)
+    m = lr.metrics()
+    # lengths 5 to 28: 2 exact graphs, then at most two per bucket (8, 16, 32)
+    assert m["compiles"] <= 8 and m["exact_compiles"] == {}, m["recompile_reasons"]
