@@ -14,9 +14,8 @@ torch on materialized inputs and its results re-enter the lazy world (``fallback
 
 Float scalars in Scalar/Tensor positions of ops registered with ``dynamic_scalars`` become
 runtime inputs (``ir.SCALAR`` leaves), so a learning-rate schedule or Adam's bias
-corrections do not recompile; so do ints of arithmetic on floating tensors
-(``_INT_INPUT_OPS``) and of comparisons with int64 ones. Other ints, and bools, stay
-compile-time constants.
+corrections do not recompile; so do ints of arithmetic on floating or int64 tensors
+(``_INT_INPUT_OPS``). Other ints, and bools, stay compile-time constants.
 """
 
 from __future__ import annotations
@@ -96,11 +95,13 @@ _SCALAR = ir.SCALAR
 
 
 # Ints of these arithmetic ops become runtime inputs too where their tensors are all
-# floating (``loss / n_tokens``, ``x * step``, ``x.clamp(max=n)``): there an int and the
-# float of its value compute alike (the lowering casts every operand to the compute dtype
-# the rule chose from the int). Integer tensors keep them constant (their promotion and
-# arithmetic are the int's), as do ops whose int is a count or an exponent (``polygamma``'s
-# n, ``round``'s decimals, ``pow``).
+# floating or int64 (``loss / n_tokens``, ``x * step``, ``x.clamp(max=n)``, a decoding
+# step's ``cache_position + past`` or ``arange(L) <= pos``): there an int and the float of
+# its value compute alike (the lowering casts every operand to the compute dtype the rule
+# chose from the int; an int64 one holds any int up to 2**53 exactly). Other integer and
+# bool tensors keep them constant (in int32 or uint8 the int's own value would wrap, not
+# its float's), as do ops whose int is a count or an exponent (``polygamma``'s n,
+# ``round``'s decimals, ``pow``).
 _INT_INPUT_OPS = frozenset(getattr(getattr(aten, name), overload) for name, overloads in (
     ("add", "Tensor Scalar"), ("sub", "Tensor Scalar"), ("rsub", "Tensor Scalar"),
     ("mul", "Tensor Scalar"), ("div", "Tensor Scalar"), ("clamp", "default"),
@@ -109,9 +110,6 @@ _INT_INPUT_OPS = frozenset(getattr(getattr(aten, name), overload) for name, over
     ("fmod", "Scalar"), ("remainder", "Scalar"), ("lerp", "Scalar"), ("addcmul", "default"),
     ("addcdiv", "default")) for overload in overloads.split())
 _INTS_TOO = "ints too"
-# ... and of comparisons with int64 tensors (``arange(L) <= pos``, a decoding step's mask
-# over its cache): compared in int64, exactly, whether the int is a constant or an input
-_INT64_TOO = frozenset(getattr(aten, name).Scalar for name in ("eq", "ne", "lt", "le", "gt", "ge"))
 
 
 def _int_input(v: int) -> bool:
@@ -122,14 +120,13 @@ def _int_input(v: int) -> bool:
 
 
 def _dynamic_kind(func, args, kwargs):
-    """``_INTS_TOO`` for an op of ``_INT_INPUT_OPS`` with an int and floating tensors (or
-    int64 ones, for ``_INT64_TOO``)."""
+    """``_INTS_TOO`` for an op of ``_INT_INPUT_OPS`` with an int and floating or int64
+    tensors."""
     if func not in _INT_INPUT_OPS or not (any(type(a) is int for a in args) or kwargs and any(
             type(v) is int for v in kwargs.values())):
         return True
     for a in args:
-        if type(a) is LazyTensor and not a.dtype.is_floating_point and not (
-                a.dtype is torch.int64 and func in _INT64_TOO):
+        if type(a) is LazyTensor and not a.dtype.is_floating_point and a.dtype is not torch.int64:
             return True
     return _INTS_TOO
 

@@ -326,6 +326,7 @@ class Cx:
         self.site = None
         self.derived: set = set()  # symbols made by ``derive`` in this pass
         self.shrunk: dict = {}    # derived symbol -> (its base symbol, k): size n(base) - k
+        self.bases: dict = {}     # derived symbol -> the symbol it follows from
         self.slice_marks: dict = {}  # node index -> symbol: a slice whose length varies
         self.offset_marks: dict = {}  # node index -> name: a cut whose start varies
         self.offsets: dict = {}   # name -> this trace's start (``offset``)
@@ -340,10 +341,11 @@ class Cx:
         self.offsets[name] = cut_at(node)[1]
         return (name, 0)
 
-    def derive(self, name: str, size: int, padded: int) -> str:
+    def derive(self, name: str, size: int, padded: int, base: str | None = None) -> str:
         """A new symbol for a size that is a function of other symbols' sizes (``name``
         spells that function, so the key tells traces apart by it): its true size here is
-        ``size``, its padded size ``padded``. A name taken with other sizes gets primes."""
+        ``size``, its padded size ``padded``. A name taken with other sizes gets primes.
+        ``base``: the symbol it follows from, blamed for a contradiction it meets."""
         if size < 1 or padded < size:
             raise NoPadRule("derive", f"{name} of size {size} (padded {padded})", retry=False)
         while name in self.sizes and (self.sizes[name], self.buckets[name]) != (size, padded):
@@ -351,7 +353,20 @@ class Cx:
         self.sizes[name] = size
         self.buckets[name] = padded
         self.derived.add(name)
+        if base is not None:
+            self.bases[name] = base
         return name
+
+    def origins(self, syms) -> frozenset:
+        """``syms`` and the symbols they were derived from (``derive``'s ``base``)."""
+        out = set(syms)
+        todo = list(syms)
+        while todo:
+            b = self.bases.get(todo.pop())
+            if b is not None and b not in out:
+                out.add(b)
+                todo.append(b)
+        return frozenset(out)
 
     def shrink(self, sym: str, k: int) -> str:
         """The symbol of size ``n(sym) - k`` (``x[:, 1:]``, ``x[:, :-1]``, a valid conv),
@@ -359,7 +374,8 @@ class Cx:
         if k == 0:
             return sym
         base, k0 = self.shrunk.get(sym, (sym, 0))
-        name = self.derive(f"{base}-{k0 + k}", self.sizes[base] - k0 - k, self.buckets[base])
+        name = self.derive(f"{base}-{k0 + k}", self.sizes[base] - k0 - k, self.buckets[base],
+                           base)
         self.shrunk[name] = (base, k0 + k)
         return name
 
@@ -424,9 +440,10 @@ def build_plan(g: ir.Graph, fresh: frozenset, auto: dict):
             last = e
             if not e.retry:
                 break
+            syms = e.cx.origins(e.syms)
             blame = sorted(((site, s) for site, s in e.cx.guesses
                             if site in e.prov and (site, s) not in disabled
-                            and (not e.syms or s in e.syms)), key=lambda t: t[0][0])
+                            and (not syms or s in syms)), key=lambda t: t[0][0])
             if blame:   # withdraw the latest guess the contradicting values came from
                 choices.append((disabled, blame[:-1]))
                 disabled = disabled | {blame[-1]}

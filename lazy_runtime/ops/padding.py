@@ -58,8 +58,8 @@ from jax import lax
 
 from ..dynamic import (NoPadRule, Pad, SymSize, bucket, concrete, cut_at, dnorm, dsize,
                        has_sym, is_sym, sym_or_int)
-from .common import jdt, norm_dim, norm_dims, opmath, vjp
-from .layout import mask_rows_put, masked_scatter_from, per_element_count
+from .common import check_index, jdt, norm_dim, norm_dims, opmath, vjp
+from .layout import _jnp_index, mask_rows_put, masked_scatter_from, per_element_count
 from .nn import _batch_norm, _f32, _tup, lower_convolution, lower_convolution_backward
 from . import recurrent
 from .recurrent import layer_backward, layer_forward
@@ -78,7 +78,9 @@ def _syms(*layouts):
     return {f for lay in layouts if lay is not None for d in lay for f in d if type(f) is str}
 
 
-def broadcast_layouts(op, layouts, out_ndim):
+def broadcast_layouts(op, layouts, out_ndim, cx=None):
+    """The layout of the broadcast of ``layouts``. Two symbols meet where ``cx`` finds
+    them alike (``_alike``); other dims that differ refuse."""
     out = []
     for k in range(out_ndim):
         dim = (1,)
@@ -91,10 +93,22 @@ def broadcast_layouts(op, layouts, out_ndim):
                 continue
             if dim == (1,):
                 dim = d
-            elif d != dim:
+            elif d != dim and not _alike(cx, d, dim):
                 raise NoPadRule(op, f"broadcast of {d} against {dim}", _syms((d,), (dim,)))
         out.append(dim)
     return tuple(out)
+
+
+def _alike(cx, a, b) -> bool:
+    """Whether dims ``a`` and ``b`` are single symbols of one true and one padded size in
+    this trace: two names for one length (the ids' T, and the T-1 + 1 of a KV cache grown
+    by a token). Treated as one there, which holds for this trace; the key holds every
+    layout, and a trace where they differ refuses here, so it never shares the
+    executable."""
+    if cx is None or len(a) != 1 or len(b) != 1 or type(a[0]) is not str \
+            or type(b[0]) is not str:
+        return False
+    return cx.sizes[a[0]] == cx.sizes[b[0]] and cx.buckets[a[0]] == cx.buckets[b[0]]
 
 
 # ---- elementwise --------------------------------------------------------------------
@@ -123,17 +137,17 @@ def pad_elementwise(node, ins, cx):
         if _syms(*lays):
             args = tuple(cx.runtime_int(a, lays) if type(a) is int and a > 1 else a
                          for a in node.args)
-            p = pad_elementwise_layout(node, lays)
+            p = pad_elementwise_layout(node, lays, cx)
             p.args = args
             return p
-    return pad_elementwise_layout(node, lays)
+    return pad_elementwise_layout(node, lays, cx)
 
 
-def pad_elementwise_layout(node, lays):
+def pad_elementwise_layout(node, lays, cx=None):
     if isinstance(node.dtype, tuple):
-        lay = broadcast_layouts(node.op, lays, len(node.shape[0]))
+        lay = broadcast_layouts(node.op, lays, len(node.shape[0]), cx)
         return Pad(tuple(lay if s is not None else None for s in node.shape))
-    return Pad(broadcast_layouts(node.op, lays, len(node.shape)))
+    return Pad(broadcast_layouts(node.op, lays, len(node.shape), cx))
 
 
 for _op in ELEMENTWISE:
@@ -498,7 +512,7 @@ def pad_cat(node, ins, cx):
     if rest > k:   # it grows: T + g, padded to that size's bucket (a token appended to ids)
         grown = cx.sizes[base] + rest - k
         out[d] = (cx.derive(f"{base}+{rest - k}", grown,
-                            max(bucket(grown, base), cx.buckets[base])),)
+                            max(bucket(grown, base), cx.buckets[base]), base),)
     else:
         out[d] = (cx.shrink(base, k - rest) if k > rest else base,)
     sizes = tuple((s, 0) if s is not None else lay[d][0] for s, (_, lay) in zip(syms, parts))
@@ -1296,17 +1310,17 @@ def pad_embedding_backward(node, ins, cx):
 # ---- indexing -----------------------------------------------------------------------
 
 
-def _leading_index(node, ins, xl, indices):
+def _leading_index(node, ins, xl, indices, into_padded: bool = False):
     """(layout of the broadcast index, p, k) of ``x[:, ..., idx0, ..., idx(k-1)]``: after p
-    full dims, k adjacent index tensors index concrete dims of x (rows of a table, the
-    columns ``x[:, cols]``); None for other patterns."""
+    full dims, k adjacent index tensors index dims of x (rows of a table, the columns
+    ``x[:, cols]``), concrete ones unless ``into_padded``; None for other patterns."""
     p = 0
     while p < len(indices) and indices[p] is None:
         p += 1
     k = len(indices) - p
     if k == 0 or any(i is None for i in indices[p:]):
         return None
-    if has_sym(xl[p:p + k]):
+    if has_sym(xl[p:p + k]) and not into_padded:
         raise NoPadRule(node.op, "indexing into a dynamic dim", _syms(xl))
     ils = [ins[_i(i)] for i in indices[p:]]
     nd = max(len(l) for l in ils)
@@ -1317,11 +1331,34 @@ def _leading_index(node, ins, xl, indices):
 def pad_index(node, ins, cx):
     x, indices = node.args
     xl = ins[_i(x)]
-    r = _leading_index(node, ins, xl, indices)
+    r = _leading_index(node, ins, xl, indices, into_padded=True)
     if r is None:
         raise NoPadRule(node.op, "index pattern", _syms(*ins))
     il, p, k = r
-    return Pad(xl[:p] + il + xl[p + k:])
+    out = xl[:p] + il + xl[p + k:]
+    padded = tuple((d, xl[d]) for d in range(p, p + k) if is_sym(xl[d]))
+    if not padded:
+        return Pad(out)
+    for _, dim in padded:   # (a padding mask read at its keys: ``mask[batch, kv]``)
+        _end_padded(node.op, dim)
+    return Pad(out, fn=functools.partial(_index_true_size_fn, dict(padded)),
+               tag="index true size")
+
+
+def _index_true_size_fn(padded, ctx, env, in_lays, x, indices):
+    """``x[i0, i1, ...]`` where the dims of x in ``padded`` are padded at their end: there
+    an index counts from the end of the true size, and is checked against it."""
+    idx = []
+    for d, i in enumerate(indices):
+        if i is not None:
+            n = env.count((padded[d],), (0,)) if d in padded else x.shape[d]
+            check_index(i, n, f"index: index out of bounds for dimension {d}" + (
+                " (a dynamic dim: checked against its true size)" if d in padded
+                else f" with size {n}"), wraps=True)
+            if d in padded:
+                i = jnp.where(i < 0, i + n, i)
+        idx.append(i)
+    return x[_jnp_index(idx, x.ndim)]
 
 
 @pad_rule(aten.index_put.default)
@@ -1470,14 +1507,15 @@ def _dim_indexed(node, ins):
 
 def _leading_indexed(node, ins):
     """x[i0, i1, ...] and its index_put: x's leading dims indexed (boolean masks are not
-    checked)."""
+    checked); into a padded dim of x, only ``x[...]`` (its rule checks against the true
+    size)."""
     x, indices = node.args[:2]
     xl = ins[_i(x)]
     pre = ()
     for k, i in enumerate(indices):
         if i is None:
             continue
-        if k < len(xl) and is_sym(xl[k]):
+        if k < len(xl) and is_sym(xl[k]) and node.op is not aten.index.Tensor:
             return None
         if node.inputs[_i(i)].dtype != torch.bool:
             pre += _zero_padded(i, ins[_i(i)])

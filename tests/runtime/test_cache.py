@@ -63,7 +63,7 @@ def test_changing_float_scalars_do_not_recompile():
         torch.testing.assert_close(y.cpu(), (x.cpu() * s + 1).relu().sum(0))
 
 
-def test_changing_int_scalars_of_float_tensors_do_not_recompile_integer_ones_do():
+def test_changing_int_scalars_of_float_and_int64_tensors_do_not_recompile_int32_ones_do():
     def f(t, n):   # a per-step count (``loss / n_tokens``), a step number
         return (t / n + t * n - n).clamp(min=-n, max=n * 2) + t.add(n, alpha=2)
 
@@ -77,13 +77,17 @@ def test_changing_int_scalars_of_float_tensors_do_not_recompile_integer_ones_do(
     assert lr.metrics()["compiles"] == 0, lr.metrics()["recompile_reasons"]
     f(xl, 1).cpu()   # 0 and 1 are constants (as torch.compile specializes them)
     assert lr.metrics()["compiles"] == 1
-    i = torch.arange(6)
-    il = i.to(DEV)
-    ((il * 3 + 1) * 0.5).cpu()   # (a float read: integer ones are computed on the host)
-    lr.reset_metrics()
-    for n in (2, 5):   # an integer tensor's arithmetic is the int's: a constant
-        assert torch.equal(((il * n + n) * 0.5).cpu(), (i * n + n) * 0.5)
-    assert lr.metrics()["compiles"] == 2, lr.metrics()["recompile_reasons"]
+    for dtype, compiles in ((torch.int64, 0), (torch.int32, 2)):
+        i = torch.arange(6, dtype=dtype) + 2 ** 30
+        il = i.to(DEV)
+        ((il * 3 + 3) * 0.5).cpu()   # (a float read: integer ones are computed on the host)
+        lr.reset_metrics()
+        # int64: computed in int64 either way (wrapping alike); int32: the int's own value
+        # would wrap where its float's does not (a constant)
+        for n in (2, 5):
+            got = ((il * n + n) * 0.5).cpu()   # (outside the assert: pytest would keep
+            assert torch.equal(got, (i * n + n) * 0.5)   # the temporaries alive)
+        assert lr.metrics()["compiles"] == compiles, (dtype, lr.metrics()["recompile_reasons"])
 
 
 def test_lr_schedule_does_not_recompile():

@@ -434,3 +434,26 @@ def test_index_select_and_column_indexing_with_padded_indices_and_dims():
                       rtol=1e-5, atol=1e-5)
     assert m["exact_compiles"] == {}, m["recompile_reasons"]
     assert m["compiles"] == 1 and m["padded_executions"] == len(sizes), m["recompile_reasons"]
+
+
+def _read_at_keys(mask, h):
+    """A padding mask read at ``[batch, kv]`` (transformers' mask functions), from the end
+    too, combined with scores whose T comes from elsewhere."""
+    B, T = mask.shape
+    b = torch.arange(B, device=mask.device)[:, None]
+    kv = torch.arange(T, device=mask.device)[None, :]
+    return {"at keys": (h * mask[b, kv]).sum(1), "from the end": h * mask[b, kv - T],
+            "last key": mask[b[:, 0], -1] * 1.0}
+
+
+def test_indexing_into_a_padded_dim_counts_from_its_true_size():
+    def inputs(n):
+        gi = torch.Generator().manual_seed(n)
+        return (torch.rand(3, n, generator=gi) > 0.3, torch.randn(3, n, generator=gi))
+
+    sizes = _sizes(5, 8, 3)
+    m = _check_padded(_read_at_keys, inputs, [(1, "T"), (1, "T")], sizes)
+    assert m["exact_compiles"] == {} and m["compiles"] == 1, m["recompile_reasons"]
+    x = lr.mark_dynamic(torch.zeros(2, 6).to(DEV), 1, "T")   # (padded to 8: 6 and 7 exist)
+    with pytest.raises(Exception, match="index out of bounds"):
+        x[torch.tensor([0, 1]).to(DEV), torch.tensor([2, 6]).to(DEV)].cpu()
