@@ -330,6 +330,7 @@ class Cx:
         self.slice_marks: dict = {}  # node index -> symbol: a slice whose length varies
         self.offset_marks: dict = {}  # node index -> name: a cut whose start varies
         self.offsets: dict = {}   # name -> this trace's start (``offset``)
+        self.fixed_pads: frozenset = frozenset()   # node indices: pads to a fixed length
 
     def offset(self, node):
         """The start of cut ``node`` (slice, select or their scatter, of a concrete dim)
@@ -526,6 +527,7 @@ def _build(g, fresh, auto, disabled):
     cx = Cx(sizes, buckets, disabled)
     cx.slice_marks = slice_marks
     cx.offset_marks = offset_marks
+    cx.fixed_pads = frozenset(k[1] for k in auto if k[0] == "fixed")
     index = {id(n): i for i, n in enumerate(g.nodes)}
     layouts: list = []
     pads: list = []
@@ -724,6 +726,7 @@ _aten = torch.ops.aten
 _SLICE = _aten.slice.Tensor
 _CUTS = frozenset((_SLICE, _aten.select.int, _aten.slice_scatter.default,
                    _aten.select_scatter.default))
+_PAD = _aten.constant_pad_nd.default
 
 
 def cut_at(n: ir.Node) -> tuple:
@@ -758,15 +761,27 @@ def _cuts(g: ir.Graph) -> tuple:
             cuts.append((i, (n.op, d, length, step), lo))
             if n.op is _SLICE:
                 slices.append((i, (d, lo, step), length))
+        elif n.op is _PAD:   # (its sizes: one that pads back to a fixed length, below)
+            cuts.append((i, (_PAD, n.shape), n.inputs[0].shape))
     return tuple(slices), tuple(cuts)
 
 
 def _offset_marks(seen_cuts, cuts, known) -> dict:
     """``{("offset", node index): name}`` for each cut that starts elsewhere than when
     first seen, with the same dim, length and step (a length that changes too is the
-    slices' business), and is not in ``known``."""
-    return {("offset", i): f"@{i}" for (i, how, a), (_, how2, b) in zip(seen_cuts, cuts)
-            if a != b and how == how2 and how[2] != 0 and ("offset", i) not in known}
+    slices' business), and is not in ``known``; ``{("fixed", node index): True}`` for
+    each ``constant_pad_nd`` whose input changed size while its result did not (padding
+    back to a fixed length: ``F.pad(mask, (0, L - T))``)."""
+    out = {}
+    for (i, how, a), (_, how2, b) in zip(seen_cuts, cuts):
+        if a == b or how != how2:
+            continue
+        if how[0] is _PAD:
+            if ("fixed", i) not in known:
+                out[("fixed", i)] = True
+        elif how[2] != 0 and ("offset", i) not in known:
+            out[("offset", i)] = f"@{i}"
+    return out
 
 
 def _auto_marks(g: ir.Graph, cuts_only: bool = False) -> dict:
@@ -823,7 +838,9 @@ def _learnt(fam, auto: dict, new: dict) -> dict:
     _OFFSET_PLANS.clear()
     METRICS.automatic_dynamic.append(", ".join(
         f"slice at node {k[1]} -> {s}" if k[0] == "slice" else
-        f"offset at node {k[1]}" if k[0] == "offset" else f"input {k[0]} dim {k[1]} -> {s}"
+        f"offset at node {k[1]}" if k[0] == "offset" else
+        f"pad to a fixed size at node {k[1]}" if k[0] == "fixed" else
+        f"input {k[0]} dim {k[1]} -> {s}"
         for k, s in new.items()))
     log.made_dynamic(METRICS.automatic_dynamic[-1])
     return auto
@@ -835,8 +852,8 @@ def _dynamic_inputs(g: ir.Graph) -> tuple:
     if not config.automatic_dynamic:
         return has_dyn, {}
     auto = _auto_marks(g, cuts_only=has_dyn)
-    if has_dyn:   # marks and padding give the sizes; offsets are learnt
-        auto = {k: s for k, s in auto.items() if k[0] == "offset"}
+    if has_dyn:   # marks and padding give the sizes; offsets and fixed pads are learnt
+        auto = {k: s for k, s in auto.items() if k[0] == "offset" or k[0] == "fixed"}
     return has_dyn, auto
 
 

@@ -488,6 +488,51 @@ def _cat_fn(ctx, env, in_lays, parts, d, sizes):
     return out
 
 
+@pad_rule(aten.constant_pad_nd.default)
+def pad_constant_pad(node, ins, cx):
+    """Padding of concrete dims as it is, a crop of one to T (that pad's gradient) as
+    the bucket's prefix; a padded dim only at its end, back to a fixed length
+    (``F.pad(mask, (0, L - T))``: automatic dynamic saw the result's size stay while the
+    input's changed), its true elements first and ``value`` after them."""
+    (lay,) = ins
+    x, pad = node.args[:2]
+    value = node.args[2] if len(node.args) > 2 else dict(node.kwargs).get("value", 0)
+    out, static, fixed, crops = list(lay), list(pad), [], []
+    for j in range(len(pad) // 2):
+        d = len(lay) - 1 - j
+        if not is_sym(lay[d]):
+            out[d] = (node.shape[d],)
+            if pad[2 * j] == 0 and pad[2 * j + 1] < 0:   # a crop to T (that pad's gradient)
+                nd = cx.symbolize(node.shape[d], ("crop", d))
+                if is_sym(nd):
+                    out[d] = nd
+                    static[2 * j + 1] = 0
+                    crops.append((d, nd))
+            continue
+        if pad[2 * j] != 0 or cx.site not in cx.fixed_pads:
+            raise NoPadRule(node.op, "padding of a dynamic dim", _syms(lay), retry=False)
+        _end_padded(node.op, lay[d])
+        out[d] = (node.shape[d],)
+        static[2 * j + 1] = 0
+        fixed.append((d, lay[d], node.shape[d]))
+    if not fixed and not crops:
+        return Pad(tuple(out))
+    return Pad(tuple(out), args=(x, tuple(static), value, tuple(fixed), tuple(crops)),
+               fn=_fixed_pad_fn, tag="pad to a fixed length")
+
+
+def _fixed_pad_fn(ctx, env, in_lays, x, static, value, fixed, crops):
+    x = lax.pad(x, jnp.asarray(value, x.dtype), [(0, 0, 0)] * (x.ndim - len(static) // 2) + [
+        (static[2 * j], static[2 * j + 1], 0) for j in reversed(range(len(static) // 2))])
+    for d, dim, length in fixed:
+        n = env.count((dim,), (0,))
+        x = jnp.where(_axis_iota(length, d, x.ndim) < n, _window(x, d, 0, length),
+                      jnp.asarray(value, x.dtype))
+    for d, dim in crops:   # the bucket's prefix (past the true size: padding)
+        x = _window(x, d, 0, env.dsize(dim))
+    return x
+
+
 @pad_rule(aten.cat.default)
 def pad_cat(node, ins, cx):
     parts = [(t, l) for t, l in zip(node.args[0], (ins[_i(t)] for t in node.args[0]))

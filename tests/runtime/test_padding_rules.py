@@ -457,3 +457,22 @@ def test_indexing_into_a_padded_dim_counts_from_its_true_size():
     x = lr.mark_dynamic(torch.zeros(2, 6).to(DEV), 1, "T")   # (padded to 8: 6 and 7 exist)
     with pytest.raises(Exception, match="index out of bounds"):
         x[torch.tensor([0, 1]).to(DEV), torch.tensor([2, 6]).to(DEV)].cpu()
+
+
+def test_padding_a_dynamic_dim_back_to_a_fixed_length():
+    """``F.pad(mask, (0, L - T))`` (a static KV cache's mask): once automatic dynamic saw
+    the result keep its size while T changed, one padded graph serves every T."""
+    def fn(x, ids):
+        L = 12
+        return {"fixed": F.pad(x, (0, L - x.shape[1]), value=-1.5).exp(),
+                "both": F.pad(x[:, None], (0, L - x.shape[1], 1, 2)) * 2,
+                "ints": F.pad(ids, (0, L - ids.shape[1]), value=7) + 1}
+
+    def inputs(n):
+        gi = torch.Generator().manual_seed(n)
+        return (torch.randn(3, n, generator=gi), torch.randint(0, 9, (3, n), generator=gi))
+
+    m = _check_padded(fn, inputs, [(1, "T"), (1, "T")], [5, 6, 7, 8])
+    # the first size compiles exactly (nothing learnt yet), then one padded graph
+    assert m["compiles"] == 2 and m["padded_executions"] == 3, m["recompile_reasons"]
+    assert any("pad to a fixed size" in line for line in m["automatic_dynamic"]), m
