@@ -50,8 +50,8 @@ _DECOMP = collections.ChainMap(DECOMPOSITIONS, torch._decomp.decomposition_table
 # ---- recording ----------------------------------------------------------------------
 
 
-def _scalar_leaf(v: float) -> ir.Node:
-    """A dynamic float's input: the ``_foreach_*`` op's shared leaf for it, or a new one."""
+def _scalar_leaf(v) -> ir.Node:
+    """A dynamic number's input: the ``_foreach_*`` op's shared leaf for it, or a new one."""
     shared = ir.SHARED_SCALARS.get((v, math.copysign(1.0, v))) if ir.SHARED_SCALARS else None
     return shared or ir.leaf(ir.SCALAR, v, (), torch.float64)
 
@@ -64,7 +64,7 @@ def _template(a, inputs: list, dyn):
         return _marker(len(inputs) - 1)
     t = type(a)
     if t is float and dyn or t is int and dyn is _INTS_TOO and _int_input(a):
-        inputs.append(_scalar_leaf(float(a)))
+        inputs.append(_scalar_leaf(a))   # (an int stays one: ``fold`` computes with it)
         return _marker(len(inputs) - 1)
     if t is list or t is tuple:   # sizes (ints) stay as they are without a call each
         return tuple([x if type(x) is int else _template(x, inputs, dyn) for x in a])
