@@ -753,7 +753,8 @@ def _cuts(g: ir.Graph) -> tuple:
     of each slice: a length read from a value (``x[:, :n]``, ``n = int(lengths.max())``)
     is a size of the graph that no input shows. Cuts: (node index, (op, dim, length,
     step), start) of each slice, select and scatter of them: a start read from a value
-    (``cache[:, pos] = k``, ``x[:, s:s + 8]``) is an offset no input shows."""
+    (``cache[:, pos] = k``, ``x[:, s:s + 8]``) is an offset no input shows; and each
+    ``constant_pad_nd``, (node index, (op, result shape), input shape)."""
     slices, cuts = [], []
     for i, n in enumerate(g.nodes):
         if n.op in _CUTS:
@@ -787,12 +788,13 @@ def _offset_marks(seen_cuts, cuts, known) -> dict:
 def _auto_marks(g: ir.Graph, cuts_only: bool = False) -> dict:
     """Automatic dynamic: the marks of ``g``'s family, learnt when a graph of the same
     structure comes back with only some input sizes, slices' lengths or cuts' starts
-    changed: ``{(input, dim): symbol}``, ``{("slice", node index): symbol}`` and
-    ``{("offset", node index): name}``. Input dims are learnt from the first change;
+    changed: ``{(input, dim): symbol}``, ``{("slice", node index): symbol}``,
+    ``{("offset", node index): name}`` and ``{("fixed", node index): True}`` (a pad back
+    to a fixed length). Input dims are learnt from the first change;
     slices and offsets also later (a cache read ``k[:, :pos + 1]`` is first seen with
     length 1, which says nothing, and the write at ``pos`` moves from the start).
-    ``cuts_only``: only offsets are learnt (``g`` has marked or padded inputs: its
-    symbols explain its sizes)."""
+    ``cuts_only``: only offsets and fixed pads are learnt (``g`` has marked or padded
+    inputs: its symbols explain its sizes)."""
     fam = _family(g)
     shapes = [n.shape for n in g.data_nodes]
     auto = _AUTO.get(fam)
