@@ -729,6 +729,14 @@ _CUTS = frozenset((_SLICE, _aten.select.int, _aten.slice_scatter.default,
 _PAD = _aten.constant_pad_nd.default
 
 
+def slice_bounds(args, n: int) -> tuple:
+    """Normalized (start, end, step) of a slice (``args``: start, end, step, each may be
+    missing or None) of a dim of size ``n``, as torch normalizes them."""
+    start, end, step = (tuple(args) + (None,) * 3)[:3]
+    lo, hi, _ = slice(start, end).indices(n)
+    return lo, max(hi, lo), step or 1
+
+
 def cut_at(n: ir.Node) -> tuple:
     """Where slice, select or their scatter ``n`` cuts its dim: (dim, start, length,
     step), normalized as torch does (a negative start counts from the end, a slice's
@@ -738,11 +746,10 @@ def cut_at(n: ir.Node) -> tuple:
     args = n.args[2:] if scatter else n.args[1:]
     size_of = x.shape
     if n.op is _SLICE or n.op is _aten.slice_scatter.default:
-        dim, start, end, step = tuple(args[:4]) + (0, None, None, 1)[len(args):]
+        dim = args[0] if args else 0
         d = dim % len(size_of) if size_of else 0
-        lo, hi, _ = slice(start, end).indices(size_of[d] if size_of else 1)
-        step = step or 1
-        return d, lo, len(range(lo, max(hi, lo), step)), step
+        lo, hi, step = slice_bounds(args[1:], size_of[d] if size_of else 1)
+        return d, lo, len(range(lo, hi, step)), step
     dim, index = args[:2]
     d = dim % len(size_of)
     return d, index % size_of[d], None, 1

@@ -57,9 +57,10 @@ import torch
 from jax import lax
 
 from ..dynamic import (NoPadRule, Pad, SymSize, bucket, concrete, cut_at, dnorm, dsize,
-                       has_sym, is_sym, sym_or_int)
+                       has_sym, is_sym, slice_bounds, sym_or_int)
 from .common import check_index, jdt, norm_dim, norm_dims, opmath, vjp
-from .layout import _jnp_index, mask_rows_put, masked_scatter_from, per_element_count
+from .layout import (_jnp_index, _out_of_bounds, lower_pad, mask_rows_put, masked_scatter_from,
+                     per_element_count)
 from .nn import _batch_norm, _f32, _tup, lower_convolution, lower_convolution_backward
 from . import recurrent
 from .recurrent import layer_backward, layer_forward
@@ -360,13 +361,6 @@ def _offset_place_fn(ctx, env, in_lays, base, src, d, start, step):
     return base.at[(slice(None),) * d + (at + step * jnp.arange(src.shape[d]),)].set(src)
 
 
-def _bounds(args, n):
-    """Normalized (start, end) of a slice of a dim of true size ``n`` and its step."""
-    start, end, step = (tuple(args) + (None,) * 3)[:3]
-    lo, hi, _ = slice(start, end).indices(n)
-    return lo, max(hi, lo), step or 1
-
-
 @pad_rule(aten.slice.Tensor)
 def pad_slice(node, ins, cx):
     (lay,) = ins
@@ -374,7 +368,7 @@ def pad_slice(node, ins, cx):
     d = norm_dim(dim if dim is not None else 0, len(lay))
     src = lay[d]
     sym = _lone_sym(node.op, src)
-    lo, hi, step = _bounds(node.args[2:], dsize(src, cx.sizes))
+    lo, hi, step = slice_bounds(node.args[2:], dsize(src, cx.sizes))
     m = hi - lo
     out = list(lay)
     if sym is None:
@@ -451,7 +445,7 @@ def pad_slice_scatter(node, ins, cx):
         return Pad(base) if start is None else Pad(
             base, args=(x, y, d, start, cut_at(node)[3]), fn=_offset_place_fn,
             tag="offset place")
-    lo, hi, step = _bounds(node.args[3:], dsize(base[d], cx.sizes))
+    lo, hi, step = slice_bounds(node.args[3:], dsize(base[d], cx.sizes))
     if step != 1:
         raise NoPadRule(node.op, "slice_scatter of step > 1 into a dynamic dim", retry=False)
     if src_sym is not None:   # a dynamic slice starts where the forward slice started
@@ -522,8 +516,7 @@ def pad_constant_pad(node, ins, cx):
 
 
 def _fixed_pad_fn(ctx, env, in_lays, x, static, value, fixed, crops):
-    x = lax.pad(x, jnp.asarray(value, x.dtype), [(0, 0, 0)] * (x.ndim - len(static) // 2) + [
-        (static[2 * j], static[2 * j + 1], 0) for j in reversed(range(len(static) // 2))])
+    x = lower_pad(x, static, value)
     for d, dim, length in fixed:
         n = env.count((dim,), (0,))
         x = jnp.where(_axis_iota(length, d, x.ndim) < n, _window(x, d, 0, length),
@@ -1397,9 +1390,9 @@ def _index_true_size_fn(padded, ctx, env, in_lays, x, indices):
     for d, i in enumerate(indices):
         if i is not None:
             n = env.count((padded[d],), (0,)) if d in padded else x.shape[d]
-            check_index(i, n, f"index: index out of bounds for dimension {d}" + (
-                " (a dynamic dim: checked against its true size)" if d in padded
-                else f" with size {n}"), wraps=True)
+            check_index(i, n, f"index: index out of bounds for dimension {d} (a dynamic "
+                        "dim: checked against its true size)" if d in padded
+                        else _out_of_bounds("index", d, n), wraps=True)
             if d in padded:
                 i = jnp.where(i < 0, i + n, i)
         idx.append(i)
