@@ -16,6 +16,10 @@ user code does:
 * ``tensor position``: ``k_cache.index_copy_(2, pos, k)`` with ``pos`` a tensor (the
   way torch_xla users are told to write it; Hugging Face's static cache does).
 
+Each of the three also under ``lr.compile_step`` (the caches the model's buffers, the
+position an argument): the whole step replayed without its Python, at positions never
+traced once three agree (the int position followed, ``lazy_runtime/step_ints.py``).
+
 And ``model.generate`` of transformers, unmodified (a Llama of the same size, greedy,
 ``eos_token_id`` set so that each step reads whether the sequences ended), with its
 dynamic cache (grown by ``cat`` every step) and its static one (``index_copy_``).
@@ -88,27 +92,40 @@ class Decoder(nn.Module):
         return self.head(x)
 
 
-def run(style: str, base: nn.Module, tokens: int, device) -> dict:
+def run(style: str, base: nn.Module, tokens: int, device, whole_step: bool = False) -> dict:
+    """``whole_step``: the step under ``lr.compile_step`` (the caches the model's buffers,
+    the position an argument)."""
     model = copy.deepcopy(base).to(device)
     lr.clear_cache()
     lr.reset_metrics()
     caches = [(torch.zeros(B, HEADS, L, D // HEADS, device=device),
                torch.zeros(B, HEADS, L, D // HEADS, device=device)) for _ in range(LAYERS)]
+
+    def step(tok, at):
+        return model(tok, caches, at, style)[:, -1].argmax(-1, keepdim=True)
+    if whole_step:   # (what a replayed step writes, the model it names must own)
+        model.caches = nn.Module()
+        for i, kv in enumerate(caches):
+            model.caches.register_buffer(f"k{i}", kv[0])
+            model.caches.register_buffer(f"v{i}", kv[1])
+        step = lr.compile_step(step, model)
     tok = torch.arange(B, device=device)[:, None]
     out, times = [], []
     start = time.perf_counter()
     with torch.no_grad():
         for pos in range(tokens):
             t = time.perf_counter()
-            at = torch.tensor([pos]).to(device) if style == "tensor position" else pos
-            tok = model(tok, caches, at, style)[:, -1].argmax(-1, keepdim=True)
+            at = pos
+            if style == "tensor position":   # (compile_step copies a CPU argument itself)
+                at = torch.tensor([pos]) if whole_step else torch.tensor([pos]).to(device)
+            tok = step(tok, at)
             out.append(tok.cpu())
             times.append(time.perf_counter() - t)
     total = time.perf_counter() - start
     m = lr.metrics()
     return {"compiles": m["compiles"] if device != "cpu" else 0, "total": total,
             "median_ms": statistics.median(times[len(times) // 2:]) * 1e3,
-            "tokens": torch.cat(out, 1)}
+            "tokens": torch.cat(out, 1), "replays": m["step_replays"]}
 
 
 def run_generate(cache: str, base: nn.Module, tokens: int, device) -> dict:
@@ -157,6 +174,9 @@ def main(argv=None) -> int:
             lr.config.automatic_dynamic = auto
             rows.append((name, runner(key, model, args.tokens, dev)))
         lr.config.automatic_dynamic = True
+        if runner is run:
+            r = run(key, model, args.tokens, dev, whole_step=True)
+            rows.append((f"lazy, compile_step ({r['replays']} replayed)", r))
         for name, r in rows:
             same = "yes" if torch.equal(r["tokens"], eager["tokens"]) else "no"
             print(f"| {style} | {name} | {r['compiles']} | {r['total']:.1f} | "

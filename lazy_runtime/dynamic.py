@@ -724,7 +724,7 @@ def _family(g: ir.Graph):
 
 _aten = torch.ops.aten
 _SLICE = _aten.slice.Tensor
-_CUTS = frozenset((_SLICE, _aten.select.int, _aten.slice_scatter.default,
+CUTS = frozenset((_SLICE, _aten.select.int, _aten.slice_scatter.default,
                    _aten.select_scatter.default))
 _PAD = _aten.constant_pad_nd.default
 
@@ -737,22 +737,29 @@ def slice_bounds(args, n: int) -> tuple:
     return lo, max(hi, lo), step or 1
 
 
+def cut_raw(n: ir.Node) -> tuple:
+    """Slice, select or their scatter ``n`` as recorded: (dim, the dim's size, its bounds
+    as given: (start, end, step) of a slice, each may be missing or None; (index,) of a
+    select)."""
+    scatter = n.op is _aten.slice_scatter.default or n.op is _aten.select_scatter.default
+    args = n.args[2:] if scatter else n.args[1:]
+    size_of = n.inputs[0].shape
+    if n.op is _SLICE or n.op is _aten.slice_scatter.default:
+        d = (args[0] if args else 0) % len(size_of) if size_of else 0
+        return d, size_of[d] if size_of else 1, tuple(args[1:4])
+    d = args[0] % len(size_of)
+    return d, size_of[d], (args[1],)
+
+
 def cut_at(n: ir.Node) -> tuple:
     """Where slice, select or their scatter ``n`` cuts its dim: (dim, start, length,
     step), normalized as torch does (a negative start counts from the end, a slice's
     bounds are clipped to the dim); length None for a select."""
-    scatter = n.op is _aten.slice_scatter.default or n.op is _aten.select_scatter.default
-    x = n.inputs[0]
-    args = n.args[2:] if scatter else n.args[1:]
-    size_of = x.shape
-    if n.op is _SLICE or n.op is _aten.slice_scatter.default:
-        dim = args[0] if args else 0
-        d = dim % len(size_of) if size_of else 0
-        lo, hi, step = slice_bounds(args[1:], size_of[d] if size_of else 1)
-        return d, lo, len(range(lo, hi, step)), step
-    dim, index = args[:2]
-    d = dim % len(size_of)
-    return d, index % size_of[d], None, 1
+    d, size, raw = cut_raw(n)
+    if len(raw) == 1:
+        return d, raw[0] % size, None, 1
+    lo, hi, step = slice_bounds(raw, size)
+    return d, lo, len(range(lo, hi, step)), step
 
 
 def _cuts(g: ir.Graph) -> tuple:
@@ -764,7 +771,7 @@ def _cuts(g: ir.Graph) -> tuple:
     ``constant_pad_nd``, (node index, (op, result shape), input shape)."""
     slices, cuts = [], []
     for i, n in enumerate(g.nodes):
-        if n.op in _CUTS:
+        if n.op in CUTS:
             d, lo, length, step = cut_at(n)
             cuts.append((i, (n.op, d, length, step), lo))
             if n.op is _SLICE:

@@ -104,3 +104,9 @@ def made_dynamic(what: str) -> None:
 
 def not_replayed(reason: str, first: bool) -> None:
     _emit("replays", _first_info(first), "not replayed: %s", reason)
+
+
+def followed(positions) -> None:
+    _emit("replays", logging.INFO, "whole step: int argument(s) at flat position(s) %s "
+          "followed (a replay computes what depends on them)",
+          ", ".join(map(str, sorted(positions))))

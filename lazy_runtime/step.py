@@ -34,6 +34,12 @@ What makes that sound is checked, not assumed:
   factory or a replayed forward): a length seen once is replayed from its second call. No
   size is replayed without having been traced: a branch on a size stays right. Values the
   step keeps or returns must not have a dynamic dim.
+* **Int arguments that change** (a decoding position, ``step(tok, pos)``): once two
+  signatures differ only in an int argument's value, that argument is *followed*
+  (``step_ints``): keyed by type, traced as a ``TracedInt`` that records the Python's
+  arithmetic and branches on it, and replayed at values never traced once three traced
+  values agree, each number the executable takes computed from the recorded arithmetic
+  and every recorded branch checked.
 
 The state guard (``_StateStamp``: one version tag per dict the snapshot reads, the modules'
 tensors' buffers and ``requires_grad``, the parameters' grads) costs a few µs, and a call
@@ -64,7 +70,8 @@ import torch
 import torch.nn.modules.module as _nn_module
 import torch.utils._pytree as pytree
 
-from . import autocast, dtypes, dynamic, executor, ir, random, tensor
+from . import (autocast, dtypes, dynamic, executor, ir, log, random, step_ints, tensor,
+               traced_int)
 from .config import config
 from .metrics import METRICS
 from .replay import NotReplayable, module_state, optimizer_state
@@ -90,17 +97,23 @@ class _Trace:
                  "out_spec", "out_leaves", "consts", "state_pos", "state_sigs", "arg_pos",
                  "perm", "aliases", "scalars_on_device", "no_rngs", "layouts", "sizes",
                  "sizes_on_device", "state_writes", "shared_writes", "host_buffers",
-                 "state_aliases", "other_aliases", "state_refs")
+                 "state_aliases", "other_aliases", "state_refs", "tape", "cuts", "syms",
+                 "size_list", "bucket_list")
 
 
 class _Entry:
-    __slots__ = ("last", "ready", "failed", "traces")
+    __slots__ = ("last", "ready", "failed", "traces", "followed", "families", "pending")
 
-    def __init__(self):
+    def __init__(self, followed=()):
         self.last = None      # the previous trace, to be confirmed by the next
         self.ready = None     # a confirmed trace
         self.failed = None    # why this signature is never replayed
         self.traces = 0
+        # the flat positions of the int arguments it follows (``step_ints``), its
+        # families and the traces that wait for a partner
+        self.followed = followed
+        self.families: list = []
+        self.pending: list = []
 
 
 def _dict_versions():
@@ -256,6 +269,8 @@ class StepReplayer:
         self.entries: dict = {}
         self._stamp = None
         self._last = None     # (signature, stamp, entry) of the last replay
+        self.followed = frozenset()   # flat positions of the int arguments followed
+        self.unfollowed: set = set()  # ... and of those that could not be
 
     def _state(self):
         """(the snapshot, the owned tensors), recomputed only when something it reads is
@@ -297,10 +312,12 @@ class StepReplayer:
                 list(args), spec
         flat, spec = pytree.tree_flatten((args, kwargs))
         key = [spec, torch.is_grad_enabled(), autocast.state()]
-        for v in flat:
+        for i, v in enumerate(flat):
             if isinstance(v, torch.Tensor):
                 key.append((tuple(v.shape), v.dtype, v.requires_grad,
                             isinstance(v, LazyTensor)))
+            elif type(v) is int and i in self.followed:
+                key.append(_FOLLOWED_INT)
             elif type(v) in (int, float, bool, str, type(None)):
                 key.append((type(v), v))
             else:
@@ -318,7 +335,7 @@ class StepReplayer:
             # The signature and state of the previous replay: launch the executable
             # first, and check the state guard while it runs (the guard then costs no
             # time on the step's critical path); a failed guard discards the results.
-            out = self._replay(last[2].ready, flat, last[1].owned, last[1])
+            out = self._replay_entry(last[2], flat, last[1].owned, last[1])
             if out is not None:
                 return out
         try:
@@ -328,23 +345,66 @@ class StepReplayer:
             return self._plain(args, kwargs)
         full = key + (snap,)
         e = self.entries.pop(full, None)
+        if e is None and self._learn_followed(full):
+            key = self._signature(args, kwargs)[0]
+            full = key + (snap,)
+            e = self.entries.pop(full, None)
         if e is None:
-            e = _Entry()
+            e = _Entry(tuple(i for i, k in enumerate(key[3:]) if k is _FOLLOWED_INT))
             while len(self.entries) >= self.MAX_ENTRIES:
                 self.entries.pop(next(iter(self.entries)))
         self.entries[full] = e   # most recently used last
         if e.failed is not None:
             return self._plain(args, kwargs)
-        if e.ready is not None:
-            out = self._replay(e.ready, flat, owned)
+        if e.ready is not None or e.families:
+            out = self._replay_entry(e, flat, owned)
             if out is not None:
                 self._last = (key, self._stamp, e)
                 return out
-            # the values no longer fit the confirmed trace (shared values written apart):
-            # the signature starts over, with a fresh budget of traces
-            e.ready, e.last, e.traces = None, None, 0
+            if e.ready is not None:
+                # the values no longer fit the confirmed trace (shared values written
+                # apart): the signature starts over, with a fresh budget of traces
+                e.ready, e.last, e.traces = None, None, 0
         self._last = None
-        return self._trace(e, flat, spec, snap, owned)
+        out = self._trace(e, flat, spec, snap, owned)
+        if e.followed:   # ints it returns, computed from followed ones: plain ints
+            out = pytree.tree_map_only(traced_int.TracedInt, int.__int__, out)
+        return out
+
+    def _learn_followed(self, full) -> bool:
+        """Whether new signature ``full`` differs from one seen before in the values of
+        some int arguments only: from now on those are followed (``step_ints``)."""
+        found = set()
+        for other in self.entries:
+            if len(other) != len(full) or other[:3] != full[:3] or other[-1] != full[-1]:
+                continue
+            diff = [i for i in range(3, len(full) - 1) if other[i] != full[i]]
+            if diff and all(full[i][0] is int and other[i][0] is int for i in diff):
+                found.update(i - 3 for i in diff)
+        found -= self.unfollowed
+        found -= self.followed
+        if not found:
+            return False
+        self.followed |= found
+        log.followed(found)
+        return True
+
+    def _unfollow(self, e) -> None:
+        """``e``'s ints are keyed by value again (signatures by value replay as before)."""
+        self.unfollowed.update(e.followed)
+        self.followed -= set(e.followed)
+
+    def _replay_entry(self, e, flat, owned, stamp=None):
+        """``_replay`` of entry ``e``'s confirmed trace, or of the first of its families
+        that vouches for the followed ints' values."""
+        if not e.followed:
+            return self._replay(e.ready, flat, owned, stamp)
+        env = tuple(flat[i] for i in e.followed)
+        for fam in e.families:
+            numbers = fam.predict(env)
+            if numbers is not None:
+                return self._replay(fam.trace, flat, owned, stamp, numbers + (env,))
+        return None
 
     def _plain(self, args, kwargs):
         """The step traced as usual (its CPU tensor arguments copied to the device, as a
@@ -361,6 +421,11 @@ class StepReplayer:
         if tensor.pending_count():
             executor.sync("step")   # work recorded before the step is not part of it
         lazy = [_on_device(v) if isinstance(v, torch.Tensor) else v for v in flat]
+        tape = None
+        if e.followed:   # (each traced as a ``TracedInt``: its uses recorded on ``tape``)
+            tape = traced_int.Tape(tuple(flat[i] for i in e.followed))
+            for k, i in enumerate(e.followed):
+                lazy[i] = traced_int.follow(flat[i], k)
         # the first place each data value is read from, and the other places holding it
         slot_of, also = {}, collections.defaultdict(list)
         places = [(("state", j), t) for j, t in enumerate(owned)]
@@ -383,7 +448,8 @@ class StepReplayer:
         executor.BARRIER_OBSERVERS.append(lambda *a: seen.append(a))
         try:
             args, kwargs = pytree.tree_unflatten(lazy, spec)
-            out = self.fn(*args, **kwargs)
+            with traced_int.recording(tape):
+                out = self.fn(*args, **kwargs)
             if tensor.pending_count():
                 executor.sync("step")
         finally:
@@ -400,7 +466,7 @@ class StepReplayer:
                 raise NotWholeStep("the step changes the layout of the model's or "
                                    "optimizer's state (e.g. the optimizer's first step)",
                                    permanent=False)
-            tr, temps = _record(seen.pop(), slot_of, also, owned, out, rng0, arg_values)
+            tr, temps = _record(seen.pop(), slot_of, also, owned, out, rng0, arg_values, tape)
             if any(r() is not None for r in temps):
                 # transient: a replayed forward keeps its outputs while it captures
                 raise NotWholeStep("the step keeps a value it computed somewhere other than "
@@ -411,6 +477,8 @@ class StepReplayer:
                 e.failed = str(err)
             METRICS.replay_miss(f"whole step: {err}")
             return out
+        if e.followed:
+            return self._add_followed(e, tr, out)
         if e.last is not None and _agree(e.last, tr):
             e.ready = tr
         elif tr.sizes is not None and self._confirm_across_sizes(e, tr):
@@ -422,6 +490,23 @@ class StepReplayer:
             METRICS.replay_miss(f"whole step: {e.failed}")
         else:
             e.last = tr
+        return out
+
+    def _add_followed(self, e, tr, out):
+        """Trace ``tr`` of followed signature ``e`` joins a family or waits for a partner;
+        ints whose uses escape the record, or that never form a family, are unfollowed."""
+        why = None
+        if tr.tape.pinned is not None:
+            why = f"an int argument is used in a way a replay cannot follow " \
+                  f"({tr.tape.pinned})"
+        elif e.traces >= step_ints.MAX_TRACES and not e.families:
+            why = "traces at other int arguments never agreed"
+        if why is not None:
+            e.failed = why
+            self._unfollow(e)
+            METRICS.replay_miss(f"whole step: {why}")
+            return out
+        step_ints.add_trace(e, tr, _agree_numbers_aside)
         return out
 
     def _confirm_across_sizes(self, e, tr) -> bool:
@@ -442,10 +527,12 @@ class StepReplayer:
 
     # -- replaying it
 
-    def _replay(self, tr, flat, owned, stamp=None):
+    def _replay(self, tr, flat, owned, stamp=None, numbers=None):
         """Run the confirmed trace ``tr`` on the current values and write its results
         back; None where it cannot (a pending or padded value, or ``stamp`` given and no
-        longer holding: then nothing was written and no random number drawn)."""
+        longer holding: then nothing was written and no random number drawn).
+        ``numbers``: (scalars, sizes, the followed ints) of a followed signature's call,
+        in place of those of the trace."""
         if tensor.pending_count():
             executor.sync("step")
         # The state slots in bulk (C-level maps: a step reads a hundred of them): each
@@ -485,12 +572,15 @@ class StepReplayer:
             rngs = np.array([(seed, base + o) for o in tr.rng_offsets], dtype=np.int64)
         else:
             rngs = tr.no_rngs
+        scalars, sizes = tr.scalars_on_device, tr.sizes_on_device
+        if numbers is not None:
+            scalars, sizes = numbers[0], None if sizes is None else numbers[1]
         t0 = time.perf_counter()
         with executor._x64(True):
-            if tr.sizes_on_device is None:
-                results = tr.exe.run(datas, tr.scalars_on_device, rngs)
+            if sizes is None:
+                results = tr.exe.run(datas, scalars, rngs)
             else:
-                results = tr.exe.run(datas, tr.scalars_on_device, rngs, tr.sizes_on_device)
+                results = tr.exe.run(datas, scalars, rngs, sizes)
         if stamp is not None and not stamp.holds():
             self._stamp = None   # recomputed by the caller's full path
             return None
@@ -504,6 +594,9 @@ class StepReplayer:
         del nodes   # (a state node's references are counted in ``_write_state``)
         _write_state(tr.state_writes, owned, results)
         leaves = list(tr.out_leaves)
+        if numbers is not None:   # ints it returns computed from the followed ones
+            leaves = [traced_int.evaluate(v.expr, numbers[2]) if type(v) is _Returned else v
+                      for v in leaves]
         for j, xs, outs in tr.shared_writes:
             # places given one value keep sharing one leaf
             value = results[j]
@@ -578,9 +671,28 @@ def _on_device(t):
     return t if isinstance(t, LazyTensor) else executor.data_tensor(t)
 
 
-def _record(seen, slot_of, also, owned, out, rng0, arg_values):
+_FOLLOWED_INT = (int, "followed")   # a followed int argument's part of a signature
+
+
+class _Returned:
+    """A returned int computed from followed ints: its expression (``traced_int``)."""
+
+    __slots__ = ("expr",)
+
+    def __init__(self, expr):
+        self.expr = expr
+
+    def __eq__(self, other):
+        return type(other) is _Returned and other.expr == self.expr
+
+    def __hash__(self):
+        return hash(self.expr)
+
+
+def _record(seen, slot_of, also, owned, out, rng0, arg_values, tape=None):
     """The trace of one barrier, and weak references to the values it stored that are
-    neither returned nor owned (they must be gone once the step is over)."""
+    neither returned nor owned (they must be gone once the step is over). ``tape``: what
+    the Python did with followed ints (``step_ints``)."""
     g, exe, plan, stored = seen
     template_consts = {id(n.op.scalar_array) for n in g.nodes
                        if getattr(n.op, "scalar_array", None) is not None}
@@ -643,6 +755,8 @@ def _record(seen, slot_of, also, owned, out, rng0, arg_values):
             leaves.append((tuple(v.shape), v.dtype))
         elif isinstance(v, torch.Tensor):
             raise NotWholeStep("the step returns a tensor that is not on the lazy device")
+        elif isinstance(v, traced_int.TracedInt):
+            leaves.append(_Returned(v._e))
         else:
             leaves.append(v)
     owner = {id(t._st): j for j, t in enumerate(owned)}
@@ -673,6 +787,13 @@ def _record(seen, slot_of, also, owned, out, rng0, arg_values):
     tr.shared_writes = tuple((j, tuple(xs), tuple(outs)) for j, (xs, outs) in groups.items()
                              if len(xs) != 1 or outs)
     tr.out_leaves = tuple(leaves)
+    tr.tape = tape
+    if tape is not None:   # what a followed signature's families compare and link
+        tr.cuts = tuple((i, *dynamic.cut_raw(n)) for i, n in enumerate(g.nodes)
+                        if n.op in dynamic.CUTS)
+        tr.syms = () if plan is None else plan.syms
+        tr.size_list = () if plan is None else plan.sizes
+        tr.bucket_list = () if plan is None else plan.buckets
     return tr, temps
 
 
@@ -702,7 +823,7 @@ def _group_slots(tr: _Trace, leaves) -> None:
     tr.perm = tuple(base[kind] + i for kind, i in where)
 
 
-def _agree(a: _Trace, b: _Trace, across_sizes: bool = False) -> bool:
+def _agree(a: _Trace, b: _Trace, across_sizes: bool = False, numbers: bool = True) -> bool:
     """Whether two traces did the same thing: two of one signature (then the next call is
     replayed), or (``across_sizes``) a padded trace and a confirmed one of another size
     that run one executable (then the new size is replayed from its next call)."""
@@ -710,7 +831,7 @@ def _agree(a: _Trace, b: _Trace, across_sizes: bool = False) -> bool:
             and a.out_spec == b.out_spec and a.out_leaves == b.out_leaves
             and a.rng_offsets == b.rng_offsets and a.rng_count == b.rng_count
             and a.layouts == b.layouts and len(a.slots) == len(b.slots)
-            and _same_numbers(a.scalars, b.scalars)):
+            and (not numbers or _same_numbers(a.scalars, b.scalars))):
         return False
     for x, y in zip(a.slots, b.slots):
         if x[0] != "const":
@@ -722,6 +843,11 @@ def _agree(a: _Trace, b: _Trace, across_sizes: bool = False) -> bool:
             # (``arange(T)`` by its factory): each trace replays with its own
             return False
     return True
+
+
+def _agree_numbers_aside(a: _Trace, b: _Trace) -> bool:
+    """``_agree`` but for the Python numbers (a followed signature's links judge them)."""
+    return len(a.scalars) == len(b.scalars) and _agree(a, b, numbers=False)
 
 
 def _same_numbers(a, b) -> bool:

@@ -1,0 +1,182 @@
+"""Whole-step replay at int arguments never traced (``lazy_runtime/step_ints.py``): a
+decoding step ``step(x, pos)`` replays at new positions once three traced positions
+agree. Every call is checked against eager torch, including the calls where a replay
+must not happen: a branch on the int, a slice torch clips, a bucket left, a value picked
+by ``pos % 4``, a use of the int no replay can follow."""
+
+import copy
+
+import pytest
+import torch
+import torch.nn as nn
+import torch.nn.functional as F
+
+import lazy_runtime as lr
+from conftest import DEV
+
+L, D = 16, 8
+
+
+class CacheStep(nn.Module):
+    """A decoder-like step over a static cache buffer; ``kind`` picks how the cache is
+    written and read."""
+
+    def __init__(self, kind="mask"):
+        super().__init__()
+        self.kind = kind
+        self.lin, self.out = nn.Linear(D, D), nn.Linear(D, D)
+        self.register_buffer("k", torch.zeros(2, L, D))
+
+    def forward(self, x, pos):
+        self.k[:, pos] = torch.tanh(self.lin(x))
+        if self.kind == "grow":          # attention over k[:, :pos + 1]
+            k = self.k[:, :pos + 1]
+            att = torch.einsum("bd,btd->bt", x, k)
+        else:                            # over the whole cache, masked past pos
+            k = self.k
+            att = torch.einsum("bd,btd->bt", x, k)
+            att = att.masked_fill(torch.arange(L, device=x.device) > pos, float("-inf"))
+        return self.out(torch.einsum("bt,btd->bd", F.softmax(att, -1), k))
+
+
+def pair(module):
+    """A copy of ``module`` on the lazy device, and ``module``."""
+    return copy.deepcopy(module).to(DEV), module
+
+
+def drive(step, eager_fn, calls, check=True):
+    """Each call's result from ``step`` (compiled) and from eager torch, compared."""
+    g = torch.Generator().manual_seed(1)
+    for args in calls:
+        x = torch.randn(2, D, generator=g)
+        got = step(x, *args)
+        want = eager_fn(x, *args)
+        if check:
+            got, want = (got, want) if isinstance(got, tuple) else ((got,), (want,))
+            for a, b in zip(got, want):
+                if isinstance(b, torch.Tensor):
+                    torch.testing.assert_close(a.cpu(), b, rtol=1e-5, atol=1e-6)
+                else:
+                    assert a == b
+
+
+@pytest.mark.parametrize("kind", ["mask", "grow"])
+def test_decoding_positions_replay(kind):
+    lr.reset_metrics()
+    lazy, eager = pair(CacheStep(kind))
+    step = lr.compile_step(lambda x, pos: lazy(x.to(DEV), pos), lazy)
+    with torch.no_grad():
+        drive(step, eager, [(p,) for p in range(L)])
+    m = lr.metrics()
+    # traced: 0 and 1 (constants of ``arange(L) > pos`` there, as torch.compile has them),
+    # 2 (the int a run-time input from then on), then three positions of one executable;
+    # the growing read again three where it enters a new bucket (sizes 5 and 9)
+    assert m["step_replays"] >= (10 if kind == "mask" else 6), m["step_replays"]
+
+
+def test_a_branch_on_the_int_is_guarded():
+    lr.reset_metrics()
+    lazy, eager = pair(CacheStep())
+
+    def body(m, x, pos):
+        y = m(x, pos)
+        if pos % 3 == 0:     # a Python branch: replays at other remainders keep out
+            y = y * 2
+        return y
+    step = lr.compile_step(lambda x, pos: body(lazy, x.to(DEV), pos), lazy)
+    with torch.no_grad():
+        drive(step, lambda x, pos: body(eager, x, pos), [(p,) for p in range(L)])
+    assert lr.metrics()["step_replays"] >= 6
+
+
+def test_an_index_computed_by_python_is_followed_exactly():
+    """``pos % 4`` equals ``pos`` at 1, 2 and 3: the replay at 4 must not pick ``pos``."""
+    lr.reset_metrics()
+    lazy, eager = pair(CacheStep())
+
+    def body(m, x, pos):
+        return m(x, pos) + m.k[:, pos % 4]
+    step = lr.compile_step(lambda x, pos: body(lazy, x.to(DEV), pos), lazy)
+    with torch.no_grad():
+        drive(step, lambda x, pos: body(eager, x, pos), [(p,) for p in range(1, 12)])
+    assert lr.metrics()["step_replays"] >= 4
+
+
+def test_slices_torch_would_clip_are_traced():
+    """``x[:, pos:pos + 4]`` of a dim of 16 is clipped from pos 13 on (and ``narrow``, whose
+    end torch computes, would raise there): those calls are traced, and right."""
+    lr.reset_metrics()
+    lazy, eager = pair(CacheStep())
+
+    def body(m, x, pos):
+        y = m(x, pos)
+        return y + m.k[:, pos:pos + 4].sum(1), m.k.narrow(1, min(pos, L - 2), 2).sum(1)
+    step = lr.compile_step(lambda x, pos: body(lazy, x.to(DEV), pos), lazy)
+    with torch.no_grad():
+        drive(step, lambda x, pos: body(eager, x, pos), [(p,) for p in range(L)])
+    assert lr.metrics()["step_replays"] >= 6
+
+
+def test_an_int_returned_is_computed_at_the_call():
+    lazy, eager = pair(CacheStep())
+
+    def body(m, x, pos):
+        return m(x, pos), pos + 1
+    step = lr.compile_step(lambda x, pos: body(lazy, x.to(DEV), pos), lazy)
+    with torch.no_grad():
+        pos, seen = 0, []
+        for _ in range(8):
+            _, pos = step(torch.randn(2, D), pos)
+            seen.append(pos)
+    assert seen == list(range(1, 9))
+    assert all(type(p) is int for p in seen)
+
+
+def test_a_use_no_replay_can_follow_unfollows_the_int():
+    """``float(pos)`` escapes the record: the int is keyed by value again, and a value
+    traced twice replays as before."""
+    lr.reset_metrics()
+    lazy, eager = pair(CacheStep())
+
+    def body(m, x, pos):
+        return m(x, pos) * float(pos)
+    step = lr.compile_step(lambda x, pos: body(lazy, x.to(DEV), pos), lazy)
+    with torch.no_grad():
+        drive(step, lambda x, pos: body(eager, x, pos), [(p,) for p in (1, 2, 3, 3, 3, 3, 4)])
+    m = lr.metrics()
+    assert any("float()" in r for r in m["replay_misses"]), m["replay_misses"]
+    assert m["step_replays"] >= 1
+
+
+def test_an_int_that_changes_the_graph_replays_per_value():
+    """A count of layers, alternating: each value's traces form a family of their own."""
+    lr.reset_metrics()
+    torch.manual_seed(0)
+    eager = nn.Linear(D, D)
+    lazy = copy.deepcopy(eager).to(DEV)
+
+    def body(m, x, n):
+        for _ in range(n):
+            x = torch.tanh(m(x))
+        return x
+    step = lr.compile_step(lambda x, n: body(lazy, x.to(DEV), n), lazy)
+    with torch.no_grad():
+        drive(step, lambda x, n: body(eager, x, n), [(n,) for n in (1, 2) * 5])
+    assert lr.metrics()["step_replays"] >= 4
+
+
+def test_followed_int_guards_and_expressions():
+    """The record itself: arithmetic as exact expressions, comparisons as guards."""
+    from lazy_runtime.traced_int import Tape, evaluate, follow, guards_hold, recording
+    tape = Tape((5,))
+    with recording(tape):
+        p = follow(5, 0)
+        q = max(p, 3) // 2 - (-p) % 3
+    assert int.__int__(q) == 1 and type(q) is not int and tape.pinned is None
+    assert len(tape.guards) == 1   # max's comparison: p < 3 was False
+    assert evaluate(q._e, (9,)) == 9 // 2 - (-9) % 3
+    assert guards_hold(tape.guards, (9,)) and not guards_hold(tape.guards, (2,))
+    assert str(p) == "5" and type(p + 1.5) is float and tape.pinned is None  # (after)
+    with recording(tape):
+        p + 1.5
+    assert tape.pinned is not None
