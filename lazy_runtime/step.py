@@ -98,7 +98,7 @@ class _Trace:
                  "perm", "aliases", "scalars_on_device", "no_rngs", "layouts", "sizes",
                  "sizes_on_device", "state_writes", "shared_writes", "host_buffers",
                  "state_aliases", "other_aliases", "state_refs", "tape", "cuts", "syms",
-                 "size_list", "bucket_list")
+                 "size_list", "bucket_list", "out_same")
 
 
 class _Entry:
@@ -473,8 +473,11 @@ class StepReplayer:
                                    "its result, the model and the optimizer", permanent=False)
         except (NotWholeStep, NotReplayable) as err:
             e.last = None
-            if getattr(err, "permanent", True) or e.traces >= self.MAX_TRACES:
+            if getattr(err, "permanent", True) or (e.traces >= self.MAX_TRACES
+                                                   and not e.families):
                 e.failed = str(err)
+                if e.followed:   # keyed by value again: a value that repeats may replay
+                    self._unfollow(e)
             METRICS.replay_miss(f"whole step: {err}")
             return out
         if e.followed:
@@ -600,18 +603,24 @@ class StepReplayer:
         for j, xs, outs in tr.shared_writes:
             # places given one value keep sharing one leaf
             value = results[j]
-            n = None
+            n = base = None
             if xs:
                 sts = [owned[x]._st for x in xs]
                 n = ir.computed_leaf(value, sts[0].node.shape, sts[0].node.dtype)
                 for st in sts:
                     st.node = n
                     st.version += 1
-            for x in outs:
+            for x in outs:   # (returned: one tensor, or views of it, as when traced)
+                out = tr.out_leaves[x]
+                view = type(out) is _ViewOut
                 if n is None:
-                    shape, dtype = tr.out_leaves[x]
-                    n = ir.computed_leaf(value, shape, dtype)
-                leaves[x] = tensor.new_base(n)
+                    n = ir.computed_leaf(value, *(out.base if view else out))
+                if base is None:
+                    base = tensor.new_base(n)
+                leaves[x] = tensor.new_view(base, out.chain, out.shape, out.strides,
+                                            out.offset, out.dtype) if view else base
+        for x, y in tr.out_same:
+            leaves[x] = leaves[y]
         if tr.exe.checked:   # what the step wrote, made unusable if an index check fails
             refs = getattr(tr, "state_refs", None)
             if refs is None:   # (the model's and optimizer's storages: the same every call)
@@ -672,6 +681,26 @@ def _on_device(t):
 
 
 _FOLLOWED_INT = (int, "followed")   # a followed int argument's part of a signature
+
+
+class _ViewOut:
+    """A returned view of a value the step computed: its storage's (shape, dtype) and
+    the view's chain, shape, strides, offset and dtype, to make it again."""
+
+    __slots__ = ("base", "chain", "shape", "strides", "offset", "dtype")
+
+    def __init__(self, *fields):
+        for name, v in zip(self.__slots__, fields):
+            setattr(self, name, v)
+
+    def _key(self):
+        return tuple(getattr(self, name) for name in self.__slots__)
+
+    def __eq__(self, other):
+        return type(other) is _ViewOut and other._key() == self._key()
+
+    def __hash__(self):
+        return hash(self._key())
 
 
 class _Returned:
@@ -745,14 +774,21 @@ def _record(seen, slot_of, also, owned, out, rng0, arg_values, tape=None):
     tr.rng_offsets = tuple(r[1] - counter0 for r in g.rngs)
     tr.rng_count = counter - counter0
     flat, tr.out_spec = pytree.tree_flatten(out)
-    returned = {}
+    returned = {}   # a returned tensor's storage -> the places of the result it is at
     leaves = []
+    first = {}      # a tensor returned at several places: the first
+    tr.out_same = []
     for i, v in enumerate(flat):
         if isinstance(v, LazyTensor):
-            if v._vw:
-                raise NotWholeStep("the step returns a view")
-            returned.setdefault(id(v._st), i)
-            leaves.append((tuple(v.shape), v.dtype))
+            returned.setdefault(id(v._st), []).append(i)
+            if first.setdefault(id(v), i) != i:
+                tr.out_same.append((i, first[id(v)]))
+            if v._vw:   # (``logits[:, -1]``: made again over the replay's result)
+                base = v._st.node
+                leaves.append(_ViewOut((base.shape, base.dtype), v._vw, tuple(v.shape),
+                                       v.stride(), v.storage_offset(), v.dtype))
+            else:
+                leaves.append((tuple(v.shape), v.dtype))
         elif isinstance(v, torch.Tensor):
             raise NotWholeStep("the step returns a tensor that is not on the lazy device")
         elif isinstance(v, traced_int.TracedInt):
@@ -770,13 +806,13 @@ def _record(seen, slot_of, also, owned, out, rng0, arg_values, tape=None):
         if id(st) in owner:
             writes.append(("state", owner[id(st)], j))
         elif id(st) in returned:
-            writes.append(("out", returned[id(st)], j))
-            filled.add(returned[id(st)])
+            writes.extend(("out", x, j) for x in returned[id(st)])
+            filled.add(id(st))
         else:
             temps.append(weakref.ref(st))
     if len(filled) != len(returned):
         raise NotWholeStep("the step returns a tensor it did not compute (an argument or a "
-                           "parameter)")
+                           "parameter, or a view of one)")
     tr.writes = tuple(writes)
     groups = {}   # result -> (the state places, the returned places) it goes to
     for kind, x, j in writes:
@@ -829,6 +865,7 @@ def _agree(a: _Trace, b: _Trace, across_sizes: bool = False, numbers: bool = Tru
     that run one executable (then the new size is replayed from its next call)."""
     if not (a.exe is b.exe and a.writes == b.writes and a.aliases == b.aliases
             and a.out_spec == b.out_spec and a.out_leaves == b.out_leaves
+            and a.out_same == b.out_same
             and a.rng_offsets == b.rng_offsets and a.rng_count == b.rng_count
             and a.layouts == b.layouts and len(a.slots) == len(b.slots)
             and (not numbers or _same_numbers(a.scalars, b.scalars))):

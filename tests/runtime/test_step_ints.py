@@ -180,3 +180,26 @@ def test_followed_int_guards_and_expressions():
     with recording(tape):
         p + 1.5
     assert tape.pinned is not None
+
+
+def test_returned_views_are_made_again():
+    """A step returning ``logits[:, -1]`` (a view) and the same tensor twice replays (it
+    was refused), each result right and the two sharing one value."""
+    lr.reset_metrics()
+    torch.manual_seed(0)
+    eager = nn.Linear(D, D)
+    lazy = copy.deepcopy(eager).to(DEV)
+
+    def body(m, x):
+        y = m(x).reshape(2, 2, D // 2)
+        return y[:, -1], y, y
+    step = lr.compile_step(lambda x: body(lazy, x.to(DEV)), lazy)
+    g = torch.Generator().manual_seed(1)
+    with torch.no_grad():
+        for _ in range(5):
+            x = torch.randn(2, D, generator=g)
+            got, want = step(x), body(eager, x)
+            for a, b in zip(got, want):
+                torch.testing.assert_close(a.cpu(), b)
+            assert got[1] is got[2] and got[0]._st is got[1]._st
+    assert lr.metrics()["step_replays"] == 3
