@@ -23,10 +23,15 @@ took. Traces whose executables, writes, random draws and recorded Python agree f
 * every dynamic dim's predicted size falls in the bucket it was traced in.
 
 Otherwise the call is traced, and joins a family (narrowing its candidates) or starts
-one. What C code does with a followed int is not recorded (CPython indexes a list by it
-without asking): a number it yields (``table[pos]``, a size torch derives) is assumed
-to keep following the recorded expression it matched at the family's three or more
-values (the cuts' own clipping is checked, above).
+one. A candidate must be an int the Python handed to torch (``traced_int._Handed``, a
+function mode during followed traces, sees every call's arguments): what C code picks by
+a followed int (a Python list indexed by it, ``table[pos]``) reaches torch as a plain int
+and is linked to nothing, so that signature replays only values it was traced at. An
+int the Python computed that kept one value in every trace (``pos % 3`` at 1, 4, 7) must
+keep it: it may have reached the graph as a constant (0 and 1 are not inputs). Assumed:
+a size torch computes in C from a handed int (``arange(pos + 1)``'s length) keeps
+equalling the expression it equalled at the family's three or more values (the cuts'
+clipping, the one such computation that bends, is checked, above).
 """
 
 from __future__ import annotations
@@ -75,7 +80,7 @@ class Family:
     """Traces of one followed signature that agree but for the followed ints, and what
     a replay at other values needs (``predict``)."""
 
-    __slots__ = ("traces", "trace", "guards", "links", "cuts", "buckets", "envs")
+    __slots__ = ("traces", "trace", "guards", "links", "cuts", "buckets", "envs", "fixed")
 
     def __init__(self, traces):
         self.traces = list(traces)
@@ -88,12 +93,19 @@ class Family:
         t0 = traces[0]
         self.guards = t0.tape.guards
         values = [t.tape.values for t in traces]
+        # An int the Python computed that kept one value in every trace (``pos % 3`` at 1,
+        # 4 and 7) may have reached the graph as a constant (0 and 1 are not inputs): a
+        # replay keeps it at that value.
+        self.fixed = tuple((e, values[0][j]) for j, e in enumerate(t0.tape.exprs)
+                           if all(vals[j] == values[0][j] for vals in values))
         links = []
+
+        handed = set.intersection(*[t.tape.handed for t in traces])
 
         def link(where, seen, rel=None) -> bool:
             exprs = tuple(e for j, e in enumerate(t0.tape.exprs)
-                          if all(type(v) is int and vals[j] == v
-                                 for vals, v in zip(values, seen)))
+                          if e in handed and all(type(v) is int and vals[j] == v
+                                                 for vals, v in zip(values, seen)))
             const = seen[0] if all(v == seen[0] for v in seen) else _VARIES
             if exprs:
                 links.append(_Link(where, exprs, const))
@@ -145,7 +157,8 @@ class Family:
         """(scalars, sizes) for the executable at followed values ``env``, or None where
         the family cannot vouch for them."""
         if env not in self.envs and (len(self.envs) < MIN_ENVS
-                                     or not guards_hold(self.guards, env)):
+                                     or not guards_hold(self.guards, env)
+                                     or not guards_hold(self.fixed, env, equal=True)):
             return None
         t0 = self.trace
         scalars = list(t0.scalars)

@@ -20,6 +20,8 @@ from __future__ import annotations
 
 import operator
 
+from torch.overrides import TorchFunctionMode
+
 _TAPE = [None]   # the tape being recorded (one trace at a time), or None
 
 
@@ -28,7 +30,7 @@ class Tape:
     them (``exprs`` with their ``values``, in order), every branch (``guards``: (expr,
     outcome)), and why the trace is pinned to its values (None if it is not)."""
 
-    __slots__ = ("env", "exprs", "values", "guards", "pinned")
+    __slots__ = ("env", "exprs", "values", "guards", "pinned", "handed")
 
     def __init__(self, env: tuple):
         self.env = env
@@ -36,6 +38,9 @@ class Tape:
         self.values: list = list(env)
         self.guards: list = []
         self.pinned = None
+        # the expressions whose ints were handed to torch (a function's arguments, as
+        # ``_Handed`` sees them): only those can be where a number of the graph came from
+        self.handed: set = set()
 
     def structure(self) -> tuple:
         """What two traces must share to be one family: the same computations and the
@@ -43,19 +48,54 @@ class Tape:
         return tuple(self.exprs), tuple(self.guards), self.pinned
 
 
-class recording:
-    """``with recording(tape):`` follows ``TracedInt`` arithmetic onto ``tape``."""
+class _Handed(TorchFunctionMode):
+    """Notes each followed int a torch function is called with (``Tape.handed``). An int
+    C code picked by a followed one (``table[pos]``) reaches torch as a plain int: the
+    graph's number it became then matches no handed expression, and is not followed."""
 
     def __init__(self, tape: Tape):
+        super().__init__()
         self.tape = tape
+
+    def __torch_function__(self, func, types, args=(), kwargs=None):
+        kwargs = kwargs or {}
+        _note(args, self.tape.handed)
+        if kwargs:
+            _note(tuple(kwargs.values()), self.tape.handed)
+        return func(*args, **kwargs)
+
+
+def _note(xs, handed: set) -> None:
+    for x in xs:
+        if isinstance(x, TracedInt):
+            handed.add(x._e)
+        elif type(x) in (tuple, list):
+            _note(x, handed)
+        elif type(x) is slice:
+            _note((x.start, x.stop, x.step), handed)
+        elif type(x) is dict:
+            _note(tuple(x.values()), handed)
+
+
+class recording:
+    """``with recording(tape):`` follows ``TracedInt`` arithmetic onto ``tape``, and what
+    torch is handed (``_Handed``). ``recording(None)`` does nothing."""
+
+    def __init__(self, tape: Tape | None):
+        self.tape = tape
+        self.mode = None if tape is None else _Handed(tape)
 
     def __enter__(self):
         self.prev = _TAPE[0]
         _TAPE[0] = self.tape
+        if self.mode is not None:
+            self.mode.__enter__()
         return self.tape
 
     def __exit__(self, *exc):
         _TAPE[0] = self.prev
+        if self.mode is not None:
+            self.mode.__exit__(*exc)
         return False
 
 
@@ -86,8 +126,12 @@ def evaluate(expr, env: tuple) -> int:
     return _OPS[op](*[evaluate(a, env) for a in expr[1:]])
 
 
-def guards_hold(guards, env: tuple) -> bool:
+def guards_hold(guards, env: tuple, equal: bool = False) -> bool:
+    """Whether every (expression, outcome) of ``guards`` comes out so at ``env``: its truth
+    value, or (``equal``) its value."""
     try:
+        if equal:
+            return all(evaluate(e, env) == want for e, want in guards)
         return all(bool(evaluate(e, env)) is want for e, want in guards)
     except (ArithmeticError, ValueError):
         return False

@@ -203,3 +203,47 @@ def test_returned_views_are_made_again():
                 torch.testing.assert_close(a.cpu(), b)
             assert got[1] is got[2] and got[0]._st is got[1]._st
     assert lr.metrics()["step_replays"] == 3
+
+
+_TABLE = [0, 1, 2, 3, 7, 5, 6, 4, 8, 9, 10, 11, 12, 13, 14, 15]
+USES = {   # (how the step uses pos, whether calls at positions never traced replay)
+    "start // 2": (lambda m, x, p: m.lin(x) + m.k[:, p // 2:p // 2 + 3].sum(1), True),
+    "scalar": (lambda m, x, p: m.lin(x) + p, True),
+    "times pos % 3": (lambda m, x, p: m.lin(x) * (p % 3), True),   # 0 and 1: constants
+    "narrow": (lambda m, x, p: m.lin(x) + m.k.narrow(1, p % (L - 3), 3).sum(1), True),
+    "python table": (lambda m, x, p: m.lin(x) + m.k[:, _TABLE[p]], False),
+    "negative select": (lambda m, x, p: m.lin(x) + m.k[:, -p - 1], False),
+    "suffix": (lambda m, x, p: m.lin(x) + m.k[:, p:].sum(1), False),
+    "roll": (lambda m, x, p: m.lin(x) + torch.roll(m.k, p, 1)[:, 0], False),
+    "tensor of it": (lambda m, x, p: m.lin(x) + m.k[:, torch.tensor([p, p // 2],
+                                                                   device=x.device)].sum(1),
+                     False),
+}
+
+
+@pytest.mark.parametrize("use", list(USES))
+def test_followed_int_uses_match_eager(use):
+    """Each use of a followed position, at every position in order and then at random
+    ones: every call as eager torch's. ``table[pos]`` (a Python list indexed by it) equals
+    ``pos`` at the first traced positions: the number it yields reached torch as a plain
+    int, so nothing is linked to ``pos`` and no untraced position replays."""
+    body, replays = USES[use]
+    lr.reset_metrics()
+    torch.manual_seed(0)
+    eager = CacheStep()
+    lazy = copy.deepcopy(eager).to(DEV)
+    step = lr.compile_step(lambda x, p: body(lazy, x.to(DEV), p), lazy)
+    g = torch.Generator().manual_seed(2)
+    calls = list(range(L - 1)) + torch.randint(0, L - 1, (10,), generator=g).tolist()
+    seen = set()
+    with torch.no_grad():
+        for p in calls:
+            x = torch.randn(2, D, generator=g)
+            before = lr.metrics()["step_replays"]
+            torch.testing.assert_close(step(x, p).cpu(), body(eager, x, p), rtol=1e-5,
+                                       atol=1e-6)
+            if lr.metrics()["step_replays"] > before and p not in seen:
+                assert replays, f"position {p} replayed, never traced"
+            seen.add(p)
+    if replays:
+        assert lr.metrics()["step_replays"] >= 8
