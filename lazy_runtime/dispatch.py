@@ -1110,6 +1110,53 @@ def _nonzero(func, args, kwargs):
     return data_tensor(_host_nonzero(x))
 
 
+_INTEGRAL = (torch.uint8, torch.int8, torch.int16, torch.int32, torch.int64)
+
+
+def _bincount(func, args, kwargs):
+    """``bincount``: its length (the input's largest value + 1, at least ``minlength``) read
+    on the host as ``_repeat_interleave`` reads its repeats; the counts a scatter-add of
+    ones (or of the weights) on the device, so the step's graph goes on. The result's
+    dtype is torch's: int64, or the weights' float32/float64 (float64 for any other)."""
+    x = args[0]
+    weights = args[1] if len(args) > 1 else kwargs.get("weights")
+    minlength = args[2] if len(args) > 2 else kwargs.get("minlength", 0)
+    if type(x) is not LazyTensor or x.ndim != 1 or x.dtype not in _INTEGRAL or \
+            minlength < 0 or weights is not None and (
+                type(weights) is not LazyTensor or tuple(weights.shape) != tuple(x.shape)):
+        raise NoLowering(func, "not a 1-d integral input with lazy weights of its shape "
+                               "(torch's errors)")
+    from .executor import read_for_shape
+    length = minlength
+    if x.numel():
+        host = read_for_shape(x)
+        if bool((host < 0).any()):
+            raise NoLowering(func, "negative values (torch raises its error)")
+        length = max(length, int(host.max()) + 1)
+    dtype = torch.int64 if weights is None else weights.dtype \
+        if weights.dtype in (torch.float32, torch.float64) else torch.float64
+    counts = x.new_zeros((length,), dtype=dtype)
+    if not x.numel():
+        return counts
+    src = x.new_ones(tuple(x.shape), dtype=dtype) if weights is None else \
+        weights.to(dtype)
+    return aten.index_add.default(counts, 0, x.to(torch.int64), src)
+
+
+def _on_the_host(func, args, kwargs):
+    """``unique`` and its kin: every result's shape depends on the values, which are read
+    on the host (``read_for_shape``: no barrier where they are this step's data or folded
+    from it) and the op run there by torch; the results are copied back as data."""
+    x = args[0]
+    if type(x) is not LazyTensor:
+        raise NoLowering(func, "a CPU input")
+    from .executor import data_tensor, read_for_shape
+    out = func(read_for_shape(x), *args[1:], **kwargs)
+    if isinstance(out, torch.Tensor):
+        return data_tensor(out)
+    return type(out)(data_tensor(t) for t in out)
+
+
 SPECIAL = {
     aten._to_copy.default: _to_copy,
     aten.copy_.default: _copy_,
@@ -1132,6 +1179,11 @@ SPECIAL = {
     aten.index.Tensor: _index_with_masks,
     aten.nonzero.default: _nonzero,
     aten.masked_select.default: _masked_select,
+    aten.bincount.default: _bincount,
+    aten._unique2.default: _on_the_host,
+    aten._unique.default: _on_the_host,
+    aten.unique_dim.default: _on_the_host,
+    aten.unique_consecutive.default: _on_the_host,
 }
 for _op in _INPLACE_VIEWS:
     SPECIAL[_op] = _inplace_view

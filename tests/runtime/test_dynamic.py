@@ -380,7 +380,7 @@ def _twins(layers, opt_cls, **opt_args):
 
 
 # Losses over a data-dependent subset of rows or columns: the subset's positions are read
-# on the host (its size is data; ``unique`` runs eagerly) and the graph sees a new size
+# on the host (its size is data; ``unique`` runs there) and the graph sees a new size
 # almost every step.
 def _mask_rows_ce(out, y):
     mask = y > 0

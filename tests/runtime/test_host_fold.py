@@ -186,3 +186,32 @@ def test_a_step_reading_repeat_interleaves_length_is_not_replayed_as_a_whole():
     m = lr.metrics()
     assert m["step_replays"] == 0 and m["fallback_ops"] == {}
     assert any("computed on the host" in k for k in m["replay_misses"]), m["replay_misses"]
+
+
+@pytest.mark.parametrize("seed", [0, 1, 2])
+def test_bincount_reads_its_length_and_counts_on_the_device(seed):
+    """``bincount``'s length is the input's largest value + 1: read on the host (data: no
+    barrier), the counts a scatter-add recorded in the graph, weights that are still
+    pending included. Values, dtypes and lengths as torch's, ``minlength`` and an empty
+    input too; ``unique`` runs on the same read, no fallback either."""
+    g = torch.Generator().manual_seed(seed)
+    n = int(torch.randint(1, 30, (1,), generator=g))
+    labels = torch.randint(0, 9, (n,), generator=g)
+    w = torch.rand(n, generator=g)
+    _fresh()
+    ll, wl = labels.to(DEV), w.to(DEV)
+    got = [torch.bincount(ll), torch.bincount(ll, wl * 2), torch.bincount(ll, minlength=12),
+           torch.bincount(ll.to(torch.uint8), wl.double()), torch.bincount(ll, wl.half()),
+           torch.bincount(ll[:0], minlength=3), torch.unique(ll, return_counts=True)[1]]
+    want = [torch.bincount(labels), torch.bincount(labels, w * 2),
+            torch.bincount(labels, minlength=12),
+            torch.bincount(labels.to(torch.uint8), w.double()),
+            torch.bincount(labels, w.half()), torch.bincount(labels[:0], minlength=3),
+            torch.unique(labels, return_counts=True)[1]]
+    m = lr.metrics()
+    assert m["syncs"] == 0 and m["fallback_ops"] == {}, (m["sync_reasons"], m["fallback_ops"])
+    for a, b in zip(got, want):
+        assert a.dtype == b.dtype and a.shape == b.shape
+        torch.testing.assert_close(a.cpu(), b, rtol=1e-6, atol=1e-6)
+    with pytest.raises(RuntimeError, match="non-negative"):
+        torch.bincount((ll - 20).cpu().to(DEV)).cpu()   # torch's own error
