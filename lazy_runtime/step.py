@@ -23,9 +23,10 @@ What makes that sound is checked, not assumed:
   forward. Reading any other lazy tensor, or copying a CPU tensor to the device inside
   the step, refuses (its value could change behind the replay's back).
 * **Every result accounted for.** Each value the barrier stores goes back into a tensor
-  the model or optimizer owns (a parameter, buffer, grad or state tensor) or is
-  returned; a value the step keeps anywhere else (a module attribute, a global list)
-  refuses.
+  the model or optimizer owns (a parameter, buffer, grad or state tensor), into a lazy
+  argument the step wrote in place (a replay writes the argument it is given, and
+  returns it where the step returned it), or is returned; a value the step keeps
+  anywhere else (a module attribute, a global list) refuses.
 * **Dynamic dims.** A step whose graph runs padded (``mark_dynamic``, an analyzer plan) is
   replayed per exact signature, with its arguments padded on the host and its true sizes
   passed as it was traced. A signature's first trace is confirmed without a second one
@@ -98,7 +99,7 @@ class _Trace:
                  "perm", "aliases", "scalars_on_device", "no_rngs", "layouts", "sizes",
                  "sizes_on_device", "state_writes", "shared_writes", "host_buffers",
                  "state_aliases", "other_aliases", "state_refs", "tape", "cuts", "syms",
-                 "size_list", "bucket_list", "out_same")
+                 "size_list", "bucket_list", "out_same", "arg_writes")
 
 
 class _Entry:
@@ -466,7 +467,10 @@ class StepReplayer:
                 raise NotWholeStep("the step changes the layout of the model's or "
                                    "optimizer's state (e.g. the optimizer's first step)",
                                    permanent=False)
-            tr, temps = _record(seen.pop(), slot_of, also, owned, out, rng0, arg_values, tape)
+            args_in = [v if isinstance(flat[i], LazyTensor) and not v._vw else None
+                       for i, v in enumerate(lazy)]
+            tr, temps = _record(seen.pop(), slot_of, also, owned, out, rng0, arg_values,
+                                args_in, tape)
             if any(r() is not None for r in temps):
                 # transient: a replayed forward keeps its outputs while it captures
                 raise NotWholeStep("the step keeps a value it computed somewhere other than "
@@ -569,6 +573,8 @@ class StepReplayer:
                     _place_node(p, flat, owned) is _place_node(q, flat, owned)
                     for p, q in tr.other_aliases):
                 return None
+        if tr.arg_writes and not _writable_args(tr.arg_writes, flat, owned):
+            return None
         datas = list(map(pool.__getitem__, tr.perm))
         if tr.rng_offsets:
             seed, base = random.position()
@@ -600,12 +606,12 @@ class StepReplayer:
         if numbers is not None:   # ints it returns computed from the followed ones
             leaves = [traced_int.evaluate(v.expr, numbers[2]) if type(v) is _Returned else v
                       for v in leaves]
-        for j, xs, outs in tr.shared_writes:
+        for j, xs, outs, args in tr.shared_writes:
             # places given one value keep sharing one leaf
             value = results[j]
             n = base = None
-            if xs:
-                sts = [owned[x]._st for x in xs]
+            if xs or args:
+                sts = [owned[x]._st for x in xs] + [flat[i]._st for i in args]
                 n = ir.computed_leaf(value, sts[0].node.shape, sts[0].node.dtype)
                 for st in sts:
                     st.node = n
@@ -619,6 +625,11 @@ class StepReplayer:
                     base = tensor.new_base(n)
                 leaves[x] = tensor.new_view(base, out.chain, out.shape, out.strides,
                                             out.offset, out.dtype) if view else base
+        for x, out in enumerate(tr.out_leaves):
+            if type(out) is _ArgOut:   # the argument itself, or a view of it, as traced
+                arg, view = flat[out.arg], out.view
+                leaves[x] = arg if view is None else tensor.new_view(
+                    arg, view.chain, view.shape, view.strides, view.offset, view.dtype)
         for x, y in tr.out_same:
             leaves[x] = leaves[y]
         if tr.exe.checked:   # what the step wrote, made unusable if an index check fails
@@ -626,9 +637,23 @@ class StepReplayer:
             if refs is None:   # (the model's and optimizer's storages: the same every call)
                 refs = tr.state_refs = executor.refs_of(
                     [owned[x]._st for x, _ in tr.state_writes]
-                    + [owned[x]._st for _, xs, _ in tr.shared_writes for x in xs])
-            executor.written(refs, [t._st for t in leaves if isinstance(t, LazyTensor)])
+                    + [owned[x]._st for _, xs, _, _ in tr.shared_writes for x in xs])
+            executor.written(refs, [t._st for t in leaves if isinstance(t, LazyTensor)]
+                             + [flat[i]._st for i in tr.arg_writes])
         return pytree.tree_unflatten(leaves, tr.out_spec)
+
+
+def _writable_args(places, flat, owned) -> bool:
+    """Whether the arguments a replay writes back to are base lazy tensors, none sharing
+    its storage with another or with the model's or optimizer's state (the executable
+    computed them apart)."""
+    sts = []
+    for i in places:
+        v = flat[i]
+        if type(v) is not LazyTensor or v._vw:
+            return False
+        sts.append(id(v._st))
+    return len(set(sts)) == len(sts) and not set(sts) & {id(t._st) for t in owned}
 
 
 def _write_state(writes, owned, results) -> None:
@@ -703,6 +728,22 @@ class _ViewOut:
         return hash(self._key())
 
 
+class _ArgOut:
+    """A returned argument (``arg``: its place among the arguments), or a view of one
+    (``view``: a ``_ViewOut``)."""
+
+    __slots__ = ("arg", "view")
+
+    def __init__(self, arg, view):
+        self.arg, self.view = arg, view
+
+    def __eq__(self, other):
+        return type(other) is _ArgOut and (other.arg, other.view) == (self.arg, self.view)
+
+    def __hash__(self):
+        return hash((self.arg, self.view))
+
+
 class _Returned:
     """A returned int computed from followed ints: its expression (``traced_int``)."""
 
@@ -718,10 +759,13 @@ class _Returned:
         return hash(self.expr)
 
 
-def _record(seen, slot_of, also, owned, out, rng0, arg_values, tape=None):
+def _record(seen, slot_of, also, owned, out, rng0, arg_values, args_in, tape=None):
     """The trace of one barrier, and weak references to the values it stored that are
-    neither returned nor owned (they must be gone once the step is over). ``tape``: what
-    the Python did with followed ints (``step_ints``)."""
+    neither returned nor owned (they must be gone once the step is over). ``args_in``:
+    each argument that is the caller's own lazy base tensor (else None): what the step
+    writes to one in place is written back to the argument a replay is given, and one
+    returned is that argument. ``tape``: what the Python did with followed ints
+    (``step_ints``)."""
     g, exe, plan, stored = seen
     template_consts = {id(n.op.scalar_array) for n in g.nodes
                        if getattr(n.op, "scalar_array", None) is not None}
@@ -774,21 +818,29 @@ def _record(seen, slot_of, also, owned, out, rng0, arg_values, tape=None):
     tr.rng_offsets = tuple(r[1] - counter0 for r in g.rngs)
     tr.rng_count = counter - counter0
     flat, tr.out_spec = pytree.tree_flatten(out)
+    arg_store = {}  # an argument's storage -> its place among the arguments
+    for i, v in enumerate(args_in):
+        if v is not None:
+            arg_store.setdefault(id(v._st), i)
     returned = {}   # a returned tensor's storage -> the places of the result it is at
     leaves = []
     first = {}      # a tensor returned at several places: the first
     tr.out_same = []
     for i, v in enumerate(flat):
         if isinstance(v, LazyTensor):
-            returned.setdefault(id(v._st), []).append(i)
             if first.setdefault(id(v), i) != i:
                 tr.out_same.append((i, first[id(v)]))
-            if v._vw:   # (``logits[:, -1]``: made again over the replay's result)
-                base = v._st.node
-                leaves.append(_ViewOut((base.shape, base.dtype), v._vw, tuple(v.shape),
-                                       v.stride(), v.storage_offset(), v.dtype))
-            else:
-                leaves.append((tuple(v.shape), v.dtype))
+            view = _ViewOut((v._st.node.shape, v._st.node.dtype), v._vw, tuple(v.shape),
+                            v.stride(), v.storage_offset(), v.dtype) if v._vw else None
+            arg = arg_store.get(id(v._st))
+            if arg is not None:   # an argument (or a view of one): itself, as traced
+                if view is None and v is not args_in[arg]:
+                    raise NotWholeStep("the step returns an alias of an argument")
+                leaves.append(_ArgOut(arg, view))
+                continue
+            returned.setdefault(id(v._st), []).append(i)
+            # (a view, ``logits[:, -1]``: made again over the replay's result)
+            leaves.append(view if view is not None else (tuple(v.shape), v.dtype))
         elif isinstance(v, torch.Tensor):
             raise NotWholeStep("the step returns a tensor that is not on the lazy device")
         elif isinstance(v, traced_int.TracedInt):
@@ -805,6 +857,8 @@ def _record(seen, slot_of, also, owned, out, rng0, arg_values, tape=None):
             raise NotWholeStep("the step keeps or returns a value with a dynamic dim")
         if id(st) in owner:
             writes.append(("state", owner[id(st)], j))
+        elif id(st) in arg_store:   # written in place: back to the argument
+            writes.append(("arg", arg_store[id(st)], j))
         elif id(st) in returned:
             writes.extend(("out", x, j) for x in returned[id(st)])
             filled.add(id(st))
@@ -814,14 +868,17 @@ def _record(seen, slot_of, also, owned, out, rng0, arg_values, tape=None):
         raise NotWholeStep("the step returns a tensor it did not compute (an argument or a "
                            "parameter, or a view of one)")
     tr.writes = tuple(writes)
-    groups = {}   # result -> (the state places, the returned places) it goes to
+    groups = {}   # result -> (the state, returned and argument places) it goes to
+    kinds = {"state": 0, "out": 1, "arg": 2}
     for kind, x, j in writes:
-        groups.setdefault(j, ([], []))[kind == "out"].append(x)
+        groups.setdefault(j, ([], [], []))[kinds[kind]].append(x)
     # a result written to one state place (most): replayed in a fast loop
-    tr.state_writes = tuple((xs[0], j) for j, (xs, outs) in groups.items()
-                            if len(xs) == 1 and not outs)
-    tr.shared_writes = tuple((j, tuple(xs), tuple(outs)) for j, (xs, outs) in groups.items()
-                             if len(xs) != 1 or outs)
+    tr.state_writes = tuple((xs[0], j) for j, (xs, outs, args) in groups.items()
+                            if len(xs) == 1 and not outs and not args)
+    tr.shared_writes = tuple((j, tuple(xs), tuple(outs), tuple(args))
+                             for j, (xs, outs, args) in groups.items()
+                             if len(xs) != 1 or outs or args)
+    tr.arg_writes = tuple(sorted({x for kind, x, _ in writes if kind == "arg"}))
     tr.out_leaves = tuple(leaves)
     tr.tape = tape
     if tape is not None:   # what a followed signature's families compare and link

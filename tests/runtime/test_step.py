@@ -525,3 +525,44 @@ def test_a_step_selecting_by_a_mask_is_traced_at_each_call(where):
         want = masked_step(eager, eager_opt, "cpu")(x, y).item()
         assert got == pytest.approx(want, rel=1e-5, abs=1e-6)
     assert lr.metrics()["step_replays"] == 0, lr.metrics()["replay_misses"]
+
+
+def test_arguments_written_in_place_are_written_back():
+    """A step that updates its lazy argument in place (a recurrent state, a KV cache
+    passed in) and returns it: a replay writes the argument it is given and returns that
+    very tensor (or a view of it), as the traced calls do; values as eager torch's. The
+    same tensor given for two written arguments, or a buffer of the model given for one,
+    is traced (the executable computed them apart). Before, a replay returned a new
+    tensor and left the argument as it was."""
+    torch.manual_seed(0)
+    eager = nn.Linear(3, 3)
+    eager.register_buffer("buf", torch.zeros(3, 3))
+    lazy = copy.deepcopy(eager).to(DEV)
+
+    def body(m, h, c):
+        with torch.no_grad():
+            h.add_(torch.tanh(m(h)))
+            c[:, 1] = h[:, 0] * 2
+        return h, c[0], h.sum()
+    step = lr.compile_step(lambda h, c: body(lazy, h, c), lazy)
+    h0, c0 = torch.randn(3, 3), torch.zeros(3, 3)
+    he, ce, hl, cl = h0.clone(), c0.clone(), h0.to(DEV), c0.to(DEV)
+    lr.reset_metrics()
+    for i in range(6):
+        got, want = step(hl, cl), body(eager, he, ce)
+        assert got[0] is hl and got[1]._st is cl._st
+        for a, b in zip(got, want):
+            torch.testing.assert_close(a.cpu(), b)
+        torch.testing.assert_close(hl.cpu(), he)
+        torch.testing.assert_close(cl.cpu(), ce)
+    assert lr.metrics()["step_replays"] == 4
+    for h_args in ("twice", "buffer"):
+        x = torch.randn(3, 3)
+        xe, xl = x.clone(), x.to(DEV)
+        if h_args == "twice":
+            step(xl, xl), body(eager, xe, xe)
+        else:
+            step(xl, lazy.buf), body(eager, xe, eager.buf)
+            torch.testing.assert_close(lazy.buf.cpu(), eager.buf)
+        torch.testing.assert_close(xl.cpu(), xe)
+    assert lr.metrics()["step_replays"] == 4
