@@ -604,8 +604,8 @@ class StepReplayer:
         _write_state(tr.state_writes, owned, results)
         leaves = list(tr.out_leaves)
         if numbers is not None:   # ints it returns computed from the followed ones
-            leaves = [traced_int.evaluate(v.expr, numbers[2]) if type(v) is _Returned else v
-                      for v in leaves]
+            leaves = [traced_int.evaluate(v.expr, numbers[2])
+                      if type(v) is step_ints.Returned else v for v in leaves]
         for j, xs, outs, args in tr.shared_writes:
             # places given one value keep sharing one leaf
             value = results[j]
@@ -744,21 +744,6 @@ class _ArgOut:
         return hash((self.arg, self.view))
 
 
-class _Returned:
-    """A returned int computed from followed ints: its expression (``traced_int``)."""
-
-    __slots__ = ("expr",)
-
-    def __init__(self, expr):
-        self.expr = expr
-
-    def __eq__(self, other):
-        return type(other) is _Returned and other.expr == self.expr
-
-    def __hash__(self):
-        return hash(self.expr)
-
-
 def _record(seen, slot_of, also, owned, out, rng0, arg_values, args_in, tape=None):
     """The trace of one barrier, and weak references to the values it stored that are
     neither returned nor owned (they must be gone once the step is over). ``args_in``:
@@ -844,7 +829,7 @@ def _record(seen, slot_of, also, owned, out, rng0, arg_values, args_in, tape=Non
         elif isinstance(v, torch.Tensor):
             raise NotWholeStep("the step returns a tensor that is not on the lazy device")
         elif isinstance(v, traced_int.TracedInt):
-            leaves.append(_Returned(v._e))
+            leaves.append(step_ints.Returned(v._e))
         else:
             leaves.append(v)
     owner = {id(t._st): j for j, t in enumerate(owned)}

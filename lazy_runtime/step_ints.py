@@ -50,6 +50,21 @@ MAX_TRACES = 24     # traces of one signature without any family: stop following
 _VARIES = object()   # a number that differed between traces
 
 
+class Returned:
+    """A returned int computed from followed ints: its expression (``traced_int``)."""
+
+    __slots__ = ("expr",)
+
+    def __init__(self, expr):
+        self.expr = expr
+
+    def __eq__(self, other):
+        return type(other) is Returned and other.expr == self.expr
+
+    def __hash__(self):
+        return hash(self.expr)
+
+
 class _Link:
     """How one number is predicted: ``where`` (("scalar", k), ("size", k) or ("cut", c,
     field)), the expressions whose values matched it in every trace, and its value where
@@ -80,7 +95,8 @@ class Family:
     """Traces of one followed signature that agree but for the followed ints, and what
     a replay at other values needs (``predict``)."""
 
-    __slots__ = ("traces", "trace", "guards", "links", "cuts", "buckets", "envs", "fixed")
+    __slots__ = ("traces", "trace", "guards", "links", "cuts", "buckets", "envs", "fixed",
+                 "returned")
 
     def __init__(self, traces):
         self.traces = list(traces)
@@ -149,6 +165,7 @@ class Family:
             cuts.append((c, size, len(raw), of, offset))
         self.links = links
         self.cuts = cuts
+        self.returned = tuple(v.expr for v in t0.out_leaves if type(v) is Returned)
         self.buckets = [(k, t0.bucket_list[k], _derived(s)) for k, s in enumerate(t0.syms)
                         if s[0] != "@"]
         return True
@@ -175,7 +192,9 @@ class Family:
                     scalars[k] = v
                 elif kind == "size":
                     sizes[k] = v
-        except (ArithmeticError, ValueError):
+            for e in self.returned:   # (one the Python could not compute is traced)
+                evaluate(e, env)
+        except (ArithmeticError, ValueError, RecursionError):
             return None
         for c, size, n_fields, of, offset in self.cuts:
             raw = tuple(known.get(("cut", c, f), t0.cuts[c][3][f]) for f in range(n_fields))
@@ -232,9 +251,12 @@ def add_trace(entry, tr, agree_traces) -> None:
             fam.traces.append(tr)
             if len(fam.traces) > 16:
                 del fam.traces[1]
-            if not fam.relink():
-                entry.families.remove(fam)
-            return
+            if fam.relink():
+                return
+            # a number no expression explains in every trace: the family is dropped, the
+            # new trace may start another
+            entry.families.remove(fam)
+            break
     for p in entry.pending:
         if agree(p, tr, agree_traces):
             fam = Family([p, tr])

@@ -133,7 +133,7 @@ def guards_hold(guards, env: tuple, equal: bool = False) -> bool:
         if equal:
             return all(evaluate(e, env) == want for e, want in guards)
         return all(bool(evaluate(e, env)) is want for e, want in guards)
-    except (ArithmeticError, ValueError):
+    except (ArithmeticError, ValueError, RecursionError):
         return False
 
 

@@ -247,3 +247,24 @@ def test_followed_int_uses_match_eager(use):
             seen.add(p)
     if replays:
         assert lr.metrics()["step_replays"] >= 8
+
+
+def test_a_returned_int_python_cannot_compute_is_traced():
+    """``100 // (pos - 6)`` at 6 raises in the step's Python: that call is traced (and
+    raises ZeroDivisionError, as eager torch's step does), not replayed with a result
+    it cannot have; the calls around it replay."""
+    lr.reset_metrics()
+    lazy, eager = pair(CacheStep())
+
+    def body(m, x, pos):
+        return m(x, pos), 100 // (pos - 6)
+    step = lr.compile_step(lambda x, pos: body(lazy, x.to(DEV), pos), lazy)
+    with torch.no_grad():
+        drive(step, lambda x, pos: body(eager, x, pos), [(p,) for p in range(6)])
+        x = torch.randn(2, D)   # (the cache is written before the error, both ways)
+        with pytest.raises(ZeroDivisionError):
+            step(x, 6)
+        with pytest.raises(ZeroDivisionError):
+            body(eager, x, 6)
+        drive(step, lambda x, pos: body(eager, x, pos), [(p,) for p in range(7, 12)])
+    assert lr.metrics()["step_replays"] >= 5
