@@ -18,6 +18,8 @@ import os
 import re
 import types
 
+import torch
+
 from .dynamic import mark_dynamic
 from .replay import Replayer, module_state, optimizer_state
 from .replay_sizes import SizePolicy
@@ -120,7 +122,9 @@ def compile_optimizer(opt, capturable: bool = True):
     Replay needs every step-dependent value on the device: with ``capturable=True`` (the
     default here) optimizers that have the option (Adam, AdamW, ...) keep their step count
     as a device tensor and compute the bias corrections in the graph. Hyper-parameters are
-    guarded by value: a learning rate that changes every step is traced every step.
+    guarded by value: a learning rate that changes every step is traced every step,
+    unless it is a tensor (moved to the device here; a scheduler fills it in place and
+    the replay reads it like state).
     Where ``foreach`` is left to torch (None), it is set (torch picks the ``_foreach_*``
     path for lazy tensors anyway, see ``ops.foreach.make_default_for``): the per-tensor
     loop applies each hyper-parameter to each parameter as a separate number; the
@@ -132,6 +136,11 @@ def compile_optimizer(opt, capturable: bool = True):
     for group in opt.param_groups:
         if capturable and "capturable" in group:
             group["capturable"] = True
+        lazy = next((p for p in group["params"] if isinstance(p, LazyTensor)), None)
+        for k, v in group.items():
+            if k != "params" and type(v) is torch.Tensor and lazy is not None:
+                # (a CPU one would be copied into every step: to the device, once)
+                group[k] = v.to(lazy.device)
         if group.get("foreach", False) is None and not group.get("fused") and \
                 not group.get("differentiable", False):   # (torch refuses those with foreach)
             group["foreach"] = True

@@ -792,7 +792,15 @@ def optimizer_state(opt):
             if k == "params":
                 continue
             if isinstance(v, torch.Tensor):
-                raise NotReplayable(f"the hyper-parameter {k} is a tensor")
+                # a learning rate held in a tensor (torch's advice for a schedule under
+                # torch.compile: the scheduler fills it in place): read like state
+                if not isinstance(v, LazyTensor) or v._vw:
+                    raise NotReplayable(f"the hyper-parameter {k} is a tensor that is not "
+                                        "a lazy base tensor (compile_optimizer moves one "
+                                        "there)")
+                owned.append(v)
+                snap.append((k, "tensor", id(v)))
+                continue
             if not (type(v) in _SIMPLE_ATTRS or (type(v) is tuple and all(
                     type(x) in _SIMPLE_ATTRS for x in v))):
                 raise NotReplayable(f"the hyper-parameter {k} is a {type(v).__name__}")

@@ -436,6 +436,37 @@ def test_a_learning_rate_changed_every_step_is_traced_every_step():
     torch.testing.assert_close(torch.tensor(got), torch.tensor(want), rtol=1e-4, atol=1e-5)
 
 
+def test_a_schedule_over_a_tensor_learning_rate_is_replayed():
+    """A learning rate held in a tensor (torch's advice for schedules under torch.compile)
+    is moved to the device by compile_optimizer; the scheduler fills it in place and the
+    step reads it like the optimizer's state: the steps replay, and the losses and
+    parameters are eager torch's."""
+    def run(device):
+        torch.manual_seed(0)
+        model = Net().to(device) if device else Net()
+        opt = torch.optim.AdamW(model.parameters(), lr=torch.tensor(1e-2),
+                                capturable=device is not None, foreach=device is not None)
+        if device:
+            opt = lr.compile_optimizer(opt)
+            assert isinstance(opt.param_groups[0]["lr"], lr.LazyTensor)
+        sched = torch.optim.lr_scheduler.CosineAnnealingLR(opt, 8)
+        step = train_step(model, opt, device=device)
+        if device:
+            step = lr.compile_step(step, model, opt)
+        lr.reset_metrics()
+        losses = []
+        for x, y in batches(8):   # (the scheduler steps outside: a replay runs no Python)
+            losses.append(step(x, y).item())
+            sched.step()
+        return losses, list(model.parameters()), lr.metrics()
+    got, params, m = run(DEV)
+    want, eager_params, _ = run(None)
+    assert m["step_replays"] >= 4, m["replay_misses"]
+    torch.testing.assert_close(torch.tensor(got), torch.tensor(want), rtol=1e-5, atol=1e-6)
+    for a, b in zip(params, eager_params):
+        torch.testing.assert_close(a.detach().cpu(), b.detach(), rtol=1e-5, atol=1e-6)
+
+
 def test_a_padded_step_is_replayed_and_a_new_size_from_its_second_call():
     """A step whose length is dynamic runs one padded executable per bucket. Each size
     is replayed once traced and confirmed: by a second trace, or (a new size) by doing
