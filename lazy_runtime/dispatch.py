@@ -31,6 +31,7 @@ import torch._decomp
 from shapeinfer.shape_fns import ShapeError
 
 from . import dtypes as D, executor, ir, random
+from .dynamic import slice_bounds
 from .backend import errors_cross_backward
 from .config import config
 from .errors import NoLowering, UnsupportedOperation, as_torch_error
@@ -696,10 +697,7 @@ def _view_steps(func, args, kwargs, out_shape, dtype):
 
 def _slice_args(shape, dim=0, start=None, end=None, step=1):
     dim = _norm_dim(dim, len(shape))
-    size = shape[dim]
-    start, end, _ = slice(start, end, 1).indices(size)
-    end = max(end, start)
-    return dim, start, end, step
+    return (dim, *slice_bounds((start, end, step), shape[dim]))
 
 
 def _step_strides(step, size, stride, offset):
