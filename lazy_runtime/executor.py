@@ -778,6 +778,9 @@ def sync(reason: str = "mark_step") -> None:
         st.version += 1
     if exe.checked:
         written((), storages)
+    # (decoding loops and ``generate`` read values and never call mark_step; a whole
+    # step's barrier is a sync too: any barrier freezes the heap, once)
+    heap.at_step_barrier()
 
 
 def mark_step() -> None:

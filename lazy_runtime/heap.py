@@ -6,8 +6,9 @@ barrier, so each collection that runs mid-trace moves some of them to the oldest
 generation, and once enough have moved Python runs a full collection: every 40-250 traced
 steps of the GPT example (15-20 ms steps).
 
-At the first step barrier (``mark_step``) after a full collection (usually the first: the
-imports run several), the runtime collects the garbage and freezes the heap
+At the first barrier after a full collection (usually the first: the imports run several;
+``mark_step``, a value read, a whole step's end), the runtime collects the garbage and
+freezes the heap
 (``gc.freeze``): what is alive then (modules, the model, the compiled executables) is left
 out of every later collection, which walks only what was made after. Reference counting
 still frees frozen objects; only a reference cycle among them that becomes garbage stays
