@@ -331,6 +331,7 @@ class Cx:
         self.offset_marks: dict = {}  # node index -> name: a cut whose start varies
         self.offsets: dict = {}   # name -> this trace's start (``offset``)
         self.fixed_pads: frozenset = frozenset()   # node indices: pads to a fixed length
+        self.inputs: frozenset = frozenset()   # the input symbols (their buckets chosen)
 
     def offset(self, node):
         """The start of cut ``node`` (slice, select or their scatter, of a concrete dim)
@@ -416,6 +417,16 @@ class Cx:
         return v if best is None else best
 
 
+class Rebucket(Exception):
+    """A padding rule's request: input symbol ``sym`` padded to at least ``size`` (a value
+    grown from it, ``cat([ids, new])``, entered a bucket it had not: padding the base
+    there too keeps one executable for both sizes of the boundary)."""
+
+    def __init__(self, sym: str, size: int):
+        super().__init__(sym, size)
+        self.sym, self.size = sym, size
+
+
 class SymPlan:
     __slots__ = ("key", "layouts", "syms", "sizes", "buckets", "pads", "data_layouts",
                  "exe", "n_ops")
@@ -434,9 +445,13 @@ def build_plan(g: ir.Graph, fresh: frozenset, auto: dict):
     # when n = 5, where the expand's n after it was right)
     choices: list = []
     last = None
+    bump: dict = {}   # input symbol -> the bucket a value grown from it asked for
     for _ in range(MAX_RETRIES):
         try:
-            return _build(g, fresh, auto, disabled)
+            return _build(g, fresh, auto, disabled, bump)
+        except Rebucket as r:
+            bump[r.sym] = r.size
+            continue
         except NoPadRule as e:
             last = e
             if not e.retry:
@@ -516,15 +531,16 @@ def _leaf_layouts(g, fresh, auto):
     return sizes, layouts
 
 
-def _build(g, fresh, auto, disabled):
+def _build(g, fresh, auto, disabled, bump):
     from .ops.registry import PAD_RULES
     sizes, marked = _leaf_layouts(g, fresh, auto)
     slice_marks = {k[1]: s for k, s in auto.items() if k[0] == "slice"}
     offset_marks = {k[1]: s for k, s in auto.items() if k[0] == "offset"}
     if not sizes and not slice_marks and not offset_marks:
         return None
-    buckets = {s: bucket(v, s) for s, v in sizes.items()}
+    buckets = {s: max(bucket(v, s), bump.get(s, 0)) for s, v in sizes.items()}
     cx = Cx(sizes, buckets, disabled)
+    cx.inputs = frozenset(sizes)
     cx.slice_marks = slice_marks
     cx.offset_marks = offset_marks
     cx.fixed_pads = frozenset(k[1] for k in auto if k[0] == "fixed")

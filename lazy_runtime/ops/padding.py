@@ -56,8 +56,8 @@ import jax.numpy as jnp
 import torch
 from jax import lax
 
-from ..dynamic import (NoPadRule, Pad, SymSize, bucket, concrete, cut_at, dnorm, dsize,
-                       has_sym, is_sym, slice_bounds, sym_or_int)
+from ..dynamic import (NoPadRule, Pad, Rebucket, SymSize, bucket, concrete, cut_at, dnorm,
+                       dsize, has_sym, is_sym, slice_bounds, sym_or_int)
 from .common import check_index, jdt, norm_dim, norm_dims, opmath, vjp
 from .layout import (_jnp_index, _out_of_bounds, lower_pad, mask_rows_put, masked_scatter_from,
                      per_element_count)
@@ -549,8 +549,13 @@ def pad_cat(node, ins, cx):
         raise NoPadRule(node.op, "cat of two dynamic pieces", _syms(*ins))
     if rest > k:   # it grows: T + g, padded to that size's bucket (a token appended to ids)
         grown = cx.sizes[base] + rest - k
-        out[d] = (cx.derive(f"{base}+{rest - k}", grown,
-                            max(bucket(grown, base), cx.buckets[base]), base),)
+        need = bucket(grown, base)
+        if need > cx.buckets[base] and base in cx.inputs:
+            # T at a bucket's last size (16), T + 1 past it: T padded to T + 1's bucket
+            # too, so the next step (T = 17) runs the same executable
+            raise Rebucket(base, need)
+        out[d] = (cx.derive(f"{base}+{rest - k}", grown, max(need, cx.buckets[base]),
+                            base),)
     else:
         out[d] = (cx.shrink(base, k - rest) if k > rest else base,)
     sizes = tuple((s, 0) if s is not None else lay[d][0] for s, (_, lay) in zip(syms, parts))
