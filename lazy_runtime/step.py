@@ -99,7 +99,7 @@ class _Trace:
                  "perm", "aliases", "scalars_on_device", "no_rngs", "layouts", "sizes",
                  "sizes_on_device", "state_writes", "shared_writes", "host_buffers",
                  "state_aliases", "other_aliases", "state_refs", "tape", "cuts", "syms",
-                 "size_list", "bucket_list", "out_same", "arg_writes")
+                 "size_list", "bucket_list", "out_same", "arg_writes", "arg_bases")
 
 
 class _Entry:
@@ -573,7 +573,7 @@ class StepReplayer:
                     _place_node(p, flat, owned) is _place_node(q, flat, owned)
                     for p, q in tr.other_aliases):
                 return None
-        if tr.arg_writes and not _writable_args(tr.arg_writes, flat, owned):
+        if tr.arg_bases and not _writable_args(tr, flat, owned):
             return None
         datas = list(map(pool.__getitem__, tr.perm))
         if tr.rng_offsets:
@@ -643,16 +643,13 @@ class StepReplayer:
         return pytree.tree_unflatten(leaves, tr.out_spec)
 
 
-def _writable_args(places, flat, owned) -> bool:
-    """Whether the arguments a replay writes back to are base lazy tensors, none sharing
-    its storage with another or with the model's or optimizer's state (the executable
-    computed them apart)."""
-    sts = []
-    for i in places:
-        v = flat[i]
-        if type(v) is not LazyTensor or v._vw:
-            return False
-        sts.append(id(v._st))
+def _writable_args(tr, flat, owned) -> bool:
+    """Whether the arguments a replay writes back to, or returns views of, are base lazy
+    tensors, and those it writes share no storage with one another or with the model's
+    or optimizer's state (the executable computed them apart)."""
+    if any(type(flat[i]) is not LazyTensor or flat[i]._vw for i in tr.arg_bases):
+        return False
+    sts = [id(flat[i]._st) for i in tr.arg_writes]
     return len(set(sts)) == len(sts) and not set(sts) & {id(t._st) for t in owned}
 
 
@@ -850,8 +847,8 @@ def _record(seen, slot_of, also, owned, out, rng0, arg_values, args_in, tape=Non
         else:
             temps.append(weakref.ref(st))
     if len(filled) != len(returned):
-        raise NotWholeStep("the step returns a tensor it did not compute (an argument or a "
-                           "parameter, or a view of one)")
+        raise NotWholeStep("the step returns a tensor it did not compute (a parameter, "
+                           "the device copy of a CPU argument, or a view of one)")
     tr.writes = tuple(writes)
     groups = {}   # result -> (the state, returned and argument places) it goes to
     kinds = {"state": 0, "out": 1, "arg": 2}
@@ -864,6 +861,8 @@ def _record(seen, slot_of, also, owned, out, rng0, arg_values, args_in, tape=Non
                              for j, (xs, outs, args) in groups.items()
                              if len(xs) != 1 or outs or args)
     tr.arg_writes = tuple(sorted({x for kind, x, _ in writes if kind == "arg"}))
+    tr.arg_bases = tuple(sorted(set(tr.arg_writes) | {
+        v.arg for v in leaves if type(v) is _ArgOut and v.view is not None}))
     tr.out_leaves = tuple(leaves)
     tr.tape = tape
     if tape is not None:   # what a followed signature's families compare and link

@@ -441,6 +441,7 @@ def test_a_schedule_over_a_tensor_learning_rate_is_replayed():
     is moved to the device by compile_optimizer; the scheduler fills it in place and the
     step reads it like the optimizer's state: the steps replay, and the losses and
     parameters are eager torch's."""
+    lr.clear_cache()   # (families of other tests' graphs: see test_step_ints)
     def run(device):
         torch.manual_seed(0)
         model = Net().to(device) if device else Net()
@@ -565,6 +566,7 @@ def test_arguments_written_in_place_are_written_back():
     same tensor given for two written arguments, or a buffer of the model given for one,
     is traced (the executable computed them apart). Before, a replay returned a new
     tensor and left the argument as it was."""
+    lr.clear_cache()   # (families of other tests' graphs: see test_step_ints)
     torch.manual_seed(0)
     eager = nn.Linear(3, 3)
     eager.register_buffer("buf", torch.zeros(3, 3))
@@ -597,3 +599,23 @@ def test_arguments_written_in_place_are_written_back():
             torch.testing.assert_close(lazy.buf.cpu(), eager.buf)
         torch.testing.assert_close(xl.cpu(), xe)
     assert lr.metrics()["step_replays"] == 4
+
+
+def test_an_argument_returned_untouched_is_that_argument():
+    """Returned without being read or written (it was refused): a replay returns the
+    argument it is given; a view of it over that argument's own storage."""
+    lr.clear_cache()   # (families of other tests' graphs: see test_step_ints)
+    torch.manual_seed(0)
+    lin = nn.Linear(3, 3).to(DEV)
+
+    def body(x, h):
+        with torch.no_grad():
+            return lin(x.to(DEV)), h, h[1:]
+    step = lr.compile_step(body, lin)
+    lr.reset_metrics()
+    for i in range(5):
+        h = torch.randn(4, 3).to(DEV)
+        _, same, rows = step(torch.randn(2, 3), h)
+        assert same is h and rows._st is h._st
+        torch.testing.assert_close(rows.cpu(), h.cpu()[1:])
+    assert lr.metrics()["step_replays"] == 3

@@ -17,6 +17,15 @@ from conftest import DEV
 L, D = 16, 8
 
 
+@pytest.fixture(autouse=True)
+def _fresh_families():
+    """Automatic dynamic learns by graph structure: a graph of another test with this
+    structure at other sizes would make these dims dynamic (and a parameter with a
+    dynamic dim is not replayed whole). Each test starts from no families."""
+    lr.clear_cache()
+    yield
+
+
 class CacheStep(nn.Module):
     """A decoder-like step over a static cache buffer; ``kind`` picks how the cache is
     written and read."""
