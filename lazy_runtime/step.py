@@ -34,7 +34,8 @@ What makes that sound is checked, not assumed:
   numbers, inputs, writes and random draws; its constants made for its own size by a host
   factory or a replayed forward): a length seen once is replayed from its second call. No
   size is replayed without having been traced: a branch on a size stays right. Values the
-  step keeps or returns must not have a dynamic dim.
+  step keeps must not have a dynamic dim; one it returns comes back padded at the call's
+  true sizes.
 * **Int arguments that change** (a decoding position, ``step(tok, pos)``): once two
   signatures differ only in an int argument's value, that argument is *followed*
   (``step_ints``): keyed by type, traced as a ``TracedInt`` that records the Python's
@@ -620,7 +621,8 @@ class StepReplayer:
                 out = tr.out_leaves[x]
                 view = type(out) is _ViewOut
                 if n is None:
-                    n = ir.computed_leaf(value, *(out.base if view else out))
+                    n = _padded_leaf(value, out, tr, numbers) if type(out) is _PaddedOut \
+                        else ir.computed_leaf(value, *(out.base if view else out))
                 if base is None:
                     base = tensor.new_base(n)
                 leaves[x] = tensor.new_view(base, out.chain, out.shape, out.strides,
@@ -723,6 +725,35 @@ class _ViewOut:
 
     def __hash__(self):
         return hash(self._key())
+
+
+class _PaddedOut:
+    """A returned value with a dynamic dim: its layout and dtype (its true shape is the
+    call's: ``_padded_leaf``)."""
+
+    __slots__ = ("layout", "dtype")
+
+    def __init__(self, layout, dtype):
+        self.layout, self.dtype = layout, dtype
+
+    def __eq__(self, other):
+        return type(other) is _PaddedOut and (other.layout, other.dtype) == (
+            self.layout, self.dtype)
+
+    def __hash__(self):
+        return hash((self.layout, self.dtype))
+
+
+def _padded_leaf(value, out: _PaddedOut, tr, numbers):
+    """A replay's padded result at the call's true sizes (the trace's, or a followed
+    call's predicted ones), as a traced barrier leaves it (``dynamic.result_leaf``)."""
+    sizes, buckets = tr.sizes
+    if numbers is not None:
+        sizes = dict(zip(tr.syms, numbers[1].tolist()))
+    syms = sorted(dynamic.layout_syms(out.layout))
+    aux = ("pad", out.layout, tuple((s, sizes[s]) for s in syms),
+           tuple((s, buckets[s]) for s in syms))
+    return ir.computed_leaf(value, dynamic.lsize(out.layout, sizes), out.dtype, aux=aux)
 
 
 class _ArgOut:
@@ -834,9 +865,17 @@ def _record(seen, slot_of, also, owned, out, rng0, arg_values, args_in, tape=Non
     filled = set()
     out_layouts = None if plan is None else [plan.layouts[o] for o in g.outputs]
     for st, j in stored:
-        if out_layouts is not None and (id(st) in owner or id(st) in returned) and \
-                out_layouts[j] is not None and dynamic.has_sym(out_layouts[j]):
-            raise NotWholeStep("the step keeps or returns a value with a dynamic dim")
+        dyn = out_layouts is not None and out_layouts[j] is not None and \
+            dynamic.has_sym(out_layouts[j])
+        if dyn and (id(st) in owner or id(st) in arg_store):
+            raise NotWholeStep("the step keeps a value with a dynamic dim in the model, the "
+                               "optimizer or an argument")
+        if dyn and id(st) in returned:   # returned padded, with the call's true sizes
+            for x in returned[id(st)]:
+                if type(leaves[x]) is not tuple:
+                    raise NotWholeStep("the step returns a view of a value with a dynamic "
+                                       "dim")
+                leaves[x] = _PaddedOut(out_layouts[j], leaves[x][1])
         if id(st) in owner:
             writes.append(("state", owner[id(st)], j))
         elif id(st) in arg_store:   # written in place: back to the argument

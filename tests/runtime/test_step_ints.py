@@ -277,3 +277,18 @@ def test_a_returned_int_python_cannot_compute_is_traced():
             body(eager, x, 6)
         drive(step, lambda x, pos: body(eager, x, pos), [(p,) for p in range(7, 12)])
     assert lr.metrics()["step_replays"] >= 5
+
+
+def test_a_returned_read_that_grows_with_the_position():
+    """``k[:, :pos + 1]`` returned (a dynamic dim whose true size follows the position):
+    each replay returns it at its own length."""
+    lr.reset_metrics()
+    lazy, eager = pair(CacheStep("grow"))
+
+    def body(m, x, pos):
+        y = m(x, pos)
+        return y, m.k[:, :pos + 1].sum(-1) * 1
+    step = lr.compile_step(lambda x, pos: body(lazy, x.to(DEV), pos), lazy)
+    with torch.no_grad():
+        drive(step, lambda x, pos: body(eager, x, pos), [(p,) for p in range(L)])
+    assert lr.metrics()["step_replays"] >= 6
