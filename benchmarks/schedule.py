@@ -27,15 +27,15 @@ sys.path.insert(0, str(ROOT))
 sys.path.insert(0, str(ROOT / "benchmarks"))
 
 import lazy_runtime as lr  # noqa: E402
-from step_configs import load_example  # noqa: E402
+from step_configs import config_named, training_step  # noqa: E402
 
 lr.config.compile_cache = None
 
 
 def run(name: str, steps: int, device, tensor_lr: bool) -> dict:
-    ex = load_example(name)
-    model = ex.make_model(dropout=0.0) if name == "gpt" else ex.make_model()
-    opt = ex.make_optimizer(model)
+    cfg = config_named(name, steps)
+    model = cfg.make_model()
+    opt = cfg.ex.make_optimizer(model)
     if tensor_lr:
         for group in opt.param_groups:
             group["lr"] = torch.tensor(group["lr"])
@@ -46,22 +46,13 @@ def run(name: str, steps: int, device, tensor_lr: bool) -> dict:
         for group in opt.param_groups:
             group["foreach"] = False
     sched = torch.optim.lr_scheduler.CosineAnnealingLR(opt, steps)
-
-    def step(x, y):
-        if device is not None:
-            x, y = x.to(device), y.to(device)
-        loss = ex.loss_fn(model(x), y)
-        loss.backward()
-        opt.step()
-        opt.zero_grad()
-        return loss
+    step = training_step(cfg, model, opt, device or "cpu")
     if device is not None:
         step = lr.compile_step(step, model, opt)
     lr.clear_cache()
     lr.reset_metrics()
     losses, times = [], []
-    for s in range(steps):
-        x, y = ex.make_batch(s)
+    for x, y in cfg.batches[:steps]:
         t = time.perf_counter()
         losses.append(step(x, y).item())
         times.append(time.perf_counter() - t)

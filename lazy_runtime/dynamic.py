@@ -331,7 +331,7 @@ class Cx:
         self.offset_marks: dict = {}  # node index -> name: a cut whose start varies
         self.offsets: dict = {}   # name -> this trace's start (``offset``)
         self.fixed_pads: frozenset = frozenset()   # node indices: pads to a fixed length
-        self.inputs: frozenset = frozenset()   # the input symbols (their buckets chosen)
+        self.inputs = frozenset(sizes)   # the input symbols (their buckets chosen)
 
     def offset(self, node):
         """The start of cut ``node`` (slice, select or their scatter, of a concrete dim)
@@ -540,7 +540,6 @@ def _build(g, fresh, auto, disabled, bump):
         return None
     buckets = {s: max(bucket(v, s), bump.get(s, 0)) for s, v in sizes.items()}
     cx = Cx(sizes, buckets, disabled)
-    cx.inputs = frozenset(sizes)
     cx.slice_marks = slice_marks
     cx.offset_marks = offset_marks
     cx.fixed_pads = frozenset(k[1] for k in auto if k[0] == "fixed")
@@ -741,7 +740,7 @@ def _family(g: ir.Graph):
 _aten = torch.ops.aten
 _SLICE = _aten.slice.Tensor
 CUTS = frozenset((_SLICE, _aten.select.int, _aten.slice_scatter.default,
-                   _aten.select_scatter.default))
+                  _aten.select_scatter.default))
 _PAD = _aten.constant_pad_nd.default
 
 
@@ -1025,12 +1024,16 @@ def exact_inputs(g: ir.Graph):
 def result_leaf(n: ir.Node, value, layout, plan: SymPlan) -> ir.Node:
     if layout is None or not has_sym(layout):
         return ir.computed_leaf(value, n.shape, n.dtype)
-    syms = sorted(layout_syms(layout))
-    sizes = dict(zip(plan.syms, plan.sizes))
-    buckets = dict(zip(plan.syms, plan.buckets))
-    aux = ("pad", layout, tuple((s, sizes[s]) for s in syms),
-           tuple((s, buckets[s]) for s in syms))
+    aux = pad_aux(layout, dict(zip(plan.syms, plan.sizes)), dict(zip(plan.syms, plan.buckets)))
     return ir.computed_leaf(value, n.shape, n.dtype, aux=aux)
+
+
+def pad_aux(layout, sizes: dict, buckets: dict) -> tuple:
+    """A padded DATA leaf's ``aux`` (see ``leaf_pad``): its layout and its symbols' true
+    sizes and buckets."""
+    syms = sorted(layout_syms(layout))
+    return ("pad", layout, tuple((s, sizes[s]) for s in syms),
+            tuple((s, buckets[s]) for s in syms))
 
 
 def note_compile(plan: SymPlan) -> None:

@@ -713,6 +713,7 @@ def sync(reason: str = "mark_step") -> None:
     METRICS.sync_reasons[reason] += 1
     if not storages:
         ir.next_epoch()
+        heap.at_step_barrier()
         return
     outs: list[ir.Node] = []
     where: dict[int, int] = {}
@@ -778,15 +779,14 @@ def sync(reason: str = "mark_step") -> None:
         st.version += 1
     if exe.checked:
         written((), storages)
-    # (decoding loops and ``generate`` read values and never call mark_step; a whole
-    # step's barrier is a sync too: any barrier freezes the heap, once)
+    # (any barrier freezes the heap, once: decoding loops and ``generate`` read values
+    # and never call mark_step, and a whole step's barrier is a sync too)
     heap.at_step_barrier()
 
 
 def mark_step() -> None:
     """The step barrier: compile (or reuse) and run everything recorded so far."""
     sync("mark_step")
-    heap.at_step_barrier()
 
 
 # One result of each recent run (its smallest): ready once the run is done, so the exit

@@ -60,6 +60,7 @@ tensor is a plain result (no ``grad_fn``): the step must do its own ``backward``
 from __future__ import annotations
 
 import collections
+import dataclasses
 import itertools
 import operator
 import sys
@@ -707,41 +708,33 @@ def _on_device(t):
 _FOLLOWED_INT = (int, "followed")   # a followed int argument's part of a signature
 
 
+# What a trace returned, by place, as a replay makes it again (compared between traces)
+@dataclasses.dataclass(frozen=True, slots=True)
 class _ViewOut:
     """A returned view of a value the step computed: its storage's (shape, dtype) and
     the view's chain, shape, strides, offset and dtype, to make it again."""
-
-    __slots__ = ("base", "chain", "shape", "strides", "offset", "dtype")
-
-    def __init__(self, *fields):
-        for name, v in zip(self.__slots__, fields):
-            setattr(self, name, v)
-
-    def _key(self):
-        return tuple(getattr(self, name) for name in self.__slots__)
-
-    def __eq__(self, other):
-        return type(other) is _ViewOut and other._key() == self._key()
-
-    def __hash__(self):
-        return hash(self._key())
+    base: tuple
+    chain: tuple
+    shape: tuple
+    strides: tuple
+    offset: int
+    dtype: torch.dtype
 
 
+@dataclasses.dataclass(frozen=True, slots=True)
 class _PaddedOut:
     """A returned value with a dynamic dim: its layout and dtype (its true shape is the
     call's: ``_padded_leaf``)."""
+    layout: tuple
+    dtype: torch.dtype
 
-    __slots__ = ("layout", "dtype")
 
-    def __init__(self, layout, dtype):
-        self.layout, self.dtype = layout, dtype
-
-    def __eq__(self, other):
-        return type(other) is _PaddedOut and (other.layout, other.dtype) == (
-            self.layout, self.dtype)
-
-    def __hash__(self):
-        return hash((self.layout, self.dtype))
+@dataclasses.dataclass(frozen=True, slots=True)
+class _ArgOut:
+    """A returned argument (``arg``: its place among the arguments), or a view of one
+    (``view``: a ``_ViewOut``)."""
+    arg: int
+    view: _ViewOut | None
 
 
 def _padded_leaf(value, out: _PaddedOut, tr, numbers):
@@ -750,26 +743,8 @@ def _padded_leaf(value, out: _PaddedOut, tr, numbers):
     sizes, buckets = tr.sizes
     if numbers is not None:
         sizes = dict(zip(tr.syms, numbers[1].tolist()))
-    syms = sorted(dynamic.layout_syms(out.layout))
-    aux = ("pad", out.layout, tuple((s, sizes[s]) for s in syms),
-           tuple((s, buckets[s]) for s in syms))
-    return ir.computed_leaf(value, dynamic.lsize(out.layout, sizes), out.dtype, aux=aux)
-
-
-class _ArgOut:
-    """A returned argument (``arg``: its place among the arguments), or a view of one
-    (``view``: a ``_ViewOut``)."""
-
-    __slots__ = ("arg", "view")
-
-    def __init__(self, arg, view):
-        self.arg, self.view = arg, view
-
-    def __eq__(self, other):
-        return type(other) is _ArgOut and (other.arg, other.view) == (self.arg, self.view)
-
-    def __hash__(self):
-        return hash((self.arg, self.view))
+    return ir.computed_leaf(value, dynamic.lsize(out.layout, sizes), out.dtype,
+                            aux=dynamic.pad_aux(out.layout, sizes, buckets))
 
 
 def _record(seen, slot_of, also, owned, out, rng0, arg_values, args_in, tape=None):

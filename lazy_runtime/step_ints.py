@@ -36,6 +36,8 @@ clipping, the one such computation that bends, is checked, above).
 
 from __future__ import annotations
 
+import dataclasses
+
 import numpy as np
 
 from . import dynamic
@@ -50,19 +52,10 @@ MAX_TRACES = 24     # traces of one signature without any family: stop following
 _VARIES = object()   # a number that differed between traces
 
 
+@dataclasses.dataclass(frozen=True, slots=True)
 class Returned:
     """A returned int computed from followed ints: its expression (``traced_int``)."""
-
-    __slots__ = ("expr",)
-
-    def __init__(self, expr):
-        self.expr = expr
-
-    def __eq__(self, other):
-        return type(other) is Returned and other.expr == self.expr
-
-    def __hash__(self):
-        return hash(self.expr)
+    expr: object
 
 
 class _Link:
