@@ -1,15 +1,16 @@
-"""Training under a learning-rate schedule: eager torch against ``lr.compile_step`` with the
-learning rate a float (a new signature every step: traced every step) and a tensor
-(``lr=torch.tensor(...)``, torch's advice for schedules under torch.compile: the
-scheduler fills it in place and the whole step replays).
+"""Training under a schedule: eager torch against ``lr.compile_step`` with the learning
+rate a float (set by the scheduler every step: followed, ``lazy_runtime/step_ints.py``)
+and a tensor (``lr=torch.tensor(...)``, torch's advice for schedules under torch.compile:
+the scheduler fills it in place).
 
     python benchmarks/schedule.py [--steps 40]
 
-The MLP and GPT examples with their AdamW, ``CosineAnnealingLR`` over the run, stepped
-after each training step (outside the compiled step: a replay runs no Python). Reported:
-XLA compiles, whole steps replayed, the median step of the second half (each step ends
-with the loss read on the host) and the largest relative difference of a loss from eager
-torch's.
+The MLP and GPT examples with their AdamW under ``CosineAnnealingLR`` over the run, and
+under ``OneCycleLR`` (which also cycles AdamW's ``betas[0]``, a tuple of floats set every
+step), stepped after each training step (outside the compiled step: a replay runs no
+Python). Reported: XLA compiles, whole steps replayed, the median step of the second half
+(each step ends with the loss read on the host) and the largest relative difference of a
+loss from eager torch's under the same schedule.
 """
 
 from __future__ import annotations
@@ -32,7 +33,14 @@ from step_configs import config_named, training_step  # noqa: E402
 lr.config.compile_cache = None
 
 
-def run(name: str, steps: int, device, tensor_lr: bool) -> dict:
+SCHEDULES = {
+    "cosine": lambda opt, steps: torch.optim.lr_scheduler.CosineAnnealingLR(opt, steps),
+    "one cycle": lambda opt, steps: torch.optim.lr_scheduler.OneCycleLR(
+        opt, max_lr=3e-3, total_steps=steps),
+}
+
+
+def run(name: str, steps: int, device, tensor_lr: bool, schedule: str = "cosine") -> dict:
     cfg = config_named(name, steps)
     model = cfg.make_model()
     opt = cfg.ex.make_optimizer(model)
@@ -45,7 +53,7 @@ def run(name: str, steps: int, device, tensor_lr: bool) -> dict:
     elif tensor_lr:   # (eager: torch takes a tensor lr off the foreach path only)
         for group in opt.param_groups:
             group["foreach"] = False
-    sched = torch.optim.lr_scheduler.CosineAnnealingLR(opt, steps)
+    sched = SCHEDULES[schedule](opt, steps)
     step = training_step(cfg, model, opt, device or "cpu")
     if device is not None:
         step = lr.compile_step(step, model, opt)
@@ -69,18 +77,20 @@ def main(argv=None) -> int:
     ap.add_argument("--steps", type=int, default=40)
     args = ap.parse_args(argv)
     dev = lr.device()
-    print("| example | contender | compiles | steps replayed | median step, 2nd half (ms) "
+    print("| example | schedule | contender | compiles | steps replayed | median step, 2nd half (ms) "
           "| largest loss difference from eager |")
-    print("|---|---|---:|---:|---:|---:|")
+    print("|---|---|---|---:|---:|---:|---:|")
     for name in ("mlp", "gpt"):
-        eager = run(name, args.steps, None, False)
-        rows = [("eager torch", eager),
-                ("compile_step, float lr", run(name, args.steps, dev, False)),
-                ("compile_step, tensor lr", run(name, args.steps, dev, True))]
-        for label, r in rows:
-            diff = max(abs(a - b) / abs(b) for a, b in zip(r["losses"], eager["losses"]))
-            print(f"| {name} | {label} | {r['compiles']} | {r['replays']} / {args.steps} | "
-                  f"{r['median_ms']:.2f} | {diff:.1e} |", flush=True)
+        for schedule in SCHEDULES:
+            eager = run(name, args.steps, None, False, schedule)
+            rows = [("eager torch", eager),
+                    ("compile_step, float lr", run(name, args.steps, dev, False, schedule))]
+            if schedule == "cosine":
+                rows.append(("compile_step, tensor lr", run(name, args.steps, dev, True)))
+            for label, r in rows:
+                diff = max(abs(a - b) / abs(b) for a, b in zip(r["losses"], eager["losses"]))
+                print(f"| {name} | {schedule} | {label} | {r['compiles']} | {r['replays']} / "
+                      f"{args.steps} | {r['median_ms']:.2f} | {diff:.1e} |", flush=True)
     return 0
 
 

@@ -50,6 +50,7 @@ from .dynamic import leaf_marks, put_host
 from .metrics import METRICS
 from .ops.registry import Lowering
 from .tensor import LazyTensor, new_base, node_of, pending_order, set_node
+from .traced_int import Followed
 
 _CONSTS = (int, float, bool, str, type(None), torch.dtype, torch.device)
 _SIMPLE_ATTRS = (int, float, bool, str, type(None))
@@ -780,16 +781,42 @@ def module_state(module):
     return tuple(snap), owned
 
 
-def optimizer_state(opt):
+def _numbers(v) -> int | None:
+    """For a hyper-parameter that is a number (an int or a float: not a bool), 0; for a
+    non-empty tuple of numbers (Adam's ``betas``), its length; else None."""
+    t = type(v)
+    if t is int or t is float:
+        return 0
+    if t is tuple and v and all(type(x) is int or type(x) is float for x in v):
+        return len(v)
+    return None
+
+
+def _followed(v) -> bool:
+    return isinstance(v, Followed) or type(v) is tuple and any(isinstance(x, Followed)
+                                                                for x in v)
+
+
+def optimizer_state(opt, numbers: list | None = None):
     """(a hashable snapshot of an optimizer's hyper-parameters and state layout, the
-    tensors its step reads and writes: parameters, their grads, the state tensors)."""
+    tensors its step reads and writes: parameters, their grads, the state tensors).
+
+    ``numbers``: where given, a list that gets the place of each hyper-parameter that is
+    a number, (group index, key, None), or a tuple of numbers, (group index, key, index)
+    for each item; the snapshot then holds their kind, not their values (the caller
+    reads those each call: ``compile_step`` follows a learning rate a scheduler sets)."""
     if opt._optimizer_step_pre_hooks or opt._optimizer_step_post_hooks:
         raise NotReplayable("optimizer step hooks are registered")
     snap = []
     owned = []
-    for g in opt.param_groups:
+    for gi, g in enumerate(opt.param_groups):
         for k, v in g.items():
             if k == "params":
+                continue
+            n = _numbers(v) if numbers is not None else None
+            if n is not None:
+                numbers.extend([(gi, k, None)] if n == 0 else [(gi, k, j) for j in range(n)])
+                snap.append((k, "number", n))
                 continue
             if isinstance(v, torch.Tensor):
                 # a learning rate held in a tensor (torch's advice for a schedule under
@@ -801,6 +828,9 @@ def optimizer_state(opt):
                 owned.append(v)
                 snap.append((k, "tensor", id(v)))
                 continue
+            if _followed(v):   # (a whole step's trace follows it: ``compile_step``)
+                raise NotReplayable(f"the hyper-parameter {k} is followed by a whole step's "
+                                    "trace")
             if not (type(v) in _SIMPLE_ATTRS or (type(v) is tuple and all(
                     type(x) in _SIMPLE_ATTRS for x in v))):
                 raise NotReplayable(f"the hyper-parameter {k} is a {type(v).__name__}")

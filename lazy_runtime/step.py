@@ -36,15 +36,20 @@ What makes that sound is checked, not assumed:
   size is replayed without having been traced: a branch on a size stays right. Values the
   step keeps must not have a dynamic dim; one it returns comes back padded at the call's
   true sizes.
-* **Int arguments that change** (a decoding position, ``step(tok, pos)``): once two
-  signatures differ only in an int argument's value, that argument is *followed*
-  (``step_ints``): keyed by type, traced as a ``TracedInt`` that records the Python's
-  arithmetic and branches on it, and replayed at values never traced once three traced
-  values agree, each number the executable takes computed from the recorded arithmetic
-  and every recorded branch checked.
+* **Numbers that change** (a decoding position, ``step(tok, pos)``; a learning rate a
+  scheduler sets, or Adam's ``betas`` under ``OneCycleLR``): the optimizer's number
+  hyper-parameters are part of the signature as arguments are (read each call, not
+  snapshotted); once two signatures differ only in such numbers' values, those are
+  *followed* (``step_ints``): keyed by type, traced as a ``TracedInt``/``TracedFloat`` that
+  records the Python's arithmetic and branches on them, and replayed at values never
+  traced once three traced values agree, each number the executable takes computed from
+  the recorded arithmetic and every recorded branch checked. A signature confirmed by
+  value before its numbers were followed still replays at that value. A step that sets a
+  hyper-parameter itself (a scheduler stepped inside it) is refused.
 
-The state guard (``_StateStamp``: one version tag per dict the snapshot reads, the modules'
-tensors' buffers and ``requires_grad``, the parameters' grads) costs a few µs, and a call
+The state guard (``_StateStamp``: one version tag per dict the snapshot reads, but the
+optimizer's groups, whose entries other than numbers are compared; the modules' tensors'
+buffers and ``requires_grad``, the parameters' grads) costs a few µs, and a call
 with the previous replay's signature launches the executable first and checks the guard
 while it runs; a guard that fails drops the results (nothing is written, no random
 number drawn). A state leaf nothing else holds takes its new value in place, and CPU
@@ -60,6 +65,7 @@ tensor is a plain result (no ``grad_fn``): the step must do its own ``backward``
 from __future__ import annotations
 
 import collections
+import contextlib
 import dataclasses
 import itertools
 import operator
@@ -170,8 +176,10 @@ class _StateStamp:
     MODULE_TABLES = ("_parameters", "_buffers", "_modules", "_forward_hooks",
                      "_forward_pre_hooks", "_backward_hooks", "_backward_pre_hooks")
 
-    def __init__(self, snap, owned, model, optimizer):
+    def __init__(self, snap, owned, model, optimizer, places=()):
         self.snap, self.owned = snap, owned
+        self.places = places   # the optimizer's number hyper-parameters (``numbers``)
+        self.groups = ()
         tables = [_nn_module._global_forward_hooks, _nn_module._global_forward_pre_hooks,
                   _nn_module._global_backward_hooks, _nn_module._global_backward_pre_hooks]
         lists = []
@@ -188,7 +196,16 @@ class _StateStamp:
             tables.append(optimizer.__dict__)
             tables.extend((optimizer._optimizer_step_pre_hooks,
                            optimizer._optimizer_step_post_hooks, optimizer.state))
-            tables.extend(optimizer.param_groups)
+            if places:   # (a group's numbers change with a schedule: ``numbers`` reads them)
+                numeric = {(gi, k) for gi, k, _ in places}
+                self.groups = [(g, len(g), *zip(*[(k, v) for k, v in g.items()
+                                                  if (gi, k) not in numeric]))
+                               for gi, g in enumerate(optimizer.param_groups)]
+                self.reads = [(optimizer.param_groups[gi], k, j,
+                               None if j is None else len(optimizer.param_groups[gi][k]))
+                              for gi, k, j in places]
+            else:
+                tables.extend(optimizer.param_groups)
             tables.extend(optimizer.state.values())
             lists.append(optimizer.param_groups)
             for g in optimizer.param_groups:
@@ -222,8 +239,32 @@ class _StateStamp:
                                      itertools.chain.from_iterable(map(_VALUES, self.tables)),
                                      itertools.chain.from_iterable(self.lists)))
 
+    def numbers(self) -> list | None:
+        """The values of the optimizer's number hyper-parameters (``places``), or None
+        where one is no longer a number (or a tuple of numbers of the same length)."""
+        out = []
+        for g, k, j, n in self.reads if self.places else ():
+            v = g.get(k)
+            if j is not None:
+                if type(v) is not tuple or len(v) != n:
+                    return None
+                v = v[j]
+            if type(v) is not int and type(v) is not float:
+                return None
+            out.append(v)
+        return out
+
+    def _groups_hold(self) -> bool:
+        try:
+            return all(len(g) == n and all(map(operator.is_, map(g.__getitem__, keys), vals))
+                       for g, n, keys, vals in self.groups) and self.numbers() is not None
+        except KeyError:
+            return False
+
     def holds(self) -> bool:
         if any(map(len, self.empty)):
+            return False
+        if self.groups and not self._groups_hold():
             return False
         if self.versions is not None:
             if list(map(_DICT_VERSION, self.tables)) != self.versions:
@@ -281,19 +322,20 @@ class StepReplayer:
         stamp = self._stamp
         if stamp is not None and stamp.holds():
             return stamp.snap, stamp.owned
-        snap, owned = self._full_state()
-        self._stamp = _StateStamp(snap, owned, self.model, self.optimizer)
+        snap, owned, places = self._full_state()
+        self._stamp = _StateStamp(snap, owned, self.model, self.optimizer, places)
         return snap, owned
 
     def _full_state(self):
-        """(a snapshot of the model's and optimizer's Python state, the tensors they own)."""
-        snap, owned = [], []
+        """(a snapshot of the model's and optimizer's Python state, the tensors they own,
+        the places of the optimizer's number hyper-parameters: read each call)."""
+        snap, owned, places = [], [], []
         seen = set()
         parts = []
         if self.model is not None:
             parts.append(module_state(self.model))
         if self.optimizer is not None:
-            parts.append(optimizer_state(self.optimizer))
+            parts.append(optimizer_state(self.optimizer, places))
         for part_snap, part_owned in parts:
             snap.append(part_snap)
             for t in part_owned:
@@ -303,9 +345,12 @@ class StepReplayer:
         for t in owned:
             if not isinstance(t, LazyTensor) or t._vw:
                 raise NotWholeStep("a parameter or state tensor is not a lazy base tensor")
-        return tuple(snap), owned
+        return tuple(snap), owned, tuple(places)
 
-    def _signature(self, args, kwargs):
+    def _signature(self, args, kwargs, followed=None):
+        """(the call's signature, its flat arguments, their spec): ``followed`` numbers
+        (flat positions; the replayer's by default) keyed by type, other numbers by value."""
+        followed = self.followed if followed is None else followed
         if not kwargs and all(type(a) is torch.Tensor for a in args):
             # the common call, CPU tensors only: its structure is known by their number
             spec = _TENSORS_SPEC.get(len(args))
@@ -319,13 +364,24 @@ class StepReplayer:
             if isinstance(v, torch.Tensor):
                 key.append((tuple(v.shape), v.dtype, v.requires_grad,
                             isinstance(v, LazyTensor)))
-            elif type(v) is int and i in self.followed:
-                key.append(_FOLLOWED_INT)
+            elif i in followed and (type(v) is int or type(v) is float):
+                key.append(_FOLLOWED[type(v)])
             elif type(v) in (int, float, bool, str, type(None)):
                 key.append((type(v), v))
             else:
                 raise NotWholeStep(f"an argument of type {type(v).__name__}")
         return tuple(key), flat, spec
+
+    def _with_numbers(self, key, flat, numbers, followed=None):
+        """The signature and flat arguments extended by the optimizer's number
+        hyper-parameters (``_StateStamp.numbers``): keyed by value, or by type where
+        followed, as an argument is."""
+        if not numbers:
+            return key, flat
+        n = len(flat)
+        followed = self.followed if followed is None else followed
+        return key + tuple(_FOLLOWED[type(v)] if n + j in followed else (type(v), v)
+                           for j, v in enumerate(numbers)), flat + list(numbers)
 
     def __call__(self, *args, **kwargs):
         try:
@@ -333,27 +389,36 @@ class StepReplayer:
         except NotWholeStep as e:   # foreign arguments
             METRICS.replay_miss(f"whole step: {e}")
             return self._plain(args, kwargs)
+        n_args = len(flat)
         last = self._last
-        if last is not None and last[0] == key and last[1] is self._stamp:
-            # The signature and state of the previous replay: launch the executable
-            # first, and check the state guard while it runs (the guard then costs no
-            # time on the step's critical path); a failed guard discards the results.
-            out = self._replay_entry(last[2], flat, last[1].owned, last[1])
-            if out is not None:
-                return out
+        if last is not None and last[1] is self._stamp:
+            numbers = last[1].numbers()
+            if numbers is not None:
+                k, f = self._with_numbers(key, flat, numbers)
+                if last[0] == k:
+                    # The signature and state of the previous replay: launch the
+                    # executable first, and check the state guard while it runs (the
+                    # guard then costs no time on the step's critical path); a failed
+                    # guard discards the results.
+                    out = self._replay_entry(last[2], f, last[1].owned, last[1])
+                    if out is not None:
+                        return out
         try:
             snap, owned = self._state()
         except (NotReplayable, NotWholeStep) as e:   # hooks, non-lazy state
             METRICS.replay_miss(f"whole step: {e}")
             return self._plain(args, kwargs)
+        stamp = self._stamp
+        key, flat = self._with_numbers(key, flat, stamp.numbers())
         full = key + (snap,)
         e = self.entries.pop(full, None)
         if e is None and self._learn_followed(full):
-            key = self._signature(args, kwargs)[0]
+            key = self._with_numbers(self._signature(args, kwargs)[0], flat[:n_args],
+                                     flat[n_args:])[0]
             full = key + (snap,)
             e = self.entries.pop(full, None)
         if e is None:
-            e = _Entry(tuple(i for i, k in enumerate(key[3:]) if k is _FOLLOWED_INT))
+            e = _Entry(tuple(i for i, k in enumerate(key[3:]) if k in _FOLLOWED_KEYS))
             while len(self.entries) >= self.MAX_ENTRIES:
                 self.entries.pop(next(iter(self.entries)))
         self.entries[full] = e   # most recently used last
@@ -362,17 +427,31 @@ class StepReplayer:
         if e.ready is not None or e.families:
             out = self._replay_entry(e, flat, owned)
             if out is not None:
-                self._last = (key, self._stamp, e)
+                self._last = (key, stamp, e)
                 return out
             if e.ready is not None:
                 # the values no longer fit the confirmed trace (shared values written
                 # apart): the signature starts over, with a fresh budget of traces
                 e.ready, e.last, e.traces = None, None, 0
+        if e.followed:   # values no family vouches for: replayed where confirmed by value
+            out = self._replay_by_value(args, kwargs, flat, n_args, snap, owned)
+            if out is not None:
+                return out
         self._last = None
-        out = self._trace(e, flat, spec, snap, owned)
-        if e.followed:   # ints it returns, computed from followed ones: plain ints
-            out = pytree.tree_map_only(traced_int.TracedInt, int.__int__, out)
+        out = self._trace(e, flat, n_args, spec, snap, owned, stamp)
+        if e.followed:   # numbers it returns, computed from followed ones: plain ones
+            out = pytree.tree_map_only(traced_int.Followed, traced_int.plain, out)
         return out
+
+    def _replay_by_value(self, args, kwargs, flat, n_args, snap, owned):
+        """A replay of the call's signature keyed by value (confirmed before its numbers
+        were followed), or None."""
+        key = self._with_numbers(self._signature(args, kwargs, frozenset())[0],
+                                 flat[:n_args], flat[n_args:], frozenset())[0]
+        e = self.entries.get(key + (snap,))
+        if e is None or e.ready is None or e.followed:
+            return None
+        return self._replay(e.ready, flat, owned)
 
     def _learn_followed(self, full) -> bool:
         """Whether new signature ``full`` differs from one seen before in the values of
@@ -382,7 +461,8 @@ class StepReplayer:
             if len(other) != len(full) or other[:3] != full[:3] or other[-1] != full[-1]:
                 continue
             diff = [i for i in range(3, len(full) - 1) if other[i] != full[i]]
-            if diff and all(full[i][0] is int and other[i][0] is int for i in diff):
+            if diff and all(full[i][0] in _NUMBER and full[i][0] is other[i][0]
+                            for i in diff):
                 found.update(i - 3 for i in diff)
         found -= self.unfollowed
         found -= self.followed
@@ -420,15 +500,21 @@ class StepReplayer:
 
     # -- tracing (and checking) a step
 
-    def _trace(self, e, flat, spec, snap, owned):
+    def _trace(self, e, flat, n_args, spec, snap, owned, stamp):
+        """Trace the step once (``flat``: its ``n_args`` flat arguments, then the
+        optimizer's number hyper-parameters)."""
         if tensor.pending_count():
             executor.sync("step")   # work recorded before the step is not part of it
-        lazy = [_on_device(v) if isinstance(v, torch.Tensor) else v for v in flat]
+        lazy = [_on_device(v) if isinstance(v, torch.Tensor) else v for v in flat[:n_args]]
         tape = None
-        if e.followed:   # (each traced as a ``TracedInt``: its uses recorded on ``tape``)
+        hyper = {}   # followed hyper-parameters: number index -> its traced value
+        if e.followed:   # (each traced as a ``TracedInt``/``TracedFloat``: uses on ``tape``)
             tape = traced_int.Tape(tuple(flat[i] for i in e.followed))
             for k, i in enumerate(e.followed):
-                lazy[i] = traced_int.follow(flat[i], k)
+                if i < n_args:
+                    lazy[i] = traced_int.follow(flat[i], k)
+                else:
+                    hyper[i - n_args] = traced_int.follow(flat[i], k)
         # the first place each data value is read from, and the other places holding it
         slot_of, also = {}, collections.defaultdict(list)
         places = [(("state", j), t) for j, t in enumerate(owned)]
@@ -451,7 +537,7 @@ class StepReplayer:
         executor.BARRIER_OBSERVERS.append(lambda *a: seen.append(a))
         try:
             args, kwargs = pytree.tree_unflatten(lazy, spec)
-            with traced_int.recording(tape):
+            with traced_int.recording(tape), _hyper_parameters(stamp, hyper) as set_inside:
                 out = self.fn(*args, **kwargs)
             if tensor.pending_count():
                 executor.sync("step")
@@ -459,6 +545,10 @@ class StepReplayer:
             executor.BARRIER_OBSERVERS.pop()
         e.traces += 1
         try:
+            if set_inside or stamp.places and not _same_numbers(stamp.numbers() or (),
+                                                                flat[n_args:]):
+                raise NotWholeStep("the step sets an optimizer hyper-parameter (a "
+                                   "scheduler stepped inside it)")
             if METRICS.syncs - syncs0 != 1 or len(seen) != 1:
                 raise NotWholeStep("the step has more than one barrier (a value read, an "
                                    "eager fallback, or mark_step before its end)")
@@ -646,6 +736,44 @@ class StepReplayer:
         return pytree.tree_unflatten(leaves, tr.out_spec)
 
 
+@contextlib.contextmanager
+def _hyper_parameters(stamp, traced: dict):
+    """Within: the optimizer's followed hyper-parameters (``traced``: number index ->
+    ``TracedFloat``/``TracedInt``) hold their traced values. Yields a list that, after,
+    names each the step set itself (then left as it set it, made plain)."""
+    set_inside = []
+    if not traced:
+        yield set_inside
+        return
+    put = {}   # (group, key) -> (the value put there, the original)
+    for j, t in traced.items():
+        g, k, i, _ = stamp.reads[j]
+        new, old = put.get((id(g), k), (None, g[k]))
+        if i is not None:
+            new = list(new if new is not None else old)
+            new[i] = t
+            new = tuple(new)
+        else:
+            new = t
+        put[(id(g), k)] = (new, old)
+        g[k] = new
+    groups = {id(g): g for g, *_ in stamp.reads}
+    try:
+        yield set_inside
+    finally:
+        for (gid, k), (new, old) in put.items():
+            g = groups[gid]
+            now = g.get(k)
+            if now is new:
+                g[k] = old
+            else:
+                set_inside.append(k)
+                if type(now) is tuple:
+                    g[k] = tuple(map(traced_int.plain, now))
+                elif now is not None:
+                    g[k] = traced_int.plain(now)
+
+
 def _writable_args(tr, flat, owned) -> bool:
     """Whether the arguments a replay writes back to, or returns views of, are base lazy
     tensors, and those it writes share no storage with one another or with the model's
@@ -705,7 +833,11 @@ def _on_device(t):
     return t if isinstance(t, LazyTensor) else executor.data_tensor(t)
 
 
-_FOLLOWED_INT = (int, "followed")   # a followed int argument's part of a signature
+# a followed number's part of a signature (its type: a trace follows an int and a float
+# alike but computes otherwise with each)
+_FOLLOWED = {int: (int, "followed"), float: (float, "followed")}
+_FOLLOWED_KEYS = tuple(_FOLLOWED.values())
+_NUMBER = (int, float)
 
 
 # What a trace returned, by place, as a replay makes it again (compared between traces)
@@ -831,7 +963,7 @@ def _record(seen, slot_of, also, owned, out, rng0, arg_values, args_in, tape=Non
             leaves.append(view if view is not None else (tuple(v.shape), v.dtype))
         elif isinstance(v, torch.Tensor):
             raise NotWholeStep("the step returns a tensor that is not on the lazy device")
-        elif isinstance(v, traced_int.TracedInt):
+        elif isinstance(v, traced_int.Followed):
             leaves.append(step_ints.Returned(v._e))
         else:
             leaves.append(v)

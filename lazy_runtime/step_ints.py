@@ -1,10 +1,13 @@
-"""Whole-step replay at int arguments never traced (``compile_step``'s followed ints).
+"""Whole-step replay at numbers never traced (``compile_step``'s followed ints and floats).
 
-A decoding step ``step(tok, pos)`` gets a new ``pos`` every call. Once the replayer has
-seen an int argument change between two calls of otherwise one signature, it *follows*
-that argument: the signature keys it by type only, and traces pass it as a
-``traced_int.TracedInt`` that records the Python's arithmetic on it and the branches it
-took. Traces whose executables, writes, random draws and recorded Python agree form a
+A decoding step ``step(tok, pos)`` gets a new ``pos`` every call; a training step under
+a learning-rate schedule a new ``lr`` in its optimizer's groups. Once the replayer has
+seen such a number (an int or float argument, or a number hyper-parameter of the
+optimizer) change between two calls of otherwise one signature, it *follows* it: the
+signature keys it by type only, and traces pass it as a ``traced_int.TracedInt`` or
+``TracedFloat`` (set in the optimizer's group for the trace) that records the Python's
+arithmetic on it and the branches it took. (Below, "int" reads "number": a float's
+expressions are linked to the graph's scalar inputs as an int's are.) Traces whose executables, writes, random draws and recorded Python agree form a
 ``Family``. A family replays the values it was traced at, and, once traced at three
 (``MIN_ENVS``: each value traced narrows the links below), a call at a new value when
 
@@ -50,6 +53,7 @@ MAX_TRACES = 24     # traces of one signature without any family: stop following
 
 
 _VARIES = object()   # a number that differed between traces
+_NUMBER = (int, float)
 
 
 @dataclasses.dataclass(frozen=True, slots=True)
@@ -113,7 +117,7 @@ class Family:
 
         def link(where, seen, rel=None) -> bool:
             exprs = tuple(e for j, e in enumerate(t0.tape.exprs)
-                          if e in handed and all(type(v) is int and vals[j] == v
+                          if e in handed and all(type(v) in _NUMBER and vals[j] == v
                                                  for vals, v in zip(values, seen)))
             const = seen[0] if all(v == seen[0] for v in seen) else _VARIES
             if exprs:

@@ -1,19 +1,24 @@
-"""Int arguments a whole-step replay follows (``compile_step``'s decoding position).
+"""Numbers a whole-step replay follows (``compile_step``'s decoding position, a learning
+rate a scheduler sets).
 
-A step called with a new int every time (``step(tok, pos)``) would be a new signature
-every call. Instead, while such a step is traced, each int argument the replayer has
-seen change is passed as a ``TracedInt``: an ``int`` (torch and every C function read
+A step called with a new int every time (``step(tok, pos)``), or whose optimizer's
+learning rate changes every step, would be a new signature every call. Instead, while
+such a step is traced, each number the replayer has seen change is passed as a
+``TracedInt`` or ``TracedFloat``: an ``int`` or ``float`` (torch and every C function read
 its value as usual) whose Python arithmetic is written down as an expression over the
-arguments, and whose comparisons and truth tests are written down with their outcome
-(the *guards*: the branches the traced Python took). A replay evaluates the guards at
-its own values first; any that comes out otherwise is traced instead. Uses that escape
-the record (a float made of it, a hash, an explicit ``int()``) *pin* the trace: no other
-value is replayed from it.
+followed numbers, and whose comparisons and truth tests are written down with their
+outcome (the *guards*: the branches the traced Python took). A replay evaluates the
+guards at its own values first; any that comes out otherwise is traced instead. Uses
+that escape the record (a hash, an explicit ``int()`` or ``float()``, ``round``) *pin*
+the trace: no other value is replayed from it.
 
-Expressions are nested tuples: ``("arg", k)`` for the k-th followed argument, or
-``(op name, a, b)`` / ``(op name, a)`` whose operands are expressions or plain ints;
-``evaluate`` computes them exactly (Python ints), so ``pos // 4`` or ``pos % 8`` predict
-exactly, not by a fit.
+Expressions are nested tuples: ``("arg", k)`` for the k-th followed number, or ``(op
+name, a, b)`` / ``(op name, a)`` whose operands are expressions or plain ints and floats;
+``evaluate`` computes them with Python's own operators on the same types, so ``pos // 4``
+or ``1 - lr * weight_decay`` come out bit for bit as the Python would compute them, not
+by a fit. Not seen: a float's value read by C code outside torch (``math.log(lr)``): the
+result is a plain float, so a graph number made of it is linked to nothing (the family
+fails, safely), but a branch on it is not a guard; steps are assumed not to branch so.
 """
 
 from __future__ import annotations
@@ -26,8 +31,8 @@ _TAPE = [None]   # the tape being recorded (one trace at a time), or None
 
 
 class Tape:
-    """What the traced Python did with the followed ints: every int it computed from
-    them (``exprs`` with their ``values``, in order), every branch (``guards``: (expr,
+    """What the traced Python did with the followed numbers: every number it computed
+    from them (``exprs`` with their ``values``, in order), every branch (``guards``: (expr,
     outcome)), and why the trace is pinned to its values (None if it is not)."""
 
     __slots__ = ("env", "exprs", "values", "guards", "pinned", "handed")
@@ -45,7 +50,9 @@ class Tape:
     def structure(self) -> tuple:
         """What two traces must share to be one family: the same computations and the
         same branches taken."""
-        return tuple(self.exprs), tuple(self.guards), self.pinned
+        # (the values' types too: ``1`` and ``1.0`` are equal constants of an expression)
+        return tuple(self.exprs), tuple(map(type, self.values)), tuple(self.guards), \
+            self.pinned
 
 
 class _Handed(TorchFunctionMode):
@@ -67,7 +74,7 @@ class _Handed(TorchFunctionMode):
 
 def _note(xs, handed: set) -> None:
     for x in xs:
-        if isinstance(x, TracedInt):
+        if isinstance(x, Followed):
             handed.add(x._e)
         elif type(x) in (tuple, list):
             _note(x, handed)
@@ -99,15 +106,24 @@ class recording:
         return False
 
 
-def follow(value: int, k: int) -> "TracedInt":
-    """Argument ``k``'s int ``value``, followed."""
-    t = TracedInt(value)
+def follow(value, k: int):
+    """Followed number ``k``'s ``value`` (an int or a float), followed."""
+    t = (TracedFloat if type(value) is float else TracedInt)(value)
     t._e = ("arg", k)
     return t
 
 
+def plain(value):
+    """A followed number as the plain int or float of its value (anything else as it is)."""
+    if isinstance(value, TracedInt):
+        return int.__int__(value)
+    if isinstance(value, TracedFloat):
+        return float.__float__(value)
+    return value
+
+
 _OPS = {"add": operator.add, "sub": operator.sub, "mul": operator.mul,
-        "floordiv": operator.floordiv, "mod": operator.mod, "pow": operator.pow,
+        "truediv": operator.truediv, "floordiv": operator.floordiv, "mod": operator.mod, "pow": operator.pow,
         "lshift": operator.lshift, "rshift": operator.rshift, "and": operator.and_,
         "or": operator.or_, "xor": operator.xor, "neg": operator.neg, "abs": abs,
         "invert": operator.invert,
@@ -115,10 +131,10 @@ _OPS = {"add": operator.add, "sub": operator.sub, "mul": operator.mul,
         "gt": operator.gt, "ge": operator.ge}
 
 
-def evaluate(expr, env: tuple) -> int:
-    """``expr``'s value with the followed arguments at ``env`` (exact; an arithmetic
-    error such as a division by zero propagates)."""
-    if type(expr) is int:
+def evaluate(expr, env: tuple):
+    """``expr``'s value with the followed numbers at ``env`` (as Python computes it; an
+    arithmetic error such as a division by zero propagates)."""
+    if type(expr) is not tuple:   # (a constant: an int or a float)
         return expr
     op = expr[0]
     if op == "arg":
@@ -138,11 +154,15 @@ def guards_hold(guards, env: tuple, equal: bool = False) -> bool:
 
 
 def _operand(x):
-    """(its expression, its value) for an int operand; None for anything else."""
+    """(its expression, its value) for an int or float operand; None for anything else."""
     if isinstance(x, TracedInt):
         return x._e, int.__int__(x)
+    if isinstance(x, TracedFloat):
+        return x._e, float.__float__(x)
     if type(x) is int or type(x) is bool:
         return int(x), int(x)
+    if type(x) is float:
+        return x, x
     return None
 
 
@@ -153,28 +173,32 @@ def _pin(why: str) -> None:
 
 
 def _result(expr, value):
-    """The int ``value`` computed as ``expr``: followed while a tape records."""
+    """The number ``value`` computed as ``expr``: followed while a tape records."""
     tape = _TAPE[0]
     if tape is None:
         return value
-    t = TracedInt(value)
+    kind = type(value)
+    if kind is not int and kind is not float:   # (a complex power of a negative float)
+        _pin(f"{expr[0]} made a {kind.__name__}")
+        return value
+    t = (TracedInt if kind is int else TracedFloat)(value)
     t._e = expr
     tape.exprs.append(expr)
     tape.values.append(value)
     return t
 
 
-def _binary(name: str, reflected: bool = False):
+def _binary(kind: type, name: str, reflected: bool = False):
     fn = _OPS[name]
-    base = getattr(int, f"__{'r' if reflected else ''}{name}__")
+    base = getattr(kind, f"__{'r' if reflected else ''}{name}__")
 
     def method(self, other):
         o = _operand(other)
-        if o is None or (name == "pow" and not reflected and o[1] < 0):
-            if o is not None or isinstance(other, (float, complex)):   # (a float result)
-                _pin(f"{name} with {other!r}")
-            return base(int.__int__(self), other)
-        a, b = (self._e, int.__int__(self)), o
+        if o is None:   # (a tensor: its own method sees the number; a complex: pinned)
+            if isinstance(other, complex):
+                _pin(f"{name} with a complex")
+            return base(plain(self), other)
+        a, b = (self._e, plain(self)), o
         if reflected:
             a, b = b, a
         return _result((name, a[0], b[0]), fn(a[1], b[1]))
@@ -188,10 +212,10 @@ def _compare(name: str):
     def method(self, other):
         o = _operand(other)
         if o is None:
-            if isinstance(other, (float, complex)):
-                _pin(f"compared with a {type(other).__name__}")
+            if isinstance(other, complex):
+                _pin("compared with a complex")
             return NotImplemented
-        out = fn(int.__int__(self), o[1])
+        out = fn(plain(self), o[1])
         tape = _TAPE[0]
         if tape is not None:
             tape.guards.append(((name, self._e, o[0]), out))
@@ -204,27 +228,28 @@ def _unary(name: str):
     fn = _OPS[name]
 
     def method(self):
-        return _result((name, self._e), fn(int.__int__(self)))
+        return _result((name, self._e), fn(plain(self)))
     method.__name__ = f"__{name}__"
     return method
 
 
-def _pinning(name: str):
-    base = getattr(int, name)
+def _pinning(kind: type, name: str):
+    base = getattr(kind, name)
 
     def method(self, *args):
         _pin(f"{name.strip('_')}()")
-        return base(int.__int__(self), *args)
+        return base(plain(self), *args)
     method.__name__ = name
     return method
 
 
-class TracedInt(int):
-    """An int argument (or an int computed from one) whose uses are recorded on the
-    current ``Tape``. Outside a recording it behaves as a plain int."""
+class Followed:
+    """What ``TracedInt`` and ``TracedFloat`` share: truth tests are guards, a hash pins,
+    a copy is plain. Outside a recording they behave as plain numbers."""
 
     def __bool__(self):
-        out = int.__int__(self) != 0
+        v = plain(self)
+        out = v != 0
         tape = _TAPE[0]
         if tape is not None:
             tape.guards.append((("ne", self._e, 0), out))
@@ -232,18 +257,10 @@ class TracedInt(int):
 
     def __hash__(self):   # a dict or set lookup: which entry it finds is not recorded
         _pin("hash()")
-        return int.__hash__(int.__int__(self))
+        return hash(plain(self))
 
     def __pos__(self):
         return self
-
-    def __round__(self, ndigits=None):
-        if ndigits is None or ndigits >= 0:
-            return self
-        _pin("round()")
-        return round(int.__int__(self), ndigits)
-
-    __floor__ = __ceil__ = __trunc__ = __pos__
 
     def __divmod__(self, other):
         return self // other, self % other
@@ -251,25 +268,48 @@ class TracedInt(int):
     def __rdivmod__(self, other):
         return other // self, other % self
 
-    def __reduce__(self):   # a copy is a plain int
-        return int, (int.__int__(self),)
+    def __reduce__(self):   # a copy is a plain number
+        v = plain(self)
+        return type(v), (v,)
 
     def __repr__(self):
-        return repr(int.__int__(self))
+        return repr(plain(self))
 
     __str__ = __repr__
 
 
-for _name in ("add", "sub", "mul", "floordiv", "mod", "pow", "lshift", "rshift", "and",
-              "or", "xor"):
-    setattr(TracedInt, f"__{_name}__", _binary(_name))
-    setattr(TracedInt, f"__r{_name}__", _binary(_name, reflected=True))
-for _name in ("eq", "ne", "lt", "le", "gt", "ge"):
-    setattr(TracedInt, f"__{_name}__", _compare(_name))
-for _name in ("neg", "abs", "invert"):
-    setattr(TracedInt, f"__{_name}__", _unary(_name))
-for _name in ("__int__", "__index__", "__float__", "__truediv__",
-              "__rtruediv__", "bit_length", "bit_count", "to_bytes", "as_integer_ratio",
-              "conjugate"):
-    setattr(TracedInt, _name, _pinning(_name))
-del _name
+class TracedInt(Followed, int):
+    """An int argument (or an int computed from one) whose uses are recorded on the
+    current ``Tape``."""
+
+    def __round__(self, ndigits=None):
+        if ndigits is None or ndigits >= 0:
+            return self
+        _pin("round()")
+        return round(int.__int__(self), ndigits)
+
+    __floor__ = __ceil__ = __trunc__ = Followed.__pos__
+
+
+class TracedFloat(Followed, float):
+    """A float (a learning rate) or a float computed from a followed number, whose uses
+    are recorded on the current ``Tape``."""
+
+
+for _kind, _cls in ((int, TracedInt), (float, TracedFloat)):
+    for _name in ("add", "sub", "mul", "truediv", "floordiv", "mod", "pow") + (
+            ("lshift", "rshift", "and", "or", "xor") if _kind is int else ()):
+        setattr(_cls, f"__{_name}__", _binary(_kind, _name))
+        setattr(_cls, f"__r{_name}__", _binary(_kind, _name, reflected=True))
+    for _name in ("eq", "ne", "lt", "le", "gt", "ge"):
+        setattr(_cls, f"__{_name}__", _compare(_name))
+    for _name in ("neg", "abs") + (("invert",) if _kind is int else ()):
+        setattr(_cls, f"__{_name}__", _unary(_name))
+    # uses whose result the record cannot follow (``int(lr)``, ``round(lr, 3)``, ``range``)
+    for _name in ("__int__", "__index__", "__float__", "bit_length", "bit_count", "to_bytes",
+                  "as_integer_ratio", "conjugate", "__trunc__", "__floor__", "__ceil__",
+                  "__round__", "is_integer", "hex"):
+        if hasattr(_kind, _name) and (_kind is float or _name not in (
+                "__trunc__", "__floor__", "__ceil__", "__round__")):
+            setattr(_cls, _name, _pinning(_kind, _name))
+del _kind, _cls, _name

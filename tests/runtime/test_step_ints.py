@@ -5,6 +5,7 @@ must not happen: a branch on the int, a slice torch clips, a bucket left, a valu
 by ``pos % 4``, a use of the int no replay can follow."""
 
 import copy
+import math
 
 import pytest
 import torch
@@ -186,9 +187,12 @@ def test_followed_int_guards_and_expressions():
     assert evaluate(q._e, (9,)) == 9 // 2 - (-9) % 3
     assert guards_hold(tape.guards, (9,)) and not guards_hold(tape.guards, (2,))
     assert str(p) == "5" and type(p + 1.5) is float and tape.pinned is None  # (after)
-    with recording(tape):
-        p + 1.5
-    assert tape.pinned is not None
+    with recording(tape):   # a float made of it is followed too; ``float()`` pins
+        h = (p + 1.5) / 4 - 2 ** -p
+        assert type(h) is not float and float.__float__(h) == (5 + 1.5) / 4 - 2 ** -5
+        assert evaluate(h._e, (7,)) == (7 + 1.5) / 4 - 2 ** -7 and tape.pinned is None
+        float(p)
+    assert tape.pinned == "float()"
 
 
 def test_returned_views_are_made_again():
@@ -236,14 +240,19 @@ def test_followed_int_uses_match_eager(use):
     ones: every call as eager torch's. ``table[pos]`` (a Python list indexed by it) equals
     ``pos`` at the first traced positions: the number it yields reached torch as a plain
     int, so nothing is linked to ``pos`` and no untraced position replays."""
-    body, replays = USES[use]
+    g = torch.Generator().manual_seed(2)
+    calls = list(range(L - 1)) + torch.randint(0, L - 1, (10,), generator=g).tolist()
+    check_uses(*USES[use], calls, g, min_replays=8)
+
+
+def check_uses(body, replays, calls, g, min_replays):
+    """``body(module, x, number)`` under ``compile_step`` at each of ``calls``, every call
+    against eager torch; a value never traced replays only where ``replays`` says."""
     lr.reset_metrics()
     torch.manual_seed(0)
     eager = CacheStep()
     lazy = copy.deepcopy(eager).to(DEV)
     step = lr.compile_step(lambda x, p: body(lazy, x.to(DEV), p), lazy)
-    g = torch.Generator().manual_seed(2)
-    calls = list(range(L - 1)) + torch.randint(0, L - 1, (10,), generator=g).tolist()
     seen = set()
     with torch.no_grad():
         for p in calls:
@@ -252,10 +261,10 @@ def test_followed_int_uses_match_eager(use):
             torch.testing.assert_close(step(x, p).cpu(), body(eager, x, p), rtol=1e-5,
                                        atol=1e-6)
             if lr.metrics()["step_replays"] > before and p not in seen:
-                assert replays, f"position {p} replayed, never traced"
+                assert replays, f"value {p} replayed, never traced"
             seen.add(p)
     if replays:
-        assert lr.metrics()["step_replays"] >= 8
+        assert lr.metrics()["step_replays"] >= min_replays, lr.metrics()["replay_misses"]
 
 
 def test_a_returned_int_python_cannot_compute_is_traced():
@@ -292,3 +301,26 @@ def test_a_returned_read_that_grows_with_the_position():
     with torch.no_grad():
         drive(step, lambda x, pos: body(eager, x, pos), [(p,) for p in range(L)])
     assert lr.metrics()["step_replays"] >= 6
+
+
+FLOAT_USES = {   # (how the step uses a float argument, whether new values replay)
+    "scale": (lambda m, x, a: m.lin(x) * a, True),
+    "affine": (lambda m, x, a: m.lin(x) * (1 - a * 0.1) + a / 3, True),
+    "branch": (lambda m, x, a: m.lin(x) * 2 if a > 0.5 else m.lin(x) - a, True),
+    "power": (lambda m, x, a: m.lin(x) * a ** 2.5 - 2.0 ** a, True),
+    "clamp": (lambda m, x, a: m.lin(x).clamp(max=a), True),
+    "rounded": (lambda m, x, a: m.lin(x) * round(a, 1), False),          # pins
+    "math.sqrt": (lambda m, x, a: m.lin(x) * math.sqrt(a), False),       # unlinked
+    "index from int()": (lambda m, x, a: m.lin(x) + m.k[:, int(a * 10)], False),  # pins
+}
+
+
+@pytest.mark.parametrize("use", list(FLOAT_USES))
+def test_followed_float_uses_match_eager(use):
+    """A float argument that changes every call (a learning rate, a temperature) is
+    followed as ints are: each call as eager torch's; values never traced replay only
+    where the float's every use is recorded (``round``, ``int()`` pin it; a number C code
+    made of it, ``math.sqrt``, is linked to nothing)."""
+    g = torch.Generator().manual_seed(3)
+    calls = [0.05 * i for i in range(1, 20)] + torch.rand(10, generator=g).tolist()
+    check_uses(*FLOAT_USES[use], calls, g, min_replays=15)
