@@ -531,6 +531,19 @@ def _leaf_layouts(g, fresh, auto):
     return sizes, layouts
 
 
+def _lockstep(sizes: dict, buckets: dict) -> None:
+    """Values grown by earlier graphs (``~`` symbols) one apart in length, a decoding
+    loop's ids and its cache: the shorter is padded to the bucket the longer is in (as
+    its size, or as a value grown from it, asked). The shorter has that size on the next
+    step, so both steps run one executable: one compile per bucket, not two (``generate``
+    with a dynamic cache)."""
+    for s, v in sizes.items():
+        if s[0] == "~":
+            for t, w in sizes.items():
+                if w == v + 1 and t[0] == "~" and buckets[t] > buckets[s]:
+                    buckets[s] = buckets[t]
+
+
 def _build(g, fresh, auto, disabled, bump):
     from .ops.registry import PAD_RULES
     sizes, marked = _leaf_layouts(g, fresh, auto)
@@ -539,6 +552,7 @@ def _build(g, fresh, auto, disabled, bump):
     if not sizes and not slice_marks and not offset_marks:
         return None
     buckets = {s: max(bucket(v, s), bump.get(s, 0)) for s, v in sizes.items()}
+    _lockstep(sizes, buckets)
     cx = Cx(sizes, buckets, disabled)
     cx.slice_marks = slice_marks
     cx.offset_marks = offset_marks

@@ -183,3 +183,31 @@ def test_a_value_grown_by_cat_each_step_compiles_once_per_bucket():
     # the third names the grown symbol ~0, then one per bucket (16, 32), both symbols in it
     assert m["compiles"] == 5 and m["exact_compiles"] == {}, m["recompile_reasons"]
     assert all("~0=" in r and "~0+1=" in r for r in m["recompile_reasons"][3:])
+
+
+def test_two_values_grown_one_apart_share_each_bucket():
+    """A generation loop's ids and its cache (``generate`` with a dynamic cache): both
+    grow by ``cat`` every step, the cache one shorter. Where the longer enters a new
+    bucket, the shorter (there on the next step) is padded to it too
+    (``dynamic._lockstep``): one compile per bucket, not two (9 graphs for these 40 steps
+    without it)."""
+    emb = torch.randn(50, 6)
+    ids = torch.randint(0, 50, (3, 5))
+    cache = emb[ids[:, :-1]]
+    embl, idsl, cachel = emb.to(DEV), ids.to(DEV), cache.to(DEV)
+    lr.reset_metrics()
+
+    def grow(e, x, c):
+        c = torch.cat([c, e[x[:, -1:]]], 1)
+        h = c.mean(1) + e[x].mean(1)
+        new = (h.sum(1, keepdim=True).abs() * 7).long() % 50
+        return torch.cat([x, new], 1), c, h
+    for step in range(40):   # (ids 5 -> 45 long)
+        ids, cache, want = grow(emb, ids, cache)
+        idsl, cachel, got = grow(embl, idsl, cachel)
+        assert_same(got.cpu(), want, what=f"step {step}")
+    assert torch.equal(idsl.cpu(), ids) and torch.equal(cachel.cpu(), cache)
+    m = lr.metrics()
+    # exact, padded (the length learnt), the grown symbols named, then buckets 16, 32, 64
+    assert m["compiles"] == 6 and m["exact_compiles"] == {}, m["recompile_reasons"]
+    assert all("~0=" in r and "~1=" in r for r in m["recompile_reasons"][3:])
