@@ -90,27 +90,40 @@ class _Link:
 
 class Family:
     """Traces of one followed signature that agree but for the followed ints, and what
-    a replay at other values needs (``predict``)."""
+    a replay at other values needs (``predict``). ``borrowed``: a sibling family's traces
+    (the same Python, another executable: the bucket before a growing read's) whose
+    numbers the links must explain too; they count toward ``MIN_ENVS``, so a new bucket
+    needs one trace of its own, not three."""
 
     __slots__ = ("traces", "trace", "guards", "links", "cuts", "buckets", "envs", "fixed",
-                 "returned")
+                 "returned", "borrowed", "n_envs")
 
-    def __init__(self, traces):
+    def __init__(self, traces, borrowed=()):
         self.traces = list(traces)
         self.trace = self.traces[0]
+        self.borrowed = list(borrowed)
 
     def relink(self) -> bool:
         """Link every number over the family's traces; False where one cannot be."""
-        traces = self.traces
-        self.envs = frozenset(t.tape.env for t in traces)
+        own = self.traces
+        traces = own + self.borrowed
+        self.envs = frozenset(t.tape.env for t in own)   # (traced with this executable)
+        self.n_envs = len(self.envs | {t.tape.env for t in self.borrowed})
         t0 = traces[0]
         self.guards = t0.tape.guards
         values = [t.tape.values for t in traces]
-        # An int the Python computed that kept one value in every trace (``pos % 3`` at 1,
-        # 4 and 7) may have reached the graph as a constant (0 and 1 are not inputs): a
-        # replay keeps it at that value.
+        # An int the Python computed that kept one value in every trace of an executable
+        # (``pos % 3`` at 1, 4 and 7) may have reached it as a constant (0 and 1 are not
+        # inputs; a factory's fill, ``full(n, pos // 8)``): a replay keeps it at this
+        # family's value. One that changed between traces of one executable was not
+        # baked into it, nor (the same Python, the same number of inputs: ``siblings``)
+        # into this one.
+        groups: dict = {}
+        for t in traces:
+            groups.setdefault(id(t.exe), []).append(t.tape.values)
         self.fixed = tuple((e, values[0][j]) for j, e in enumerate(t0.tape.exprs)
-                           if all(vals[j] == values[0][j] for vals in values))
+                           if all(vals[j] == group[0][j] for group in groups.values()
+                                  for vals in group))
         links = []
 
         handed = set.intersection(*[t.tape.handed for t in traces])
@@ -170,7 +183,7 @@ class Family:
     def predict(self, env):
         """(scalars, sizes) for the executable at followed values ``env``, or None where
         the family cannot vouch for them."""
-        if env not in self.envs and (len(self.envs) < MIN_ENVS
+        if env not in self.envs and (self.n_envs < MIN_ENVS
                                      or not guards_hold(self.guards, env)
                                      or not guards_hold(self.fixed, env, equal=True)):
             return None
@@ -240,9 +253,19 @@ def agree(a, b, agree_traces) -> bool:
             and agree_traces(a, b))
 
 
+def siblings(a, b) -> bool:
+    """Whether traces ``a`` and ``b`` ran the same Python and took the same numbers at the
+    same places of their graphs, on executables that may differ (another bucket)."""
+    return (a.tape.structure() == b.tape.structure() and a.tape.pinned is None
+            and a.syms == b.syms and len(a.scalars) == len(b.scalars)
+            and len(a.slots) == len(b.slots) and [c[:2] for c in a.cuts] == [
+                c[:2] for c in b.cuts])
+
+
 def add_trace(entry, tr, agree_traces) -> None:
     """Trace ``tr`` of followed signature ``entry`` joins a family it agrees with (its
-    links narrowed), or forms one with a pending trace, or waits."""
+    links narrowed), or forms one with a pending trace or with a sibling family's traces
+    (``Family.borrowed``), or waits."""
     for fam in entry.families:
         if agree(fam.trace, tr, agree_traces):
             fam.traces.append(tr)
@@ -254,6 +277,13 @@ def add_trace(entry, tr, agree_traces) -> None:
             # new trace may start another
             entry.families.remove(fam)
             break
+    for fam in entry.families:
+        if fam.n_envs >= MIN_ENVS and siblings(fam.trace, tr):
+            new = Family([tr], borrowed=(fam.traces + fam.borrowed)[:16])
+            if new.relink():
+                entry.families.insert(0, new)
+                del entry.families[MAX_FAMILIES:]
+                return
     for p in entry.pending:
         if agree(p, tr, agree_traces):
             fam = Family([p, tr])
