@@ -446,6 +446,13 @@ SCHEDULES = {
                         lambda o, n: torch.optim.lr_scheduler.OneCycleLR(o, 0.05, total_steps=n)),
     "sgd, exponential": (lambda ps: torch.optim.SGD(ps, lr=0.1, momentum=0.9, nesterov=True),
                          lambda o, n: torch.optim.lr_scheduler.ExponentialLR(o, 0.8)),
+    # two groups, each its own schedule (their learning rates followed apart)
+    "two groups, lambda": (lambda ps: torch.optim.AdamW(
+        [{"params": ps[:2], "lr": 1e-2}, {"params": ps[2:], "lr": 3e-3}]),
+        lambda o, n: torch.optim.lr_scheduler.LambdaLR(
+            o, [lambda e: 0.9 ** e, lambda e: 1 / (1 + e)])),
+    "rmsprop, warm-up": (lambda ps: torch.optim.RMSprop(ps, lr=1e-2, momentum=0.5),
+                         lambda o, n: torch.optim.lr_scheduler.LinearLR(o, 0.1, 1.0, n)),
 }
 
 
@@ -461,7 +468,7 @@ def test_a_schedule_over_float_hyper_parameters_is_replayed(name):
     def run(device, whole):
         torch.manual_seed(0)
         model = Net().to(device) if device else Net()
-        opt = make_opt(model.parameters())
+        opt = make_opt(list(model.parameters()))
         if device:
             opt = lr.compile_optimizer(opt)
         sched = make_sched(opt, n)
