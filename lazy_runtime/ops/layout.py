@@ -548,6 +548,23 @@ def mask_rows_put(x, mask, values, accumulate, count):
     return out.reshape(x.shape)
 
 
+@rule(aten.nonzero_static.default)
+def nonzero_static_rule(x, *, size, fill_value=-1):
+    if size < 0:
+        raise NoLowering(aten.nonzero_static.default, "a negative size (torch's error)")
+    return (size, len(_shape(x))), torch.int64
+
+
+@lowering(aten.nonzero_static.default)
+def lower_nonzero_static(x, *, size, fill_value=-1):
+    """The first ``size`` true positions of ``x`` in row-major order, one row each, rows
+    past its count ``fill_value``: a static shape, unlike ``nonzero``'s."""
+    if x.ndim == 0:   # (torch: no columns)
+        return jnp.zeros((size, 0), jnp.int64)
+    found = jnp.nonzero(x, size=size, fill_value=fill_value)
+    return jnp.stack(found, axis=1).astype(jnp.int64)
+
+
 @rule(aten.masked_scatter.default)
 def masked_scatter_rule(x, mask, source):
     if mask.dtype != torch.bool or source.dtype != x.dtype:

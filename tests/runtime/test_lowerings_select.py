@@ -55,6 +55,21 @@ case("kthvalue-nan-is-largest", lambda x: x.kthvalue(x.shape[0], 0),
      lambda g, r: [torch.cat([torch.full((1, 3), NAN), rnd(g, (r.randint(1, 5), 3))])])
 case("kthvalue-0d", lambda x: x.kthvalue(1), lambda g, r: [rnd(g, ())], grad=True)
 
+# ---- nonzero_static (a static count: rows past the true positions filled, extra ones cut)
+
+for _dt, _make in ((F32, lambda g, s: ties(g, s)), (I64, lambda g, s: rnd(g, s, I64)),
+                   (BOOL, lambda g, s: rnd(g, s, BOOL))):
+    for _size in (0, 3, 40):
+        case(f"nonzero_static-{_dt}-{_size}",
+             lambda x, n=_size: torch.nonzero_static(x, size=n),
+             lambda g, r, m=_make: [m(g, shape(r, 3))])
+case("nonzero_static-fill", lambda x: torch.nonzero_static(x, size=30, fill_value=7),
+     lambda g, r: [ties(g, shape(r, 2))])
+case("nonzero_static-nan-counts", lambda x: torch.nonzero_static(x, size=8),
+     lambda g, r: [with_nans(g, ties(g, (4,)))])
+case("nonzero_static-0d", lambda x: torch.nonzero_static(x, size=2),
+     lambda g, r: [torch.tensor(1.5)])
+
 # ---- median / nanmedian (index among ties: the stable sort's, as torch's CPU kernel) -----
 
 for _dt in (F32, F64):
