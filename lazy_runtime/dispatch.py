@@ -1193,7 +1193,9 @@ for _op in (aten.normal_.default, aten.uniform_.default, aten.bernoulli_.float,
             aten.random_.to,
             aten.exponential_.default):
     SPECIAL[_op] = _random_
-for _op in (aten.native_dropout.default, aten.bernoulli.default, aten.bernoulli.p):
+for _op in (aten.native_dropout.default, aten.bernoulli.default, aten.bernoulli.p,
+            aten._standard_gamma.default, aten._sample_dirichlet.default,
+            aten.poisson.default, aten.binomial.default):
     SPECIAL[_op] = _random_functional
 for _op in (aten.randn_like.default, aten.rand_like.default, aten.randint_like.default,
             aten.randint_like.low_dtype):

@@ -102,6 +102,105 @@ def lower_exponential_(x, lambd=1.0, *, generator=None, _rng):
     return jax.random.exponential(key_from(_rng), x.shape, _float_of(x)) / lambd
 
 
+# ---- samplers of torch.distributions (Gamma, Beta, Dirichlet, Poisson, Binomial) ----------
+
+_SAMPLERS = (aten._standard_gamma.default, aten._sample_dirichlet.default,
+             aten.binomial.default)
+
+
+_FLOAT_32_64 = (torch.float32, torch.float64)
+
+
+@rule(*_SAMPLERS)
+def sampler_rule(x, *args, generator=None):
+    if generator is not None:
+        raise NoLowering(aten._standard_gamma.default, "explicit torch.Generator")
+    # (torch's CPU kernels: float and double only)
+    if x.dtype not in _FLOAT_32_64 or any(a.dtype != x.dtype for a in args):
+        raise NoLowering(aten._standard_gamma.default, "a dtype or mixed dtypes torch's "
+                                                       "CPU kernel refuses (its error)")
+    return tuple(x.shape), x.dtype
+
+
+@rule(aten.poisson.default)
+def poisson_rule(rate, generator=None):
+    if generator is not None:
+        raise NoLowering(aten.poisson.default, "explicit torch.Generator")
+    if not rate.dtype.is_floating_point:
+        raise NoLowering(aten.poisson.default, "a non-floating rate (torch's error)")
+    return tuple(rate.shape), rate.dtype
+
+
+def _sample_dtype(x):
+    """JAX's samplers draw in float32 or float64 (a 16-bit rate in float32, rounded)."""
+    return jnp.float64 if x.dtype == jnp.float64 else jnp.float32
+
+
+def _gamma(key, alpha):
+    """Gamma(alpha, 1) draws as torch's kernel returns them: never below the type's
+    smallest normal number (a concentration <= 0 or NaN gives it; infinity gives inf)."""
+    tiny = jnp.finfo(alpha.dtype).tiny
+    g = jax.random.gamma(key, alpha, alpha.shape, alpha.dtype)
+    return jnp.where(g > tiny, g, jnp.where(alpha == jnp.inf, g, tiny))
+
+
+@lowering(aten._standard_gamma.default)
+def lower_standard_gamma(alpha, *, generator=None, _rng):
+    return _gamma(key_from(_rng), alpha)
+
+
+@lowering(aten._sample_dirichlet.default)
+def lower_sample_dirichlet(alpha, *, generator=None, _rng):
+    """torch's algorithm: Gamma draws (clamped as ``_gamma``) over their sum along the
+    last dim, again never below the smallest normal number."""
+    if alpha.ndim == 0:
+        alpha = alpha.reshape(1)
+        return lower_sample_dirichlet(alpha, _rng=_rng).reshape(())
+    g = _gamma(key_from(_rng), alpha)
+    return jnp.maximum(g / g.sum(-1, keepdims=True), jnp.finfo(alpha.dtype).tiny)
+
+
+@lowering(aten.poisson.default)
+def lower_poisson(rate, *, generator=None, _rng):
+    from .registry import check
+    check(~(rate >= 0), "invalid Poisson rate, expected rate to be non-negative")
+    dt = _sample_dtype(rate)
+    # (a rate the check refuses, NaN or infinite, drawn as 0: JAX's rejection loop would
+    # not end at NaN; torch's kernel gives -2**63 at infinity)
+    ok = jnp.isfinite(rate) & (rate >= 0)
+    draw = jax.random.poisson(key_from(_rng), jnp.where(ok, rate, 0).astype(dt), rate.shape,
+                              jnp.int64)
+    return jnp.where(rate == jnp.inf, -2.0 ** 63, draw).astype(rate.dtype)
+
+
+@lowering(aten.binomial.default)
+def lower_binomial(count, prob, *, generator=None, _rng):
+    """Draws where count > 0 and 0 < prob < 1; torch's answers elsewhere: 0 for a count
+    or probability <= 0, the count for a probability >= 1, NaN for NaN or an infinite
+    count."""
+    # (only valid parameters reach JAX's rejection loop, which would not end at NaN)
+    drawn = (count > 0) & jnp.isfinite(count) & (prob > 0) & (prob < 1)
+    draw = jax.random.binomial(key_from(_rng), jnp.where(drawn, count, 1),
+                               jnp.where(drawn, prob, 0.5), count.shape, count.dtype)
+    out = jnp.where((count <= 0) | (prob <= 0), 0, jnp.where(prob >= 1, count, draw))
+    return jnp.where(jnp.isnan(count) | jnp.isnan(prob) | jnp.isinf(count), jnp.nan, out)
+
+
+@rule(aten._standard_gamma_grad.default)
+def standard_gamma_grad_rule(alpha, sample):
+    if not alpha.dtype.is_floating_point or sample.dtype != alpha.dtype:
+        raise NoLowering(aten._standard_gamma_grad.default, "dtypes torch refuses")
+    return tuple(alpha.shape), alpha.dtype
+
+
+@lowering(aten._standard_gamma_grad.default)
+def lower_standard_gamma_grad(alpha, sample):
+    """d sample / d alpha at a fixed uniform (the reparameterized gradient of Gamma's
+    ``rsample``)."""
+    dt = _sample_dtype(alpha)
+    return jax.lax.random_gamma_grad(alpha.astype(dt), sample.astype(dt)).astype(alpha.dtype)
+
+
 # ---- multinomial ------------------------------------------------------------------------
 
 
