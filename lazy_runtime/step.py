@@ -118,7 +118,7 @@ class _Entry:
         self.ready = None     # a confirmed trace
         self.failed = None    # why this signature is never replayed
         self.traces = 0
-        # the flat positions of the int arguments it follows (``step_ints``), its
+        # the flat positions of the numbers it follows (``step_ints``), its
         # families and the traces that wait for a partner
         self.followed = followed
         self.families: list = []
@@ -313,7 +313,7 @@ class StepReplayer:
         self.entries: dict = {}
         self._stamp = None
         self._last = None     # (signature, stamp, entry) of the last replay
-        self.followed = frozenset()   # flat positions of the int arguments followed
+        self.followed = frozenset()   # flat positions of the numbers followed
         self.unfollowed: set = set()  # ... and of those that could not be
 
     def _state(self):
@@ -455,7 +455,9 @@ class StepReplayer:
 
     def _learn_followed(self, full) -> bool:
         """Whether new signature ``full`` differs from one seen before in the values of
-        some int arguments only: from now on those are followed (``step_ints``)."""
+        some numbers only (int or float arguments, the optimizer's number
+        hyper-parameters), each of one type in both: from now on those are followed
+        (``step_ints``)."""
         found = set()
         for other in self.entries:
             if len(other) != len(full) or other[:3] != full[:3] or other[-1] != full[-1]:
