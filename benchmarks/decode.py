@@ -18,7 +18,7 @@ user code does:
 
 Each of the three also under ``lr.compile_step`` (the caches the model's buffers, the
 position an argument): the whole step replayed without its Python, at positions never
-traced once three agree (the int position followed, ``lazy_runtime/step_ints.py``).
+traced once three agree (the int position followed, ``lazy_runtime/step_numbers.py``).
 
 And ``model.generate`` of transformers, unmodified (a Llama of the same size, greedy,
 ``eos_token_id`` set so that each step reads whether the sequences ended), with its

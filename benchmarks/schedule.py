@@ -1,5 +1,5 @@
 """Training under a schedule: eager torch against ``lr.compile_step`` with the learning
-rate a float (set by the scheduler every step: followed, ``lazy_runtime/step_ints.py``)
+rate a float (set by the scheduler every step: followed, ``lazy_runtime/step_numbers.py``)
 and a tensor (``lr=torch.tensor(...)``, torch's advice for schedules under torch.compile:
 the scheduler fills it in place).
 
@@ -77,8 +77,8 @@ def main(argv=None) -> int:
     ap.add_argument("--steps", type=int, default=40)
     args = ap.parse_args(argv)
     dev = lr.device()
-    print("| example | schedule | contender | compiles | steps replayed | median step, 2nd half (ms) "
-          "| largest loss difference from eager |")
+    print("| example | schedule | contender | compiles | steps replayed "
+          "| median step, 2nd half (ms) | largest loss difference from eager |")
     print("|---|---|---|---:|---:|---:|---:|")
     for name in ("mlp", "gpt"):
         for schedule in SCHEDULES:

@@ -50,7 +50,7 @@ from .dynamic import leaf_marks, put_host
 from .metrics import METRICS
 from .ops.registry import Lowering
 from .tensor import LazyTensor, new_base, node_of, pending_order, set_node
-from .traced_int import Followed
+from .traced_numbers import Followed
 
 _CONSTS = (int, float, bool, str, type(None), torch.dtype, torch.device)
 _SIMPLE_ATTRS = (int, float, bool, str, type(None))

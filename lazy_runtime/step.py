@@ -40,7 +40,7 @@ What makes that sound is checked, not assumed:
   scheduler sets, or Adam's ``betas`` under ``OneCycleLR``): the optimizer's number
   hyper-parameters are part of the signature as arguments are (read each call, not
   snapshotted); once two signatures differ only in such numbers' values, those are
-  *followed* (``step_ints``): keyed by type, traced as a ``TracedInt``/``TracedFloat`` that
+  *followed* (``step_numbers``): keyed by type, traced as a ``TracedInt``/``TracedFloat`` that
   records the Python's arithmetic and branches on them, and replayed at values never
   traced once three traced values agree, each number the executable takes computed from
   the recorded arithmetic and every recorded branch checked. A signature confirmed by
@@ -79,8 +79,8 @@ import torch
 import torch.nn.modules.module as _nn_module
 import torch.utils._pytree as pytree
 
-from . import (autocast, dtypes, dynamic, executor, ir, log, random, step_ints, tensor,
-               traced_int)
+from . import (autocast, dtypes, dynamic, executor, ir, log, random, step_numbers, tensor,
+               traced_numbers)
 from .config import config
 from .metrics import METRICS
 from .replay import NotReplayable, module_state, optimizer_state
@@ -118,7 +118,7 @@ class _Entry:
         self.ready = None     # a confirmed trace
         self.failed = None    # why this signature is never replayed
         self.traces = 0
-        # the flat positions of the numbers it follows (``step_ints``), its
+        # the flat positions of the numbers it follows (``step_numbers``), its
         # families and the traces that wait for a partner
         self.followed = followed
         self.families: list = []
@@ -440,7 +440,7 @@ class StepReplayer:
         self._last = None
         out = self._trace(e, flat, n_args, spec, snap, owned, stamp)
         if e.followed:   # numbers it returns, computed from followed ones: plain ones
-            out = pytree.tree_map_only(traced_int.Followed, traced_int.plain, out)
+            out = pytree.tree_map_only(traced_numbers.Followed, traced_numbers.plain, out)
         return out
 
     def _replay_by_value(self, args, kwargs, flat, n_args, snap, owned):
@@ -457,7 +457,7 @@ class StepReplayer:
         """Whether new signature ``full`` differs from one seen before in the values of
         some numbers only (int or float arguments, the optimizer's number
         hyper-parameters), each of one type in both: from now on those are followed
-        (``step_ints``)."""
+        (``step_numbers``)."""
         found = set()
         for other in self.entries:
             if len(other) != len(full) or other[:3] != full[:3] or other[-1] != full[-1]:
@@ -511,12 +511,12 @@ class StepReplayer:
         tape = None
         hyper = {}   # followed hyper-parameters: number index -> its traced value
         if e.followed:   # (each traced as a ``TracedInt``/``TracedFloat``: uses on ``tape``)
-            tape = traced_int.Tape(tuple(flat[i] for i in e.followed))
+            tape = traced_numbers.Tape(tuple(flat[i] for i in e.followed))
             for k, i in enumerate(e.followed):
                 if i < n_args:
-                    lazy[i] = traced_int.follow(flat[i], k)
+                    lazy[i] = traced_numbers.follow(flat[i], k)
                 else:
-                    hyper[i - n_args] = traced_int.follow(flat[i], k)
+                    hyper[i - n_args] = traced_numbers.follow(flat[i], k)
         # the first place each data value is read from, and the other places holding it
         slot_of, also = {}, collections.defaultdict(list)
         places = [(("state", j), t) for j, t in enumerate(owned)]
@@ -539,7 +539,7 @@ class StepReplayer:
         executor.BARRIER_OBSERVERS.append(lambda *a: seen.append(a))
         try:
             args, kwargs = pytree.tree_unflatten(lazy, spec)
-            with traced_int.recording(tape), _hyper_parameters(stamp, hyper) as set_inside:
+            with traced_numbers.recording(tape), _hyper_parameters(stamp, hyper) as set_inside:
                 out = self.fn(*args, **kwargs)
             if tensor.pending_count():
                 executor.sync("step")
@@ -600,14 +600,14 @@ class StepReplayer:
         if tr.tape.pinned is not None:
             why = f"an int argument is used in a way a replay cannot follow " \
                   f"({tr.tape.pinned})"
-        elif e.traces >= step_ints.MAX_TRACES and not e.families:
+        elif e.traces >= step_numbers.MAX_TRACES and not e.families:
             why = "traces at other int arguments never agreed"
         if why is not None:
             e.failed = why
             self._unfollow(e)
             METRICS.replay_miss(f"whole step: {why}")
             return out
-        step_ints.add_trace(e, tr, _agree_numbers_aside)
+        step_numbers.add_trace(e, tr, _agree_numbers_aside)
         return out
 
     def _confirm_across_sizes(self, e, tr) -> bool:
@@ -698,8 +698,8 @@ class StepReplayer:
         _write_state(tr.state_writes, owned, results)
         leaves = list(tr.out_leaves)
         if numbers is not None:   # ints it returns computed from the followed ones
-            leaves = [traced_int.evaluate(v.expr, numbers[2])
-                      if type(v) is step_ints.Returned else v for v in leaves]
+            leaves = [traced_numbers.evaluate(v.expr, numbers[2])
+                      if type(v) is step_numbers.Returned else v for v in leaves]
         for j, xs, outs, args in tr.shared_writes:
             # places given one value keep sharing one leaf
             value = results[j]
@@ -771,9 +771,9 @@ def _hyper_parameters(stamp, traced: dict):
             else:
                 set_inside.append(k)
                 if type(now) is tuple:
-                    g[k] = tuple(map(traced_int.plain, now))
+                    g[k] = tuple(map(traced_numbers.plain, now))
                 elif now is not None:
-                    g[k] = traced_int.plain(now)
+                    g[k] = traced_numbers.plain(now)
 
 
 def _writable_args(tr, flat, owned) -> bool:
@@ -887,7 +887,7 @@ def _record(seen, slot_of, also, owned, out, rng0, arg_values, args_in, tape=Non
     each argument that is the caller's own lazy base tensor (else None): what the step
     writes to one in place is written back to the argument a replay is given, and one
     returned is that argument. ``tape``: what the Python did with followed ints
-    (``step_ints``)."""
+    (``step_numbers``)."""
     g, exe, plan, stored = seen
     template_consts = {id(n.op.scalar_array) for n in g.nodes
                        if getattr(n.op, "scalar_array", None) is not None}
@@ -965,8 +965,8 @@ def _record(seen, slot_of, also, owned, out, rng0, arg_values, args_in, tape=Non
             leaves.append(view if view is not None else (tuple(v.shape), v.dtype))
         elif isinstance(v, torch.Tensor):
             raise NotWholeStep("the step returns a tensor that is not on the lazy device")
-        elif isinstance(v, traced_int.Followed):
-            leaves.append(step_ints.Returned(v._e))
+        elif isinstance(v, traced_numbers.Followed):
+            leaves.append(step_numbers.Returned(v._e))
         else:
             leaves.append(v)
     owner = {id(t._st): j for j, t in enumerate(owned)}

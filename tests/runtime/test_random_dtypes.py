@@ -331,7 +331,8 @@ def test_sampler_edge_values_and_errors_follow_torch():
     """Where torch's kernels answer without drawing, the lazy ones answer the same:
     Gamma never below the smallest normal number (a concentration <= 0 or NaN gives it),
     a binomial 0 for a count or probability <= 0, the count for a probability >= 1, NaN
-    for a NaN probability; a negative Poisson rate raises torch's message; 16-bit gamma torch's error."""
+    for a NaN probability; a negative Poisson rate raises torch's message; 16-bit gamma
+    torch's error."""
     conc = torch.tensor([0., -1., float("nan"), float("inf")])
     assert torch.equal(torch._standard_gamma(conc.to(DEV)).cpu(), torch._standard_gamma(conc))
     # (not a NaN count: torch's own kernel never returns there)

@@ -459,7 +459,7 @@ SCHEDULES = {
 @pytest.mark.parametrize("name", SCHEDULES)
 def test_a_schedule_over_float_hyper_parameters_is_replayed(name):
     """A scheduler setting a float learning rate (and Adam's ``betas`` under OneCycleLR)
-    between steps: the floats are followed (``step_ints``), and from the third step at a
+    between steps: the floats are followed (``step_numbers``), and from the third step at a
     new value on the steps replay at values never traced; losses and parameters equal
     the same steps traced op by op bit for bit, and eager torch's."""
     make_opt, make_sched = SCHEDULES[name]
@@ -475,7 +475,7 @@ def test_a_schedule_over_float_hyper_parameters_is_replayed(name):
         step = train_step(model, opt, device=device, after=() if whole else (lr.mark_step,))
         if whole:
             step = lr.compile_step(step, model, opt)
-        lr.clear_cache()   # (families of other tests' graphs: see test_step_ints)
+        lr.clear_cache()   # (families of other tests' graphs: see test_step_numbers)
         lr.reset_metrics()
         losses, seen = [], set()
         for x, y in batches(n):   # (the scheduler steps outside: a replay runs no Python)
@@ -500,7 +500,7 @@ def test_a_schedule_over_a_tensor_learning_rate_is_replayed():
     is moved to the device by compile_optimizer; the scheduler fills it in place and the
     step reads it like the optimizer's state: the steps replay, and the losses and
     parameters are eager torch's."""
-    lr.clear_cache()   # (families of other tests' graphs: see test_step_ints)
+    lr.clear_cache()   # (families of other tests' graphs: see test_step_numbers)
     def run(device):
         torch.manual_seed(0)
         model = Net().to(device) if device else Net()
@@ -627,7 +627,7 @@ def test_arguments_written_in_place_are_written_back():
     same tensor given for two written arguments, or a buffer of the model given for one,
     is traced (the executable computed them apart). Before, a replay returned a new
     tensor and left the argument as it was."""
-    lr.clear_cache()   # (families of other tests' graphs: see test_step_ints)
+    lr.clear_cache()   # (families of other tests' graphs: see test_step_numbers)
     torch.manual_seed(0)
     eager = nn.Linear(3, 3)
     eager.register_buffer("buf", torch.zeros(3, 3))
@@ -665,7 +665,7 @@ def test_arguments_written_in_place_are_written_back():
 def test_an_argument_returned_untouched_is_that_argument():
     """Returned without being read or written (it was refused): a replay returns the
     argument it is given; a view of it over that argument's own storage."""
-    lr.clear_cache()   # (families of other tests' graphs: see test_step_ints)
+    lr.clear_cache()   # (families of other tests' graphs: see test_step_numbers)
     torch.manual_seed(0)
     lin = nn.Linear(3, 3).to(DEV)
 

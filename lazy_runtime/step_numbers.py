@@ -4,12 +4,13 @@ A decoding step ``step(tok, pos)`` gets a new ``pos`` every call; a training ste
 a learning-rate schedule a new ``lr`` in its optimizer's groups. Once the replayer has
 seen such a number (an int or float argument, or a number hyper-parameter of the
 optimizer) change between two calls of otherwise one signature, it *follows* it: the
-signature keys it by type only, and traces pass it as a ``traced_int.TracedInt`` or
+signature keys it by type only, and traces pass it as a ``traced_numbers.TracedInt`` or
 ``TracedFloat`` (set in the optimizer's group for the trace) that records the Python's
 arithmetic on it and the branches it took. (Below, "int" reads "number": a float's
-expressions are linked to the graph's scalar inputs as an int's are.) Traces whose executables, writes, random draws and recorded Python agree form a
-``Family``. A family replays the values it was traced at, and, once traced at three
-(``MIN_ENVS``: each value traced narrows the links below), a call at a new value when
+expressions are linked to the graph's scalar inputs as an int's are.) Traces whose
+executables, writes, random draws and recorded Python agree form a ``Family``. A family
+replays the values it was traced at, and, once traced at three (``MIN_ENVS``: each value
+traced narrows the links below), a call at a new value when
 
 * every guard (a comparison or truth test the traced Python made) comes out as traced;
 * every number the executable takes that differed between the traces, or that some
@@ -26,7 +27,7 @@ expressions are linked to the graph's scalar inputs as an int's are.) Traces who
 * every dynamic dim's predicted size falls in the bucket it was traced in.
 
 Otherwise the call is traced, and joins a family (narrowing its candidates) or starts
-one. A candidate must be an int the Python handed to torch (``traced_int._Handed``, a
+one. A candidate must be an int the Python handed to torch (``traced_numbers._Handed``, a
 function mode during followed traces, sees every call's arguments): what C code picks by
 a followed int (a Python list indexed by it, ``table[pos]``) reaches torch as a plain int
 and is linked to nothing, so that signature replays only values it was traced at. An
@@ -44,7 +45,7 @@ import dataclasses
 import numpy as np
 
 from . import dynamic
-from .traced_int import evaluate, guards_hold
+from .traced_numbers import evaluate, guards_hold
 
 MIN_ENVS = 3        # values a family is traced at before it vouches for others
 MAX_FAMILIES = 8    # confirmed families kept per signature (a branch or a bucket each)
@@ -58,7 +59,7 @@ _NUMBER = (int, float)
 
 @dataclasses.dataclass(frozen=True, slots=True)
 class Returned:
-    """A returned int computed from followed ints: its expression (``traced_int``)."""
+    """A returned int computed from followed ints: its expression (``traced_numbers``)."""
     expr: object
 
 

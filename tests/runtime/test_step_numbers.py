@@ -1,4 +1,4 @@
-"""Whole-step replay at int arguments never traced (``lazy_runtime/step_ints.py``): a
+"""Whole-step replay at int arguments never traced (``lazy_runtime/step_numbers.py``): a
 decoding step ``step(x, pos)`` replays at new positions once three traced positions
 agree. Every call is checked against eager torch, including the calls where a replay
 must not happen: a branch on the int, a slice torch clips, a bucket left, a value picked
@@ -218,7 +218,7 @@ def test_an_int_that_changes_the_graph_replays_per_value():
 
 def test_followed_int_guards_and_expressions():
     """The record itself: arithmetic as exact expressions, comparisons as guards."""
-    from lazy_runtime.traced_int import Tape, evaluate, follow, guards_hold, recording
+    from lazy_runtime.traced_numbers import Tape, evaluate, follow, guards_hold, recording
     tape = Tape((5,))
     with recording(tape):
         p = follow(5, 0)

@@ -123,7 +123,8 @@ def plain(value):
 
 
 _OPS = {"add": operator.add, "sub": operator.sub, "mul": operator.mul,
-        "truediv": operator.truediv, "floordiv": operator.floordiv, "mod": operator.mod, "pow": operator.pow,
+        "truediv": operator.truediv, "floordiv": operator.floordiv, "mod": operator.mod,
+        "pow": operator.pow,
         "lshift": operator.lshift, "rshift": operator.rshift, "and": operator.and_,
         "or": operator.or_, "xor": operator.xor, "neg": operator.neg, "abs": abs,
         "invert": operator.invert,
