@@ -1,8 +1,9 @@
 """Whole-step replay (``lazy_runtime/step.py``): a training step whose two traces agree
 runs from the third call on without its Python. Checked bit for bit against the same
 steps traced op by op (random streams included) and against eager torch; and every
-refusal: a value read inside the step, a value kept outside its owners, a learning rate
-changed every step, a foreign lazy tensor; each is traced, right, and counted."""
+refusal: a value read inside the step, a value kept outside its owners, a scheduler
+stepped inside the step, a foreign lazy tensor; each is traced, right, and counted.
+Schedules set between steps (float or tensor learning rates) replay."""
 
 import copy
 
