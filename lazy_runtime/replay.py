@@ -50,7 +50,7 @@ from .dynamic import leaf_marks, put_host
 from .metrics import METRICS
 from .ops.registry import Lowering
 from .tensor import LazyTensor, new_base, node_of, pending_order, set_node
-from .traced_numbers import Followed
+from .traced_numbers import NUMBER, Followed
 
 _CONSTS = (int, float, bool, str, type(None), torch.dtype, torch.device)
 _SIMPLE_ATTRS = (int, float, bool, str, type(None))
@@ -785,9 +785,9 @@ def _numbers(v) -> int | None:
     """For a hyper-parameter that is a number (an int or a float: not a bool), 0; for a
     non-empty tuple of numbers (Adam's ``betas``), its length; else None."""
     t = type(v)
-    if t is int or t is float:
+    if t in NUMBER:
         return 0
-    if t is tuple and v and all(type(x) is int or type(x) is float for x in v):
+    if t is tuple and v and all(type(x) in NUMBER for x in v):
         return len(v)
     return None
 

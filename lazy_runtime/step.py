@@ -85,6 +85,7 @@ from .config import config
 from .metrics import METRICS
 from .replay import NotReplayable, module_state, optimizer_state
 from .tensor import LazyTensor
+from .traced_numbers import NUMBER
 
 getrefcount = sys.getrefcount
 getweakrefcount = weakref.getweakrefcount
@@ -179,7 +180,7 @@ class _StateStamp:
     def __init__(self, snap, owned, model, optimizer, places=()):
         self.snap, self.owned = snap, owned
         self.places = places   # the optimizer's number hyper-parameters (``numbers``)
-        self.groups = ()
+        self.groups = self.reads = ()
         tables = [_nn_module._global_forward_hooks, _nn_module._global_forward_pre_hooks,
                   _nn_module._global_backward_hooks, _nn_module._global_backward_pre_hooks]
         lists = []
@@ -243,13 +244,13 @@ class _StateStamp:
         """The values of the optimizer's number hyper-parameters (``places``), or None
         where one is no longer a number (or a tuple of numbers of the same length)."""
         out = []
-        for g, k, j, n in self.reads if self.places else ():
+        for g, k, j, n in self.reads:
             v = g.get(k)
             if j is not None:
                 if type(v) is not tuple or len(v) != n:
                     return None
                 v = v[j]
-            if type(v) is not int and type(v) is not float:
+            if type(v) not in NUMBER:
                 return None
             out.append(v)
         return out
@@ -364,7 +365,7 @@ class StepReplayer:
             if isinstance(v, torch.Tensor):
                 key.append((tuple(v.shape), v.dtype, v.requires_grad,
                             isinstance(v, LazyTensor)))
-            elif i in followed and (type(v) is int or type(v) is float):
+            elif i in followed and type(v) in NUMBER:
                 key.append(_FOLLOWED[type(v)])
             elif type(v) in (int, float, bool, str, type(None)):
                 key.append((type(v), v))
@@ -463,7 +464,7 @@ class StepReplayer:
             if len(other) != len(full) or other[:3] != full[:3] or other[-1] != full[-1]:
                 continue
             diff = [i for i in range(3, len(full) - 1) if other[i] != full[i]]
-            if diff and all(full[i][0] in _NUMBER and full[i][0] is other[i][0]
+            if diff and all(full[i][0] in NUMBER and full[i][0] is other[i][0]
                             for i in diff):
                 found.update(i - 3 for i in diff)
         found -= self.unfollowed
@@ -747,24 +748,22 @@ def _hyper_parameters(stamp, traced: dict):
     if not traced:
         yield set_inside
         return
-    put = {}   # (group, key) -> (the value put there, the original)
+    put = {}   # (group, key) -> (the group, the value put there, the original)
     for j, t in traced.items():
         g, k, i, _ = stamp.reads[j]
-        new, old = put.get((id(g), k), (None, g[k]))
+        _, new, old = put.get((id(g), k), (g, None, g[k]))
         if i is not None:
             new = list(new if new is not None else old)
             new[i] = t
             new = tuple(new)
         else:
             new = t
-        put[(id(g), k)] = (new, old)
+        put[(id(g), k)] = (g, new, old)
         g[k] = new
-    groups = {id(g): g for g, *_ in stamp.reads}
     try:
         yield set_inside
     finally:
-        for (gid, k), (new, old) in put.items():
-            g = groups[gid]
+        for (_, k), (g, new, old) in put.items():
             now = g.get(k)
             if now is new:
                 g[k] = old
@@ -839,7 +838,6 @@ def _on_device(t):
 # alike but computes otherwise with each)
 _FOLLOWED = {int: (int, "followed"), float: (float, "followed")}
 _FOLLOWED_KEYS = tuple(_FOLLOWED.values())
-_NUMBER = (int, float)
 
 
 # What a trace returned, by place, as a replay makes it again (compared between traces)

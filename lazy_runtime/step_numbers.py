@@ -45,7 +45,7 @@ import dataclasses
 import numpy as np
 
 from . import dynamic
-from .traced_numbers import evaluate, guards_hold
+from .traced_numbers import NUMBER, evaluate, guards_hold
 
 MIN_ENVS = 3        # values a family is traced at before it vouches for others
 MAX_FAMILIES = 8    # confirmed families kept per signature (a branch or a bucket each)
@@ -54,7 +54,6 @@ MAX_TRACES = 24     # traces of one signature without any family: stop following
 
 
 _VARIES = object()   # a number that differed between traces
-_NUMBER = (int, float)
 
 
 @dataclasses.dataclass(frozen=True, slots=True)
@@ -131,7 +130,7 @@ class Family:
 
         def link(where, seen, rel=None) -> bool:
             exprs = tuple(e for j, e in enumerate(t0.tape.exprs)
-                          if e in handed and all(type(v) in _NUMBER and vals[j] == v
+                          if e in handed and all(type(v) in NUMBER and vals[j] == v
                                                  for vals, v in zip(values, seen)))
             const = seen[0] if all(v == seen[0] for v in seen) else _VARIES
             if exprs:

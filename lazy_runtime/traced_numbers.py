@@ -28,6 +28,7 @@ import operator
 from torch.overrides import TorchFunctionMode
 
 _TAPE = [None]   # the tape being recorded (one trace at a time), or None
+NUMBER = (int, float)   # the types followed (not bool: a flag, not a value)
 
 
 class Tape:
