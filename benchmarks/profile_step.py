@@ -25,6 +25,7 @@ sys.path.insert(0, str(ROOT))
 sys.path.insert(0, str(ROOT / "benchmarks"))
 
 import lazy_runtime as lr  # noqa: E402
+from lazy_runtime import state_stamp  # noqa: E402
 from lazy_runtime import step as lr_step  # noqa: E402
 from step_configs import config_named, training_step  # noqa: E402
 import runtime_jax_models as jm  # noqa: E402
@@ -82,8 +83,8 @@ def phases(name: str, steps: int, rounds: int = 10) -> None:
         return run
     exe.compiled = timed
     # (within "after call": the state guard, and the write-back, which frees the old values)
-    real_holds, real_write = lr_step._StateStamp.holds, lr_step._write_state
-    lr_step._StateStamp.holds = timing("guard", real_holds)
+    real_holds, real_write = state_stamp.StateStamp.holds, lr_step._write_state
+    state_stamp.StateStamp.holds = timing("guard", real_holds)
     lr_step._write_state = timing("write-back", real_write)
     parts = {k: [] for k in ("before call", "call", "after call", "guard", "write-back",
                              "read", "step")}
@@ -111,7 +112,7 @@ def phases(name: str, steps: int, rounds: int = 10) -> None:
             for k, v in zip(jparts, (t1 - t0, t2 - t1, t2 - t0)):
                 jparts[k].append(v)
     exe.compiled = real
-    lr_step._StateStamp.holds, lr_step._write_state = real_holds, real_write
+    state_stamp.StateStamp.holds, lr_step._write_state = real_holds, real_write
 
     def row(label, d):
         return f"{label:10s}" + "".join(

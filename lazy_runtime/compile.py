@@ -23,6 +23,7 @@ import torch
 from .dynamic import mark_dynamic
 from .replay import Replayer, module_state, optimizer_state
 from .replay_sizes import SizePolicy
+from .state_stamp import StampedModuleState
 from .tensor import LazyTensor
 from . import ir
 
@@ -72,7 +73,9 @@ def compile(model, shapes=None, replay=None):  # noqa: A001  (the public name of
     replays without a plan (the caller vouches for that); False never replays. A replayed
     call with an exact signature seen before records no ops (see ``replay.py``); where the
     plan also vouches for forward's size arithmetic (``size_arithmetic``), so does a call
-    at dynamic sizes never traced (``replay_sizes.py``).
+    at dynamic sizes never traced (``replay_sizes.py``). An argument may be a plain
+    object holding tensors (a key-value cache, written in place): see
+    ``replay.object_state``.
     """
     if not callable(getattr(model, "forward", None)):
         raise TypeError(f"lazy_runtime.compile takes a module (something with a forward), "
@@ -86,7 +89,7 @@ def compile(model, shapes=None, replay=None):  # noqa: A001  (the public name of
     forward = model.forward
     # replay across sizes only where the analyzer vouches for forward's size arithmetic
     sizes = SizePolicy.from_plan(control) if replay else None
-    inner = Replayer(forward, functools.partial(module_state, model), sizes=sizes) \
+    inner = Replayer(forward, StampedModuleState(model, module_state), sizes=sizes) \
         if replay else forward
     if not marks and not replay:
         return model

@@ -726,13 +726,19 @@ def sync(reason: str = "mark_step") -> None:
     try:
         try:
             g = ir.linearize(outs)
-            if replay.CALLS_MADE[0]:
-                replay.CALLS_MADE[0] = False
-                if dynamic.may_run_padded(g):
-                    # replayed calls in a graph that runs padded: inlined, so padding
-                    # rules see their ops and the graph keys the traced step's executable
-                    g = ir.linearize(replay.inline(outs))
+            calls = replay.CALLS_MADE[0]
+            replay.CALLS_MADE[0] = False
+            if calls and BARRIER_OBSERVERS and dynamic.may_run_padded(g):
+                # a whole step's trace: keyed as the same step traced op by op, so that
+                # its sizes confirm each other on one executable (``step``)
+                g = ir.linearize(replay.inline(outs))
             plan = dynamic.plan_for(g)
+            if calls and isinstance(plan, str) and plan.startswith(replay.TEMPLATE_PREFIX):
+                # a padded value flows into a replayed call: inlined, so padding rules
+                # see its ops (a call only exact values reach runs as one op: decoding's
+                # forward, beside the ids growing in the graph)
+                g = ir.linearize(replay.inline(outs))
+                plan = dynamic.plan_for(g)
         finally:
             ir.next_epoch()
         if isinstance(plan, dynamic.SymPlan):

@@ -10,7 +10,7 @@ When grads are needed the call goes through an autograd ``Function`` whose backw
 From then on, a call with the same signature records one ``CALL`` node per direction
 (``ir.make_node(template, ...)``), so a training step's graph holds a handful of nodes
 where tracing recorded hundreds. The executor lowers a CALL by running the template's
-body; a graph that runs padded inlines its CALLs when padded values flow into them.
+body; a graph that runs padded inlines its CALLs only when padded values flow into them.
 ``compile_optimizer`` replays ``opt.step()`` the same way (no autograd: only writes).
 
 A signature never traced whose only difference from traced ones is the size of dynamic
@@ -20,11 +20,16 @@ dims can be *predicted* from them when the plan vouches for forward's size arith
 The signature (the guard) is exact: argument structure, constants, tensor shapes, dtypes
 and ``requires_grad``; the module tree's parameters and buffers (identity,
 ``requires_grad``), its plain attributes (ints, floats, bools, strings, None: a flag
-flipped between calls changes the signature), ``training`` and grad mode. A capture is
-dropped, and the signature traced from then on, when the forward is not a function of
-those: it synchronizes (``.item()``, an eager fallback), reads a device tensor that is
-neither an argument, a parameter nor a buffer, changes a module's plain attributes,
-returns an argument or a non-contiguous view, or runs hooks. Random ops draw from the
+flipped between calls changes the signature), ``training`` and grad mode. An argument
+that is a plain Python object (a key-value cache: transformers' ``StaticCache``) is
+looked into (``object_state``): its types, attribute names, plain values and tensors'
+layouts join the signature, its tensors are read and written in place as parameters
+are, and a call may hand it back. A capture is dropped, and the signature traced from
+then on, when the forward is not a function of those: it synchronizes (``.item()``, an
+eager fallback), reads a device tensor that is neither an argument, a parameter nor a
+buffer, changes a module's plain attributes or an argument object's (an attribute given
+another tensor: a cache grown by ``cat``), returns an argument or a non-contiguous view,
+or runs hooks. Random ops draw from the
 lazy stream exactly as tracing would, so a replayed run equals a traced one bit for bit.
 
 Replay is for forwards whose control flow depends only on shapes and constant attributes
@@ -55,6 +60,7 @@ from .traced_numbers import NUMBER, Followed
 _CONSTS = (int, float, bool, str, type(None), torch.dtype, torch.device)
 _SIMPLE_ATTRS = (int, float, bool, str, type(None))
 _names = itertools.count(1)
+TEMPLATE_PREFIX = "replay."   # a template's name (``str(op)``: what an exact plan names)
 # CALL nodes were recorded since the last barrier (the executor inlines them in graphs
 # that run padded).
 CALLS_MADE = [False]
@@ -79,7 +85,7 @@ class Template:
 
     def __init__(self, kind: str, nodes: list, outputs: list):
         self.kind = kind
-        self.name = f"replay.{kind}#{next(_names)}"
+        self.name = f"{TEMPLATE_PREFIX}{kind}#{next(_names)}"
         self.nodes = nodes
         self.outputs = tuple(outputs)
         pos = {id(n): i for i, n in enumerate(nodes)}
@@ -313,9 +319,10 @@ class _Entry:
             grads[j] = new_base(ir.getitem(bcall, m))
         return grads
 
-    def results(self, outs):
+    def results(self, outs, objects=()):
         it = iter(outs)
-        flat = [next(it) if c is None else c[1] for c in self.out_consts]
+        flat = [next(it) if c is None else objects[c[1]] if c[0] == "object" else c[1]
+                for c in self.out_consts]
         return pytree.tree_unflatten(flat, self.out_spec)
 
 
@@ -341,8 +348,9 @@ class _ReplayFn(torch.autograd.Function):
 class _Capture:
     """One traced call being cut into templates (forward now, backward when it runs)."""
 
-    def __init__(self, entry, forward, args, kwargs, tensors, snapshot_of):
+    def __init__(self, entry, forward, args, kwargs, tensors, snapshot_of, objects=()):
         self.entry = entry
+        self.objects = objects
         self.forward = forward
         self.args, self.kwargs = args, kwargs
         self.tensors = tensors
@@ -369,7 +377,8 @@ class _Capture:
         try:
             mark.check_no_sync()
             if self.snapshot_of() != snap0:
-                raise NotReplayable("changes a module attribute or optimizer state")
+                raise NotReplayable("changes a module attribute, optimizer state or an "
+                                    "attribute of an argument object")
             self._cut_forward(flat, spec)
         except NotReplayable as e:
             self.entry.fail(str(e))
@@ -392,6 +401,9 @@ class _Capture:
                 raise NotReplayable("returns a tensor that is not on the lazy device")
             elif type(v) in _CONSTS:
                 consts.append(("const", v))
+            elif any(v is o for o in self.objects):   # (a cache handed back, as HF's is)
+                consts.append(("object", next(i for i, o in enumerate(self.objects)
+                                              if v is o)))
             else:
                 raise NotReplayable(f"returns a {type(v).__name__}")
         mutations = []
@@ -593,7 +605,7 @@ class Replayer:
 
     def __call__(self, *args, **kwargs):
         try:
-            key, tensors, family = self._signature(args, kwargs)
+            key, tensors, family, objects = self._signature(args, kwargs)
         except NotReplayable as e:
             METRICS.replay_miss(str(e))
             return self.forward(*args, **kwargs)
@@ -620,18 +632,21 @@ class Replayer:
                 _, _, outs = e.run_forward(tensors)
             else:
                 outs = _ReplayFn.apply(e, *tensors)
-            return e.results(outs)
+            return e.results(outs, objects)
         if e.state == "never":
             return self.forward(*args, **kwargs)
-        return self._capture(e, args, kwargs, tensors)
+        return self._capture(e, args, kwargs, tensors, objects)
 
-    def _capture(self, e, args, kwargs, tensors):
+    def _capture(self, e, args, kwargs, tensors, objects):
         e.captures += 1
         if e.captures > self.MAX_CAPTURES:
             e.fail("its backward was never traced")
             return self.forward(*args, **kwargs)
         try:
-            cap = _Capture(e, self.forward, args, kwargs, tensors, lambda: self.state()[0])
+            # an argument object's attributes and tensors (by identity) must be left as
+            # they were: a replay writes only into the tensors it held
+            cap = _Capture(e, self.forward, args, kwargs, tensors,
+                           lambda: (self.state()[0], _objects_now(objects)), objects)
         except NotReplayable as err:
             e.fail(str(err))
             return self.forward(*args, **kwargs)
@@ -689,6 +704,7 @@ class Replayer:
         key = [spec, torch.is_grad_enabled(), autocast.state()]
         tensors = []
         where = []   # the position of each tensor's entry in the key
+        objects = []
         for v in flat:
             if isinstance(v, LazyTensor):
                 tensors.append(v)
@@ -699,14 +715,17 @@ class Replayer:
             elif type(v) in _CONSTS:
                 key.append((type(v), v))
             else:
-                raise NotReplayable(f"an argument of type {type(v).__name__}")
+                objects.append(v)
+                object_state(v, type(v).__name__, 0, key, tensors, where)
+        # which places hold one tensor (a replay writes each of its outputs once)
+        key.append(_alias_pattern(tensors))
         snap, owned = self.state()
         for t in owned:
             if not isinstance(t, LazyTensor):
                 raise NotReplayable("a parameter or buffer is not on the lazy device")
         key.append(snap)
         family = self._family(key, tensors, where) if self.sizes is not None else None
-        return tuple(key), tensors + owned, family
+        return tuple(key), tensors + owned, family, objects
 
     def _family(self, key, tensors, where):
         """(the key with dynamic sizes replaced by their symbols and the truth value of
@@ -731,6 +750,61 @@ class Replayer:
             return None
         fkey.append(truths)
         return tuple(fkey), sizes
+
+
+_OBJECT_DEPTH = 4   # how deep an argument object is looked into
+_CONTAINERS = (list, tuple, dict)
+
+
+def object_state(v, path: str, depth: int, key: list, tensors: list, where: list) -> None:
+    """Look into an argument that is neither a tensor nor a constant: a key-value cache
+    (Hugging Face's ``StaticCache``: a list of layers, each with its key and value tensors
+    written in place and a position tensor). Its structure (types, attribute names,
+    lengths, plain values) joins the signature ``key``; its lazy tensors join the call's
+    inputs, read and written in place as parameters are. NotReplayable, naming the
+    attribute, for what it cannot see through (a module, a function, a CPU tensor)."""
+    t = type(v)
+    if t in _CONSTS:
+        key.append((t, v))
+    elif isinstance(v, LazyTensor):
+        tensors.append(v)
+        where.append(len(key))
+        key.append((tuple(v.shape), v.dtype, v.requires_grad))
+    elif isinstance(v, torch.Tensor):
+        raise NotReplayable(f"the argument's {path} is a tensor not on the lazy device")
+    elif depth >= _OBJECT_DEPTH:
+        raise NotReplayable(f"the argument's {path} nests deeper than {_OBJECT_DEPTH}")
+    elif t in _CONTAINERS:
+        items = v.items() if t is dict else enumerate(v)
+        key.append((t, tuple(v) if t is dict else len(v)))
+        for k, x in items:
+            object_state(x, f"{path}[{k!r}]", depth + 1, key, tensors, where)
+    elif callable(v) or not hasattr(v, "__dict__") or isinstance(v, type):
+        # (a module, a function, a class, a C object: what it holds cannot be seen)
+        raise NotReplayable(f"an argument of type {t.__name__}" if depth == 0 else
+                            f"the argument's {path} is a {t.__name__}")
+    else:
+        d = vars(v)
+        key.append((t, tuple(d)))
+        for k, x in d.items():
+            object_state(x, f"{path}.{k}", depth + 1, key, tensors, where)
+
+
+def _alias_pattern(tensors: list) -> tuple:
+    """(position, earlier position) of each tensor that is one met before."""
+    first: dict = {}
+    return tuple((j, first[id(t)]) for j, t in enumerate(tensors)
+                 if first.setdefault(id(t), j) != j)
+
+
+def _objects_now(objects: list) -> tuple:
+    """What a call must leave unchanged in its argument objects: their structure and
+    plain values, and which tensor each attribute holds."""
+    key: list = []
+    tensors: list = []
+    for v in objects:
+        object_state(v, type(v).__name__, 0, key, tensors, [])
+    return tuple(key), tuple(map(id, tensors))
 
 
 def _aliases_hold(entry, tensors) -> bool:

@@ -134,3 +134,40 @@ def test_llama_generate_matches_eager_with_a_few_compiles_not_one_per_token(cach
     # the cache, a token shorter, does): 12 with the dynamic cache, 9 with the static one
     assert m["compiles"] <= 14 and m["exact_compiles"] == {}, m["recompile_reasons"]
     assert m["fallback_ops"] == {}, m["fallback_ops"]
+
+
+def test_llama_generate_with_a_static_cache_replays_its_forward(monkeypatch):
+    """``lr.compile(model, replay=True)`` and ``generate`` with the static cache: the cache
+    object is an argument whose tensors the forward writes in place (``index_copy_`` at
+    its position tensor), so from the second decoding call on the forward is replayed, a
+    second ``generate`` (a new cache) from its first; tokens as eager torch's. The ids
+    growing beside it run padded, and the replayed forward, which only exact values reach,
+    stays one op of that graph: inlined only where a padded value flows into it (once, a
+    graph whose new inputs' sizes are guessed dynamic)."""
+    import lazy_runtime.replay as lr_replay
+    make, _ = MODELS["llama"]
+    torch.manual_seed(0)
+    model = make().eval()
+    lazy_model = lr.compile(copy.deepcopy(model).to(DEV), replay=True)
+    kw = dict(max_new_tokens=24, do_sample=False, pad_token_id=0, eos_token_id=98,
+              cache_implementation="static")
+    inlined = []
+    real_inline = lr_replay.inline
+    monkeypatch.setattr(lr_replay, "inline", lambda outs: inlined.append(1) or real_inline(outs))
+    for seed in (2, 3):
+        inlined.clear()
+        ids = _ids(torch.Generator().manual_seed(seed), 5)
+        with torch.no_grad():
+            want = model.generate(ids, **kw)
+            lr.reset_metrics()
+            got = lazy_model.generate(ids.to(DEV), **kw).cpu()
+        assert torch.equal(got, want)
+        m = lr.metrics()
+        # the prefill is traced (its cache is not yet on the device: the reason counted)
+        # and gives the first token; each later one is a decoding call (an end token may
+        # come first), the first generate's first of them traced
+        decoding = got.shape[1] - ids.shape[1] - 1
+        assert decoding >= 15
+        assert m["replays"] == decoding - (seed == 2), m["replay_misses"]
+        assert m["padded_executions"] >= decoding - 4 and len(inlined) <= 1
+        assert m["fallback_ops"] == {}, m["fallback_ops"]

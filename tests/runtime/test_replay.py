@@ -415,3 +415,154 @@ def test_a_scalar_made_before_a_replayed_call_is_not_taken_for_its_own():
         lr.mark_step()
     m = lr.metrics()
     assert m["replays"] == 3 and m["replay_misses"] == {}, m["replay_misses"]
+
+
+# ---- an argument object: a key-value cache written in place -----------------------------
+
+
+class KVLayer:
+    def __init__(self, batch, heads, length, dim, device):
+        self.keys = torch.zeros(batch, heads, length, dim, device=device)
+        self.values = torch.zeros(batch, heads, length, dim, device=device)
+        self.length = torch.zeros((), dtype=torch.long, device=device)
+
+
+class KVCache:
+    """A cache as transformers' ``StaticCache`` is: plain Python objects holding tensors
+    the forward writes in place at a position tensor."""
+
+    def __init__(self, batch=3, heads=2, length=8, dim=4, device=None, layers=2):
+        self.layers = [KVLayer(batch, heads, length, dim, device) for _ in range(layers)]
+        self.max_len = length
+        self.scale = 1.0
+
+    def tensors(self):
+        return [t for l in self.layers for t in (l.keys, l.values, l.length)]
+
+
+class CachedAttention(nn.Module):
+    """Two attention layers over one new position a call; ``how`` picks a variant the
+    replay cannot take."""
+
+    def __init__(self, how="in place", d=8, heads=2):
+        super().__init__()
+        self.how, self.heads = how, heads
+        self.qkv = nn.ModuleList(nn.Linear(d, 3 * d) for _ in range(2))
+
+    def forward(self, x, cache):
+        b, _, d = x.shape
+        h = self.heads
+        for qkv, layer in zip(self.qkv, cache.layers):
+            q, k, v = qkv(x).view(b, 1, 3, h, d // h).permute(2, 0, 3, 1, 4)
+            pos = torch.arange(1, device=x.device) + layer.length
+            layer.length.add_(1)
+            if self.how == "rebinds":
+                layer.keys = layer.keys.index_copy(2, pos, k)
+            else:
+                layer.keys.index_copy_(2, pos, k)
+            layer.values.index_copy_(2, pos, v)
+            if self.how == "counts":
+                cache.calls = getattr(cache, "calls", 0) + 1
+            seen = torch.arange(cache.max_len, device=x.device) < layer.length
+            att = (q @ layer.keys.transpose(-1, -2) * cache.scale).masked_fill(~seen, -1e9)
+            x = x + (att.softmax(-1) @ layer.values).transpose(1, 2).reshape(b, 1, d)
+        return x, cache
+
+
+def decode(model, cache, xs, device, between=None):
+    outs = []
+    for i, x in enumerate(xs):
+        if between is not None:
+            between(i, cache)
+        with torch.no_grad():
+            y, back = model(x.to(device) if device else x, cache)
+        assert back is cache
+        outs.append(y)
+        if device:
+            lr.mark_step()
+    return outs
+
+
+def test_a_cache_object_argument_is_read_and_written_in_place_by_a_replay():
+    torch.manual_seed(4)
+    eager = CachedAttention()
+    lazy = lr.compile(copy.deepcopy(eager).to(DEV), replay=True)
+    xs = [torch.randn(3, 1, 8) for _ in range(6)]
+    want_cache = KVCache()
+    want = decode(eager, want_cache, xs, None)
+    lr.reset_metrics()
+    cache = KVCache(device=DEV)
+    got = decode(lazy, cache, xs, DEV)
+    m = lr.metrics()
+    assert m["replays"] == 5 and m["replay_misses"] == {}, m["replay_misses"]
+    assert_same(got, want, rtol=1e-5, atol=1e-6)
+    assert_same(cache.tensors(), want_cache.tensors(), rtol=1e-5, atol=1e-6)
+    # a new cache of the same structure replays from its first call
+    lr.reset_metrics()
+    again = decode(lazy, KVCache(device=DEV), xs[:3], DEV)
+    assert lr.metrics()["replays"] == 3
+    assert_same(again, want[:3], rtol=1e-5, atol=1e-6)
+
+
+@pytest.mark.parametrize("how,reason", [
+    ("rebinds", "an attribute of an argument object"),
+    ("counts", "an attribute of an argument object"),
+    ("cpu tensor", "the argument's KVCache.layers[1].length is a tensor not on the lazy device"),
+    ("function", "the argument's KVCache.hook is a function"),
+])
+def test_a_cache_object_the_replay_cannot_see_through_is_traced_with_a_reason(how, reason):
+    torch.manual_seed(5)
+    eager = CachedAttention(how)
+    lazy = lr.compile(copy.deepcopy(eager).to(DEV), replay=True)
+    xs = [torch.randn(3, 1, 8) for _ in range(4)]
+    want = decode(eager, KVCache(), xs, None)
+    cache = KVCache(device=DEV)
+    if how == "cpu tensor":
+        cache.layers[1].length = torch.zeros((), dtype=torch.long)
+    if how == "function":
+        cache.hook = lambda t: t
+    lr.reset_metrics()
+    got = decode(lazy, cache, xs, DEV)
+    m = lr.metrics()
+    assert m["replays"] == 0 and any(reason in r for r in m["replay_misses"]), m
+    assert_same(got, want, rtol=1e-5, atol=1e-6)
+
+
+def test_a_cache_object_changed_between_calls_is_a_new_signature():
+    """A plain attribute set between calls (the scale) and tensors that alias differently
+    from the traced call (keys and values one tensor) are each traced anew, never
+    replayed with the old graph."""
+    torch.manual_seed(6)
+    eager = CachedAttention()
+    lazy = lr.compile(copy.deepcopy(eager).to(DEV), replay=True)
+    xs = [torch.randn(3, 1, 8) for _ in range(8)]
+
+    def between(i, cache):
+        if i == 4:
+            cache.scale = 0.5
+        if i == 6:   # from here on one tensor holds a layer's keys and values
+            layer = cache.layers[0]
+            layer.values = layer.keys
+
+    want = decode(eager, KVCache(), xs, None, between)
+    lr.reset_metrics()
+    got = decode(lazy, KVCache(device=DEV), xs, DEV, between)
+    assert_same(got, want, rtol=1e-5, atol=1e-6)
+    # traced: calls 0, 4 and 6 (new signatures); replayed: 1-3, 5 and 7
+    assert lr.metrics()["replays"] == 5, lr.metrics()["replay_misses"]
+
+
+def test_a_module_argument_is_not_replayed():
+    lin = nn.Linear(4, 4)
+
+    class Apply(nn.Module):
+        def forward(self, x, f):
+            return f(x) * 2
+
+    lazy = lr.compile(Apply(), replay=True)
+    lazy_lin = copy.deepcopy(lin).to(DEV)
+    lr.reset_metrics()
+    x = torch.randn(2, 4)
+    with torch.no_grad():
+        assert_same(lazy(x.to(DEV), lazy_lin), lin(x) * 2)
+    assert lr.metrics()["replay_misses"] == {"an argument of type Linear": 1}

@@ -15,6 +15,7 @@ import torch.nn as nn
 import torch.nn.functional as F
 
 import lazy_runtime as lr
+import lazy_runtime.state_stamp as state_stamp
 import lazy_runtime.step as lr_step
 from lazy_runtime.training import train_steps
 from conftest import DEV, load_example
@@ -219,9 +220,9 @@ def test_each_state_change_between_replays_is_seen(change, versions, monkeypatch
     reaches the next step, bit for bit as tracing sees it; with the guard reading dicts'
     version tags and with it comparing every key and value (Pythons without the tags)."""
     if not versions:
-        monkeypatch.setattr(lr_step, "_DICT_VERSION", None)
+        monkeypatch.setattr(state_stamp, "_DICT_VERSION", None)
     else:
-        assert lr_step._DICT_VERSION is not None   # CPython 3.11 has them
+        assert state_stamp._DICT_VERSION is not None   # CPython 3.11 has them
     m, _ = replayed_like_traced(batches(9, seed=8), 4, {6: change})
     assert m["step_replays"] >= 2, m["replay_misses"]   # replayed before the change
 
@@ -532,7 +533,7 @@ def test_a_padded_step_is_replayed_and_a_new_size_from_its_second_call():
     """A step whose length is dynamic runs one padded executable per bucket. Each size
     is replayed once traced and confirmed: by a second trace, or (a new size) by doing
     what a confirmed trace of another size does, on the same executable. Bit for bit
-    what tracing every step gives, with no more compiles."""
+    what tracing every step gives, with fewer compiles."""
     ex = load_example("gpt")
     lengths = [9, 9, 9, 9, 9, 12, 12, 9, 13, 13, 12]   # one bucket: 16
     runs = {}
@@ -563,7 +564,9 @@ def test_a_padded_step_is_replayed_and_a_new_size_from_its_second_call():
     # capture changes nothing), 4 and 5 replayed; T=12 and T=13 confirmed by T=9 on
     # their first call and replayed on the next (7, 10); 8 (T=9) and 11 (T=12) replayed
     assert m1["step_replays"] == 6, m1["replay_misses"]
-    assert m1["compiles"] == m0["compiles"] and m1["exact_compiles"] == {}
+    # the traced loop compiles its bucket twice: once traced op by op, once with the
+    # optimizer's replay as one op (only exact values reach it); the whole step once
+    assert (m1["compiles"], m0["compiles"]) == (1, 2) and m1["exact_compiles"] == {}
 
 
 def test_a_padded_step_returning_a_dynamic_value_is_replayed():
