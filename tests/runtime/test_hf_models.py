@@ -171,3 +171,28 @@ def test_llama_generate_with_a_static_cache_replays_its_forward(monkeypatch):
         assert m["replays"] == decoding - (seed == 2), m["replay_misses"]
         assert m["padded_executions"] >= decoding - 4 and len(inlined) <= 1
         assert m["fallback_ops"] == {}, m["fallback_ops"]
+
+
+def test_a_sliding_window_static_cache_is_traced_with_the_reason():
+    """Mistral's sliding-window layers count positions in a Python int they branch on
+    (``cumulative_length_int``): a call changes that attribute, so the forward is traced
+    every step (never replayed with a stale count), and the tokens are eager torch's."""
+    config = T.MistralConfig(vocab_size=99, hidden_size=32, num_hidden_layers=2,
+                             num_attention_heads=4, num_key_value_heads=2,
+                             intermediate_size=37, max_position_embeddings=64,
+                             sliding_window=8)
+    torch.manual_seed(0)
+    model = T.MistralForCausalLM(config).eval()
+    lazy_model = lr.compile(copy.deepcopy(model).to(DEV), replay=True)
+    ids = _ids(torch.Generator().manual_seed(2), 5)
+    kw = dict(max_new_tokens=12, do_sample=False, pad_token_id=0, eos_token_id=98,
+              cache_implementation="static")   # (past the window of 8 from token 4 on)
+    with torch.no_grad():
+        want = model.generate(ids, **kw)
+        lr.reset_metrics()
+        got = lazy_model.generate(ids.to(DEV), **kw).cpu()
+    assert torch.equal(got, want)
+    m = lr.metrics()
+    assert m["replays"] == 0
+    assert m["replay_misses"].get("changes a module attribute, optimizer state or an "
+                                  "attribute of an argument object", 0) >= 10, m["replay_misses"]
