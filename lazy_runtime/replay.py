@@ -716,7 +716,7 @@ class Replayer:
                 key.append((type(v), v))
             else:
                 objects.append(v)
-                object_state(v, type(v).__name__, 0, key, tensors, where)
+                _look_into(v, key, tensors, where)
         # which places hold one tensor (a replay writes each of its outputs once)
         key.append(_alias_pattern(tensors))
         snap, owned = self.state()
@@ -803,8 +803,22 @@ def _objects_now(objects: list) -> tuple:
     key: list = []
     tensors: list = []
     for v in objects:
-        object_state(v, type(v).__name__, 0, key, tensors, [])
+        _look_into(v, key, tensors, [])
     return tuple(key), tuple(map(id, tensors))
+
+
+def _look_into(v, key: list, tensors: list, where: list) -> None:
+    """``object_state`` of an argument object; whatever its attributes raise is a reason
+    not to replay, never an error of the call."""
+    n = len(key)
+    try:
+        object_state(v, type(v).__name__, 0, key, tensors, where)
+        hash(tuple(key[n:]))
+    except NotReplayable:
+        raise
+    except Exception as e:
+        raise NotReplayable(f"an argument of type {type(v).__name__} could not be looked "
+                            f"into ({type(e).__name__})") from None
 
 
 def _aliases_hold(entry, tensors) -> bool:

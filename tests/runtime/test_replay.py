@@ -563,6 +563,28 @@ def test_a_cache_object_changed_between_calls_is_a_new_signature():
     assert lr.metrics()["replays"] == 5, lr.metrics()["replay_misses"]
 
 
+class Opaque:
+    """An argument whose attributes cannot be read."""
+
+    @property
+    def __dict__(self):
+        raise RuntimeError("not here")
+
+
+def test_an_argument_object_that_cannot_be_looked_into_is_a_reason_not_an_error():
+    class Scale(nn.Module):
+        def forward(self, x, ctx):
+            return x * 2
+
+    lazy = lr.compile(Scale(), replay=True)
+    lr.reset_metrics()
+    x = torch.randn(2, 4)
+    with torch.no_grad():
+        assert_same(lazy(x.to(DEV), Opaque()), x * 2)
+    assert lr.metrics()["replay_misses"] == {
+        "an argument of type Opaque could not be looked into (RuntimeError)": 1}
+
+
 def test_a_module_argument_is_not_replayed():
     lin = nn.Linear(4, 4)
 
