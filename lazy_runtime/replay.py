@@ -376,9 +376,11 @@ class _Capture:
         flat, spec = pytree.tree_flatten(out)
         try:
             mark.check_no_sync()
-            if self.snapshot_of() != snap0:
-                raise NotReplayable("changes a module attribute, optimizer state or an "
-                                    "attribute of an argument object")
+            snap1 = self.snapshot_of()
+            if snap1[0] != snap0[0]:
+                raise NotReplayable("changes a module attribute or optimizer state")
+            if snap1[1] != snap0[1]:
+                raise NotReplayable("changes an attribute of an argument object")
             self._cut_forward(flat, spec)
         except NotReplayable as e:
             self.entry.fail(str(e))

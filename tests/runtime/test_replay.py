@@ -516,8 +516,8 @@ def test_a_cache_object_argument_is_read_and_written_in_place_by_a_replay():
 
 
 @pytest.mark.parametrize("how,reason", [
-    ("rebinds", "an attribute of an argument object"),
-    ("counts", "an attribute of an argument object"),
+    ("rebinds", "changes an attribute of an argument object"),
+    ("counts", "changes an attribute of an argument object"),
     ("cpu tensor", "the argument's KVCache.layers[1].length is a tensor not on the lazy device"),
     ("function", "the argument's KVCache.hook is a function"),
 ])
