@@ -648,7 +648,7 @@ class Replayer:
             # an argument object's attributes and tensors (by identity) must be left as
             # they were: a replay writes only into the tensors it held
             cap = _Capture(e, self.forward, args, kwargs, tensors,
-                           lambda: (self.state()[0], _objects_now(objects)), objects)
+                           lambda: (self.state()[0], objects_now(objects)), objects)
         except NotReplayable as err:
             e.fail(str(err))
             return self.forward(*args, **kwargs)
@@ -799,13 +799,17 @@ def _alias_pattern(tensors: list) -> tuple:
                  if first.setdefault(id(t), j) != j)
 
 
-def _objects_now(objects: list) -> tuple:
+def objects_now(objects: list, keep: bool = False) -> tuple:
     """What a call must leave unchanged in its argument objects: their structure and
-    plain values, and which tensor each attribute holds."""
+    plain values, and which tensor each attribute holds (``keep``: the tensors
+    themselves, not their ids; the structure then includes which places hold one)."""
     key: list = []
     tensors: list = []
     for v in objects:
         _look_into(v, key, tensors, [])
+    if keep:
+        key.append(_alias_pattern(tensors))
+        return tuple(key), tensors
     return tuple(key), tuple(map(id, tensors))
 
 

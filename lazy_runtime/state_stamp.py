@@ -70,6 +70,7 @@ class StateStamp:
 
     def __init__(self, snap, owned, model, optimizer, places=(), grads: bool = True):
         self.snap, self.owned = snap, owned
+        self.owned_ids = frozenset(map(id, owned))
         self.places = places   # the optimizer's number hyper-parameters (``numbers``)
         self.groups = self.reads = ()
         tables = [_nn_module._global_forward_hooks, _nn_module._global_forward_pre_hooks,

@@ -36,6 +36,12 @@ What makes that sound is checked, not assumed:
   size is replayed without having been traced: a branch on a size stays right. Values the
   step keeps must not have a dynamic dim; one it returns comes back padded at the call's
   true sizes.
+* **Argument objects** (a key-value cache: transformers' ``StaticCache``, passed as
+  ``step(tok, cache)``): looked into as a replayed forward does (``replay.object_state``):
+  their structure is one entry of the signature, their tensors are state of the call,
+  read and written back in place as buffers are. A step that gives one of their
+  attributes another tensor or changes a plain one is refused, and so is an object
+  holding a tensor the model or optimizer holds, or one tensor in two places.
 * **Numbers that change** (a decoding position, ``step(tok, pos)``; a learning rate a
   scheduler sets, or Adam's ``betas`` under ``OneCycleLR``): the optimizer's number
   hyper-parameters are part of the signature as arguments are (read each call, not
@@ -81,7 +87,7 @@ from . import (autocast, dtypes, dynamic, executor, ir, log, random, step_number
                traced_numbers)
 from .config import config
 from .metrics import METRICS
-from .replay import NotReplayable, module_state, optimizer_state
+from .replay import NotReplayable, module_state, objects_now, optimizer_state
 from .state_stamp import StateStamp
 from .tensor import LazyTensor
 from .traced_numbers import NUMBER
@@ -196,9 +202,10 @@ class StepReplayer:
             if spec is None:
                 spec = _TENSORS_SPEC[len(args)] = pytree.tree_flatten((args, {}))[1]
             return (spec, torch.is_grad_enabled(), autocast.state(), *map(_cpu_arg, args)), \
-                list(args), spec
+                list(args), spec, _NO_OBJECTS
         flat, spec = pytree.tree_flatten((args, kwargs))
         key = [spec, torch.is_grad_enabled(), autocast.state()]
+        objects = _NO_OBJECTS
         for i, v in enumerate(flat):
             if isinstance(v, torch.Tensor):
                 key.append((tuple(v.shape), v.dtype, v.requires_grad,
@@ -208,8 +215,18 @@ class StepReplayer:
             elif type(v) in (int, float, bool, str, type(None)):
                 key.append((type(v), v))
             else:
-                raise NotWholeStep(f"an argument of type {type(v).__name__}")
-        return tuple(key), flat, spec
+                # a key-value cache: its structure one entry of the key (entries stand
+                # for flat positions), its tensors state of this call
+                if objects is _NO_OBJECTS:
+                    objects = ([], [])
+                try:
+                    structure, tensors = objects_now([v], keep=True)
+                except NotReplayable as err:
+                    raise NotWholeStep(str(err)) from None
+                key.append(("object", structure))
+                objects[0].append(v)
+                objects[1].extend(tensors)
+        return tuple(key), flat, spec, objects
 
     def _with_numbers(self, key, flat, numbers, followed=None):
         """The signature and flat arguments extended by the optimizer's number
@@ -224,7 +241,7 @@ class StepReplayer:
 
     def __call__(self, *args, **kwargs):
         try:
-            key, flat, spec = self._signature(args, kwargs)
+            key, flat, spec, objects = self._signature(args, kwargs)
         except NotWholeStep as e:   # foreign arguments
             METRICS.replay_miss(f"whole step: {e}")
             return self._plain(args, kwargs)
@@ -239,11 +256,19 @@ class StepReplayer:
                     # executable first, and check the state guard while it runs (the
                     # guard then costs no time on the step's critical path); a failed
                     # guard discards the results.
-                    out = self._replay_entry(last[2], f, last[1].owned, last[1])
+                    owned = last[1].owned
+                    try:
+                        if objects[1]:
+                            owned = _with_object_tensors(last[1], objects[1])
+                        out = self._replay_entry(last[2], f, owned, last[1])
+                    except NotWholeStep:
+                        out = None   # (said by the full path below)
                     if out is not None:
                         return out
         try:
             snap, owned = self._state()
+            if objects[1]:   # (an argument object's tensors: state of this call)
+                owned = _with_object_tensors(self._stamp, objects[1])
         except (NotReplayable, NotWholeStep) as e:   # hooks, non-lazy state
             METRICS.replay_miss(f"whole step: {e}")
             return self._plain(args, kwargs)
@@ -277,7 +302,7 @@ class StepReplayer:
             if out is not None:
                 return out
         self._last = None
-        out = self._trace(e, flat, n_args, spec, snap, owned, stamp)
+        out = self._trace(e, flat, n_args, spec, snap, owned, stamp, objects[0])
         if e.followed:   # numbers it returns, computed from followed ones: plain ones
             out = pytree.tree_map_only(traced_numbers.Followed, traced_numbers.plain, out)
         return out
@@ -341,9 +366,11 @@ class StepReplayer:
 
     # -- tracing (and checking) a step
 
-    def _trace(self, e, flat, n_args, spec, snap, owned, stamp):
+    def _trace(self, e, flat, n_args, spec, snap, owned, stamp, objects=()):
         """Trace the step once (``flat``: its ``n_args`` flat arguments, then the
-        optimizer's number hyper-parameters)."""
+        optimizer's number hyper-parameters; ``objects``: argument objects, whose tensors
+        end ``owned``)."""
+        before = objects_now(objects) if objects else None
         if tensor.pending_count():
             executor.sync("step")   # work recorded before the step is not part of it
         lazy = [_on_device(v) if isinstance(v, torch.Tensor) else v for v in flat[:n_args]]
@@ -400,6 +427,8 @@ class StepReplayer:
                 raise NotWholeStep("the step changes the layout of the model's or "
                                    "optimizer's state (e.g. the optimizer's first step)",
                                    permanent=False)
+            if objects and objects_now(objects) != before:
+                raise NotWholeStep("the step changes an attribute of an argument object")
             args_in = [v if isinstance(flat[i], LazyTensor) and not v._vw else None
                        for i, v in enumerate(lazy)]
             tr, temps = _record(seen.pop(), slot_of, also, owned, out, rng0, arg_values,
@@ -621,6 +650,26 @@ def _writable_args(tr, flat, owned) -> bool:
         return False
     sts = [id(flat[i]._st) for i in tr.arg_writes]
     return len(set(sts)) == len(sts) and not set(sts) & {id(t._st) for t in owned}
+
+
+_NO_OBJECTS = ((), ())
+
+
+def _with_object_tensors(stamp: StateStamp, tensors: list) -> list:
+    """The state of a call whose arguments hold objects: the model's and optimizer's
+    tensors (``stamp.owned``), then the objects' (each a lazy base tensor held in no other
+    place)."""
+    ids = stamp.owned_ids
+    for t in tensors:
+        if not isinstance(t, LazyTensor) or t._vw:
+            raise NotWholeStep("an argument object holds a tensor that is not a lazy base "
+                               "tensor")
+        if id(t) in ids:
+            raise NotWholeStep("an argument object holds a tensor the model or the "
+                               "optimizer holds")
+    if len(set(map(id, tensors))) != len(tensors):
+        raise NotWholeStep("an argument object holds one tensor in two places")
+    return stamp.owned + tensors
 
 
 def _write_state(writes, owned, results) -> None:

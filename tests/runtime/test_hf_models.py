@@ -196,3 +196,34 @@ def test_a_sliding_window_static_cache_is_traced_with_the_reason():
     assert m["replays"] == 0
     assert m["replay_misses"].get("changes an attribute of an argument object", 0) >= 10, \
         m["replay_misses"]
+
+
+def test_a_decoding_loop_over_a_static_cache_is_replayed_whole():
+    """A decoding loop of one's own over transformers' ``StaticCache`` (its tensors
+    written in place by the forward), the step ``lr.compile_step(fn, model)`` with the
+    cache an argument: every step from the third is replayed without its Python, the
+    tokens as eager torch's."""
+    make, _ = MODELS["llama"]
+    torch.manual_seed(0)
+    model = make().eval()
+    lazy_model = copy.deepcopy(model).to(DEV)
+    ids = _ids(torch.Generator().manual_seed(2), 5)
+    runs = []
+    for m, dev in ((model, None), (lazy_model, DEV)):
+        cache = T.StaticCache(config=m.config, max_cache_len=32)
+
+        def next_token(tok, cache, m=m):
+            out = m(input_ids=tok, past_key_values=cache, use_cache=True)
+            return out.logits[:, -1].argmax(-1, keepdim=True)
+        step = lr.compile_step(next_token, m) if dev else next_token
+        with torch.no_grad():
+            tok = next_token(ids.to(dev) if dev else ids, cache)   # the prompt: traced
+            lr.reset_metrics()
+            toks = []
+            for _ in range(20):
+                tok = step(tok, cache)
+                toks.append(tok.cpu())
+        runs.append(torch.cat(toks, 1))
+    assert torch.equal(runs[1], runs[0])
+    m = lr.metrics()
+    assert m["step_replays"] == 18 and m["fallback_ops"] == {}, m["replay_misses"]

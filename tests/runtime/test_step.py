@@ -708,3 +708,66 @@ def test_a_returned_value_with_a_dynamic_dim_is_replayed():
         torch.testing.assert_close(got.cpu(), body(eager, x))
         torch.testing.assert_close((got + 1).sum(0).cpu(), (body(eager, x) + 1).sum(0))
     assert lr.metrics()["step_replays"] >= 4, lr.metrics()["replay_misses"]
+
+
+# ---- argument objects: a key-value cache passed to the step --------------------------
+
+
+def _cached_decode(how="in place", steps=8, change=None):
+    """The replay tests' ``CachedAttention`` decoding under ``compile_step`` (the cache an
+    argument), against eager torch: (outputs, eager outputs, cache tensors, eager ones,
+    metrics)."""
+    from test_replay import CachedAttention, KVCache
+    torch.manual_seed(4)
+    eager = CachedAttention(how)
+    lazy = copy.deepcopy(eager).to(DEV)
+    xs = [torch.randn(3, 1, 8) for _ in range(steps)]
+    runs = []
+    for model, dev, step in ((eager, None, None), (lazy, DEV, "whole")):
+        cache = KVCache(device=dev)
+        fn = (lambda x, c, model=model: model(x, c)[0])
+        if step:
+            fn = lr.compile_step(fn, model)
+            lr.reset_metrics()
+        outs = []
+        with torch.no_grad():
+            for i, x in enumerate(xs):
+                if change is not None:
+                    change(i, cache, model)
+                outs.append(fn(x.to(dev) if dev else x, cache))
+        runs.append((outs, cache.tensors()))
+    (want, want_cache), (got, got_cache) = runs
+    return got, want, got_cache, want_cache, lr.metrics()
+
+
+def test_a_cache_object_argument_of_a_whole_step_is_state_written_in_place():
+    got, want, got_cache, want_cache, m = _cached_decode()
+    assert m["step_replays"] == 6, m["replay_misses"]
+    for a, b in zip(got + got_cache, want + want_cache):
+        torch.testing.assert_close(a.cpu(), b, rtol=1e-5, atol=1e-6)
+
+
+def _hold_a_parameter(i, cache, model):
+    if i == 0 and cache.layers[0].keys.device.type != "cpu":
+        cache.layers[1].bias = model.qkv[0].bias
+
+
+def _share_one_tensor(i, cache, model):
+    if i == 0:
+        cache.layers[1].values = cache.layers[1].keys
+
+
+@pytest.mark.parametrize("how,change,reason", [
+    ("rebinds", None, "the step changes an attribute of an argument object"),
+    ("counts", None, "the step changes an attribute of an argument object"),
+    ("in place", _hold_a_parameter, "an argument object holds a tensor the model or the "
+                                    "optimizer holds"),
+    ("in place", _share_one_tensor, "an argument object holds one tensor in two places")],
+    ids=["rebinds", "counts", "holds a parameter", "one tensor twice"])
+def test_a_cache_object_a_whole_step_cannot_take_is_traced_with_the_reason(how, change,
+                                                                             reason):
+    got, want, got_cache, want_cache, m = _cached_decode(how, steps=5, change=change)
+    assert m["step_replays"] == 0
+    assert m["replay_misses"].get(f"whole step: {reason}", 0) >= 1, m["replay_misses"]
+    for a, b in zip(got + got_cache, want + want_cache):
+        torch.testing.assert_close(a.cpu(), b, rtol=1e-5, atol=1e-6)
