@@ -24,6 +24,10 @@ And ``model.generate`` of transformers, unmodified (a Llama of the same size, gr
 ``eos_token_id`` set so that each step reads whether the sequences ended), with its
 dynamic cache (grown by ``cat`` every step) and its static one (``index_copy_``).
 
+And a greedy loop of one's own over transformers' ``StaticCache`` (the same Llama), the
+cache an argument of the step: eager, traced, and under ``lr.compile_step`` (the
+cache's tensors state of the step, written back in place).
+
 And ``generate`` with the static cache under ``lr.compile(model, replay=True)``: the
 cache object's tensors are written in place, so its forward is replayed from the
 second decoding step (``replay.object_state``).
@@ -158,6 +162,36 @@ def run_generate(cache: str, base: nn.Module, tokens: int, device, replay=False)
             "replays": m["replays"] if device != "cpu" else 0}
 
 
+def run_own_loop(cache: str, base: nn.Module, tokens: int, device, whole_step=False) -> dict:
+    """One's own greedy loop over transformers' ``StaticCache``: a token a step, the
+    cache an argument of the step (``whole_step``: under ``lr.compile_step``)."""
+    import transformers as T
+    model = copy.deepcopy(base).to(device)
+    lr.clear_cache()
+    kv = T.StaticCache(config=model.config, max_cache_len=tokens + 8)
+
+    def next_token(tok, kv):
+        out = model(input_ids=tok, past_key_values=kv, use_cache=True)
+        return out.logits[:, -1].argmax(-1, keepdim=True)
+    step = lr.compile_step(next_token, model) if whole_step else next_token
+    prompt = (torch.arange(B * 5).reshape(B, 5) % VOCAB).to(device)
+    out, times = [], []
+    start = time.perf_counter()
+    with torch.no_grad():
+        tok = next_token(prompt, kv)
+        lr.reset_metrics()
+        for _ in range(tokens):
+            t = time.perf_counter()
+            tok = step(tok, kv)
+            out.append(tok.cpu())
+            times.append(time.perf_counter() - t)
+    total = time.perf_counter() - start
+    m = lr.metrics()
+    return {"compiles": m["compiles"] if device != "cpu" else 0, "total": total,
+            "median_ms": statistics.median(times[len(times) // 2:]) * 1e3,
+            "tokens": torch.cat(out, 1), "replays": m["step_replays"]}
+
+
 def llama():
     import transformers as T
     config = T.LlamaConfig(vocab_size=VOCAB, hidden_size=D, num_hidden_layers=LAYERS,
@@ -179,18 +213,19 @@ def main(argv=None) -> int:
     cases = [(style, run, base) for style in STYLES]
     try:
         cases += [(f"generate, {c} cache", run_generate, llama()) for c in ("dynamic", "static")]
+        cases.append(("own loop, static cache", run_own_loop, llama()))
     except ImportError:
         print("(transformers is not installed: no generate rows)")
     for style, runner, model in cases:
-        key = style.split(", ")[1].split()[0] if runner is run_generate else style
+        key = style.split(", ")[1].split()[0] if runner is not run else style
         eager = runner(key, model, args.tokens, "cpu")
         rows = [("eager torch", eager)]
         for name, auto in (("lazy, once per shape", False), ("lazy (dynamic)", True)):
             lr.config.automatic_dynamic = auto
             rows.append((name, runner(key, model, args.tokens, dev)))
         lr.config.automatic_dynamic = True
-        if runner is run:
-            r = run(key, model, args.tokens, dev, whole_step=True)
+        if runner is not run_generate:
+            r = runner(key, model, args.tokens, dev, whole_step=True)
             rows.append((f"lazy, compile_step ({r['replays']} replayed)", r))
         elif key == "static":   # (the dynamic cache grows by ``cat``: its forward is traced)
             r = run_generate(key, model, args.tokens, dev, replay=True)
