@@ -755,7 +755,7 @@ class Replayer:
 
 
 _OBJECT_DEPTH = 4   # how deep an argument object is looked into
-_CONTAINERS = (list, tuple, dict)
+_CONTAINERS = (list, tuple, dict, torch.Size)
 
 
 def object_state(v, path: str, depth: int, key: list, tensors: list, where: list) -> None:
