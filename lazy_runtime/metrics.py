@@ -102,6 +102,13 @@ def metrics_report() -> str:
              "  exact compiles  : " + (_fmt_counter(m["exact_compiles"]) or "none"),
              f"  replays         : {m['replays']}  (across sizes: {m['replays_across_sizes']}; "
              f"whole steps: {m['step_replays']})"]
+    misses = sorted(m["replay_misses"].items(), key=lambda kv: -kv[1])
+    if misses:   # (why calls meant to replay were traced: the first thing to look at)
+        lines.append(f"  replay misses   : {sum(n for _, n in misses)}")
+        lines.extend(f"    - {n}x {why}" for why, n in misses[:5])
+        if len(misses) > 5:
+            lines.append(f"    - ... {len(misses) - 5} more reasons in metrics()"
+                         f"[\"replay_misses\"]")
     reasons = m["recompile_reasons"]
     lines.append(f"  compile reasons : {len(reasons)} recorded")
     for r in reasons[-10:]:

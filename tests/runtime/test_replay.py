@@ -537,6 +537,10 @@ def test_a_cache_object_the_replay_cannot_see_through_is_traced_with_a_reason(ho
     m = lr.metrics()
     assert m["replays"] == 0 and any(reason in r for r in m["replay_misses"]), m
     assert_same(got, want, rtol=1e-5, atol=1e-6)
+    # the report says why, most frequent first
+    report = lr.metrics_report()
+    assert f"  replay misses   : {sum(m['replay_misses'].values())}" in report
+    assert any(line.startswith("    - ") and reason in line for line in report.splitlines())
 
 
 def test_a_cache_object_changed_between_calls_is_a_new_signature():
