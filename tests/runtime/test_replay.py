@@ -567,6 +567,39 @@ def test_a_cache_object_changed_between_calls_is_a_new_signature():
     assert lr.metrics()["replays"] == 5, lr.metrics()["replay_misses"]
 
 
+class Context:
+    """An argument object holding a tensor that requires grad."""
+
+    def __init__(self, device=None):
+        self.scale = torch.full((4,), 0.5, device=device, requires_grad=True)
+        self.shift = torch.zeros(4, device=device)
+
+
+class Scaled(nn.Module):
+    def __init__(self):
+        super().__init__()
+        self.fc = nn.Linear(4, 4)
+
+    def forward(self, x, ctx):
+        return self.fc(x) * ctx.scale + ctx.shift
+
+
+def test_gradients_reach_the_tensors_of_an_argument_object():
+    torch.manual_seed(7)
+    eager = Scaled()
+    lazy = lr.compile(copy.deepcopy(eager).to(DEV), replay=True)
+    ctx_e, ctx_l = Context(), Context(DEV)
+    lr.reset_metrics()
+    for _ in range(4):
+        x = torch.randn(3, 4)
+        eager(x, ctx_e).pow(2).sum().backward()
+        lazy(x.to(DEV), ctx_l).pow(2).sum().backward()
+        lr.mark_step()
+    assert lr.metrics()["replays"] == 3, lr.metrics()["replay_misses"]
+    assert_same(ctx_l.scale.grad, ctx_e.scale.grad, rtol=1e-5, atol=1e-5)
+    assert_same(lazy.fc.weight.grad, eager.fc.weight.grad, rtol=1e-5, atol=1e-5)
+
+
 class Opaque:
     """An argument whose attributes cannot be read."""
 
