@@ -2,8 +2,8 @@
 ``replay.module_state`` and ``replay.optimizer_state`` computed with the identity of
 everything they read, so a replay that finds it all unchanged reuses their result (a few
 µs) instead of walking every module again (a quarter of a millisecond for a small
-Llama). Used by the whole-step replay (``step``) and by a replayed forward or optimizer
-step (``compile``)."""
+Llama). Used by the whole-step replay (``step``) and by a replayed forward
+(``compile``)."""
 
 from __future__ import annotations
 
