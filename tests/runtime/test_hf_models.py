@@ -227,3 +227,21 @@ def test_a_decoding_loop_over_a_static_cache_is_replayed_whole():
     assert torch.equal(runs[1], runs[0])
     m = lr.metrics()
     assert m["step_replays"] == 18 and m["fallback_ops"] == {}, m["replay_misses"]
+
+
+def test_the_decoding_example_gives_eager_tokens(capsys):
+    """``examples/inference/decode_llama.py``: both ways of decoding on the lazy device
+    print that their tokens are eager torch's, and that they replayed."""
+    import importlib.util
+    path = Path(__file__).resolve().parents[2] / "examples" / "inference" / "decode_llama.py"
+    spec = importlib.util.spec_from_file_location("decode_llama", path)
+    example = importlib.util.module_from_spec(spec)
+    spec.loader.exec_module(example)
+    assert example.main(["--tokens", "6"]) == 0
+    lines = capsys.readouterr().out.splitlines()
+    generate_line = next(l for l in lines if l.startswith("generate"))
+    loop_line = next(l for l in lines if l.startswith("own loop"))
+    assert "tokens as eager torch's: True" in generate_line, generate_line
+    assert "replayed: 5 forwards" in generate_line, generate_line
+    assert "tokens as eager torch's: True" in loop_line, loop_line
+    assert "3 whole steps" in loop_line, loop_line
