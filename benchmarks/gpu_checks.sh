@@ -9,12 +9,15 @@
 #   4. the training-step benchmark against eager CUDA (RESULTS "lazy_runtime on a GPU"),
 #      then where a replayed step's host time goes (profile_step.py: MLP and GPT);
 #   5. the runtime's tests on XLA:GPU for SUITE_SECONDS, then their failures again on
-#      XLA:CPU, which separates the GPU's failures from the installed torch version's.
+#      XLA:CPU, which separates the GPU's failures from the installed torch version's;
+#   6. decoding with a transformers Llama over a static cache (the forward replayed
+#      through the cache object, one's own loop replayed whole) against eager CUDA:
+#      examples/inference/decode_llama.py, where transformers is installed.
 #
 #   bash benchmarks/gpu_checks.sh [OUT_DIR] [SUITE_SECONDS]
 #   STEPS="1 4ph 5" bash benchmarks/gpu_checks.sh ...  # some steps only (4ph: the parts of
 #       a step timed, 4x: the same under XLA launch options, 4p: profiled, without step 4's
-#       benchmark; 5b: step 5's failures rerun on XLA:CPU). Default: all but 4x.
+#       benchmark; 5b: step 5's failures rerun on XLA:CPU). Default: all but 4x and 6.
 #   SUITE_ORDER=reverse ...   # step 5 runs the files after the first ones in reverse order
 #                             # (the other half of a suite a time limit cut short before)
 # Logs, and RESULTS.md after step 4, go to OUT_DIR (default /tmp/gpu_checks).
@@ -128,5 +131,16 @@ test_lowerings_special test_lowerings test_lowerings_sweep test_heap"
 } > "$out/suite.log" 2>&1
 grep -E "(FAILED|ERROR) " "$out/suite.log" | sort -u | head -40
 tail -3 "$out/suite.log"
+fi
+if want 6; then
+  {
+    step 6 decoding over a static cache
+    if $py -c "import transformers" 2>/dev/null; then
+      timeout 180 $py -W ignore examples/inference/decode_llama.py --tokens 32 --device cuda \
+        | head -2
+    else
+      echo "transformers is not installed: no decoding check"
+    fi
+  } 2>&1 | tee "$out/decode.log"
 fi
 echo "done $(date +%T)"

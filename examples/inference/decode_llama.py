@@ -12,7 +12,7 @@ prompt over transformers' static KV cache, two ways:
 Both give eager torch's tokens. Printed: whether they do, the milliseconds a token of a
 warm run of each (eager torch's beside them) and the metrics report.
 
-    python examples/inference/decode_llama.py [--tokens N]
+    python examples/inference/decode_llama.py [--tokens N] [--device cuda]
 """
 
 import argparse
@@ -46,9 +46,9 @@ def generate(model, tokens, device=None):
     return out[:, PROMPT:].cpu()
 
 
-def own_loop(model, tokens, device=None):
-    """A greedy loop of one's own over ``StaticCache``; on the lazy device its step is
-    ``lr.compile_step``'s. The new tokens."""
+def own_loop(model, tokens, device=None, whole_step=False):
+    """A greedy loop of one's own over ``StaticCache``; with ``whole_step`` (on the lazy
+    device) its step is ``lr.compile_step``'s. The new tokens."""
     import transformers as T
     import lazy_runtime as lr
     cache = T.StaticCache(config=model.config, max_cache_len=PROMPT + tokens)
@@ -57,7 +57,7 @@ def own_loop(model, tokens, device=None):
         out = model(input_ids=tok, past_key_values=cache, use_cache=True)
         return out.logits[:, -1].argmax(-1, keepdim=True)
 
-    step = lr.compile_step(next_token, model) if device is not None else next_token
+    step = lr.compile_step(next_token, model) if whole_step else next_token
     with torch.no_grad():
         tok = next_token(prompt() if device is None else prompt().to(device), cache)
         out = [tok.cpu()]
@@ -77,17 +77,22 @@ def main(argv=None):
     import lazy_runtime as lr
     parser = argparse.ArgumentParser(description=__doc__.splitlines()[0])
     parser.add_argument("--tokens", type=int, default=48)
-    tokens = parser.parse_args(argv).tokens
+    parser.add_argument("--device", default=None,
+                        help="eager torch's device for the comparison (default: the CPU)")
+    args = parser.parse_args(argv)
+    tokens, eager_dev = args.tokens, args.device
     dev = lr.device()
     model = make_model()
     lazy = lr.compile(copy.deepcopy(model).to(dev), replay=True)
-    for name, run in (("generate", generate), ("own loop", own_loop)):
-        want = run(model, tokens)
+    model = model.to(eager_dev) if eager_dev else model
+    for name, run, kw in (("generate", generate, {}),
+                          ("own loop", own_loop, {"whole_step": True})):
+        want = run(model, tokens, eager_dev)
         for _ in range(2):   # (the first run compiles; the second may still, once)
-            got = run(lazy, tokens, dev)
+            got = run(lazy, tokens, dev, **kw)
         lr.reset_metrics()
-        lazy_ms = _ms_per_token(lambda: run(lazy, tokens, dev), tokens)
-        eager_ms = _ms_per_token(lambda: run(model, tokens), tokens)
+        lazy_ms = _ms_per_token(lambda: run(lazy, tokens, dev, **kw), tokens)
+        eager_ms = _ms_per_token(lambda: run(model, tokens, eager_dev), tokens)
         m = lr.metrics()
         print(f"{name:9s}: tokens as eager torch's: {torch.equal(got, want)}; "
               f"{lazy_ms:.2f} ms a token (eager torch {eager_ms:.2f}); replayed: "
