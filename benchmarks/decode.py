@@ -154,7 +154,7 @@ def run_generate(cache: str, base: nn.Module, tokens: int, device, replay=False)
         with torch.no_grad():
             out = model.generate(prompt.to(device), **kw).cpu()
         runs.append(time.perf_counter() - start)
-        if not runs[1:]:
+        if len(runs) == 1:   # (the first call's metrics)
             m = lr.metrics()
             lr.reset_metrics()
     return {"compiles": m["compiles"] if device != "cpu" else 0, "total": runs[0],

@@ -21,7 +21,7 @@ import types
 import torch
 
 from .dynamic import mark_dynamic
-from .replay import Replayer, module_state, optimizer_state
+from .replay import Replayer, optimizer_state
 from .replay_sizes import SizePolicy
 from .state_stamp import StampedModuleState
 from .tensor import LazyTensor
@@ -89,7 +89,7 @@ def compile(model, shapes=None, replay=None):  # noqa: A001  (the public name of
     forward = model.forward
     # replay across sizes only where the analyzer vouches for forward's size arithmetic
     sizes = SizePolicy.from_plan(control) if replay else None
-    inner = Replayer(forward, StampedModuleState(model, module_state), sizes=sizes) \
+    inner = Replayer(forward, StampedModuleState(model), sizes=sizes) \
         if replay else forward
     if not marks and not replay:
         return model

@@ -350,7 +350,7 @@ class _Capture:
 
     def __init__(self, entry, forward, args, kwargs, tensors, snapshot_of, objects=()):
         self.entry = entry
-        self.objects = objects
+        self.object_index = {id(o): i for i, o in enumerate(objects)}
         self.forward = forward
         self.args, self.kwargs = args, kwargs
         self.tensors = tensors
@@ -403,9 +403,8 @@ class _Capture:
                 raise NotReplayable("returns a tensor that is not on the lazy device")
             elif type(v) in _CONSTS:
                 consts.append(("const", v))
-            elif any(v is o for o in self.objects):   # (a cache handed back, as HF's is)
-                consts.append(("object", next(i for i, o in enumerate(self.objects)
-                                              if v is o)))
+            elif id(v) in self.object_index:   # (a cache handed back, as HF's is)
+                consts.append(("object", self.object_index[id(v)]))
             else:
                 raise NotReplayable(f"returns a {type(v).__name__}")
         mutations = []

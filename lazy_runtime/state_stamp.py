@@ -13,6 +13,7 @@ import operator
 
 import torch.nn.modules.module as _nn_module
 
+from .replay import module_state
 from .tensor import LazyTensor
 from .traced_numbers import NUMBER
 
@@ -188,16 +189,15 @@ class StampedModuleState:
     not part of it (a forward does not read them; a training loop replaces them every
     step)."""
 
-    def __init__(self, model, compute):
+    def __init__(self, model):
         self.model = model
-        self.compute = compute
         self.stamp = None
 
     def __call__(self):
         stamp = self.stamp
         if stamp is not None and stamp.holds():
             return stamp.snap, stamp.owned
-        snap, owned = self.compute(self.model)
+        snap, owned = module_state(self.model)
         self.stamp = StateStamp(snap, owned, self.model, None, grads=False)
         return snap, owned
 

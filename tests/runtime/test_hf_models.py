@@ -30,6 +30,15 @@ def _ids(g, n=10):
     return torch.randint(0, 99, (2, n), generator=g)
 
 
+def _generate_both(model, lazy_model, ids, kw):
+    """(``lazy_model.generate``'s ids on the CPU, eager ``model.generate``'s), the
+    metrics counting the lazy call only."""
+    with torch.no_grad():
+        want = model.generate(ids, **kw)
+        lr.reset_metrics()
+        return lazy_model.generate(ids.to(DEV), **kw).cpu(), want
+
+
 MODELS = {
     # encoder with a padding mask, sequence classification
     "bert": (lambda: T.BertForSequenceClassification(T.BertConfig(
@@ -122,10 +131,7 @@ def test_llama_generate_matches_eager_with_a_few_compiles_not_one_per_token(cach
     kw = dict(max_new_tokens=40, do_sample=False, pad_token_id=0, eos_token_id=98)
     if cache:
         kw["cache_implementation"] = cache
-    with torch.no_grad():
-        want = model.generate(ids, **kw)
-        lr.reset_metrics()
-        got = lazy_model.generate(ids.to(DEV), **kw).cpu()
+    got, want = _generate_both(model, lazy_model, ids, kw)
     assert torch.equal(got, want) and got.shape[1] == 45
     m = lr.metrics()
     assert m["graphs_executed"] >= 40, m["sync_reasons"]
@@ -157,10 +163,7 @@ def test_llama_generate_with_a_static_cache_replays_its_forward(monkeypatch):
     for seed in (2, 3):
         inlined.clear()
         ids = _ids(torch.Generator().manual_seed(seed), 5)
-        with torch.no_grad():
-            want = model.generate(ids, **kw)
-            lr.reset_metrics()
-            got = lazy_model.generate(ids.to(DEV), **kw).cpu()
+        got, want = _generate_both(model, lazy_model, ids, kw)
         assert torch.equal(got, want)
         m = lr.metrics()
         # the prefill is traced (its cache is not yet on the device: the reason counted)
@@ -187,10 +190,7 @@ def test_a_sliding_window_static_cache_is_traced_with_the_reason():
     ids = _ids(torch.Generator().manual_seed(2), 5)
     kw = dict(max_new_tokens=12, do_sample=False, pad_token_id=0, eos_token_id=98,
               cache_implementation="static")   # (past the window of 8 from token 4 on)
-    with torch.no_grad():
-        want = model.generate(ids, **kw)
-        lr.reset_metrics()
-        got = lazy_model.generate(ids.to(DEV), **kw).cpu()
+    got, want = _generate_both(model, lazy_model, ids, kw)
     assert torch.equal(got, want)
     m = lr.metrics()
     assert m["replays"] == 0
