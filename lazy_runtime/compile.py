@@ -21,7 +21,8 @@ import types
 import torch
 
 from .dynamic import mark_dynamic
-from .replay import Replayer, optimizer_state
+from .optimizer_replay import OptimizerReplayer
+from .replay import Replayer
 from .replay_sizes import SizePolicy
 from .state_stamp import StampedModuleState
 from .tensor import LazyTensor
@@ -125,9 +126,11 @@ def compile_optimizer(opt, capturable: bool = True):
     Replay needs every step-dependent value on the device: with ``capturable=True`` (the
     default here) optimizers that have the option (Adam, AdamW, ...) keep their step count
     as a device tensor and compute the bias corrections in the graph. Hyper-parameters are
-    guarded by value: a learning rate that changes every step is traced every step,
-    unless it is a tensor (moved to the device here; a scheduler fills it in place and
-    the replay reads it like state).
+    guarded by value until two steps differ only in some numbers' values (a learning rate
+    a scheduler sets): those are then followed (``optimizer_replay``), and a step at a
+    value never traced replays once three values are traced. A hyper-parameter held in a
+    tensor is moved to the device here (a scheduler fills it in place and the replay
+    reads it like state).
     Where ``foreach`` is left to torch (None), it is set (torch picks the ``_foreach_*``
     path for lazy tensors anyway, see ``ops.foreach.make_default_for``): the per-tensor
     loop applies each hyper-parameter to each parameter as a separate number; the
@@ -148,7 +151,7 @@ def compile_optimizer(opt, capturable: bool = True):
                 not group.get("differentiable", False):   # (torch refuses those with foreach)
             group["foreach"] = True
     step = opt.step
-    replayer = Replayer(step, functools.partial(optimizer_state, opt), differentiable=False)
+    replayer = OptimizerReplayer(opt, step)
 
     def replayed_step(self, *args, **kwargs):
         return replayer(*args, **kwargs)

@@ -110,3 +110,8 @@ def followed(positions) -> None:
     _emit("replays", logging.INFO, "whole step: int argument(s) at flat position(s) %s "
           "followed (a replay computes what depends on them)",
           ", ".join(map(str, sorted(positions))))
+
+
+def followed_hyper_parameters(names) -> None:
+    _emit("replays", logging.INFO, "optimizer step: hyper-parameter(s) %s followed (a "
+          "replay computes what depends on them)", ", ".join(names))

@@ -11,7 +11,8 @@ From then on, a call with the same signature records one ``CALL`` node per direc
 (``ir.make_node(template, ...)``), so a training step's graph holds a handful of nodes
 where tracing recorded hundreds. The executor lowers a CALL by running the template's
 body; a graph that runs padded inlines its CALLs only when padded values flow into them.
-``compile_optimizer`` replays ``opt.step()`` the same way (no autograd: only writes).
+``compile_optimizer`` replays ``opt.step()`` the same way (no autograd: only writes), and
+follows the hyper-parameters a schedule changes (``optimizer_replay.py``).
 
 A signature never traced whose only difference from traced ones is the size of dynamic
 dims can be *predicted* from them when the plan vouches for forward's size arithmetic
@@ -66,6 +67,10 @@ TEMPLATE_PREFIX = "replay."   # a template's name (``str(op)``: what an exact pl
 CALLS_MADE = [False]
 
 
+# The host values of the scalar inputs of CALLs at other scalars than their templates'.
+_OTHER_SCALARS: "weakref.WeakKeyDictionary" = weakref.WeakKeyDictionary()
+
+
 # A leaf kept in a template's body: a Python scalar of the call (a hyper-parameter, a
 # scale) is a constant of its template, which is keyed by name.
 _BAKE = ("bake",)
@@ -112,9 +117,18 @@ class Template:
 
     __repr__ = __str__
 
-    def call(self, inputs: list) -> ir.Node:
+    def call(self, inputs: list, scalars=None) -> ir.Node:
+        """A CALL node over ``inputs``; ``scalars``: its Python scalars at other values
+        (a float64 array in the order of ``scalar_array``: a followed learning rate)."""
         CALLS_MADE[0] = True
-        if self.scalar_array is not None:
+        if scalars is not None:
+            # (born -1: no length to guess; a whole step's trace that keys the numbers by
+            # value may take it for the replay's constant, as it does ``scalar_array``)
+            leaf = ir.computed_leaf(put_host(scalars), (len(scalars),), torch.float64)
+            ir.REPLAYED_CONSTS.add(leaf)
+            _OTHER_SCALARS[leaf] = scalars   # (what ``instantiate`` bakes)
+            inputs = list(inputs) + [leaf]
+        elif self.scalar_array is not None:
             inputs = list(inputs) + [self.scalar_array]
         return ir.make_node(self, self.args, (), tuple(inputs), self.shapes, self.dtypes)
 
@@ -130,9 +144,14 @@ class Template:
         """The body as ordinary nodes over ``inputs`` (for graphs that run padded)."""
         vals = []
         k = 0
+        # a call at other scalars (``call(inputs, scalars)``) has them in its last input
+        other = _OTHER_SCALARS.get(inputs[-1]) if self.scalar_array is not None else None
+        j = 0
         for n, wires in zip(self.nodes, self.wiring):
             if n.op is ir.SCALAR:
-                vals.append(n)
+                vals.append(n if other is None else
+                            ir.leaf(ir.SCALAR, float(other[j]), (), torch.float64))
+                j += 1
             elif n.op in ir.LEAVES:
                 vals.append(inputs[k])
                 k += 1
@@ -265,6 +284,7 @@ class _Entry:
         self.aliases = ()           # (position, earlier position) holding the same value
         self.size_parts = None      # (skeleton, ints), for replay across sizes
         self.synthesized = False    # made by replay_sizes, not traced
+        self.scalars = None         # the template's Python scalars at other values
 
     def fail(self, reason: str) -> None:
         self.state = "never"
@@ -298,9 +318,10 @@ class _Entry:
                 out.append(lookup(s))
         return out
 
-    def run_forward(self, tensors):
+    def run_forward(self, tensors, scalars=None):
         nodes = [node_of(t) for t in tensors]
-        call = self.fwd.call(self._inputs(self.fwd_slots, self.fwd_rng, lambda s: nodes[s[1]]))
+        call = self.fwd.call(self._inputs(self.fwd_slots, self.fwd_rng, lambda s: nodes[s[1]]),
+                             self.scalars if scalars is None else scalars)
         for j, k in self.mutations:   # in-place writes happen before a call returns
             set_node(tensors[j]._st, ir.getitem(call, k))
         outs = [new_base(ir.getitem(call, i)) for i in range(self.n_out)]
@@ -610,6 +631,10 @@ class Replayer:
         except NotReplayable as e:
             METRICS.replay_miss(str(e))
             return self.forward(*args, **kwargs)
+        return self._call(key, tensors, family, objects, args, kwargs)
+
+    def _call(self, key, tensors, family, objects, args, kwargs):
+        """Replay the entry of signature ``key``, or capture it."""
         e = self.entries.get(key)
         if e is None:
             e = self._from_family(family, tensors) if family is not None else None
@@ -878,9 +903,9 @@ def _numbers(v) -> int | None:
     """For a hyper-parameter that is a number (an int or a float: not a bool), 0; for a
     non-empty tuple of numbers (Adam's ``betas``), its length; else None."""
     t = type(v)
-    if t in NUMBER:
+    if t in NUMBER or isinstance(v, Followed):
         return 0
-    if t is tuple and v and all(type(x) in NUMBER for x in v):
+    if t is tuple and v and all(type(x) in NUMBER or isinstance(x, Followed) for x in v):
         return len(v)
     return None
 
@@ -897,7 +922,9 @@ def optimizer_state(opt, numbers: list | None = None):
     ``numbers``: where given, a list that gets the place of each hyper-parameter that is
     a number, (group index, key, None), or a tuple of numbers, (group index, key, index)
     for each item; the snapshot then holds their kind, not their values (the caller
-    reads those each call: ``compile_step`` follows a learning rate a scheduler sets)."""
+    reads those each call: ``compile_step`` and ``compile_optimizer`` follow a learning rate
+    a scheduler sets; one followed by a trace, a ``traced_numbers.Followed``, is a number
+    too). Without it, a followed one is refused (a whole step's trace follows it)."""
     if opt._optimizer_step_pre_hooks or opt._optimizer_step_post_hooks:
         raise NotReplayable("optimizer step hooks are registered")
     snap = []

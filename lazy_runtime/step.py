@@ -71,7 +71,6 @@ tensor is a plain result (no ``grad_fn``): the step must do its own ``backward``
 from __future__ import annotations
 
 import collections
-import contextlib
 import dataclasses
 import operator
 import sys
@@ -405,7 +404,7 @@ class StepReplayer:
         executor.BARRIER_OBSERVERS.append(lambda *a: seen.append(a))
         try:
             args, kwargs = pytree.tree_unflatten(lazy, spec)
-            with traced_numbers.recording(tape), _hyper_parameters(stamp, hyper) as set_inside:
+            with traced_numbers.recording(tape), step_numbers.hyper_parameters(stamp.reads, hyper) as set_inside:
                 out = self.fn(*args, **kwargs)
             if tensor.pending_count():
                 executor.sync("step")
@@ -604,42 +603,6 @@ class StepReplayer:
             executor.written(refs, [t._st for t in leaves if isinstance(t, LazyTensor)]
                              + [flat[i]._st for i in tr.arg_writes])
         return pytree.tree_unflatten(leaves, tr.out_spec)
-
-
-@contextlib.contextmanager
-def _hyper_parameters(stamp, traced: dict):
-    """Within: the optimizer's followed hyper-parameters (``traced``: number index ->
-    ``TracedFloat``/``TracedInt``) hold their traced values. Yields a list that, after,
-    names each the step set itself (then left as it set it, made plain)."""
-    set_inside = []
-    if not traced:
-        yield set_inside
-        return
-    put = {}   # (group, key) -> (the group, the value put there, the original)
-    for j, t in traced.items():
-        g, k, i, _ = stamp.reads[j]
-        _, new, old = put.get((id(g), k), (g, None, g[k]))
-        if i is not None:
-            new = list(new if new is not None else old)
-            new[i] = t
-            new = tuple(new)
-        else:
-            new = t
-        put[(id(g), k)] = (g, new, old)
-        g[k] = new
-    try:
-        yield set_inside
-    finally:
-        for (_, k), (g, new, old) in put.items():
-            now = g.get(k)
-            if now is new:
-                g[k] = old
-            else:
-                set_inside.append(k)
-                if type(now) is tuple:
-                    g[k] = tuple(map(traced_numbers.plain, now))
-                elif now is not None:
-                    g[k] = traced_numbers.plain(now)
 
 
 def _writable_args(tr, flat, owned) -> bool:

@@ -40,12 +40,13 @@ clipping, the one such computation that bends, is checked, above).
 
 from __future__ import annotations
 
+import contextlib
 import dataclasses
 
 import numpy as np
 
 from . import dynamic
-from .traced_numbers import NUMBER, evaluate, guards_hold
+from .traced_numbers import NUMBER, evaluate, guards_hold, plain
 
 MIN_ENVS = 3        # values a family is traced at before it vouches for others
 MAX_FAMILIES = 8    # confirmed families kept per signature (a branch or a bucket each)
@@ -294,3 +295,41 @@ def add_trace(entry, tr, agree_traces) -> None:
                 return
     entry.pending.append(tr)
     del entry.pending[:-MAX_PENDING]
+
+
+@contextlib.contextmanager
+def hyper_parameters(reads, traced: dict):
+    """Within: an optimizer's followed hyper-parameters (``traced``: number index ->
+    ``TracedFloat``/``TracedInt``; ``reads``: per number index, (its group, key, index in
+    a tuple or None, the tuple's length), as ``StateStamp.reads``) hold their traced
+    values. Yields a list that, after, names each the step set itself (then left as it
+    set it, made plain)."""
+    set_inside = []
+    if not traced:
+        yield set_inside
+        return
+    put = {}   # (group, key) -> (the group, the value put there, the original)
+    for j, t in traced.items():
+        g, k, i, _ = reads[j]
+        _, new, old = put.get((id(g), k), (g, None, g[k]))
+        if i is not None:
+            new = list(new if new is not None else old)
+            new[i] = t
+            new = tuple(new)
+        else:
+            new = t
+        put[(id(g), k)] = (g, new, old)
+        g[k] = new
+    try:
+        yield set_inside
+    finally:
+        for (_, k), (g, new, old) in put.items():
+            now = g.get(k)
+            if now is new:
+                g[k] = old
+            else:
+                set_inside.append(k)
+                if type(now) is tuple:
+                    g[k] = tuple(map(plain, now))
+                elif now is not None:
+                    g[k] = plain(now)

@@ -1,0 +1,247 @@
+"""``compile_optimizer`` under a learning-rate schedule (``lazy_runtime/optimizer_replay.py``):
+the hyper-parameters a scheduler changes are followed, and ``opt.step()`` replays at
+values never traced. Checked bit for bit against the same run traced op by op, against
+eager torch, and for each refusal: a use the record cannot follow, a constant made from
+the learning rate, a branch on it, a step that sets it."""
+
+import copy
+
+import numpy as np
+import pytest
+import torch
+import torch.nn as nn
+
+import lazy_runtime as lr
+from lazy_runtime import replay
+from conftest import DEV, assert_same
+
+STEPS = 14
+SCHEDULES = {
+    "lambda": lambda o: torch.optim.lr_scheduler.LambdaLR(o, lambda s: 1.0 / (1 + s)),
+    # (cycles Adam's betas, or SGD's momentum, with the learning rate)
+    "onecycle": lambda o: torch.optim.lr_scheduler.OneCycleLR(o, max_lr=0.05,
+                                                              total_steps=40),
+}
+OPTIMIZERS = {
+    "sgd": lambda ps: torch.optim.SGD(ps, lr=0.1, momentum=0.9, weight_decay=1e-3),
+    "adam": lambda ps: torch.optim.Adam(ps, lr=0.01),
+    "adamw": lambda ps: torch.optim.AdamW(ps, lr=0.01, weight_decay=0.05),
+}
+
+
+def make_model():
+    torch.manual_seed(0)
+    return nn.Sequential(nn.Linear(8, 16), nn.Tanh(), nn.Linear(16, 1))
+
+
+def run(model, opt, schedule, dev, steps=STEPS):
+    """Train ``steps`` steps on fixed batches; (losses, parameters on the CPU)."""
+    g = torch.Generator().manual_seed(1)
+    losses = []
+    for _ in range(steps):
+        x = torch.randn(4, 8, generator=g)
+        loss = model(x.to(dev) if dev else x).pow(2).mean()
+        loss.backward()
+        opt.step()
+        opt.zero_grad()
+        schedule.step()
+        if dev:
+            lr.mark_step()
+        losses.append(loss.item())
+    return losses, [p.detach().cpu() for p in model.parameters()]
+
+
+def lazy_run(make_opt, make_schedule, compiled: bool, steps=STEPS):
+    model = make_model().to(DEV)
+    opt = make_opt(model.parameters())
+    for group in opt.param_groups:   # the traced run computes as compile_optimizer's does
+        if "capturable" in group:
+            group["capturable"] = True
+        if group.get("foreach", False) is None:
+            group["foreach"] = True
+    if compiled:
+        lr.compile_optimizer(opt)
+    schedule = make_schedule(opt)
+    lr.reset_metrics()
+    return run(model, opt, schedule, DEV, steps), lr.metrics()
+
+
+def compiled_run(make_opt, make_schedule):
+    """``lazy_run`` with ``compile_optimizer``, checked bit for bit against the same run
+    traced op by op; (losses, parameters, metrics)."""
+    (traced, _), ((losses, params), m) = (lazy_run(make_opt, make_schedule, c)
+                                          for c in (False, True))
+    assert losses == traced[0]
+    for a, b in zip(params, traced[1]):
+        assert torch.equal(a, b)
+    return losses, params, m
+
+
+@pytest.mark.parametrize("schedule", SCHEDULES)
+@pytest.mark.parametrize("optimizer", OPTIMIZERS)
+def test_a_scheduled_optimizer_replays_at_new_values_bit_for_bit(optimizer, schedule):
+    make_opt, make_schedule = OPTIMIZERS[optimizer], SCHEDULES[schedule]
+    losses, params, m = compiled_run(make_opt, make_schedule)
+    # step 1 makes the state, 2 is captured by value, 3 learns that the numbers change,
+    # 3-5 are traced at three values: 6-14 replay at values never traced
+    assert m["replays"] == STEPS - 5, m["replay_misses"]
+    eager = make_model()
+    opt_e = make_opt(eager.parameters())
+    want_losses, want_params = run(eager, opt_e, make_schedule(opt_e), None)
+    assert losses == pytest.approx(want_losses, rel=1e-4, abs=1e-6)
+    for a, b in zip(params, want_params):
+        assert_same(a, b, rtol=1e-4, atol=1e-6, what="parameter")
+
+
+def test_a_step_schedule_replays_each_new_value_on_one_executable():
+    """StepLR: each value repeats; the first traced at a value is replayed by value on
+    the template of the first traced at another (one executable, not one per value)."""
+    make_opt = OPTIMIZERS["adamw"]
+
+    def make_schedule(o):
+        return torch.optim.lr_scheduler.StepLR(o, step_size=3, gamma=0.5)
+    lr.clear_cache()
+    _, _, m = compiled_run(make_opt, make_schedule)
+    # traced: steps 1 (state made), 2 (captured), 4, 7 and 10 (new values); the rest
+    # replayed, by value and (13, 14) by the family of 4, 7 and 10
+    assert m["replays"] == STEPS - 5, m["replay_misses"]
+    # the two graphs with a replayed step: the value captured before numbers were
+    # followed, and the one template of every later value (the traced graphs were
+    # compiled by the traced run)
+    assert m["compiles"] == 2, m["recompile_reasons"]
+
+
+class RoundingSGD(torch.optim.SGD):
+    """SGD whose step rounds its learning rate: a use the record cannot follow."""
+
+    @torch.no_grad()
+    def step(self, closure=None):
+        for g in self.param_groups:
+            for p in g["params"]:
+                p.add_(p.grad, alpha=-round(g["lr"], 4))
+
+
+class TensorLrSGD(torch.optim.SGD):
+    """SGD that makes a tensor of its learning rate on the host: a constant of each
+    trace, which differs between traces."""
+
+    @torch.no_grad()
+    def step(self, closure=None):
+        for g in self.param_groups:
+            rate = torch.tensor(g["lr"]).to(g["params"][0].device)
+            for p in g["params"]:
+                p.sub_(p.grad * rate)
+
+
+class BranchingSGD(torch.optim.SGD):
+    """SGD that takes another path below a learning rate: a guard."""
+
+    @torch.no_grad()
+    def step(self, closure=None):
+        for g in self.param_groups:
+            for p in g["params"]:
+                p.add_(p.grad, alpha=-g["lr"] if g["lr"] > 0.03 else -3 * g["lr"])
+
+
+class DecayingSGD(torch.optim.SGD):
+    """SGD that decays its own learning rate: a step that sets a hyper-parameter."""
+
+    @torch.no_grad()
+    def step(self, closure=None):
+        for g in self.param_groups:
+            for p in g["params"]:
+                p.add_(p.grad, alpha=-g["lr"])
+            g["lr"] = g["lr"] * 0.99
+
+
+@pytest.mark.parametrize("cls, replays, reason", [
+    (RoundingSGD, 0, "used in a way a replay cannot follow (round())"),
+    (TensorLrSGD, 0, None),
+    (BranchingSGD, 6, None),   # (above 0.03 two values traced, below a family: 4-6)
+    (DecayingSGD, 0, "sets a hyper-parameter"),
+], ids=["pinned", "host-constant", "branch", "sets-lr"])
+def test_followed_numbers_never_replay_what_they_cannot_vouch_for(cls, replays, reason):
+    """Each step is right (as eager torch's); replayed only where the record vouches."""
+    def make_schedule(o):   # 0.1, 0.05, 0.033, ... crosses BranchingSGD's 0.03 at step 4
+        return torch.optim.lr_scheduler.LambdaLR(o, lambda s: 1.0 / (1 + s))
+    steps = 12
+    (losses, params), m = lazy_run(lambda ps: cls(ps, lr=0.1), make_schedule, True, steps)
+    eager = make_model()
+    opt_e = cls(eager.parameters(), lr=0.1)
+    want_losses, want_params = run(eager, opt_e, make_schedule(opt_e), None, steps)
+    assert losses == pytest.approx(want_losses, rel=1e-4, abs=1e-6)
+    for a, b in zip(params, want_params):
+        assert_same(a, b, rtol=1e-4, atol=1e-6, what="parameter")
+    assert m["replays"] == replays, m["replay_misses"]
+    if reason is not None:
+        assert any(reason in r for r in m["replay_misses"]), m["replay_misses"]
+
+
+def test_an_optimizer_followed_by_a_whole_step_is_left_to_it():
+    """Under ``compile_step``'s trace the groups hold its ``TracedFloat``s: the
+    optimizer's own replayer refuses, and the whole step follows the numbers."""
+    model = make_model().to(DEV)
+    opt = lr.compile_optimizer(torch.optim.AdamW(model.parameters(), lr=0.01))
+    schedule = torch.optim.lr_scheduler.LambdaLR(opt, lambda s: 1.0 / (1 + s))
+
+    def step(x):
+        loss = model(x).pow(2).mean()
+        loss.backward()
+        opt.step()
+        opt.zero_grad()
+        return loss
+
+    whole = lr.compile_step(step, model, opt)
+    eager = make_model()
+    opt_e = torch.optim.AdamW(eager.parameters(), lr=0.01)
+    schedule_e = torch.optim.lr_scheduler.LambdaLR(opt_e, lambda s: 1.0 / (1 + s))
+    lr.reset_metrics()
+    g = torch.Generator().manual_seed(1)
+    for _ in range(10):
+        x = torch.randn(4, 8, generator=g)
+        got = whole(x).item()
+        loss_e = eager(x).pow(2).mean()
+        loss_e.backward()
+        opt_e.step()
+        opt_e.zero_grad()
+        schedule.step()
+        schedule_e.step()
+        assert got == pytest.approx(loss_e.item(), rel=1e-5)
+    m = lr.metrics()
+    assert m["step_replays"] > 0, m["replay_misses"]
+    assert any("followed by a whole step's trace" in r for r in m["replay_misses"])
+
+
+def test_a_template_inlined_at_other_scalars_computes_what_its_call_does():
+    """A graph that runs padded inlines a CALL: at scalars other than its template's, the
+    inlined body takes the call's (``Template.instantiate``), not the baked ones."""
+    rp = replay.Replayer(lambda x, a: x * a + 1.5, lambda: ((), []), differentiable=False)
+    x = torch.randn(3, 4)
+    xl = x.to(DEV)
+    rp(xl, 2.0)
+    (e,) = rp.entries.values()
+    assert e.state == "ready"
+    values = np.asarray([n.value for n in e.fwd.nodes if n.op == "scalar"], np.float64)
+    assert sorted(values.tolist()) == [1.5, 2.0]
+    scalars = values * 3   # x * 6 + 4.5, whichever order the template holds them in
+    call = e.fwd.call([xl._st.node], scalars)
+    called = replay.new_base(replay.ir.getitem(call, 0))
+    (inlined,) = replay.inline([replay.ir.getitem(call, 0)])
+    assert_same(called, x * 6 + 4.5, rtol=1e-6, atol=1e-6)
+    assert_same(replay.new_base(inlined), x * 6 + 4.5, rtol=1e-6, atol=1e-6)
+
+
+def test_each_compiled_optimizer_follows_its_own_numbers():
+    """Following is per optimizer: another one, its learning rate constant, is keyed by
+    value (replayed from its second step)."""
+    model = make_model().to(DEV)
+    other = copy.deepcopy(model)
+    a = lr.compile_optimizer(torch.optim.SGD(model.parameters(), lr=0.1))
+    b = lr.compile_optimizer(torch.optim.SGD(other.parameters(), lr=0.1))
+    sa = torch.optim.lr_scheduler.LambdaLR(a, lambda s: 1.0 / (1 + s))
+    lr.reset_metrics()
+    run(model, a, sa, DEV, 8)
+    assert lr.metrics()["replays"] == 8 - 4
+    lr.reset_metrics()
+    run(other, b, torch.optim.lr_scheduler.ConstantLR(b, factor=1.0, total_iters=1), DEV, 4)
+    assert lr.metrics()["replays"] == 4 - 1
