@@ -30,7 +30,10 @@ then on, when the forward is not a function of those: it synchronizes (``.item()
 eager fallback), reads a device tensor that is neither an argument, a parameter nor a
 buffer, changes a module's plain attributes or an argument object's (an attribute given
 another tensor: a cache grown by ``cat``), returns an argument or a non-contiguous view,
-or runs hooks. Random ops draw from the
+writes into a view argument in part or into one whose storage another of its tensors
+shares, or runs hooks. A view argument written whole is written back through the view at
+a replay; which arguments share a storage (and their view chains) is part of the
+signature. Random ops draw from the
 lazy stream exactly as tracing would, so a replayed run equals a traced one bit for bit.
 
 Replay is for forwards whose control flow depends only on shapes and constant attributes
@@ -55,7 +58,7 @@ from . import autocast, ir, random, replay_sizes
 from .dynamic import leaf_marks, put_host
 from .metrics import METRICS
 from .ops.registry import Lowering
-from .tensor import LazyTensor, new_base, node_of, pending_order, set_node
+from .tensor import LazyTensor, new_base, node_of, pending_order, write
 from .traced_numbers import NUMBER, Followed
 
 _CONSTS = (int, float, bool, str, type(None), torch.dtype, torch.device)
@@ -285,6 +288,7 @@ class _Entry:
         self.size_parts = None      # (skeleton, ints), for replay across sizes
         self.synthesized = False    # made by replay_sizes, not traced
         self.scalars = None         # the template's Python scalars at other values
+        self.view_writes = ()       # positions of views written (their storage their own)
 
     def fail(self, reason: str) -> None:
         self.state = "never"
@@ -323,7 +327,7 @@ class _Entry:
         call = self.fwd.call(self._inputs(self.fwd_slots, self.fwd_rng, lambda s: nodes[s[1]]),
                              self.scalars if scalars is None else scalars)
         for j, k in self.mutations:   # in-place writes happen before a call returns
-            set_node(tensors[j]._st, ir.getitem(call, k))
+            write(tensors[j], ir.getitem(call, k))   # (through a view: into its base)
         outs = [new_base(ir.getitem(call, i)) for i in range(self.n_out)]
         return call, nodes, outs
 
@@ -387,6 +391,9 @@ class _Capture:
                 aliases.append((j, first))
         entry.aliases = tuple(aliases)
         self.before = [t._st.node for t in tensors]
+        # the storage values of view arguments: a template reads a view's value only
+        # through its own place (one written in place is written back through the view)
+        self.view_bases = {id(t._st.node) for t in tensors if t._vw} - set(self.boundary)
 
     def run(self):
         """Trace the forward; cut its template. Returns the flat outputs (tensors are the
@@ -430,10 +437,12 @@ class _Capture:
                 raise NotReplayable(f"returns a {type(v).__name__}")
         mutations = []
         for j, (t, n0) in enumerate(zip(self.tensors, self.before)):
-            if t._st.node is not n0:
-                if t._vw:
-                    raise NotReplayable("writes into a view of an argument")
-                mutations.append((j, t._st.node))
+            if t._st.node is not n0:   # (a view's: the value written through it)
+                mutations.append((j, node_of(t)))
+        e.view_writes = tuple(j for j, _ in mutations if self.tensors[j]._vw)
+        if not _own_storages(self.tensors, e.view_writes):
+            raise NotReplayable("writes into a view whose storage another of its tensors "
+                                "shares")
         # replayed writes keep the traced order of the pending registry (graph outputs,
         # hence keys, follow it)
         order = pending_order([self.tensors[j]._st for j, _ in mutations])
@@ -457,10 +466,15 @@ class _Capture:
         boundary = self.boundary
         mark = self.mark
 
+        view_bases = self.view_bases
+
         def slot_of(n):
             j = boundary.get(id(n))
             if j is not None:
                 return ("arg", j)
+            if id(n) in view_bases:
+                raise NotReplayable("reads the storage of a view argument beyond the view "
+                                    "(writes part of it)")
             return mark.leaf_slot(n) if n.op in ir.LEAVES else None
 
         return _cut(outputs, slot_of)
@@ -817,10 +831,17 @@ def object_state(v, path: str, depth: int, key: list, tensors: list, where: list
 
 
 def _alias_pattern(tensors: list) -> tuple:
-    """(position, earlier position) of each tensor that is one met before."""
+    """(position, earlier position, how) of each tensor whose storage is one met before:
+    how is True for one tensor in two places, else the two tensors' view chains (a write
+    through one changes the other: the template holds for that overlap only)."""
     first: dict = {}
-    return tuple((j, first[id(t)]) for j, t in enumerate(tensors)
-                 if first.setdefault(id(t), j) != j)
+    out = []
+    for j, t in enumerate(tensors):
+        k = first.setdefault(id(t._st), j)
+        if k != j:
+            o = tensors[k]
+            out.append((j, k, True if o is t else (o._vw, t._vw)))
+    return tuple(out)
 
 
 def objects_now(objects: list, keep: bool = False) -> tuple:
@@ -852,8 +873,19 @@ def _look_into(v, key: list, tensors: list, where: list) -> None:
 
 
 def _aliases_hold(entry, tensors) -> bool:
-    """Whether the tensors that held one value when ``entry`` was captured still do."""
-    return all(node_of(tensors[j]) is node_of(tensors[k]) for j, k in entry.aliases)
+    """Whether the tensors that held one value when ``entry`` was captured still do, and
+    the views it writes have storages of their own."""
+    return all(node_of(tensors[j]) is node_of(tensors[k]) for j, k in entry.aliases) and \
+        (not entry.view_writes or _own_storages(tensors, entry.view_writes))
+
+
+def _own_storages(tensors, positions) -> bool:
+    """Whether no other of ``tensors`` shares the storage of those at ``positions`` (a
+    write through one would change the other behind a template's back)."""
+    if not positions:
+        return True
+    counts = collections.Counter(id(t._st) for t in tensors)
+    return all(counts[id(tensors[j]._st)] == 1 for j in positions)
 
 
 def _fits(entry, tensors) -> bool:
