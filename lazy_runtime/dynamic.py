@@ -326,6 +326,8 @@ class Cx:
         self.site = None
         self.derived: set = set()  # symbols made by ``derive`` in this pass
         self.shrunk: dict = {}    # derived symbol -> (its base symbol, k): size n(base) - k
+        # derived symbol -> its pieces in order (symbols and ints): a cat of dynamic pieces
+        self.sums: dict = {}
         self.bases: dict = {}     # derived symbol -> the symbol it follows from
         self.slice_marks: dict = {}  # node index -> symbol: a slice whose length varies
         self.offset_marks: dict = {}  # node index -> name: a cut whose start varies

@@ -19,6 +19,9 @@ Rules by family:
   symbol ``T-1`` (``Cx.shrink``: padded like T, no copy); their backward (slice/select
   scatter) writes at the same positions; a strided slice compiles exactly. roll rotates
   the true positions; flip flips and rolls back.
+* cat of two or more dynamic pieces: the sum symbol ``(P+A)`` (``Cx.sums``), padded to the
+  sum of the pieces' padded sizes; a slice (or its scatter) that is one piece has that
+  piece's symbol, at the true size before it (``_piece``).
 * slice/select and their scatter of a *concrete* dim at a moving start (``Cx.offset``):
   ``lax.dynamic_slice``/``dynamic_update_slice`` at a start read at run time.
 * convolution (and its backward): batch dims pass through; a padded spatial dim is zeroed
@@ -361,6 +364,34 @@ def _offset_place_fn(ctx, env, in_lays, base, src, d, start, step):
     return base.at[(slice(None),) * d + (at + step * jnp.arange(src.shape[d]),)].set(src)
 
 
+def _piece(cx, sym, lo, hi):
+    """(the dim of the piece of sum symbol ``sym`` (``Cx.sums``) that ``[lo, hi)`` cuts
+    out, maybe shifted (``logits[:, P - 1:-1]``, the answer's predictions), its start as
+    a position spec), or None. A dynamic piece is known by its length and start in this
+    trace, as ``Cx.symbolize`` knows a size (a trace where they coincide otherwise keys
+    apart); the nearest one of that length is taken, and its start must be a constant or
+    one symbol's true size plus a constant. (A cut of a constant length is read from the
+    front or the end as elsewhere.)"""
+    pieces = cx.sums.get(sym)
+    if pieces is None:
+        return None
+    found = None
+    at, start = 0, 0   # a piece's true start here, and as a spec (None: two symbols)
+    for p in pieces:
+        n = cx.sizes[p] if type(p) is str else p
+        shift = lo - at
+        if type(p) is str and hi - lo == n and start is not None \
+                and (found is None or abs(shift) < abs(found[2])):
+            spec = start + shift if type(start) is int else (start[0], start[1] - shift)
+            found = ((p,), spec, shift)
+        if type(p) is str:
+            start = (p, -start) if type(start) is int else None
+        elif start is not None:
+            start = start + p if type(start) is int else (start[0], start[1] - p)
+        at += n
+    return None if found is None else found[:2]
+
+
 @pad_rule(aten.slice.Tensor)
 def pad_slice(node, ins, cx):
     (lay,) = ins
@@ -401,6 +432,12 @@ def pad_slice(node, ins, cx):
     if step != 1 or m == 0:
         raise NoPadRule(node.op, f"slice of step {step} or empty inside a dynamic dim",
                         retry=False)
+    piece = _piece(cx, sym, lo, hi)
+    if piece is not None:   # one piece of a cat of dynamic pieces (that cat's backward)
+        out[d], start = piece
+        if start == 0:
+            return Pad(tuple(out), args=(x, d, 0, SymSize(out[d]), 1))
+        return Pad(tuple(out), args=(x, d, start), fn=_slice_fn, tag="slice")
     n = cx.sizes[sym]
     start = _pos_spec(lo, n, sym)
     if type(start) is int and _pos_spec(hi, n, sym) != hi:
@@ -448,7 +485,10 @@ def pad_slice_scatter(node, ins, cx):
     lo, hi, step = slice_bounds(node.args[3:], dsize(base[d], cx.sizes))
     if step != 1:
         raise NoPadRule(node.op, "slice_scatter of step > 1 into a dynamic dim", retry=False)
-    if src_sym is not None:   # a dynamic slice starts where the forward slice started
+    piece = _piece(cx, sym, lo, hi) if sym is not None else None
+    if piece is not None and piece[0] == src[d]:   # a piece of a cat of dynamic pieces
+        start, size = piece[1], (src_sym, 0) if src_sym is not None else hi - lo
+    elif src_sym is not None:   # a dynamic slice starts where the forward slice started
         start, size = lo, (src_sym, 0)
     else:
         start, size = _pos_spec(lo, cx.sizes[sym], sym), hi - lo
@@ -541,12 +581,21 @@ def pad_cat(node, ins, cx):
     if not any(syms):
         out[d] = (node.shape[d],)
         return Pad(tuple(out))
-    # one dynamic piece of a symbol shrunk by k, k or fewer concrete elements around it
     dyn = [s for s in syms if s is not None]
+    sizes = tuple((s, 0) if s is not None else lay[d][0] for s, (_, lay) in zip(syms, parts))
+    if len(dyn) > 1:
+        # (prompt and answer): a symbol of its own, the sum of the pieces' true sizes,
+        # padded to the sum of their padded sizes (one executable per bucket of each)
+        pieces = tuple(s if s is not None else lay[d][0] for s, (_, lay) in zip(syms, parts))
+        padded = sum(cx.buckets[p] if type(p) is str else p for p in pieces)
+        name = cx.derive(f"({'+'.join(map(str, pieces))})", node.shape[d], padded, dyn[0])
+        cx.sums[name] = pieces
+        out[d] = (name,)
+        return Pad(tuple(out), args=(tuple(t for t, _ in parts), d, sizes), fn=_cat_fn,
+                   tag="cat")
+    # one dynamic piece of a symbol shrunk by k, k or fewer concrete elements around it
     rest = node.shape[d] - cx.sizes[dyn[0]]
     base, k = cx.shrunk.get(dyn[0], (dyn[0], 0))
-    if len(dyn) > 1:
-        raise NoPadRule(node.op, "cat of two dynamic pieces", _syms(*ins))
     if rest > k:   # it grows: T + g, padded to that size's bucket (a token appended to ids)
         grown = cx.sizes[base] + rest - k
         need = bucket(grown, base)
@@ -558,7 +607,6 @@ def pad_cat(node, ins, cx):
                             base),)
     else:
         out[d] = (cx.shrink(base, k - rest) if k > rest else base,)
-    sizes = tuple((s, 0) if s is not None else lay[d][0] for s, (_, lay) in zip(syms, parts))
     return Pad(tuple(out), args=(tuple(t for t, _ in parts), d, sizes), fn=_cat_fn, tag="cat")
 
 

@@ -101,6 +101,39 @@ def test_slices_selects_cat_roll_inside_a_padded_dim_at_random_sizes():
     assert m["buckets"]["T"] == [16] and m["buckets"]["T-1"] == [16]
 
 
+def prompt_and_answer(p, a, w):
+    """A prompt (B, P, C) and an answer (B, A, C) of lengths of their own, concatenated
+    along time (with a separator in between, once), and read across it."""
+    h = torch.cat([p @ w, a @ w], 1)                             # (B, P+A, C)
+    sep = torch.cat([p, p.new_zeros(p.shape[0], 1, p.shape[2]), a], 1)
+    return {"attn": F.softmax(h.sum(-1), 1), "pooled": h.mean(1), "last": h[:, -1],
+            "first": h[:, 0], "answer": h[:, p.shape[1]:] * 2, "sep": sep.amax(1),
+            "predicts_answer": h[:, p.shape[1] - 1:-1] * 3,   # the shifted cut of LM losses
+            "h": h * 1.0}
+
+
+def test_a_cat_of_two_dynamic_pieces_runs_padded_at_random_sizes():
+    """Each piece keeps its symbol; the cat's is their sum, padded to the sum of their
+    buckets; its backward cuts each piece back out at the other's true size."""
+    w = torch.randn(4, 4, generator=torch.Generator().manual_seed(3)).requires_grad_()
+
+    def inputs(n):
+        g = torch.Generator().manual_seed(n)
+        return torch.randn(2, n, 4, generator=g), torch.randn(2, 5 + n % 4, 4, generator=g)
+
+    sizes = _sizes(9, 16, 4, seed=4)
+    assert len({5 + n % 4 for n in sizes}) > 1
+    m = _check_padded(prompt_and_answer, inputs, [(1, "P"), (1, "A")], sizes, params=(w,),
+                      rtol=1e-4, atol=1e-4)
+    assert m["exact_compiles"] == {}, m["recompile_reasons"]
+    assert m["compiles"] == 1 and m["padded_executions"] == len(sizes), m["recompile_reasons"]
+    assert m["buckets"]["(P+A)"] == [24], m["buckets"]
+    # another bucket of one piece: one executable more
+    m = _check_padded(prompt_and_answer, lambda n: inputs(n)[:1] + (torch.randn(2, 3, 4),),
+                      [(1, "P"), (1, "A")], [12], params=(w,), rtol=1e-4, atol=1e-4)
+    assert m["compiles"] == 1 and m["exact_compiles"] == {}, m["recompile_reasons"]
+
+
 def test_sort_and_topk_along_a_concrete_dim_of_a_padded_batch():
     def ranked(x, w):
         y = x @ w
