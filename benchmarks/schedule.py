@@ -3,7 +3,7 @@ rate a float (set by the scheduler every step: followed, ``lazy_runtime/step_num
 and a tensor (``lr=torch.tensor(...)``, torch's advice for schedules under torch.compile:
 the scheduler fills it in place), and against the step traced with its forward replayed
 (``lr.compile(model, replay=True)``) and ``lr.compile_optimizer`` (a float learning rate
-followed by the optimizer's own replay, ``lazy_runtime/optimizer_replay.py``).
+followed by the optimizer's own replay, ``lazy_runtime/replay_numbers.py``).
 
     python benchmarks/schedule.py [--steps 40]
 

@@ -22,7 +22,7 @@ import torch
 
 from .dynamic import mark_dynamic
 from .optimizer_replay import OptimizerReplayer
-from .replay import Replayer
+from .replay_numbers import ForwardReplayer
 from .replay_sizes import SizePolicy
 from .state_stamp import StampedModuleState
 from .tensor import LazyTensor
@@ -76,7 +76,9 @@ def compile(model, shapes=None, replay=None):  # noqa: A001  (the public name of
     plan also vouches for forward's size arithmetic (``size_arithmetic``), so does a call
     at dynamic sizes never traced (``replay_sizes.py``). An argument may be a plain
     object holding tensors (a key-value cache, written in place): see
-    ``replay.object_state``.
+    ``replay.object_state``. An int or float argument that changes between calls
+    (a sampler's noise level) is followed where the call runs without autograd
+    (``replay_numbers.py``): replayed at values never traced once three are.
     """
     if not callable(getattr(model, "forward", None)):
         raise TypeError(f"lazy_runtime.compile takes a module (something with a forward), "
@@ -90,7 +92,7 @@ def compile(model, shapes=None, replay=None):  # noqa: A001  (the public name of
     forward = model.forward
     # replay across sizes only where the analyzer vouches for forward's size arithmetic
     sizes = SizePolicy.from_plan(control) if replay else None
-    inner = Replayer(forward, StampedModuleState(model), sizes=sizes) \
+    inner = ForwardReplayer(forward, StampedModuleState(model), sizes=sizes) \
         if replay else forward
     if not marks and not replay:
         return model
@@ -127,7 +129,7 @@ def compile_optimizer(opt, capturable: bool = True):
     default here) optimizers that have the option (Adam, AdamW, ...) keep their step count
     as a device tensor and compute the bias corrections in the graph. Hyper-parameters are
     guarded by value until two steps differ only in some numbers' values (a learning rate
-    a scheduler sets): those are then followed (``optimizer_replay``), and a step at a
+    a scheduler sets): those are then followed (``replay_numbers``), and a step at a
     value never traced replays once three values are traced. A hyper-parameter held in a
     tensor is moved to the device here (a scheduler fills it in place and the replay
     reads it like state).

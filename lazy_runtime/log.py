@@ -112,6 +112,6 @@ def followed(positions) -> None:
           ", ".join(map(str, sorted(positions))))
 
 
-def followed_hyper_parameters(names) -> None:
-    _emit("replays", logging.INFO, "optimizer step: hyper-parameter(s) %s followed (a "
-          "replay computes what depends on them)", ", ".join(names))
+def followed_numbers(owner: str, names) -> None:
+    _emit("replays", logging.INFO, "%s: %s followed (a replay computes what depends on "
+          "them)", owner, ", ".join(names))

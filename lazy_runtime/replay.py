@@ -12,7 +12,8 @@ From then on, a call with the same signature records one ``CALL`` node per direc
 where tracing recorded hundreds. The executor lowers a CALL by running the template's
 body; a graph that runs padded inlines its CALLs only when padded values flow into them.
 ``compile_optimizer`` replays ``opt.step()`` the same way (no autograd: only writes), and
-follows the hyper-parameters a schedule changes (``optimizer_replay.py``).
+follows the hyper-parameters a schedule changes (``replay_numbers.py``, which also follows
+a forward's number arguments that change, where it runs without autograd).
 
 A signature never traced whose only difference from traced ones is the size of dynamic
 dims can be *predicted* from them when the plan vouches for forward's size arithmetic
@@ -77,6 +78,13 @@ _OTHER_SCALARS: "weakref.WeakKeyDictionary" = weakref.WeakKeyDictionary()
 # A leaf kept in a template's body: a Python scalar of the call (a hyper-parameter, a
 # scale) is a constant of its template, which is keyed by name.
 _BAKE = ("bake",)
+
+
+class NumberEntry(tuple):
+    """A number argument's entry of a signature, (type, value): told apart from the
+    others by its type (``replay_numbers`` follows numbers that change)."""
+
+    __slots__ = ()
 
 
 class NotReplayable(Exception):
@@ -752,6 +760,8 @@ class Replayer:
                 key.append((tuple(v.shape), v.dtype, v.requires_grad))
             elif isinstance(v, torch.Tensor):
                 raise NotReplayable("an argument is not on the lazy device")
+            elif type(v) in NUMBER:   # (followed once it changes: ``replay_numbers``)
+                key.append(NumberEntry((type(v), v)))
             elif type(v) in _CONSTS:
                 key.append((type(v), v))
             else:

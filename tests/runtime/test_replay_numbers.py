@@ -1,8 +1,10 @@
-"""``compile_optimizer`` under a learning-rate schedule (``lazy_runtime/optimizer_replay.py``):
-the hyper-parameters a scheduler changes are followed, and ``opt.step()`` replays at
-values never traced. Checked bit for bit against the same run traced op by op, against
-eager torch, and for each refusal: a use the record cannot follow, a constant made from
-the learning rate, a branch on it, a step that sets it."""
+"""Replay at numbers never traced (``lazy_runtime/replay_numbers.py``): ``compile_optimizer``
+under a learning-rate schedule (the hyper-parameters a scheduler changes are followed, and
+``opt.step()`` replays at values never traced), and a forward given numbers that change
+(a sampler's step and noise level). Checked bit for bit against the same run traced op by
+op, against eager torch, and for each refusal: a use the record cannot follow, a constant
+made from the learning rate, a branch on it, a step that sets it, a number that sets a
+shape, and a forward with autograd (its numbers stay keyed by value)."""
 
 import copy
 
@@ -245,3 +247,78 @@ def test_each_compiled_optimizer_follows_its_own_numbers():
     lr.reset_metrics()
     run(other, b, torch.optim.lr_scheduler.ConstantLR(b, factor=1.0, total_iters=1), DEV, 4)
     assert lr.metrics()["replays"] == 4 - 1
+
+
+class Denoiser(nn.Module):
+    """One step of a sampler: the step's embedding and the noise level are Python numbers
+    (an int and a float) that change every call; the path taken depends on the level."""
+
+    def __init__(self):
+        super().__init__()
+        self.lin = nn.Linear(8, 8)
+        self.freqs = nn.Parameter(torch.randn(4), requires_grad=False)
+
+    def forward(self, x, t, sigma):
+        emb = torch.cat([torch.sin(self.freqs * t), torch.cos(self.freqs * t)])
+        h = self.lin(x + emb) / (sigma ** 2 + 1) ** 0.5
+        return x - sigma * h if sigma > 0.1 else h
+
+
+def sample(model, x, steps=20, dev=None):
+    x = x.to(dev) if dev else x.clone()
+    with torch.no_grad():
+        for i in range(steps):
+            x = model(x, steps - i, 2.0 * 0.8 ** i)
+            if dev:
+                lr.mark_step()
+    return x.cpu() if dev else x
+
+
+def test_a_forward_replays_at_numbers_never_traced_without_autograd():
+    torch.manual_seed(0)
+    eager = Denoiser()
+    x = torch.randn(3, 8)
+    traced = sample(copy.deepcopy(eager).to(DEV), x, dev=DEV)
+    model = lr.compile(copy.deepcopy(eager).to(DEV), replay=True)
+    lr.reset_metrics()
+    got = sample(model, x, dev=DEV)
+    assert torch.equal(got, traced)
+    assert_same(got, sample(eager, x), rtol=1e-5, atol=1e-5)
+    m = lr.metrics()
+    # call 1 is captured by value, 2 learns that both numbers change, 2-4 are traced at
+    # three values, 5-14 replay; the level passes 0.1 at call 15 (the other branch):
+    # 15-17 are traced, 18-20 replay
+    assert m["replays"] == 13 and m["replay_misses"] == {}, m
+
+
+class Sized(nn.Module):
+    def forward(self, x, n):
+        return x[:n] * n + torch.ones(n, x.shape[1], device=x.device)
+
+
+def test_numbers_that_set_shapes_or_run_with_autograd_are_keyed_by_value():
+    """A number that sets a cut and a shape changes the template: its traces never form a
+    family, so only values seen before replay. With autograd the numbers are not followed
+    (the backward's numbers come from torch's C++ formulas)."""
+    model = lr.compile(Sized(), replay=True)
+    x = torch.randn(9, 3)
+    lr.reset_metrics()
+    with torch.no_grad():
+        for n in (2, 3, 4, 5, 6, 7, 3, 4):
+            assert_same(model(x.to(DEV), n), x[:n] * n + 1, rtol=1e-6, atol=1e-6)
+    assert lr.metrics()["replays"] == 2   # (3 and 4 again)
+    torch.manual_seed(0)
+    eager = Denoiser()
+    lazy = lr.compile(copy.deepcopy(eager).to(DEV), replay=True)
+    lazy.lin.weight.requires_grad_(True)
+    lr.reset_metrics()
+    for i in range(6):
+        sigma = 0.5 + i / 10
+        out = lazy(x[:3, :].repeat(1, 3)[:, :8].to(DEV), 3, sigma)
+        out.sum().backward()
+        want = eager(x[:3, :].repeat(1, 3)[:, :8], 3, sigma)
+        want.sum().backward()
+        assert_same(out, want, rtol=1e-5, atol=1e-6)
+        assert_same(lazy.lin.weight.grad, eager.lin.weight.grad, rtol=1e-5, atol=1e-6)
+    m = lr.metrics()
+    assert m["replays"] == 0 and m["replay_misses"] == {}, m
