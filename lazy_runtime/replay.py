@@ -822,6 +822,10 @@ def object_state(v, path: str, depth: int, key: list, tensors: list, where: list
         key.append((tuple(v.shape), v.dtype, v.requires_grad))
     elif isinstance(v, torch.Tensor):
         raise NotReplayable(f"the argument's {path} is a tensor not on the lazy device")
+    elif isinstance(v, Followed):   # (its value is not in its ``__dict__``)
+        raise NotReplayable("an argument is a number a whole step's trace follows" if
+                            depth == 0 else f"the argument's {path} is a number a whole "
+                            "step's trace follows")
     elif depth >= _OBJECT_DEPTH:
         raise NotReplayable(f"the argument's {path} nests deeper than {_OBJECT_DEPTH}")
     elif t in _CONTAINERS:

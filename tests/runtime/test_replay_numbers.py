@@ -322,3 +322,31 @@ def test_numbers_that_set_shapes_or_run_with_autograd_are_keyed_by_value():
         assert_same(lazy.lin.weight.grad, eager.lin.weight.grad, rtol=1e-5, atol=1e-6)
     m = lr.metrics()
     assert m["replays"] == 0 and m["replay_misses"] == {}, m
+
+
+class Scaled(nn.Module):
+    def __init__(self):
+        super().__init__()
+        self.lin = nn.Linear(4, 4)
+
+    def forward(self, x, scale):
+        return self.lin(x) * scale
+
+
+def test_a_replayed_forward_given_a_number_a_whole_step_follows_is_traced_inside_it():
+    """``compile_step`` passes a number it follows as a ``TracedFloat`` (a float with a
+    ``__dict__``): the forward's replayer refuses it (it was looked into as an object
+    whose value is not in its ``__dict__``, and replayed at the first value seen), so the
+    step records the forward's arithmetic on it and replays whole."""
+    torch.manual_seed(0)
+    eager = Scaled()
+    lazy = lr.compile(copy.deepcopy(eager).to(DEV), replay=True)
+    step = lr.compile_step(lambda x, s: lazy(x, s), lazy)
+    x = torch.randn(2, 4)
+    lr.reset_metrics()
+    with torch.no_grad():
+        for i in range(10):
+            assert_same(step(x, 1.0 + i / 2), eager(x, 1.0 + i / 2), rtol=1e-5, atol=1e-6)
+    m = lr.metrics()
+    assert m["step_replays"] == 6, m["replay_misses"]
+    assert m["replay_misses"] == {"an argument is a number a whole step's trace follows": 3}
