@@ -14,7 +14,7 @@ from __future__ import annotations
 
 import torch
 
-from ..tensor import node_of
+from ..tensor import new_base, node_of
 from .foreach import with_shared_scalars
 from .registry import decomposition
 
@@ -147,7 +147,14 @@ def _kept_if_skipped(found_inf, new, old):
 
 
 def _as_float64(lr):
-    return lr.reshape(()).to(torch.float64) if isinstance(lr, torch.Tensor) else lr
+    """The learning rate as a 0-d float64 tensor: a tensor lr's own; a float's, one input
+    of the graph (what the kernel derives from it, ``1 - lr * weight_decay``, is then
+    computed in the graph, in float64 as in Python: the same numbers, and one input a
+    replay that follows a scheduled lr can link to it, ``replay_numbers``)."""
+    if isinstance(lr, torch.Tensor):
+        return lr.reshape(()).to(torch.float64)
+    from ..dispatch import _scalar_leaf
+    return new_base(_scalar_leaf(float(lr)))
 
 
 def _fused_adam(params, grads, exp_avgs, exp_avg_sqs, max_exp_avg_sqs, state_steps, *, lr,
@@ -164,12 +171,13 @@ def _fused_adam(params, grads, exp_avgs, exp_avg_sqs, max_exp_avg_sqs, state_ste
         mul, add, div = aten.mul, aten.add, aten.div
         outs = [[] for _ in range(5)]
         corrections: dict = {}
+        decay = 1 - lr * weight_decay if decoupled and weight_decay != 0 else None
         for i, (p, g, m, v, s) in enumerate(zip(params, grads, exp_avgs, exp_avg_sqs,
                                                  state_steps)):
             P, G, g_out = _gradient(p, g, grad_scale, maximize,
                                     0 if decoupled else weight_decay)
-            if decoupled and weight_decay != 0:
-                P = _rec(mul, P, _compute(1 - lr * weight_decay, P.dtype))
+            if decay is not None:
+                P = _rec(mul, P, _compute(decay, P.dtype))
             M = _rec(aten.lerp, _opmath(m), G, 1 - beta1)
             V = _rec(add, _rec(mul, _opmath(v), beta2), _rec(mul, _rec(mul, G, 1 - beta2), G))
             new = [None, g_out, _as(M, m.dtype), _as(V, v.dtype)]

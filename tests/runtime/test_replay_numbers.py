@@ -28,6 +28,8 @@ OPTIMIZERS = {
     "sgd": lambda ps: torch.optim.SGD(ps, lr=0.1, momentum=0.9, weight_decay=1e-3),
     "adam": lambda ps: torch.optim.Adam(ps, lr=0.01),
     "adamw": lambda ps: torch.optim.AdamW(ps, lr=0.01, weight_decay=0.05),
+    # (its decomposition takes a float lr as one graph input, so a replay links to it)
+    "adamw-fused": lambda ps: torch.optim.AdamW(ps, lr=0.01, weight_decay=0.05, fused=True),
 }
 
 
@@ -59,7 +61,7 @@ def lazy_run(make_opt, make_schedule, compiled: bool, steps=STEPS):
     for group in opt.param_groups:   # the traced run computes as compile_optimizer's does
         if "capturable" in group:
             group["capturable"] = True
-        if group.get("foreach", False) is None:
+        if group.get("foreach", False) is None and not group.get("fused"):
             group["foreach"] = True
     if compiled:
         lr.compile_optimizer(opt)
@@ -79,8 +81,11 @@ def compiled_run(make_opt, make_schedule):
     return losses, params, m
 
 
-@pytest.mark.parametrize("schedule", SCHEDULES)
-@pytest.mark.parametrize("optimizer", OPTIMIZERS)
+@pytest.mark.parametrize("optimizer, schedule", [
+    (o, s) for o in OPTIMIZERS for s in SCHEDULES
+    # (OneCycleLR cycles betas[0] too, and the fused kernel's decomposition derives
+    # 1 - beta1 on the host: that number links to nothing, so that step is traced)
+    if not (o == "adamw-fused" and s == "onecycle")])
 def test_a_scheduled_optimizer_replays_at_new_values_bit_for_bit(optimizer, schedule):
     make_opt, make_schedule = OPTIMIZERS[optimizer], SCHEDULES[schedule]
     losses, params, m = compiled_run(make_opt, make_schedule)
