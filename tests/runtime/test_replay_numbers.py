@@ -355,3 +355,35 @@ def test_a_replayed_forward_given_a_number_a_whole_step_follows_is_traced_inside
     m = lr.metrics()
     assert m["step_replays"] == 6, m["replay_misses"]
     assert m["replay_misses"] == {"an argument is a number a whole step's trace follows": 3}
+
+
+def test_a_whole_step_with_a_fused_optimizer_follows_its_scheduled_lr():
+    """The fused kernel's learning rate is one graph input, which ``compile_step`` links
+    to the followed lr (it derived ``1 - lr * weight_decay`` on the host before)."""
+    def train(dev):
+        torch.manual_seed(0)
+        model = make_model()
+        if dev:
+            model = model.to(dev)
+        opt = torch.optim.AdamW(model.parameters(), lr=0.01, weight_decay=0.1, fused=True)
+        schedule = torch.optim.lr_scheduler.LambdaLR(opt, lambda s: 1 / (1 + s))
+
+        def step(x):
+            loss = model(x).pow(2).mean()
+            loss.backward()
+            opt.step()
+            opt.zero_grad()
+            return loss
+        step = lr.compile_step(step, model, opt) if dev else step
+        g = torch.Generator().manual_seed(1)
+        lr.reset_metrics()
+        losses = []
+        for _ in range(12):
+            losses.append(step(torch.randn(4, 8, generator=g)).item())
+            schedule.step()
+        return losses
+    got = train(DEV)
+    m = lr.metrics()
+    assert got == pytest.approx(train(None), rel=1e-4, abs=1e-6)
+    # step 1 makes the state, 2 is keyed by value, 3 follows the lr, 3-5 form the family
+    assert m["step_replays"] == 7, m["replay_misses"]
