@@ -22,7 +22,9 @@ dims can be *predicted* from them when the plan vouches for forward's size arith
 The signature (the guard) is exact: argument structure, constants, tensor shapes, dtypes
 and ``requires_grad``; the module tree's parameters and buffers (identity,
 ``requires_grad``), its plain attributes (ints, floats, bools, strings, None: a flag
-flipped between calls changes the signature), ``training`` and grad mode. An argument
+flipped between calls changes the signature) and its other attributes by value (tuples,
+lists, dicts, numpy numbers, plain objects such as a ``config``: ``attribute_value``),
+``training`` and grad mode. An argument
 that is a plain Python object (a key-value cache: transformers' ``StaticCache``) is
 looked into (``object_state``): its types, attribute names, plain values and tensors'
 layouts join the signature, its tensors are read and written in place as parameters
@@ -924,17 +926,20 @@ def module_state(module):
         raise NotReplayable("global module hooks are registered")
     snap = []
     owned = []
-    seen = set()
+    seen = set()   # (tensors' ids; and objects' ids, each looked into once)
     for m in module.modules():
         d = m.__dict__
         if d["_forward_hooks"] or d["_forward_pre_hooks"] or d["_backward_hooks"] \
                 or d.get("_backward_pre_hooks"):
             raise NotReplayable("module hooks are registered")
         for k, v in d.items():
-            if type(v) in _SIMPLE_ATTRS:
-                snap.append((k, v))
+            t = type(v)
+            if t in _SIMPLE_ATTRS:
+                snap.append((k, t, v))   # (the type too: ``x * 2`` and ``x * 2.0`` differ)
             elif isinstance(v, torch.Tensor):
                 snap.append((k, id(v)))
+            elif k not in _MODULE_TABLES and not isinstance(v, _nn_module.Module):
+                snap.append((k, attribute_value(v, f"{type(m).__name__}.{k}", seen)))
         for table in (d["_parameters"], d["_buffers"]):
             for k, t in table.items():
                 if t is None or id(t) in seen:
@@ -943,6 +948,53 @@ def module_state(module):
                 owned.append(t)
                 snap.append((k, id(t), t.requires_grad, tuple(t.shape), t.dtype))
     return tuple(snap), owned
+
+
+_MAX_ITEMS = 256   # items of a container attribute kept by value
+_ATTR_DEPTH = 4    # how deep a module attribute is looked into
+# a module's own tables (``module_state`` reads them apart)
+_MODULE_TABLES = frozenset(("_parameters", "_buffers", "_modules"))
+
+
+def attribute_value(v, where: str, seen: set, depth: int = 0):
+    """A module attribute that is not a plain number (a tuple or list: ``kernel_size``,
+    weights a forward reads; a numpy number; a dict; an object: the model's ``config``),
+    by value, for a replay's signature (types too). Inside it: a tensor by identity, a
+    plain object's attributes by value (once per object, ``seen``), what else it holds
+    (a function, a module, what nests deeper) by type: assumed unchanged. A number a whole
+    step's trace follows is refused: its value is ``compile_step``'s to link.
+    ``state_stamp`` watches the same lists, dicts and objects for changes in place."""
+    t = type(v)
+    if t in _CONSTS:
+        return t, v
+    if isinstance(v, Followed):
+        raise NotReplayable(f"the module attribute {where} is a number a whole step's "
+                            "trace follows")
+    if isinstance(v, np.generic):
+        return t, v.item()
+    if isinstance(v, torch.Tensor):
+        return "tensor", id(v)
+    if depth >= _ATTR_DEPTH:
+        return t, None
+    if (t is tuple or t is list) and len(v) <= _MAX_ITEMS:
+        return t, tuple(attribute_value(x, where, seen, depth + 1) for x in v)
+    if t is dict and len(v) <= _MAX_ITEMS:
+        return t, tuple((k, attribute_value(x, where, seen, depth + 1))
+                        for k, x in v.items())
+    if watched_object(v):
+        if id(v) in seen:
+            return t, id(v)
+        seen.add(id(v))
+        return t, id(v), tuple((k, attribute_value(x, where, seen, depth + 1))
+                               for k, x in vars(v).items())
+    return t, None
+
+
+def watched_object(v) -> bool:
+    """Whether ``v`` is a plain object whose attributes a replay reads by value (a
+    config): not a module, a function, a class or a C object."""
+    return hasattr(v, "__dict__") and not callable(v) and not isinstance(
+        v, (type, _nn_module.Module, torch.Tensor, dict))
 
 
 def _numbers(v) -> int | None:

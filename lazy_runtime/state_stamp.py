@@ -11,9 +11,10 @@ import collections
 import itertools
 import operator
 
+import torch
 import torch.nn.modules.module as _nn_module
 
-from .replay import module_state
+from .replay import _ATTR_DEPTH, module_state, watched_object
 from .tensor import LazyTensor
 from .traced_numbers import NUMBER
 
@@ -78,6 +79,7 @@ class StateStamp:
                   _nn_module._global_backward_hooks, _nn_module._global_backward_pre_hooks]
         lists = []
         tensors, params = [], []
+        watched: set = set()
         if model is not None:
             for m in model.modules():
                 d = m.__dict__
@@ -86,6 +88,10 @@ class StateStamp:
                     dict, collections.OrderedDict))
                 tensors.extend(t for t in d["_parameters"].values() if t is not None)
                 tensors.extend(t for t in d["_buffers"].values() if t is not None)
+                # attributes read by value (``replay.attribute_value``): lists, dicts and
+                # objects changed in place keep the module's dict as it was; a list's items
+                # are compared, a dict's (an object's ``__dict__``) version
+                _watch(d.values(), lists, tables, watched)
         if optimizer is not None:
             tables.append(optimizer.__dict__)
             tables.extend((optimizer._optimizer_step_pre_hooks,
@@ -170,6 +176,27 @@ class StateStamp:
         return (len(flat) == len(self.flat) and all(map(operator.is_, flat, self.flat))
                 and all(map(operator.is_, map(_GRAD, self.with_grads), self.grads))
                 and list(map(self.meta_of, self.tensors)) == self.meta)
+
+
+def _watch(values, lists: list, tables: list, seen: set, depth: int = 0) -> None:
+    """The lists (into ``lists``), dicts and plain objects' ``__dict__`` (into ``tables``)
+    among ``values`` and inside them, as deep as ``replay.attribute_value`` reads them."""
+    if depth >= _ATTR_DEPTH:
+        return
+    for v in values:
+        t = type(v)
+        if t is list or t is tuple:
+            if t is list:
+                lists.append(v)
+            _watch(v, lists, tables, seen, depth + 1)
+        elif t is dict:
+            tables.append(v)
+            _watch(v.values(), lists, tables, seen, depth + 1)
+        elif id(v) not in seen and not isinstance(v, torch.Tensor) and watched_object(v):
+            seen.add(id(v))
+            d = vars(v)
+            tables.append(d)
+            _watch(d.values(), lists, tables, seen, depth + 1)
 
 
 def _unique(tensors: list) -> list:

@@ -5,7 +5,9 @@ against eager torch; and every guard: a changed attribute, mode or shape re-trac
 a forward that cannot be replayed is traced every time, with the reason counted."""
 
 import copy
+import types
 
+import numpy as np
 import pytest
 import torch
 import torch.nn as nn
@@ -138,6 +140,90 @@ def test_buffers_flags_modes_and_input_grads():
         assert_same(lazy.bn.num_batches_tracked, eager.bn.num_batches_tracked)
         lr.mark_step()
     assert lr.metrics()["replays"] == 3
+
+
+class Weighted(nn.Module):
+    """Reads attributes that are no plain numbers: a tuple, a list, a numpy number."""
+
+    def __init__(self):
+        super().__init__()
+        self.weights = (1.0, 2.0)
+        self.offsets = [1.0, [0.5]]
+        self.scale = np.float32(1.0)
+        self.power = 2
+
+    def forward(self, x):
+        return (x * self.weights[1] + self.offsets[0] + self.offsets[1][0]) * \
+            float(self.scale) + x ** self.power
+
+
+def test_tuple_list_and_numpy_attributes_are_part_of_the_signature():
+    """A tuple or a list attribute (changed in place too, nested as well) and a numpy
+    number are read by value; an int attribute that becomes a float is a new signature
+    (they were not part of it: a replay gave the first value's result)."""
+    model = lr.compile(Weighted(), replay=True)
+    eager = Weighted()
+    x = torch.randn(4)
+    changes = [lambda m: None, lambda m: setattr(m, "weights", (1.0, 5.0)),
+               lambda m: m.offsets.__setitem__(0, 10.0),
+               lambda m: m.offsets[1].__setitem__(0, -3.0),
+               lambda m: setattr(m, "scale", np.float32(0.5)),
+               lambda m: setattr(m, "power", 2.0), lambda m: None]
+    lr.reset_metrics()
+    with torch.no_grad():
+        for change in changes:
+            change(model)
+            change(eager)
+            for _ in range(2):
+                assert_same(model(x.to(DEV)), eager(x), rtol=1e-6, atol=1e-6)
+    m = lr.metrics()
+    assert m["replays"] == len(changes) + 1 and m["replay_misses"] == {}, m
+
+
+class Settings:
+    def __init__(self):
+        self.scale = 2.0
+        self.extra = False
+        self.table = {"shift": 1.0}
+        self.inner = types.SimpleNamespace(power=2)
+
+
+class Configured(nn.Module):
+    """Reads a config object shared by its submodules (as transformers' models do)."""
+
+    def __init__(self, cfg=None):
+        super().__init__()
+        self.config = cfg or Settings()
+        self.lin = nn.Linear(3, 3)
+        self.sub = nn.Sequential(nn.Tanh())
+        self.sub.config = self.config
+
+    def forward(self, x):
+        c = self.config
+        y = self.sub(self.lin(x)) * c.scale + c.table["shift"]
+        y = y ** c.inner.power
+        return (y, y + 1) if self.sub.config.extra else y
+
+
+def test_a_config_object_attributes_are_part_of_the_signature():
+    """An object a module holds (a config) is read by value, nested ones and dicts too,
+    changed in place or not: a replay gave the first value's result, and its structure."""
+    torch.manual_seed(0)
+    eager = Configured()
+    model = lr.compile(copy.deepcopy(eager).to(DEV), replay=True)
+    x = torch.randn(2, 3)
+    changes = [lambda c: None, lambda c: setattr(c, "scale", 10.0),
+               lambda c: c.table.__setitem__("shift", -2.0),
+               lambda c: setattr(c.inner, "power", 3), lambda c: setattr(c, "extra", True)]
+    lr.reset_metrics()
+    with torch.no_grad():
+        for change in changes:
+            change(model.config)
+            change(eager.config)
+            for _ in range(2):
+                assert_same(model(x.to(DEV)), eager(x), rtol=1e-5, atol=1e-6)
+    m = lr.metrics()
+    assert m["replays"] == len(changes) and m["replay_misses"] == {}, m
 
 
 def test_no_grad_calls_replay_the_forward_only(gpt):
