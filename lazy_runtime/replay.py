@@ -751,7 +751,8 @@ class Replayer:
 
     def _signature(self, args, kwargs):
         flat, spec = pytree.tree_flatten((args, kwargs))
-        key = [spec, torch.is_grad_enabled(), autocast.state()]
+        # (the default dtype: what a factory without one made is part of the template)
+        key = [spec, torch.is_grad_enabled(), autocast.state(), torch.get_default_dtype()]
         tensors = []
         where = []   # the position of each tensor's entry in the key
         objects = []

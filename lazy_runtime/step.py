@@ -131,6 +131,8 @@ class _Entry:
 
 
 _TENSORS_SPEC: dict = {}
+# a signature's entries before the arguments': spec, grad mode, autocast, default dtype
+_HEAD = 4
 
 
 def _cpu_arg(t):
@@ -200,10 +202,12 @@ class StepReplayer:
             spec = _TENSORS_SPEC.get(len(args))
             if spec is None:
                 spec = _TENSORS_SPEC[len(args)] = pytree.tree_flatten((args, {}))[1]
-            return (spec, torch.is_grad_enabled(), autocast.state(), *map(_cpu_arg, args)), \
+            return (spec, torch.is_grad_enabled(), autocast.state(), torch.get_default_dtype(),
+                    *map(_cpu_arg, args)), \
                 list(args), spec, _NO_OBJECTS
         flat, spec = pytree.tree_flatten((args, kwargs))
-        key = [spec, torch.is_grad_enabled(), autocast.state()]
+        # (the default dtype: what a factory without one made is part of the trace)
+        key = [spec, torch.is_grad_enabled(), autocast.state(), torch.get_default_dtype()]
         objects = _NO_OBJECTS
         for i, v in enumerate(flat):
             if isinstance(v, torch.Tensor):
@@ -281,7 +285,7 @@ class StepReplayer:
             full = key + (snap,)
             e = self.entries.pop(full, None)
         if e is None:
-            e = _Entry(tuple(i for i, k in enumerate(key[3:]) if k in _FOLLOWED_KEYS))
+            e = _Entry(tuple(i for i, k in enumerate(key[_HEAD:]) if k in _FOLLOWED_KEYS))
             while len(self.entries) >= self.MAX_ENTRIES:
                 self.entries.pop(next(iter(self.entries)))
         self.entries[full] = e   # most recently used last
@@ -323,12 +327,12 @@ class StepReplayer:
         (``step_numbers``)."""
         found = set()
         for other in self.entries:
-            if len(other) != len(full) or other[:3] != full[:3] or other[-1] != full[-1]:
+            if len(other) != len(full) or other[:_HEAD] != full[:_HEAD] or other[-1] != full[-1]:
                 continue
-            diff = [i for i in range(3, len(full) - 1) if other[i] != full[i]]
+            diff = [i for i in range(_HEAD, len(full) - 1) if other[i] != full[i]]
             if diff and all(full[i][0] in NUMBER and full[i][0] is other[i][0]
                             for i in diff):
-                found.update(i - 3 for i in diff)
+                found.update(i - _HEAD for i in diff)
         found -= self.unfollowed
         found -= self.followed
         if not found:
@@ -404,7 +408,8 @@ class StepReplayer:
         executor.BARRIER_OBSERVERS.append(lambda *a: seen.append(a))
         try:
             args, kwargs = pytree.tree_unflatten(lazy, spec)
-            with traced_numbers.recording(tape), step_numbers.hyper_parameters(stamp.reads, hyper) as set_inside:
+            with traced_numbers.recording(tape), \
+                    step_numbers.hyper_parameters(stamp.reads, hyper) as set_inside:
                 out = self.fn(*args, **kwargs)
             if tensor.pending_count():
                 executor.sync("step")

@@ -226,6 +226,33 @@ def test_a_config_object_attributes_are_part_of_the_signature():
     assert m["replays"] == len(changes) and m["replay_misses"] == {}, m
 
 
+class Ones(nn.Module):
+    def forward(self, x):
+        return x + torch.ones(3, device=x.device) * 0.1
+
+
+def test_the_default_dtype_is_part_of_the_signature():
+    """A factory without a dtype makes the default one: a forward (and a whole step)
+    captured under float32 replayed its float32 constant under float64."""
+    model = lr.compile(Ones(), replay=True)
+    step = lr.compile_step(lambda x: Ones()(x))
+    x = torch.ones(3, dtype=torch.float64)
+    want = {d: x + torch.ones(3, dtype=d) * 0.1 for d in (torch.float32, torch.float64)}
+    assert not torch.equal(*want.values())
+    lr.reset_metrics()
+    try:
+        with torch.no_grad():
+            for default in (torch.float32, torch.float32, torch.float32, torch.float64,
+                            torch.float64, torch.float64):
+                torch.set_default_dtype(default)
+                assert torch.equal(model(x.to(DEV)).cpu(), want[default])
+                assert torch.equal(step(x).cpu(), want[default])
+    finally:
+        torch.set_default_dtype(torch.float32)
+    m = lr.metrics()
+    assert m["replays"] == 4 and m["step_replays"] == 2, m["replay_misses"]
+
+
 def test_no_grad_calls_replay_the_forward_only(gpt):
     torch.manual_seed(0)
     eager = gpt.make_model(dropout=0.0).eval()
