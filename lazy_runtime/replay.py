@@ -977,7 +977,7 @@ def attribute_value(v, where: str, seen: set, depth: int = 0):
         return "tensor", id(v)
     if depth >= _ATTR_DEPTH:
         return t, None
-    if (t is tuple or t is list) and len(v) <= _MAX_ITEMS:
+    if (t is tuple or t is list or t is torch.Size) and len(v) <= _MAX_ITEMS:
         return t, tuple(attribute_value(x, where, seen, depth + 1) for x in v)
     if t is dict and len(v) <= _MAX_ITEMS:
         return t, tuple((k, attribute_value(x, where, seen, depth + 1))

@@ -14,7 +14,7 @@ import operator
 import torch
 import torch.nn.modules.module as _nn_module
 
-from .replay import _ATTR_DEPTH, module_state, watched_object
+from .replay import _ATTR_DEPTH, _MAX_ITEMS, module_state, watched_object
 from .tensor import LazyTensor
 from .traced_numbers import NUMBER
 
@@ -180,16 +180,17 @@ class StateStamp:
 
 def _watch(values, lists: list, tables: list, seen: set, depth: int = 0) -> None:
     """The lists (into ``lists``), dicts and plain objects' ``__dict__`` (into ``tables``)
-    among ``values`` and inside them, as deep as ``replay.attribute_value`` reads them."""
+    among ``values`` and inside them, as far as ``replay.attribute_value`` reads them (a
+    longer list or dict it takes by type: not watched either)."""
     if depth >= _ATTR_DEPTH:
         return
     for v in values:
         t = type(v)
-        if t is list or t is tuple:
+        if (t is list or t is tuple) and len(v) <= _MAX_ITEMS:
             if t is list:
                 lists.append(v)
             _watch(v, lists, tables, seen, depth + 1)
-        elif t is dict:
+        elif t is dict and len(v) <= _MAX_ITEMS:
             tables.append(v)
             _watch(v.values(), lists, tables, seen, depth + 1)
         elif id(v) not in seen and not isinstance(v, torch.Tensor) and watched_object(v):

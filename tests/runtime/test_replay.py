@@ -205,6 +205,30 @@ class Configured(nn.Module):
         return (y, y + 1) if self.sub.config.extra else y
 
 
+class Logging(nn.Module):
+    def __init__(self):
+        super().__init__()
+        self.seen = []
+
+    def forward(self, x):
+        self.seen.append(len(self.seen))
+        return x * 2
+
+
+def test_a_forward_that_appends_to_a_list_attribute_is_traced():
+    """The list is read by value: its change inside the call refuses the capture (a
+    replay would not append, as the Python would)."""
+    model = lr.compile(Logging(), replay=True)
+    lr.reset_metrics()
+    with torch.no_grad():
+        for _ in range(3):
+            model(torch.ones(2).to(DEV))
+    assert model.seen == [0, 1, 2]
+    m = lr.metrics()
+    assert m["replays"] == 0, m
+    assert m["replay_misses"] == {"changes a module attribute or optimizer state": 3}, m
+
+
 def test_a_config_object_attributes_are_part_of_the_signature():
     """An object a module holds (a config) is read by value, nested ones and dicts too,
     changed in place or not: a replay gave the first value's result, and its structure."""
