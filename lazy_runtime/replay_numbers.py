@@ -38,7 +38,7 @@ import torch.utils._pytree as pytree
 from . import ir, log, step_numbers, traced_numbers
 from .metrics import METRICS
 from .replay import NumberEntry, Replayer, _aliases_hold, _Entry
-from .traced_numbers import NUMBER
+from .traced_numbers import NUMBER, Followed, plain
 
 MAX_FOLLOWED_KEYS = 16   # followed signatures kept (least recently used dropped)
 
@@ -206,15 +206,20 @@ class NumberFollowingReplayer(Replayer):
         with traced_numbers.recording(tape), \
                 self._traced_numbers(follow, traced, args, kwargs) as (args, kwargs, set_inside):
             out = self._capture(e, args, kwargs, tensors, objects)
+        if any(isinstance(v, Followed) for v in pytree.tree_leaves(out)):
+            # a number computed from followed ones, returned: the caller gets it plain,
+            # and the numbers are keyed by value again (a replay would not compute it)
+            tape.pinned = tape.pinned or "returns a number computed from them"
+            out = pytree.tree_map_only(Followed, plain, out)
         if set_inside:
             e.fail(self.SETS_ITSELF)
         sig.traces += 1
         why = None
-        if e.state != "ready":   # (Adam's first step makes its state)
+        if tape.pinned is not None:
+            why = f"a number is used in a way a replay cannot follow ({tape.pinned})"
+        elif e.state != "ready":   # (Adam's first step makes its state)
             if sig.traces >= step_numbers.MAX_TRACES and not sig.families:
                 why = "its captures at other values of its numbers failed"
-        elif tape.pinned is not None:
-            why = f"a number is used in a way a replay cannot follow ({tape.pinned})"
         elif sig.traces >= step_numbers.MAX_TRACES and not sig.families:
             why = "traces at other values of its numbers never agreed"
         if why is not None:

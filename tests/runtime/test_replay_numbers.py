@@ -387,3 +387,27 @@ def test_a_whole_step_with_a_fused_optimizer_follows_its_scheduled_lr():
     assert got == pytest.approx(train(None), rel=1e-4, abs=1e-6)
     # step 1 makes the state, 2 is keyed by value, 3 follows the lr, 3-5 form the family
     assert m["step_replays"] == 7, m["replay_misses"]
+
+
+class NextLevel(nn.Module):
+    def forward(self, x, sigma):
+        return x * sigma, sigma * 0.9
+
+
+def test_a_forward_returning_a_number_made_from_a_followed_one_is_keyed_by_value():
+    """A replay would not compute the returned number: the numbers are keyed by value
+    again at once, and the caller always gets a plain float."""
+    model = lr.compile(NextLevel(), replay=True)
+    x, xe, sigma = torch.ones(2).to(DEV), torch.ones(2), 1.0
+    lr.reset_metrics()
+    with torch.no_grad():
+        for i in range(8):
+            x, nxt = model(x, sigma)
+            xe = xe * sigma
+            assert type(nxt) is float and nxt == sigma * 0.9
+            sigma = nxt if i < 5 else 1.0
+    assert_same(x, xe, rtol=1e-6, atol=0)
+    m = lr.metrics()
+    assert m["replays"] == 2, m   # (1.0 again, twice)
+    assert "a number is used in a way a replay cannot follow (returns a number computed " \
+           "from them)" in m["replay_misses"], m["replay_misses"]
