@@ -960,9 +960,10 @@ _MODULE_TABLES = frozenset(("_parameters", "_buffers", "_modules"))
 def attribute_value(v, where: str, seen: set, depth: int = 0):
     """A module attribute that is not a plain number (a tuple or list: ``kernel_size``,
     weights a forward reads; a numpy number; a dict; an object: the model's ``config``),
-    by value, for a replay's signature (types too). Inside it: a tensor by identity, a
-    plain object's attributes by value (once per object, ``seen``), what else it holds
-    (a function, a module, what nests deeper) by type: assumed unchanged. A number a whole
+    by value, for a replay's signature (types too). Inside it: a tensor, a function or a
+    class by identity (``self.act = torch.tanh`` swapped for another), a plain object's
+    attributes by value (once per object, ``seen``), what else it holds (what nests
+    deeper, a C object) by type: assumed unchanged. A number a whole
     step's trace follows is refused: its value is ``compile_step``'s to link.
     ``state_stamp`` watches the same lists, dicts and objects for changes in place."""
     t = type(v)
@@ -975,6 +976,8 @@ def attribute_value(v, where: str, seen: set, depth: int = 0):
         return t, v.item()
     if isinstance(v, torch.Tensor):
         return "tensor", id(v)
+    if callable(v) or isinstance(v, type):   # (a function it calls: ``self.act = tanh``)
+        return t, id(v)
     if depth >= _ATTR_DEPTH:
         return t, None
     if (t is tuple or t is list or t is torch.Size) and len(v) <= _MAX_ITEMS:

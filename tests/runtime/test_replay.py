@@ -151,16 +151,18 @@ class Weighted(nn.Module):
         self.offsets = [1.0, [0.5]]
         self.scale = np.float32(1.0)
         self.power = 2
+        self.fn = torch.tanh
 
     def forward(self, x):
         return (x * self.weights[1] + self.offsets[0] + self.offsets[1][0]) * \
-            float(self.scale) + x ** self.power
+            float(self.scale) + self.fn(x) ** self.power
 
 
 def test_tuple_list_and_numpy_attributes_are_part_of_the_signature():
     """A tuple or a list attribute (changed in place too, nested as well) and a numpy
-    number are read by value; an int attribute that becomes a float is a new signature
-    (they were not part of it: a replay gave the first value's result)."""
+    number are read by value, a function by identity; an int attribute that becomes a
+    float is a new signature (they were not part of it: a replay gave the first value's
+    result)."""
     model = lr.compile(Weighted(), replay=True)
     eager = Weighted()
     x = torch.randn(4)
@@ -168,7 +170,8 @@ def test_tuple_list_and_numpy_attributes_are_part_of_the_signature():
                lambda m: m.offsets.__setitem__(0, 10.0),
                lambda m: m.offsets[1].__setitem__(0, -3.0),
                lambda m: setattr(m, "scale", np.float32(0.5)),
-               lambda m: setattr(m, "power", 2.0), lambda m: None]
+               lambda m: setattr(m, "power", 2.0),
+               lambda m: setattr(m, "fn", torch.sigmoid), lambda m: None]
     lr.reset_metrics()
     with torch.no_grad():
         for change in changes:
