@@ -30,7 +30,7 @@ looked into (``object_state``): its types, attribute names, plain values and ten
 layouts join the signature, its tensors are read and written in place as parameters
 are, and a call may hand it back. A capture is dropped, and the signature traced from
 then on, when the forward is not a function of those: it synchronizes (``.item()``, an
-eager fallback), reads a device tensor that is neither an argument, a parameter nor a
+eager fallback), draws from a generator on the host (``host_rng_states``), reads a device tensor that is neither an argument, a parameter nor a
 buffer, changes a module's plain attributes or an argument object's (an attribute given
 another tensor: a cache grown by ``cat``), returns an argument or a non-contiguous view,
 writes into a view argument in part or into one whose storage another of its tensors
@@ -50,6 +50,7 @@ from __future__ import annotations
 
 import collections
 import itertools
+import random as _random
 import weakref
 
 import numpy as np
@@ -242,6 +243,27 @@ def _cut(outputs: list, slot_of) -> tuple:
     return nodes, [index[id(o)] for o in outputs], slots, orig
 
 
+def host_rng_states() -> tuple:
+    """The states of the random generators a traced call could draw from on the host:
+    Python's ``random``, numpy's global one and torch's CPU generator (the lazy device's
+    own stream is replayed)."""
+    return _random.getstate(), np.random.get_state(), torch.random.get_rng_state()
+
+
+def check_host_rngs(before: tuple, what: str) -> None:
+    """NotReplayable where a generator of ``host_rng_states`` moved since ``before``: the
+    call's Python drew a number a replay would not draw (``random.random() < p``)."""
+    now = host_rng_states()
+    names = ("Python's random module", "numpy's random generator",
+             "torch's CPU generator")
+    for name, a, b in zip(names, before, now):
+        same = a == b if name.startswith("Python") else (
+            a[0] == b[0] and np.array_equal(a[1], b[1]) and a[2:] == b[2:]
+            if name.startswith("numpy") else torch.equal(a, b))
+        if not same:
+            raise NotReplayable(f"{what} draws from {name} (a replay would not)")
+
+
 class _Mark:
     """Where the trace stood when a capture began."""
 
@@ -410,10 +432,12 @@ class _Capture:
         traced ones) and sets what a forward-only replay needs."""
         mark = self.mark = _Mark()
         snap0 = self.snapshot_of()
+        rngs = host_rng_states()
         out = self.forward(*self.args, **self.kwargs)
         flat, spec = pytree.tree_flatten(out)
         try:
             mark.check_no_sync()
+            check_host_rngs(rngs, "the call")
             snap1 = self.snapshot_of()
             if snap1[0] != snap0[0]:
                 raise NotReplayable("changes a module attribute or optimizer state")

@@ -16,7 +16,8 @@ What makes that sound is checked, not assumed:
   (Adam's first step creates its state: traced again).
 * **One barrier.** The step must not read a value or fall back to eager torch in the
   middle (either would be a second barrier); its only barrier is at its end (``fn`` may
-  call ``mark_step`` last, or ``compile_step`` does).
+  call ``mark_step`` last, or ``compile_step`` does). Nor may it draw from a generator on
+  the host (Python's ``random``, numpy's, torch's CPU one: an augmentation's coin).
 * **Every input accounted for.** Each tensor the graph reads is an argument, a tensor
   the model or optimizer owns, or a constant: one made by a device factory with the same
   arguments in both traces (``arange(T)``, ``zeros``), or a constant of a replayed
@@ -86,7 +87,8 @@ from . import (autocast, dtypes, dynamic, executor, ir, log, random, step_number
                traced_numbers)
 from .config import config
 from .metrics import METRICS
-from .replay import NotReplayable, module_state, objects_now, optimizer_state
+from .replay import (NotReplayable, check_host_rngs, host_rng_states, module_state,
+                     objects_now, optimizer_state)
 from .state_stamp import StateStamp
 from .tensor import LazyTensor
 from .traced_numbers import NUMBER
@@ -403,6 +405,7 @@ class StepReplayer:
                 if place[0] == "arg":   # (settled now: a barrier would change its value)
                     arg_values.setdefault(id(dynamic.settle(n)), place)
         rng0 = random.position()
+        host_rngs = host_rng_states()
         syncs0, folds0 = METRICS.syncs, METRICS.host_folds
         seen = []
         executor.BARRIER_OBSERVERS.append(lambda *a: seen.append(a))
@@ -427,6 +430,7 @@ class StepReplayer:
             if METRICS.host_folds != folds0:
                 raise NotWholeStep("the step reads a value (computed on the host: a replay "
                                    "would not read it again)")
+            check_host_rngs(host_rngs, "the step")
             if self._state()[0] != snap:
                 raise NotWholeStep("the step changes the layout of the model's or "
                                    "optimizer's state (e.g. the optimizer's first step)",

@@ -5,6 +5,7 @@ against eager torch; and every guard: a changed attribute, mode or shape re-trac
 a forward that cannot be replayed is traced every time, with the reason counted."""
 
 import copy
+import random
 import types
 
 import numpy as np
@@ -230,6 +231,38 @@ def test_a_forward_that_appends_to_a_list_attribute_is_traced():
     m = lr.metrics()
     assert m["replays"] == 0, m
     assert m["replay_misses"] == {"changes a module attribute or optimizer state": 3}, m
+
+
+class CoinFlip(nn.Module):
+    def __init__(self, draw):
+        super().__init__()
+        self.draw = draw
+
+    def forward(self, x):
+        return x.flip(-1) if self.draw() < 0.5 else x * 1
+
+
+@pytest.mark.parametrize("draw, name", [
+    (random.random, "Python's random module"),
+    (np.random.random, "numpy's random generator"),
+    (lambda: torch.rand(()).item(), "torch's CPU generator")], ids=["python", "numpy", "torch"])
+def test_a_call_that_draws_on_the_host_is_traced(draw, name):
+    """A branch on a number drawn on the host (augmentation, layer drop) would be baked
+    into a replay: a forward, or a whole step, that moves a host generator is traced."""
+    model = lr.compile(CoinFlip(draw), replay=True)
+    step = lr.compile_step(lambda x: CoinFlip(draw)(x))
+    x = torch.arange(4.0)
+    for call in (lambda: model(x.to(DEV)), lambda: step(x)):
+        random.seed(0)
+        np.random.seed(0)
+        torch.manual_seed(0)
+        lr.reset_metrics()
+        with torch.no_grad():
+            flips = sum(bool(torch.equal(call().cpu(), x.flip(-1))) for _ in range(16))
+        assert 0 < flips < 16
+        m = lr.metrics()
+        assert m["replays"] == m["step_replays"] == 0, m
+        assert any(name in r for r in m["replay_misses"]), m["replay_misses"]
 
 
 def test_a_config_object_attributes_are_part_of_the_signature():
