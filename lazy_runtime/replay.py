@@ -43,7 +43,8 @@ Replay is for forwards whose control flow depends only on shapes and constant at
 (``shapeinfer`` says so in ``control_flow.shape_only``); ``lr.compile`` turns it on from
 the plan, or when asked (``replay=True``). What it cannot see, and assumes: that the
 forward mutates no tensor besides its arguments, parameters and buffers, and that CPU
-tensors it reads are not changed in place between calls.
+tensors it reads other than its modules' attributes are not changed in place between
+calls.
 """
 
 from __future__ import annotations
@@ -962,7 +963,7 @@ def module_state(module):
             if t in _SIMPLE_ATTRS:
                 snap.append((k, t, v))   # (the type too: ``x * 2`` and ``x * 2.0`` differ)
             elif isinstance(v, torch.Tensor):
-                snap.append((k, id(v)))
+                snap.append((k, attribute_value(v, k, seen)))
             elif k not in _MODULE_TABLES and not isinstance(v, _nn_module.Module):
                 snap.append((k, attribute_value(v, f"{type(m).__name__}.{k}", seen)))
         for table in (d["_parameters"], d["_buffers"]):
@@ -999,7 +1000,10 @@ def attribute_value(v, where: str, seen: set, depth: int = 0):
     if isinstance(v, np.generic):
         return t, v.item()
     if isinstance(v, torch.Tensor):
-        return "tensor", id(v)
+        # (a CPU one read into the graph is a constant of the template: its version
+        # counter tells a change in place)
+        return ("tensor", id(v)) if isinstance(v, LazyTensor) else \
+            ("tensor", id(v), v._version)
     if callable(v) or isinstance(v, type):   # (a function it calls: ``self.act = tanh``)
         return t, id(v)
     if depth >= _ATTR_DEPTH:

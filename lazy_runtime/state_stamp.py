@@ -80,6 +80,7 @@ class StateStamp:
         lists = []
         tensors, params = [], []
         watched: set = set()
+        host: list = []   # CPU tensors the modules hold (their versions are watched)
         if model is not None:
             for m in model.modules():
                 d = m.__dict__
@@ -91,7 +92,7 @@ class StateStamp:
                 # attributes read by value (``replay.attribute_value``): lists, dicts and
                 # objects changed in place keep the module's dict as it was; a list's items
                 # are compared, a dict's (an object's ``__dict__``) version
-                _watch(d.values(), lists, tables, watched)
+                _watch(d.values(), lists, tables, watched, host)
         if optimizer is not None:
             tables.append(optimizer.__dict__)
             tables.extend((optimizer._optimizer_step_pre_hooks,
@@ -112,6 +113,8 @@ class StateStamp:
                 lists.append(g["params"])
                 params.extend(g["params"])
         self.lists = lists
+        self.host = host
+        self.host_versions = list(map(_VERSION, host))
         self.tensors = _unique(tensors + params)
         # grads: the parameters' (the snapshot reads them; autograd writes them)
         self.with_grads = _unique(params + [t for t in tensors if t.requires_grad]) \
@@ -175,29 +178,34 @@ class StateStamp:
             flat = self._flat()
         return (len(flat) == len(self.flat) and all(map(operator.is_, flat, self.flat))
                 and all(map(operator.is_, map(_GRAD, self.with_grads), self.grads))
-                and list(map(self.meta_of, self.tensors)) == self.meta)
+                and list(map(self.meta_of, self.tensors)) == self.meta
+                and (not self.host or list(map(_VERSION, self.host)) == self.host_versions))
 
 
-def _watch(values, lists: list, tables: list, seen: set, depth: int = 0) -> None:
+def _watch(values, lists: list, tables: list, seen: set, host: list, depth: int = 0) -> None:
     """The lists (into ``lists``), dicts and plain objects' ``__dict__`` (into ``tables``)
-    among ``values`` and inside them, as far as ``replay.attribute_value`` reads them (a
-    longer list or dict it takes by type: not watched either)."""
-    if depth >= _ATTR_DEPTH:
-        return
+    and CPU tensors (into ``host``) among ``values`` and inside them, as far as
+    ``replay.attribute_value`` reads them (a longer list or dict it takes by type: not
+    watched either)."""
     for v in values:
         t = type(v)
-        if (t is list or t is tuple) and len(v) <= _MAX_ITEMS:
+        if isinstance(v, torch.Tensor):
+            if not isinstance(v, LazyTensor):
+                host.append(v)
+        elif depth >= _ATTR_DEPTH:
+            continue
+        elif (t is list or t is tuple) and len(v) <= _MAX_ITEMS:
             if t is list:
                 lists.append(v)
-            _watch(v, lists, tables, seen, depth + 1)
+            _watch(v, lists, tables, seen, host, depth + 1)
         elif t is dict and len(v) <= _MAX_ITEMS:
             tables.append(v)
-            _watch(v.values(), lists, tables, seen, depth + 1)
-        elif id(v) not in seen and not isinstance(v, torch.Tensor) and watched_object(v):
+            _watch(v.values(), lists, tables, seen, host, depth + 1)
+        elif id(v) not in seen and watched_object(v):
             seen.add(id(v))
             d = vars(v)
             tables.append(d)
-            _watch(d.values(), lists, tables, seen, depth + 1)
+            _watch(d.values(), lists, tables, seen, host, depth + 1)
 
 
 def _unique(tensors: list) -> list:
@@ -206,6 +214,7 @@ def _unique(tensors: list) -> list:
 
 
 _GRAD = operator.attrgetter("grad")
+_VERSION = operator.attrgetter("_version")
 _META = operator.attrgetter("shape", "dtype", "requires_grad")
 _LAZY_META = operator.attrgetter("_st", "requires_grad")
 _VALUES = operator.methodcaller("values")

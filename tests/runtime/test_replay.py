@@ -209,6 +209,33 @@ class Configured(nn.Module):
         return (y, y + 1) if self.sub.config.extra else y
 
 
+class Table(nn.Module):
+    def __init__(self):
+        super().__init__()
+        self.table = torch.tensor([1.0, 2.0, 3.0])   # a CPU tensor, not a buffer
+
+    def forward(self, x):
+        return x * self.table.to(x.device)
+
+
+def test_a_cpu_tensor_attribute_changed_in_place_is_a_new_signature():
+    """Read into the graph as a constant of the template: its version counter is part of
+    the signature (a replay kept the old values)."""
+    model = lr.compile(Table(), replay=True)
+    x = torch.ones(3)
+    lr.reset_metrics()
+    with torch.no_grad():
+        for value in (1.0, 1.0, 10.0, 10.0):
+            model.table[0] = value
+            assert model(x.to(DEV)).cpu().tolist() == [value, 2.0, 3.0]
+    m = lr.metrics()
+    # (each write bumps the version: a call after a write is a new signature)
+    assert m["replays"] == 0 and m["replay_misses"] == {}, m
+    with torch.no_grad():
+        model(x.to(DEV))
+    assert lr.metrics()["replays"] == 1
+
+
 class Logging(nn.Module):
     def __init__(self):
         super().__init__()
