@@ -30,8 +30,9 @@ looked into (``object_state``): its types, attribute names, plain values and ten
 layouts join the signature, its tensors are read and written in place as parameters
 are, and a call may hand it back. A capture is dropped, and the signature traced from
 then on, when the forward is not a function of those: it synchronizes (``.item()``, an
-eager fallback), draws from a generator on the host (``host_rng_states``), reads a device tensor that is neither an argument, a parameter nor a
-buffer, changes a module's plain attributes or an argument object's (an attribute given
+eager fallback), draws from a generator on the host (``host_rng_states``), reads a
+device tensor that is neither an argument, a parameter nor a buffer, changes a module's
+attributes or an argument object's (an attribute given
 another tensor: a cache grown by ``cat``), returns an argument or a non-contiguous view,
 writes into a view argument in part or into one whose storage another of its tensors
 shares, or runs hooks. A view argument written whole is written back through the view at
