@@ -52,6 +52,7 @@ from __future__ import annotations
 
 import collections
 import itertools
+import operator
 import random as _random
 import weakref
 
@@ -245,6 +246,13 @@ def _cut(outputs: list, slot_of) -> tuple:
     return nodes, [index[id(o)] for o in outputs], slots, orig
 
 
+def call_mode() -> tuple:
+    """What a call's recorded graph depends on besides its arguments and state, for its
+    signature (a replay's and a whole step's): grad mode, autocast, and the default dtype
+    (what a factory without one makes)."""
+    return torch.is_grad_enabled(), autocast.state(), torch.get_default_dtype()
+
+
 def host_rng_states() -> tuple:
     """The states of the random generators a traced call could draw from on the host:
     Python's ``random``, numpy's global one and torch's CPU generator (the lazy device's
@@ -252,17 +260,21 @@ def host_rng_states() -> tuple:
     return _random.getstate(), np.random.get_state(), torch.random.get_rng_state()
 
 
+def _same_numpy_state(a, b) -> bool:
+    return a[0] == b[0] and np.array_equal(a[1], b[1]) and a[2:] == b[2:]
+
+
+# (the name and how to compare two states of each generator of ``host_rng_states``)
+_HOST_RNGS = (("Python's random module", operator.eq),
+              ("numpy's random generator", _same_numpy_state),
+              ("torch's CPU generator", torch.equal))
+
+
 def check_host_rngs(before: tuple, what: str) -> None:
     """NotReplayable where a generator of ``host_rng_states`` moved since ``before``: the
     call's Python drew a number a replay would not draw (``random.random() < p``)."""
-    now = host_rng_states()
-    names = ("Python's random module", "numpy's random generator",
-             "torch's CPU generator")
-    for name, a, b in zip(names, before, now):
-        same = a == b if name.startswith("Python") else (
-            a[0] == b[0] and np.array_equal(a[1], b[1]) and a[2:] == b[2:]
-            if name.startswith("numpy") else torch.equal(a, b))
-        if not same:
+    for (name, same), a, b in zip(_HOST_RNGS, before, host_rng_states()):
+        if not same(a, b):
             raise NotReplayable(f"{what} draws from {name} (a replay would not)")
 
 
@@ -777,8 +789,7 @@ class Replayer:
 
     def _signature(self, args, kwargs):
         flat, spec = pytree.tree_flatten((args, kwargs))
-        # (the default dtype: what a factory without one made is part of the template)
-        key = [spec, torch.is_grad_enabled(), autocast.state(), torch.get_default_dtype()]
+        key = [spec, *call_mode()]
         tensors = []
         where = []   # the position of each tensor's entry in the key
         objects = []
@@ -946,27 +957,24 @@ def _fits(entry, tensors) -> bool:
     return True
 
 
-def module_state(module):
-    """(a hashable snapshot of the module tree, its parameters and buffers)."""
+def module_state(module, reads: "AttributeReads | None" = None):
+    """(a hashable snapshot of the module tree, its parameters and buffers). ``reads``
+    gets what of its attributes can change in place (``StateStamp`` watches it)."""
     if (_nn_module._global_forward_hooks or _nn_module._global_forward_pre_hooks
             or _nn_module._global_backward_hooks or _nn_module._global_backward_pre_hooks):
         raise NotReplayable("global module hooks are registered")
     snap = []
     owned = []
-    seen = set()   # (tensors' ids; and objects' ids, each looked into once)
+    seen = set()
+    reads = AttributeReads() if reads is None else reads
     for m in module.modules():
         d = m.__dict__
         if d["_forward_hooks"] or d["_forward_pre_hooks"] or d["_backward_hooks"] \
                 or d.get("_backward_pre_hooks"):
             raise NotReplayable("module hooks are registered")
         for k, v in d.items():
-            t = type(v)
-            if t in _SIMPLE_ATTRS:
-                snap.append((k, t, v))   # (the type too: ``x * 2`` and ``x * 2.0`` differ)
-            elif isinstance(v, torch.Tensor):
-                snap.append((k, attribute_value(v, k, seen)))
-            elif k not in _MODULE_TABLES and not isinstance(v, _nn_module.Module):
-                snap.append((k, attribute_value(v, f"{type(m).__name__}.{k}", seen)))
+            if k not in _MODULE_TABLES and not isinstance(v, _nn_module.Module):
+                snap.append((k, attribute_value(v, f"{type(m).__name__}.{k}", reads)))
         for table in (d["_parameters"], d["_buffers"]):
             for k, t in table.items():
                 if t is None or id(t) in seen:
@@ -983,15 +991,30 @@ _ATTR_DEPTH = 4    # how deep a module attribute is looked into
 _MODULE_TABLES = frozenset(("_parameters", "_buffers", "_modules"))
 
 
-def attribute_value(v, where: str, seen: set, depth: int = 0):
-    """A module attribute that is not a plain number (a tuple or list: ``kernel_size``,
-    weights a forward reads; a numpy number; a dict; an object: the model's ``config``),
-    by value, for a replay's signature (types too). Inside it: a tensor, a function or a
-    class by identity (``self.act = torch.tanh`` swapped for another), a plain object's
-    attributes by value (once per object, ``seen``), what else it holds (what nests
-    deeper, a C object) by type: assumed unchanged. A number a whole
-    step's trace follows is refused: its value is ``compile_step``'s to link.
-    ``state_stamp`` watches the same lists, dicts and objects for changes in place."""
+class AttributeReads:
+    """What ``attribute_value`` read by value that can change in place, the module's dict
+    staying as it was: lists (``StateStamp`` compares their items), dicts and plain
+    objects' ``__dict__`` (their versions), CPU tensors (their version counters); and the
+    ids of the objects it read (each read once)."""
+
+    __slots__ = ("objects", "lists", "tables", "host")
+
+    def __init__(self):
+        self.objects: set = set()
+        self.lists: list = []
+        self.tables: list = []
+        self.host: list = []
+
+
+def attribute_value(v, where: str, reads: AttributeReads, depth: int = 0):
+    """A module attribute by value, for a replay's signature, with its type (``x * 2``
+    and ``x * 2.0`` differ): a plain value; a tuple or list (``kernel_size``, weights a
+    forward reads), a dict or a plain object (the model's ``config``) item by item; a
+    numpy number. Inside it: a tensor, a function or a class by identity (``self.act =
+    torch.tanh`` swapped for another), a CPU tensor with its version counter (read into
+    the graph, it is a constant of the template); what nests deeper, a C object, by type:
+    assumed unchanged. ``reads`` gets what can change in place. A number a whole step's
+    trace follows is refused: its value is ``compile_step``'s to link."""
     t = type(v)
     if t in _CONSTS:
         return t, v
@@ -1001,33 +1024,31 @@ def attribute_value(v, where: str, seen: set, depth: int = 0):
     if isinstance(v, np.generic):
         return t, v.item()
     if isinstance(v, torch.Tensor):
-        # (a CPU one read into the graph is a constant of the template: its version
-        # counter tells a change in place)
-        return ("tensor", id(v)) if isinstance(v, LazyTensor) else \
-            ("tensor", id(v), v._version)
+        if isinstance(v, LazyTensor):
+            return "tensor", id(v)
+        reads.host.append(v)
+        return "tensor", id(v), v._version
     if callable(v) or isinstance(v, type):   # (a function it calls: ``self.act = tanh``)
         return t, id(v)
     if depth >= _ATTR_DEPTH:
         return t, None
     if (t is tuple or t is list or t is torch.Size) and len(v) <= _MAX_ITEMS:
-        return t, tuple(attribute_value(x, where, seen, depth + 1) for x in v)
+        if t is list:
+            reads.lists.append(v)
+        return t, tuple(attribute_value(x, where, reads, depth + 1) for x in v)
     if t is dict and len(v) <= _MAX_ITEMS:
-        return t, tuple((k, attribute_value(x, where, seen, depth + 1))
+        reads.tables.append(v)
+        return t, tuple((k, attribute_value(x, where, reads, depth + 1))
                         for k, x in v.items())
-    if watched_object(v):
-        if id(v) in seen:
+    if hasattr(v, "__dict__") and not isinstance(v, (_nn_module.Module, dict)):
+        if id(v) in reads.objects:
             return t, id(v)
-        seen.add(id(v))
-        return t, id(v), tuple((k, attribute_value(x, where, seen, depth + 1))
-                               for k, x in vars(v).items())
+        reads.objects.add(id(v))
+        d = vars(v)
+        reads.tables.append(d)
+        return t, id(v), tuple((k, attribute_value(x, where, reads, depth + 1))
+                               for k, x in d.items())
     return t, None
-
-
-def watched_object(v) -> bool:
-    """Whether ``v`` is a plain object whose attributes a replay reads by value (a
-    config): not a module, a function, a class or a C object."""
-    return hasattr(v, "__dict__") and not callable(v) and not isinstance(
-        v, (type, _nn_module.Module, torch.Tensor, dict))
 
 
 def _numbers(v) -> int | None:

@@ -109,41 +109,39 @@ class NumberFollowingReplayer(Replayer):
         return [str(i) for i in positions]
 
     def _call(self, key, tensors, family, objects, args, kwargs):
-        follow = self._follow(key, tensors)
-        if follow:
-            out = self._replay_followed(key, follow, tensors, objects)
-            if out is not _MISS:
-                return out
-        if key not in self.entries and self._may_follow(key, tensors) and self._learn(key):
-            follow = self._follow(key, tensors)
-        if follow:
-            return self._trace_followed(key, follow, tensors, objects, args, kwargs)
+        new = key not in self.entries
+        if (self.followed or new) and self._may_follow(key, tensors):
+            values = self._numbers(key)
+            follow = self._follow(values)
+            if follow:
+                out = self._replay_followed(key, follow, values, tensors, objects)
+                if out is not _MISS:
+                    return out
+            if new and self._learn(key, values):
+                follow = self._follow(values)
+            if follow:
+                return self._trace_followed(key, follow, values, tensors, objects, args,
+                                            kwargs)
         return super()._call(key, tensors, family, objects, args, kwargs)
 
     # -- which numbers are followed
 
-    def _follow(self, key, tensors) -> tuple:
-        if not self.followed or not self._may_follow(key, tensors):
-            return ()
-        values = self._numbers(key)
+    def _follow(self, values) -> tuple:
+        """The positions among the call's numbers ``values`` that are followed."""
         return tuple(i for i in sorted(self.followed)
                      if i < len(values) and values[i][0] in NUMBER)
 
-    def _learn(self, key) -> bool:
-        """Whether new signature ``key`` differs from one seen before only in the values
-        of some numbers, each of one type in both: from now on those are followed."""
-        values = self._numbers(key)
+    def _learn(self, key, values) -> bool:
+        """Whether new signature ``key`` (its numbers: ``values``) differs from one seen
+        before only in the values of some numbers, each of one type in both: from now on
+        those are followed."""
         every = range(len(values))
         masked = self._masked(key, every)
         found = set()
         for other in self.entries:
             theirs = self._numbers(other)
-            if len(theirs) != len(values) or self._masked(other, every) != masked:
-                continue
-            diff = [i for i, (a, b) in enumerate(zip(theirs, values)) if a != b]
-            if diff and all(values[i][0] in NUMBER and values[i][0] is theirs[i][0]
-                            for i in diff):
-                found.update(diff)
+            if len(theirs) == len(values) and self._masked(other, every) == masked:
+                found.update(step_numbers.changed_numbers(theirs, values))
         found -= self.unfollowed
         found -= self.followed
         if not found:
@@ -167,14 +165,13 @@ class NumberFollowingReplayer(Replayer):
 
     # -- replaying and tracing at followed numbers
 
-    def _replay_followed(self, key, follow, tensors, objects):
+    def _replay_followed(self, key, follow, values, tensors, objects):
         """A replay at the call's values: the trace at these values (by value), else a
         family's template at scalars it predicts; ``_MISS`` where neither can serve."""
         e = self.entries.get(key)
         if e is not None and e.state == "ready" and _aliases_hold(e, tensors):
             self.entries.move_to_end(key)
             return self._run(e, tensors, objects)
-        values = self._numbers(key)
         env = tuple(values[i][1] for i in follow)
         for fam in self._followed_signature(key, follow).families:
             numbers = fam.predict(env)
@@ -189,13 +186,12 @@ class NumberFollowingReplayer(Replayer):
         _, _, outs = e.run_forward(tensors, scalars)
         return e.results(outs, objects)
 
-    def _trace_followed(self, key, follow, tensors, objects, args, kwargs):
+    def _trace_followed(self, key, follow, values, tensors, objects, args, kwargs):
         """Capture the call with its followed numbers traced; its template, ready by
         value, joins a family of its signature."""
         sig = self._followed_signature(key, follow)
         if sig.failed is not None:
             return super()._call(key, tensors, None, objects, args, kwargs)
-        values = self._numbers(key)
         env = tuple(values[i][1] for i in follow)
         e = _Entry()
         self.entries[key] = e

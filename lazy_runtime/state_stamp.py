@@ -11,10 +11,9 @@ import collections
 import itertools
 import operator
 
-import torch
 import torch.nn.modules.module as _nn_module
 
-from .replay import _ATTR_DEPTH, _MAX_ITEMS, module_state, watched_object
+from .replay import AttributeReads, module_state
 from .tensor import LazyTensor
 from .traced_numbers import NUMBER
 
@@ -70,7 +69,8 @@ class StateStamp:
     MODULE_TABLES = ("_parameters", "_buffers", "_modules", "_forward_hooks",
                      "_forward_pre_hooks", "_backward_hooks", "_backward_pre_hooks")
 
-    def __init__(self, snap, owned, model, optimizer, places=(), grads: bool = True):
+    def __init__(self, snap, owned, model, optimizer, places=(), grads: bool = True,
+                 reads: AttributeReads | None = None):
         self.snap, self.owned = snap, owned
         self.owned_ids = frozenset(map(id, owned))
         self.places = places   # the optimizer's number hyper-parameters (``numbers``)
@@ -79,8 +79,14 @@ class StateStamp:
                   _nn_module._global_backward_hooks, _nn_module._global_backward_pre_hooks]
         lists = []
         tensors, params = [], []
-        watched: set = set()
-        host: list = []   # CPU tensors the modules hold (their versions are watched)
+        host = []   # CPU tensors the modules hold (their versions are watched)
+        if reads is not None:
+            # attributes read by value (``replay.attribute_value``): lists, dicts and
+            # objects changed in place keep the module's dict as it was; a list's items
+            # are compared, a dict's (an object's ``__dict__``) version
+            lists.extend(reads.lists)
+            tables.extend(reads.tables)
+            host = reads.host
         if model is not None:
             for m in model.modules():
                 d = m.__dict__
@@ -89,10 +95,6 @@ class StateStamp:
                     dict, collections.OrderedDict))
                 tensors.extend(t for t in d["_parameters"].values() if t is not None)
                 tensors.extend(t for t in d["_buffers"].values() if t is not None)
-                # attributes read by value (``replay.attribute_value``): lists, dicts and
-                # objects changed in place keep the module's dict as it was; a list's items
-                # are compared, a dict's (an object's ``__dict__``) version
-                _watch(d.values(), lists, tables, watched, host)
         if optimizer is not None:
             tables.append(optimizer.__dict__)
             tables.extend((optimizer._optimizer_step_pre_hooks,
@@ -182,32 +184,6 @@ class StateStamp:
                 and (not self.host or list(map(_VERSION, self.host)) == self.host_versions))
 
 
-def _watch(values, lists: list, tables: list, seen: set, host: list, depth: int = 0) -> None:
-    """The lists (into ``lists``), dicts and plain objects' ``__dict__`` (into ``tables``)
-    and CPU tensors (into ``host``) among ``values`` and inside them, as far as
-    ``replay.attribute_value`` reads them (a longer list or dict it takes by type: not
-    watched either)."""
-    for v in values:
-        t = type(v)
-        if isinstance(v, torch.Tensor):
-            if not isinstance(v, LazyTensor):
-                host.append(v)
-        elif depth >= _ATTR_DEPTH:
-            continue
-        elif (t is list or t is tuple) and len(v) <= _MAX_ITEMS:
-            if t is list:
-                lists.append(v)
-            _watch(v, lists, tables, seen, host, depth + 1)
-        elif t is dict and len(v) <= _MAX_ITEMS:
-            tables.append(v)
-            _watch(v.values(), lists, tables, seen, host, depth + 1)
-        elif id(v) not in seen and watched_object(v):
-            seen.add(id(v))
-            d = vars(v)
-            tables.append(d)
-            _watch(d.values(), lists, tables, seen, host, depth + 1)
-
-
 def _unique(tensors: list) -> list:
     seen = set()
     return [t for t in tensors if not (id(t) in seen or seen.add(id(t)))]
@@ -234,7 +210,8 @@ class StampedModuleState:
         stamp = self.stamp
         if stamp is not None and stamp.holds():
             return stamp.snap, stamp.owned
-        snap, owned = module_state(self.model)
-        self.stamp = StateStamp(snap, owned, self.model, None, grads=False)
+        reads = AttributeReads()
+        snap, owned = module_state(self.model, reads)
+        self.stamp = StateStamp(snap, owned, self.model, None, grads=False, reads=reads)
         return snap, owned
 

@@ -83,12 +83,12 @@ import numpy as np
 import torch
 import torch.utils._pytree as pytree
 
-from . import (autocast, dtypes, dynamic, executor, ir, log, random, step_numbers, tensor,
+from . import (dtypes, dynamic, executor, ir, log, random, step_numbers, tensor,
                traced_numbers)
 from .config import config
 from .metrics import METRICS
-from .replay import (NotReplayable, check_host_rngs, host_rng_states, module_state,
-                     objects_now, optimizer_state)
+from .replay import (AttributeReads, NotReplayable, call_mode, check_host_rngs,
+                     host_rng_states, module_state, objects_now, optimizer_state)
 from .state_stamp import StateStamp
 from .tensor import LazyTensor
 from .traced_numbers import NUMBER
@@ -133,7 +133,7 @@ class _Entry:
 
 
 _TENSORS_SPEC: dict = {}
-# a signature's entries before the arguments': spec, grad mode, autocast, default dtype
+# a signature's entries before the arguments': the spec and ``replay.call_mode()``'s three
 _HEAD = 4
 
 
@@ -170,18 +170,20 @@ class StepReplayer:
         stamp = self._stamp
         if stamp is not None and stamp.holds():
             return stamp.snap, stamp.owned
-        snap, owned, places = self._full_state()
-        self._stamp = StateStamp(snap, owned, self.model, self.optimizer, places)
+        reads = AttributeReads()
+        snap, owned, places = self._full_state(reads)
+        self._stamp = StateStamp(snap, owned, self.model, self.optimizer, places, reads=reads)
         return snap, owned
 
-    def _full_state(self):
+    def _full_state(self, reads):
         """(a snapshot of the model's and optimizer's Python state, the tensors they own,
-        the places of the optimizer's number hyper-parameters: read each call)."""
+        the places of the optimizer's number hyper-parameters: read each call). ``reads``
+        gets what of the modules' attributes can change in place."""
         snap, owned, places = [], [], []
         seen = set()
         parts = []
         if self.model is not None:
-            parts.append(module_state(self.model))
+            parts.append(module_state(self.model, reads))
         if self.optimizer is not None:
             parts.append(optimizer_state(self.optimizer, places))
         for part_snap, part_owned in parts:
@@ -204,12 +206,10 @@ class StepReplayer:
             spec = _TENSORS_SPEC.get(len(args))
             if spec is None:
                 spec = _TENSORS_SPEC[len(args)] = pytree.tree_flatten((args, {}))[1]
-            return (spec, torch.is_grad_enabled(), autocast.state(), torch.get_default_dtype(),
-                    *map(_cpu_arg, args)), \
+            return (spec, *call_mode(), *map(_cpu_arg, args)), \
                 list(args), spec, _NO_OBJECTS
         flat, spec = pytree.tree_flatten((args, kwargs))
-        # (the default dtype: what a factory without one made is part of the trace)
-        key = [spec, torch.is_grad_enabled(), autocast.state(), torch.get_default_dtype()]
+        key = [spec, *call_mode()]
         objects = _NO_OBJECTS
         for i, v in enumerate(flat):
             if isinstance(v, torch.Tensor):
@@ -329,12 +329,9 @@ class StepReplayer:
         (``step_numbers``)."""
         found = set()
         for other in self.entries:
-            if len(other) != len(full) or other[:_HEAD] != full[:_HEAD] or other[-1] != full[-1]:
-                continue
-            diff = [i for i in range(_HEAD, len(full) - 1) if other[i] != full[i]]
-            if diff and all(full[i][0] in NUMBER and full[i][0] is other[i][0]
-                            for i in diff):
-                found.update(i - _HEAD for i in diff)
+            if len(other) == len(full) and other[:_HEAD] == full[:_HEAD] and \
+                    other[-1] == full[-1]:
+                found.update(step_numbers.changed_numbers(other[_HEAD:-1], full[_HEAD:-1]))
         found -= self.unfollowed
         found -= self.followed
         if not found:

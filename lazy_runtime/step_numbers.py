@@ -244,6 +244,15 @@ def _derived(sym: str) -> bool:
     return dynamic._DERIVED.search(sym) is not None
 
 
+def changed_numbers(old, new) -> list:
+    """The positions where signature entries ``old`` and ``new`` differ, where at each
+    both are (type, value) of a number of one type (the numbers to follow); else []."""
+    diff = [i for i, (a, b) in enumerate(zip(old, new)) if a != b]
+    if diff and all(new[i][0] in NUMBER and new[i][0] is old[i][0] for i in diff):
+        return diff
+    return []
+
+
 def agree(a, b, agree_traces) -> bool:
     """Whether traces ``a`` and ``b`` of a followed signature are one family's:
     ``agree_traces`` (the step's own test, numbers aside) and the same recorded Python,

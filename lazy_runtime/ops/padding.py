@@ -582,11 +582,12 @@ def pad_cat(node, ins, cx):
         out[d] = (node.shape[d],)
         return Pad(tuple(out))
     dyn = [s for s in syms if s is not None]
-    sizes = tuple((s, 0) if s is not None else lay[d][0] for s, (_, lay) in zip(syms, parts))
+    # each piece's symbol, or its concrete size
+    pieces = tuple(s if s is not None else lay[d][0] for s, (_, lay) in zip(syms, parts))
+    sizes = tuple((p, 0) if type(p) is str else p for p in pieces)
     if len(dyn) > 1:
         # (prompt and answer): a symbol of its own, the sum of the pieces' true sizes,
         # padded to the sum of their padded sizes (one executable per bucket of each)
-        pieces = tuple(s if s is not None else lay[d][0] for s, (_, lay) in zip(syms, parts))
         padded = sum(cx.buckets[p] if type(p) is str else p for p in pieces)
         name = cx.derive(f"({'+'.join(map(str, pieces))})", node.shape[d], padded, dyn[0])
         cx.sums[name] = pieces

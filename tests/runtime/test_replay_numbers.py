@@ -38,16 +38,26 @@ def make_model():
     return nn.Sequential(nn.Linear(8, 16), nn.Tanh(), nn.Linear(16, 1))
 
 
+def training_step(model, opt):
+    """``step(x) -> loss``: the mean square of the model's output, backward, the
+    optimizer's step, its grads zeroed."""
+    def step(x):
+        loss = model(x).pow(2).mean()
+        loss.backward()
+        opt.step()
+        opt.zero_grad()
+        return loss
+    return step
+
+
 def run(model, opt, schedule, dev, steps=STEPS):
     """Train ``steps`` steps on fixed batches; (losses, parameters on the CPU)."""
     g = torch.Generator().manual_seed(1)
     losses = []
+    step = training_step(model, opt)
     for _ in range(steps):
         x = torch.randn(4, 8, generator=g)
-        loss = model(x.to(dev) if dev else x).pow(2).mean()
-        loss.backward()
-        opt.step()
-        opt.zero_grad()
+        loss = step(x.to(dev) if dev else x)
         schedule.step()
         if dev:
             lr.mark_step()
@@ -190,30 +200,20 @@ def test_an_optimizer_followed_by_a_whole_step_is_left_to_it():
     model = make_model().to(DEV)
     opt = lr.compile_optimizer(torch.optim.AdamW(model.parameters(), lr=0.01))
     schedule = torch.optim.lr_scheduler.LambdaLR(opt, lambda s: 1.0 / (1 + s))
-
-    def step(x):
-        loss = model(x).pow(2).mean()
-        loss.backward()
-        opt.step()
-        opt.zero_grad()
-        return loss
-
-    whole = lr.compile_step(step, model, opt)
+    whole = lr.compile_step(training_step(model, opt), model, opt)
     eager = make_model()
     opt_e = torch.optim.AdamW(eager.parameters(), lr=0.01)
     schedule_e = torch.optim.lr_scheduler.LambdaLR(opt_e, lambda s: 1.0 / (1 + s))
+    step_e = training_step(eager, opt_e)
     lr.reset_metrics()
     g = torch.Generator().manual_seed(1)
     for _ in range(10):
         x = torch.randn(4, 8, generator=g)
         got = whole(x).item()
-        loss_e = eager(x).pow(2).mean()
-        loss_e.backward()
-        opt_e.step()
-        opt_e.zero_grad()
+        want = step_e(x).item()
         schedule.step()
         schedule_e.step()
-        assert got == pytest.approx(loss_e.item(), rel=1e-5)
+        assert got == pytest.approx(want, rel=1e-5)
     m = lr.metrics()
     assert m["step_replays"] > 0, m["replay_misses"]
     assert any("followed by a whole step's trace" in r for r in m["replay_misses"])
@@ -367,13 +367,7 @@ def test_a_whole_step_with_a_fused_optimizer_follows_its_scheduled_lr():
             model = model.to(dev)
         opt = torch.optim.AdamW(model.parameters(), lr=0.01, weight_decay=0.1, fused=True)
         schedule = torch.optim.lr_scheduler.LambdaLR(opt, lambda s: 1 / (1 + s))
-
-        def step(x):
-            loss = model(x).pow(2).mean()
-            loss.backward()
-            opt.step()
-            opt.zero_grad()
-            return loss
+        step = training_step(model, opt)
         step = lr.compile_step(step, model, opt) if dev else step
         g = torch.Generator().manual_seed(1)
         lr.reset_metrics()
