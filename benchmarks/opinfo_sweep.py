@@ -202,12 +202,7 @@ def worker(dtype_name: str, grad: bool, start: int, stop: int, n_samples: int, o
     """Sweep op_db[start:stop], one JSON line per op (flushed, so a crash loses one op)."""
     import torch
     from torch.testing._internal.common_methods_invocations import op_db
-    import lazy_runtime as lr
     dtype = getattr(torch, dtype_name)
-
-    def overrun(*_):
-        raise TimeoutError("over 120 s")
-    signal.signal(signal.SIGALRM, overrun)
     for i in range(start, min(stop, len(op_db))):
         op, name = op_db[i], _names(op_db[i])
         if only and name not in only and op.name not in only:
@@ -217,50 +212,74 @@ def worker(dtype_name: str, grad: bool, start: int, stop: int, n_samples: int, o
         if not grad and dtype not in op.supported_dtypes("cpu"):
             continue
         print(json.dumps({"i": i, "op": name, "dtype": dtype_name, "started": True}), flush=True)
-        signal.alarm(120)
-        try:
-            rec = _run_op(op, dtype, grad, n_samples)
-        except TimeoutError:
-            rec = {"status": "timeout"}
-        except Exception as e:   # the sweep's own failure on this op (sample generation)
-            rec = {"status": "skipped", "detail": f"{type(e).__name__}: {str(e)[:200]}"}
-        finally:
-            signal.alarm(0)
-        try:
-            lr.sync()
-        except Exception:
-            pass
+        # (an exception here is the sweep's own failure on this op: sample generation)
+        rec = guarded(lambda: _run_op(op, dtype, grad, n_samples))
         rec.update(i=i, op=name, dtype=dtype_name)
         print(json.dumps(rec), flush=True)
+
+
+def _overrun(*_):
+    raise TimeoutError("over 120 s")
+
+
+def guarded(run, failed: str = "skipped") -> dict:
+    """``run()``'s record, or one saying it overran 120 s (``timeout``) or raised (status
+    ``failed``); then whatever it left pending on the lazy device is run (its error
+    dropped), so the next entry starts clean."""
+    import lazy_runtime as lr
+    signal.signal(signal.SIGALRM, _overrun)
+    signal.alarm(120)
+    try:
+        rec = run()
+    except TimeoutError:
+        rec = {"status": "timeout"}
+    except Exception as e:
+        rec = {"status": failed, "detail": f"{type(e).__name__}: {str(e)[:200]}"}
+    finally:
+        signal.alarm(0)
+    try:
+        lr.sync()
+    except Exception:
+        pass
+    return rec
 
 
 def _sweep(dtype: str, grad: bool, n_samples: int, only, total: int,
            exact16: bool = False) -> list[dict]:
     """Workers over op_db from the start; after a crash, a new one from the next op."""
+    def command(start: int) -> list:
+        return [sys.executable, __file__, "--worker", dtype, str(start), str(total),
+                "--samples", str(n_samples)] + (["--grad"] if grad else []) + \
+               (["--exact16"] if exact16 else []) + \
+               (["--only", ",".join(only)] if only else [])
+    return run_workers(command, total, dtype)
+
+
+def run_workers(command, total: int, label: str) -> list[dict]:
+    """Records of workers ``command(start)`` (each prints a JSON line as it starts an
+    entry, ``"started": true``, and one when it ends it) over entries ``start..total``;
+    after a crash, a new worker from the entry after the one it died in."""
     out, start = [], 0
     while start < total:
-        cmd = [sys.executable, __file__, "--worker", dtype, str(start), str(total),
-               "--samples", str(n_samples)] + (["--grad"] if grad else []) + \
-              (["--exact16"] if exact16 else []) + \
-              (["--only", ",".join(only)] if only else [])
         started = None
         # (stderr to a file: warnings would fill a pipe nobody reads while stdout streams)
         with tempfile.TemporaryFile("w+") as errors, subprocess.Popen(
-                cmd, stdout=subprocess.PIPE, stderr=errors, text=True, cwd=ROOT) as proc:
-            for line in proc.stdout:   # one op at a time: progress as it goes
+                command(start), stdout=subprocess.PIPE, stderr=errors, text=True,
+                cwd=ROOT) as proc:
+            for line in proc.stdout:   # one entry at a time: progress as it goes
                 rec = json.loads(line)
                 if rec.pop("started", False):
                     started = rec
                     continue
                 out.append(rec)
                 started = None
-                print(f"{dtype:9s} {rec['i']:4d} {rec['op']:45s} {rec['status']}", flush=True)
+                print(f"{label:9s} {rec['i']:4d} {rec['op']:45s} {rec['status']}", flush=True)
             proc.wait()
             errors.seek(0)
             err = errors.read()
         if proc.returncode == 0 and started is None:
             break
-        if started is None:   # died before its first op
+        if started is None:   # died before its first entry
             raise RuntimeError(f"sweep worker failed:\n{err[-2000:]}")
         out.append(dict(started, status="crashed", detail=err[-300:]))
         start = started["i"] + 1

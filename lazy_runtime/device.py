@@ -15,7 +15,9 @@ from .backend import NAME
 from . import ir
 from .executor import data_node_from_cpu, data_tensor, filled_node, host_constant
 from .metrics import METRICS
-from .tensor import DEVICE, new_base
+from .tensor import DEVICE, LazyTensor, Storage, _mws, new_base
+from torch.nn.parameter import (UninitializedBuffer, UninitializedParameter,
+                                UninitializedTensorMixin)
 
 _lib = torch.library.Library("aten", "IMPL")
 
@@ -31,12 +33,53 @@ def _to_copy(x, dtype=None, layout=None, device=None, pin_memory=None, non_block
              memory_format=None):
     if x.device.type != "cpu":
         raise RuntimeError(f"cannot copy a {x.device} tensor to the lazy device directly")
+    if isinstance(x, UninitializedTensorMixin):
+        return _uninitialized(x, dtype)
     if dtype is not None and dtype != x.dtype:
         marks = getattr(x, "_lr_dynamic", None)
         x = x.to(dtype)
         if marks:
             x._lr_dynamic = marks
     return data_tensor(x)
+
+
+class _Uninitialized:
+    """A lazy module's parameter or buffer (``nn.LazyLinear``'s weight) moved to the device
+    before its first call: still uninitialized (of torch's ``UninitializedParameter`` or
+    ``UninitializedBuffer`` type), so the module infers its shape at that call as on the
+    CPU or CUDA; ``materialize`` makes it a lazy tensor of that shape in place."""
+
+    # (``Module.to`` wraps it in a Parameter: a detached copy, of this type)
+    _allowed_methods = UninitializedTensorMixin._allowed_methods + [
+        torch.Tensor.requires_grad_]
+
+    def detach(self):
+        return _uninitialized(self, None)
+
+    def materialize(self, shape, device=None, dtype=None) -> None:
+        made = _empty(tuple(shape), dtype or self.dtype)
+        made.requires_grad_(self.requires_grad)
+        if isinstance(self, torch.nn.Parameter):
+            made._is_param = True
+        torch.utils.swap_tensors(self, made)
+
+
+class _UninitializedParameter(_Uninitialized, UninitializedParameter, LazyTensor):
+    pass
+
+
+class _UninitializedBuffer(_Uninitialized, UninitializedBuffer, LazyTensor):
+    pass
+
+
+def _uninitialized(x, dtype):
+    cls = _UninitializedParameter if isinstance(x, torch.nn.Parameter) else \
+        _UninitializedBuffer
+    t = _mws(cls, (0,), dtype=dtype or x.dtype, device=DEVICE, requires_grad=x.requires_grad)
+    t._st = Storage(filled_node((0,), t.dtype, 0))
+    t._vw = ()
+    t._vc = None
+    return t
 
 
 def _empty(size, dtype=None, layout=None, device=None, pin_memory=None, memory_format=None):

@@ -58,8 +58,10 @@ def data_node_from_cpu(t: torch.Tensor) -> ir.Node:
     if t.numel() == 0 and not marks:
         # no values: one made with its recipe, so traces of a whole step that copy an
         # empty tensor (transformers' caches start as ``torch.tensor([])``) agree
-        return filled_node(tuple(t.shape), t.dtype, 0)
-    return ir.leaf(ir.DATA, staged(t), tuple(t.shape), t.dtype,
+        # (``size()``, not ``shape``: a lazy module's uninitialized parameter, moved to
+        # the device before its first call, refuses ``shape``)
+        return filled_node(tuple(t.size()), t.dtype, 0)
+    return ir.leaf(ir.DATA, staged(t), tuple(t.size()), t.dtype,
                    aux=("mark", marks) if marks else None)
 
 

@@ -291,7 +291,9 @@ def _fractional_rule(x, kernel_size, output_size, random_samples, op):
     planes = (x.shape[0] if x.ndim == n + 2 else 1, x.shape[x.ndim - n - 1])
     ok = (x.ndim in (n + 1, n + 2) and len(k) == len(out) == n and x.dtype.is_floating_point
           and all(d > 0 for d in x.shape[1:]) and random_samples.dtype == x.dtype
-          and tuple(random_samples.shape) == planes + (n,)
+          # (torch reads one row of samples per batch entry and ignores the rest)
+          and random_samples.ndim == 3 and random_samples.shape[0] >= planes[0]
+          and tuple(random_samples.shape[1:]) == planes[1:] + (n,)
           and all(o > 0 and 0 < kk and o + kk - 1 <= i - (n == 3)   # strict in 3-D
                   for o, kk, i in zip(out, k, spatial)))
     if not ok:
@@ -330,6 +332,7 @@ def _fractional_max_pool(x, kernel_size, output_size, samples):
     n = len(kernel_size)
     batched = x.ndim == n + 2
     x = x if batched else x[None]
+    samples = samples[:x.shape[0]]
     spatial = x.shape[2:]
     cols = (1, 0) if n == 2 else (0, 1, 2)
     flat = jnp.zeros(samples.shape[:2] + (1,) * (2 * n), jnp.int64)

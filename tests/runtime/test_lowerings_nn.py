@@ -290,9 +290,10 @@ def fractional(n, kernel, shrink=0, ratio=None):
     return fn
 
 
-def pool_input(n, kernel, dtype=F32, batched=True, ties=False, special=False):
+def pool_input(n, kernel, dtype=F32, batched=True, ties=False, special=False, extra=0):
     """[x, samples]: random spatial sizes from ``kernel`` up; ``ties``: small integers
-    (windows with equal maxima); ``special``: NaN and -inf entries, and all -inf windows."""
+    (windows with equal maxima); ``special``: NaN and -inf entries, and all -inf windows;
+    ``extra``: rows of samples beyond the batch (torch ignores them)."""
     def make(g, r):
         lead = (r.randint(1, 3), r.randint(1, 3))
         hi = 9 if n == 2 else 6
@@ -302,8 +303,8 @@ def pool_input(n, kernel, dtype=F32, batched=True, ties=False, special=False):
             x = x.round()
         if special:
             x = torch.where(x > 2, float("nan"), torch.where(x < -1, float("-inf"), x))
-        u = torch.rand(lead[:1] + lead[1:] + (n,), generator=g, dtype=F64).to(dtype)
-        return [x, u if batched else u[:1]]
+        u = torch.rand((lead[0] + extra,) + lead[1:] + (n,), generator=g, dtype=F64)
+        return [x, u.to(dtype) if batched else u[:1 + extra].to(dtype)]
     return make
 
 
@@ -323,6 +324,9 @@ for _n in (2, 3):
          pool_input(_n, 1, batched=False), grad=(0,))
     case(f"fractional{_n}d-ratio", fractional(_n, 2, ratio=(0.5,) * _n), pool_input(_n, 2),
          grad=(0,))
+    for _b in (True, False):
+        case(f"fractional{_n}d-extra-samples-{'batched' if _b else 'unbatched'}",
+             fractional(_n, 2, shrink=1), pool_input(_n, 2, batched=_b, extra=2), grad=(0,))
     case(f"fractional{_n}d-bf16", fractional(_n, 2, shrink=1), pool_input(_n, 2, BF16))
 
 
