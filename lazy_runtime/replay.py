@@ -286,6 +286,7 @@ class _Mark:
         self.serial = ir.LEAVES_MADE[0]
         self.syncs = METRICS.syncs
         self.folds = METRICS.host_folds
+        self.reads = METRICS.transfers_to_host
         self.rng = random.position()
 
     def leaf_slot(self, n):
@@ -306,9 +307,11 @@ class _Mark:
         raise NotReplayable(f"a {op} value")
 
     def check_no_sync(self):
-        if METRICS.syncs != self.syncs or METRICS.host_folds != self.folds:
-            raise NotReplayable("synchronizes inside the call (.item(), printing, or an "
-                                "eager fallback)")
+        # (a read of a computed value needs no barrier, but Python may branch on it)
+        if METRICS.syncs != self.syncs or METRICS.host_folds != self.folds or \
+                METRICS.transfers_to_host != self.reads:
+            raise NotReplayable("synchronizes or reads a value inside the call (.item(), "
+                                "printing, or an eager fallback)")
 
 
 # ---- one signature's recording --------------------------------------------------------

@@ -16,7 +16,9 @@ What makes that sound is checked, not assumed:
   (Adam's first step creates its state: traced again).
 * **One barrier.** The step must not read a value or fall back to eager torch in the
   middle (either would be a second barrier); its only barrier is at its end (``fn`` may
-  call ``mark_step`` last, or ``compile_step`` does). Nor may it draw from a generator on
+  call ``mark_step`` last, or ``compile_step`` does). No value may be read at all, even
+  one whose read is the step's only barrier (a read at the end, or one that leaves
+  nothing pending after it): Python may use it. Nor may it draw from a generator on
   the host (Python's ``random``, numpy's, torch's CPU one: an augmentation's coin).
 * **Every input accounted for.** Each tensor the graph reads is an argument, a tensor
   the model or optimizer owns, or a constant: one made by a device factory with the same
@@ -403,7 +405,7 @@ class StepReplayer:
                     arg_values.setdefault(id(dynamic.settle(n)), place)
         rng0 = random.position()
         host_rngs = host_rng_states()
-        syncs0, folds0 = METRICS.syncs, METRICS.host_folds
+        syncs0, folds0, reads0 = METRICS.syncs, METRICS.host_folds, METRICS.transfers_to_host
         seen = []
         executor.BARRIER_OBSERVERS.append(lambda *a: seen.append(a))
         try:
@@ -427,6 +429,11 @@ class StepReplayer:
             if METRICS.host_folds != folds0:
                 raise NotWholeStep("the step reads a value (computed on the host: a replay "
                                    "would not read it again)")
+            if METRICS.transfers_to_host != reads0:
+                # (one computed before the read needs no barrier of its own, and one read
+                # at the step's end leaves nothing for a second: Python may use either)
+                raise NotWholeStep("the step reads a value (.item(), .cpu(), printing: a "
+                                   "replay would not read it again)")
             check_host_rngs(host_rngs, "the step")
             if self._state()[0] != snap:
                 raise NotWholeStep("the step changes the layout of the model's or "

@@ -911,3 +911,32 @@ def test_views_written_in_ways_a_template_cannot_hold_are_traced():
         assert_same(buf, want)
     assert lr.metrics()["replay_misses"] == {
         "reads the storage of a view argument beyond the view (writes part of it)": 1}
+
+
+def test_a_forward_branching_on_a_value_it_reads_is_never_replayed():
+    """``self.scale.item()`` of a computed buffer needs no barrier, but the branch it
+    steers is Python a replay would not run: replayed, the call kept the branch of the
+    traces after the buffer changed (a wrong result)."""
+    class Scaled(nn.Module):
+        def __init__(self):
+            super().__init__()
+            self.lin = nn.Linear(2, 2)
+            self.register_buffer("scale", torch.tensor(2.0))
+
+        def forward(self, x):
+            return self.lin(x) * 2 if self.scale.item() > 1 else self.lin(x)
+
+    torch.manual_seed(0)
+    model = lr.compile(Scaled().to(DEV), replay=True)
+    x = torch.ones(1, 2, device=DEV)
+    lr.reset_metrics()
+    with torch.no_grad():
+        for _ in range(3):
+            model(x)
+            lr.mark_step()
+        model.scale.fill_(0.5)
+        lr.mark_step()
+        assert torch.equal(model(x).cpu(), model.lin(x).cpu())
+    m = lr.metrics()
+    assert m["replays"] == 0
+    assert any("reads a value" in k for k in m["replay_misses"]), m["replay_misses"]

@@ -771,3 +771,37 @@ def test_a_cache_object_a_whole_step_cannot_take_is_traced_with_the_reason(how, 
     assert m["replay_misses"].get(f"whole step: {reason}", 0) >= 1, m["replay_misses"]
     for a, b in zip(got + got_cache, want + want_cache):
         torch.testing.assert_close(a.cpu(), b, rtol=1e-5, atol=1e-6)
+
+
+def test_a_step_reading_a_value_with_nothing_left_to_compute_is_not_replayed():
+    """ASGD's per-tensor-group step (not capturable) reads its step count with ``.item()``
+    after incrementing it, and the barrier of that read leaves nothing pending: the step
+    seemed to have one barrier, was replayed, and counted two steps per replay (and kept
+    its learning rate ``eta`` stale). Any value read inside the step refuses its replay."""
+    torch.manual_seed(0)
+    model = nn.Linear(3, 2).double()
+    eager = copy.deepcopy(model)
+    model = model.to(DEV)
+    opts = [torch.optim.ASGD(m.parameters(), foreach=True) for m in (eager, model)]
+
+    def make_step(m, o):
+        def step(x):
+            loss = m(x).square().mean()
+            loss.backward()
+            o.step()
+            o.zero_grad()
+            return loss
+        return step
+    lazy_step = lr.compile_step(make_step(model, opts[1]), model, opts[1])
+    eager_step = make_step(eager, opts[0])
+    lr.reset_metrics()
+    g = torch.Generator().manual_seed(3)
+    for _ in range(6):
+        x = torch.randn(4, 3, generator=g, dtype=torch.float64)
+        assert lazy_step(x).item() == pytest.approx(eager_step(x).item(), rel=1e-12)
+    assert opts[1].state[model.weight]["step"].item() == 6
+    for a, b in zip(eager.parameters(), model.parameters()):
+        assert torch.allclose(a, b.cpu(), rtol=1e-12, atol=1e-12)
+    m = lr.metrics()
+    assert m["step_replays"] == 0
+    assert any("reads a value" in k for k in m["replay_misses"]), m["replay_misses"]

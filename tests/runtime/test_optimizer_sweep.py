@@ -1,0 +1,53 @@
+"""torch's optimizers, in the configurations torch's own OptimizerInfo database tests, on
+the lazy device against eager torch (``benchmarks/optimizer_sweep.py``): traced, with the
+optimizer's step replayed, and with the whole step replayed."""
+
+import sys
+from pathlib import Path
+
+import pytest
+import torch
+
+import lazy_runtime as lr
+
+sys.path.insert(0, str(Path(__file__).resolve().parents[2] / "benchmarks"))
+
+import optimizer_sweep as S  # noqa: E402
+
+DEV = lr.device()
+DATA = S.make_data(4)
+
+
+@pytest.mark.parametrize("cls,kwargs,mode", [
+    (torch.optim.RMSprop, {"centered": True, "momentum": 0.9, "foreach": True},
+     "compile_optimizer"),
+    (torch.optim.Adagrad, {"lr_decay": 0.01, "fused": True}, "compile_step"),
+    (torch.optim.NAdam, {"decoupled_weight_decay": True, "weight_decay": 0.1},
+     "compile_step"),
+    (torch.optim.Rprop, {"maximize": True, "foreach": True}, "compile_optimizer"),
+    (torch.optim.Adamax, {"weight_decay": 0.1, "foreach": False}, "traced"),
+    (torch.optim.SGD, {"lr": torch.tensor(0.01), "momentum": 0.9, "foreach": True},
+     "compile_step")])
+def test_an_optimizer_configuration_trains_as_in_eager_torch(cls, kwargs, mode):
+    want = S.train(cls, kwargs, DATA, "cpu", "eager")
+    got = S.train(cls, kwargs, DATA, DEV, mode)
+    assert S._differs(want, got) is None
+
+
+def test_the_sweep_judges_a_wrong_step_as_differing():
+    """Its comparison can fail: another learning rate's run differs from torch's."""
+    want = S.train(torch.optim.SGD, {"lr": 0.1}, DATA, "cpu", "eager")
+    got = S.train(torch.optim.SGD, {"lr": 0.1 * (1 + 1e-6)}, DATA, DEV, "traced")
+    assert S._differs(want, got) is not None
+
+
+def test_a_sparse_gradient_optimizer_is_refused_with_the_dense_alternative():
+    with pytest.raises(lr.UnsupportedOperation, match="sparse=False"):
+        S.train(torch.optim.SparseAdam, {}, DATA, DEV, "traced")
+
+
+def test_every_optimizer_of_torchs_database_is_swept():
+    """The sweep covers what torch tests (a new optimizer in torch shows up here)."""
+    from torch.testing._internal.common_optimizers import optim_db
+    for info in optim_db:
+        assert S.variants(info), info.optim_cls.__name__
