@@ -92,7 +92,7 @@ def _on(value, device):
     return value
 
 
-def train(cls, kwargs: dict, data, device, mode: str) -> list:
+def train(cls, kwargs: dict, data, device, mode: str, schedule=None) -> list:
     """The losses of each step, then the final parameters (on the CPU). Under float64 as
     the default dtype: a ``capturable`` optimizer (``compile_optimizer`` makes them so)
     keeps its step count in a tensor of the default dtype and computes its bias
@@ -101,15 +101,16 @@ def train(cls, kwargs: dict, data, device, mode: str) -> list:
     before = torch.get_default_dtype()
     torch.set_default_dtype(torch.float64)
     try:
-        return _train(cls, kwargs, data, device, mode)
+        return _train(cls, kwargs, data, device, mode, schedule)
     finally:
         torch.set_default_dtype(before)
 
 
-def _train(cls, kwargs: dict, data, device, mode: str) -> list:
+def _train(cls, kwargs: dict, data, device, mode: str, schedule=None) -> list:
     model = make_model(cls).to(device)
     kwargs = {k: _on(v, device) for k, v in kwargs.items()}
     opt = cls(model.parameters(), **kwargs)
+    sched = schedule(opt) if schedule is not None else None
     closure_step = cls is torch.optim.LBFGS
 
     def step(x, y):
@@ -138,6 +139,10 @@ def _train(cls, kwargs: dict, data, device, mode: str) -> list:
         if device != "cpu" and mode != "compile_step":
             x, y = x.to(device), y.to(device)
         losses.append(float(step(x, y).detach()))
+        if isinstance(sched, torch.optim.lr_scheduler.ReduceLROnPlateau):
+            sched.step(losses[-1])
+        elif sched is not None:
+            sched.step()
     return losses + [p.detach().cpu() for p in model.parameters()]
 
 
@@ -202,6 +207,64 @@ def sweep_one(info, steps: int) -> list[dict]:
     return records
 
 
+def _schedulers() -> dict:
+    """Each of torch's learning-rate schedulers, as set up in a training script."""
+    S = torch.optim.lr_scheduler
+    return {
+        "StepLR": lambda o: S.StepLR(o, step_size=3, gamma=0.5),
+        "MultiStepLR": lambda o: S.MultiStepLR(o, milestones=[2, 5, 9], gamma=0.3),
+        "ConstantLR": lambda o: S.ConstantLR(o, factor=0.5, total_iters=4),
+        "LinearLR": lambda o: S.LinearLR(o, start_factor=0.2, total_iters=8),
+        "ExponentialLR": lambda o: S.ExponentialLR(o, gamma=0.9),
+        "PolynomialLR": lambda o: S.PolynomialLR(o, total_iters=10, power=2.0),
+        "CosineAnnealingLR": lambda o: S.CosineAnnealingLR(o, T_max=10),
+        "CosineAnnealingWarmRestarts": lambda o: S.CosineAnnealingWarmRestarts(o, T_0=4),
+        "LambdaLR": lambda o: S.LambdaLR(o, lambda k: 1 / (1 + k)),
+        "MultiplicativeLR": lambda o: S.MultiplicativeLR(o, lambda k: 0.95),
+        "CyclicLR": lambda o: S.CyclicLR(o, base_lr=0.001, max_lr=0.01, step_size_up=3),
+        "OneCycleLR": lambda o: S.OneCycleLR(o, max_lr=0.05, total_steps=40),
+        "ReduceLROnPlateau": lambda o: S.ReduceLROnPlateau(o, patience=1, factor=0.5),
+        "SequentialLR": lambda o: S.SequentialLR(o, [S.LinearLR(o, 0.3, total_iters=3),
+                                                     S.ExponentialLR(o, 0.9)],
+                                                 milestones=[3]),
+        "ChainedScheduler": lambda o: S.ChainedScheduler([S.ExponentialLR(o, 0.95),
+                                                          S.StepLR(o, 4, 0.5)]),
+    }
+
+
+# The optimizers a schedule is swept with (CyclicLR and OneCycleLR cycle SGD's momentum
+# and Adam's beta1 too).
+SCHEDULED = {"SGD": (torch.optim.SGD, {"lr": 0.05, "momentum": 0.9}),
+             "Adam": (torch.optim.Adam, {"lr": 0.01}),
+             "AdamW fused": (torch.optim.AdamW, {"lr": 0.01, "fused": True})}
+
+
+def sweep_schedules(steps: int) -> list[dict]:
+    """Each scheduler with each of ``SCHEDULED``'s optimizers, as ``sweep_one`` does."""
+    data = make_data(steps)
+    records = []
+    for sname, schedule in _schedulers().items():
+        for oname, (cls, kwargs) in SCHEDULED.items():
+            name = f"{sname}: {oname}"
+            want = train(cls, kwargs, data, "cpu", "eager", schedule)
+            for mode in MODES:
+                lr.reset_metrics()
+
+                def compare(mode=mode):
+                    why = _differs(want, train(cls, kwargs, data, lr.device(), mode,
+                                               schedule))
+                    return {"status": "differs", "detail": why} if why else \
+                        {"status": "match"}
+                rec = {"optimizer": name, "mode": mode,
+                       **guarded(compare, failed="lazy_error")}
+                m = lr.metrics()
+                rec.update(replays=m["replays"], step_replays=m["step_replays"],
+                           replay_misses=dict(m["replay_misses"]),
+                           fallback_ops=dict(m["fallback_ops"]))
+                records.append(rec)
+    return records
+
+
 def summary(records: list[dict]) -> str:
     lines = []
     counts = Counter((r["mode"], r["status"]) for r in records)
@@ -239,14 +302,20 @@ def main(argv=None) -> int:
     p.add_argument("--steps", type=int, default=6)
     p.add_argument("--only", default="", help="comma-separated optimizer names (Adam)")
     p.add_argument("--json", default="", help="write every record here")
+    p.add_argument("--schedulers", action="store_true",
+                   help="sweep torch's learning-rate schedulers instead (SGD, Adam, fused "
+                        "AdamW; --steps 12 by default)")
     a = p.parse_args(argv)
     from torch.testing._internal.common_optimizers import optim_db
     only = [s for s in a.only.split(",") if s]
     records = []
-    for info in optim_db:
-        if only and info.optim_cls.__name__ not in only:
-            continue
-        for rec in sweep_one(info, a.steps):
+    if a.schedulers:
+        runs = [sweep_schedules(a.steps if a.steps != 6 else 12)]
+    else:
+        runs = (sweep_one(info, a.steps) for info in optim_db
+                if not only or info.optim_cls.__name__ in only)
+    for run in runs:
+        for rec in run:
             records.append(rec)
             detail = rec.get("detail", "")[:80]
             print(f"{rec['optimizer']:60s} {rec['mode']:18s} {rec['status']}  {detail}",

@@ -51,3 +51,28 @@ def test_every_optimizer_of_torchs_database_is_swept():
     from torch.testing._internal.common_optimizers import optim_db
     for info in optim_db:
         assert S.variants(info), info.optim_cls.__name__
+
+
+@pytest.mark.parametrize("schedule,optimizer,mode", [
+    ("OneCycleLR", "AdamW fused", "compile_optimizer"),
+    ("CyclicLR", "AdamW fused", "compile_step"),
+    ("CyclicLR", "SGD", "compile_step"),
+    ("ReduceLROnPlateau", "Adam", "compile_step"),
+    ("SequentialLR", "Adam", "compile_optimizer")])
+def test_a_scheduled_optimizer_replays_and_trains_as_in_eager_torch(schedule, optimizer,
+                                                                     mode):
+    """Each step's numbers set by a scheduler are followed: after a few traced steps the
+    step replays at values never traced, torch's losses and parameters throughout. Fused
+    AdamW under a schedule that cycles beta1 replays too: its ``1 - beta1`` is computed
+    in the graph from beta1 as one input (it was a number of the host, linked to nothing:
+    every step traced)."""
+    data = S.make_data(12)
+    cls, kwargs = S.SCHEDULED[optimizer]
+    make = S._schedulers()[schedule]
+    want = S.train(cls, kwargs, data, "cpu", "eager", make)
+    lr.reset_metrics()
+    got = S.train(cls, kwargs, data, DEV, mode, make)
+    assert S._differs(want, got) is None
+    m = lr.metrics()
+    replayed = m["replays"] if mode == "compile_optimizer" else m["step_replays"]
+    assert replayed >= 4, m["replay_misses"]
