@@ -179,6 +179,27 @@ def variants(info):
     return out
 
 
+def _lazy_runs(name: str, want: list, run, known=None) -> list[dict]:
+    """A record per mode of ``run(mode)``'s results against ``want`` (torch's), with the
+    replays and eager ops it counted; ``known``: why a raise is intended."""
+    records = []
+    for mode in MODES:
+        lr.reset_metrics()
+
+        def compare(mode=mode):
+            why = _differs(want, run(mode))
+            return {"status": "differs", "detail": why} if why else {"status": "match"}
+        rec = {"optimizer": name, "mode": mode, **guarded(compare, failed="lazy_error")}
+        if rec["status"] == "lazy_error" and known:
+            rec["known"] = known
+        m = lr.metrics()
+        rec.update(replays=m["replays"], step_replays=m["step_replays"],
+                   replay_misses=dict(m["replay_misses"]),
+                   fallback_ops=dict(m["fallback_ops"]))
+        records.append(rec)
+    return records
+
+
 def sweep_one(info, steps: int) -> list[dict]:
     data = make_data(min(steps, SHORT.get(info.optim_cls.__name__, (steps,))[0]))
     records = []
@@ -190,20 +211,9 @@ def sweep_one(info, steps: int) -> list[dict]:
             records.append({"optimizer": name, "mode": "-", "status": "skipped",
                             "detail": f"{type(e).__name__}: {str(e)[:150]}"})
             continue
-        for mode in MODES:
-            lr.reset_metrics()
-
-            def compare(mode=mode):
-                why = _differs(want, train(info.optim_cls, kwargs, data, lr.device(), mode))
-                return {"status": "differs", "detail": why} if why else {"status": "match"}
-            rec = {"optimizer": name, "mode": mode, **guarded(compare, failed="lazy_error")}
-            if rec["status"] == "lazy_error" and info.optim_cls.__name__ in KNOWN:
-                rec["known"] = KNOWN[info.optim_cls.__name__]
-            m = lr.metrics()
-            rec.update(replays=m["replays"], step_replays=m["step_replays"],
-                       replay_misses=dict(m["replay_misses"]),
-                       fallback_ops=dict(m["fallback_ops"]))
-            records.append(rec)
+        records += _lazy_runs(name, want, lambda mode: train(info.optim_cls, kwargs, data,
+                                                            lr.device(), mode),
+                              KNOWN.get(info.optim_cls.__name__))
     return records
 
 
@@ -247,21 +257,8 @@ def sweep_schedules(steps: int) -> list[dict]:
         for oname, (cls, kwargs) in SCHEDULED.items():
             name = f"{sname}: {oname}"
             want = train(cls, kwargs, data, "cpu", "eager", schedule)
-            for mode in MODES:
-                lr.reset_metrics()
-
-                def compare(mode=mode):
-                    why = _differs(want, train(cls, kwargs, data, lr.device(), mode,
-                                               schedule))
-                    return {"status": "differs", "detail": why} if why else \
-                        {"status": "match"}
-                rec = {"optimizer": name, "mode": mode,
-                       **guarded(compare, failed="lazy_error")}
-                m = lr.metrics()
-                rec.update(replays=m["replays"], step_replays=m["step_replays"],
-                           replay_misses=dict(m["replay_misses"]),
-                           fallback_ops=dict(m["fallback_ops"]))
-                records.append(rec)
+            records += _lazy_runs(name, want, lambda mode: train(
+                cls, kwargs, data, lr.device(), mode, schedule))
     return records
 
 
