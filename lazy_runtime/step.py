@@ -68,13 +68,16 @@ CPU tensor arguments are copied to the lazy device before every call, so ``fn`` 
 lazy tensors whether it is traced, replayed or refused. A refused step runs as ordinary
 traced code, and why is counted in
 ``metrics()["replay_misses"]``. Replayed steps count in ``step_replays``. A returned
-tensor is a plain result (no ``grad_fn``): the step must do its own ``backward``.
+tensor is a plain result (no ``grad_fn``): the step must do its own ``backward``. So is a
+traced call's where its autograd graph would keep a value the step computed (an input it
+made require grad, for a gradient penalty), which would refuse the replay.
 """
 
 from __future__ import annotations
 
 import collections
 import dataclasses
+import gc
 import operator
 import sys
 import time
@@ -445,7 +448,12 @@ class StepReplayer:
                        for i, v in enumerate(lazy)]
             tr, temps = _record(seen.pop(), slot_of, also, owned, out, rng0, arg_values,
                                 args_in, tape)
-            if any(r() is not None for r in temps):
+            if _kept(temps):
+                # The autograd graph of a result may hold them (an input the step made
+                # require grad, for a gradient penalty): the result then comes back as a
+                # replay returns it, without its graph.
+                out = pytree.tree_map_only(LazyTensor, _without_graph, out)
+            if _kept(temps):
                 # transient: a replayed forward keeps its outputs while it captures
                 raise NotWholeStep("the step keeps a value it computed somewhere other than "
                                    "its result, the model and the optimizer", permanent=False)
@@ -616,6 +624,20 @@ class StepReplayer:
             executor.written(refs, [t._st for t in leaves if isinstance(t, LazyTensor)]
                              + [flat[i]._st for i in tr.arg_writes])
         return pytree.tree_unflatten(leaves, tr.out_spec)
+
+
+def _without_graph(t):
+    return t.detach() if t.grad_fn is not None else t
+
+
+def _kept(refs) -> bool:
+    """Whether a value weakly referenced by ``refs`` is still alive, once the young
+    garbage reference cycles hold is freed (a double backward's graph,
+    ``create_graph=True``; ~1 ms, on a trace only)."""
+    if not any(r() is not None for r in refs):
+        return False
+    gc.collect(1)
+    return any(r() is not None for r in refs)
 
 
 def _writable_args(tr, flat, owned) -> bool:

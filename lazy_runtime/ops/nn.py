@@ -580,7 +580,8 @@ def lower_batch_norm_backward(g, x, w, rm, rv, save_mean, save_invstd, train, ep
     def f(x_, w__, b__):
         return _batch_norm(x_, w__, b__, rm, rv, train, eps)[0]
 
-    gx, gw, gb = vjp(f, (_f32(x), _f32(w_), jnp.zeros((c,), jnp.float32)), _f32(g))
+    # (the bias seed in the compute dtype: a float32 one rounded float64 bias gradients)
+    gx, gw, gb = vjp(f, (_f32(x), _f32(w_), jnp.zeros((c,), _f32(x).dtype)), _f32(g))
     return tuple(v if m else None for v, m in zip((gx, gw, gb), output_mask))
 
 
