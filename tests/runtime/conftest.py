@@ -1,5 +1,6 @@
 """Shared helpers for the lazy runtime tests: torch (eager, CPU) is the oracle."""
 
+import copy
 import fnmatch
 import importlib.util
 import os
@@ -82,6 +83,40 @@ def load_example(name: str):
     mod = importlib.util.module_from_spec(spec)
     spec.loader.exec_module(mod)
     return mod
+
+
+def train_as_eager(model, make_opt, loss_of, batches, before_step=None, capturable=False):
+    """``model`` (float64) trained under ``compile_step`` beside its eager twin on
+    ``batches`` (tuples of CPU arguments): each step ``loss_of(model, *args)``, backward,
+    ``before_step(model)`` if given (gradient clipping), the optimizer's step and
+    zero_grad. Every loss and the final parameters as eager's within 1e-12. Returns the
+    lazy optimizer and the metrics. ``capturable``: the lazy optimizer made so by
+    ``lr.compile_optimizer`` (its step count then a tensor of the default dtype, in which
+    it computes its bias corrections: float64 needed for eager's numbers)."""
+    eager = copy.deepcopy(model)
+    model = model.to(DEV)
+    opts = [make_opt(m.parameters()) for m in (eager, model)]
+    if capturable:
+        lr.compile_optimizer(opts[1])
+
+    def make_step(m, o):
+        def step(*args):
+            loss = loss_of(m, *args)
+            loss.backward()
+            if before_step is not None:
+                before_step(m)
+            o.step()
+            o.zero_grad()
+            return loss
+        return step
+    lazy_step = lr.compile_step(make_step(model, opts[1]), model, opts[1])
+    eager_step = make_step(eager, opts[0])
+    lr.reset_metrics()
+    for args in batches:
+        assert lazy_step(*args).item() == pytest.approx(eager_step(*args).item(), rel=1e-12)
+    for a, b in zip(eager.parameters(), model.parameters()):
+        assert torch.allclose(a, b.cpu(), rtol=1e-12, atol=1e-12)
+    return opts[1], lr.metrics()
 
 
 def to_lazy(x):

@@ -18,7 +18,7 @@ import lazy_runtime as lr
 import lazy_runtime.state_stamp as state_stamp
 import lazy_runtime.step as lr_step
 from lazy_runtime.training import train_steps
-from conftest import DEV, load_example
+from conftest import DEV, load_example, train_as_eager
 
 
 class Net(nn.Module):
@@ -773,33 +773,6 @@ def test_a_cache_object_a_whole_step_cannot_take_is_traced_with_the_reason(how, 
         torch.testing.assert_close(a.cpu(), b, rtol=1e-5, atol=1e-6)
 
 
-def _as_eager(model, make_opt, loss_of, batches):
-    """``model`` (float64) trained under ``compile_step`` beside its eager twin on
-    ``batches`` (tuples of CPU arguments): each step ``loss_of(model, *args)``, backward,
-    the optimizer's step and zero_grad. Every loss and the final parameters as eager's
-    within 1e-12. Returns the lazy optimizer and the metrics."""
-    eager = copy.deepcopy(model)
-    model = model.to(DEV)
-    opts = [make_opt(m.parameters()) for m in (eager, model)]
-
-    def make_step(m, o):
-        def step(*args):
-            loss = loss_of(m, *args)
-            loss.backward()
-            o.step()
-            o.zero_grad()
-            return loss
-        return step
-    lazy_step = lr.compile_step(make_step(model, opts[1]), model, opts[1])
-    eager_step = make_step(eager, opts[0])
-    lr.reset_metrics()
-    for args in batches:
-        assert lazy_step(*args).item() == pytest.approx(eager_step(*args).item(), rel=1e-12)
-    for a, b in zip(eager.parameters(), model.parameters()):
-        assert torch.allclose(a, b.cpu(), rtol=1e-12, atol=1e-12)
-    return opts[1], lr.metrics()
-
-
 def test_a_step_reading_a_value_with_nothing_left_to_compute_is_not_replayed():
     """ASGD's per-tensor-group step (not capturable) reads its step count with ``.item()``
     after incrementing it, and the barrier of that read leaves nothing pending: the step
@@ -809,7 +782,7 @@ def test_a_step_reading_a_value_with_nothing_left_to_compute_is_not_replayed():
     model = nn.Linear(3, 2).double()
     g = torch.Generator().manual_seed(3)
     batches = [(torch.randn(4, 3, generator=g, dtype=torch.float64),) for _ in range(6)]
-    opt, m = _as_eager(model, lambda ps: torch.optim.ASGD(ps, foreach=True),
+    opt, m = train_as_eager(model, lambda ps: torch.optim.ASGD(ps, foreach=True),
                        lambda mod, x: mod(x).square().mean(), batches)
     assert opt.state[model.weight]["step"].item() == 6
     assert m["step_replays"] == 0
@@ -832,7 +805,7 @@ def test_a_gradient_penalty_step_is_replayed():
     gen = torch.Generator().manual_seed(5)
     batches = [(torch.randn(5, 6, generator=gen, dtype=torch.float64),
                 torch.randn(5, 3, generator=gen, dtype=torch.float64)) for _ in range(7)]
-    _, m = _as_eager(model, lambda ps: torch.optim.SGD(ps, lr=0.05, momentum=0.9),
+    _, m = train_as_eager(model, lambda ps: torch.optim.SGD(ps, lr=0.05, momentum=0.9),
                      penalized, batches)
     # Calls 4-7 replayed, mostly; now and then a value of the double backward's graph is
     # still alive at a trace's barrier (an output more of its graph: the traces differ,
