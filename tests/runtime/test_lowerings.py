@@ -470,6 +470,10 @@ case("layer_norm-noaffine", lambda x: F.layer_norm(x, (3, 4)), lambda g, r: [rnd
 case("batch_norm-train", lambda x, w, b: F.batch_norm(x, None, None, w, b, training=True),
      lambda g, r: [rnd(g, (4, 3, 5)), rnd(g, (3,)), rnd(g, (3,))], rtol=1e-4, atol=1e-5,
      grad=True)
+# (float64: the output alone, so its backward is native_batch_norm_backward, whose bias
+# gradient came from a float32 seed)
+case("batch_norm-train-f64", lambda x, w, b: F.batch_norm(x, None, None, w, b, training=True),
+     lambda g, r: [rnd(g, (4, 3, 5), F64), rnd(g, (3,), F64), rnd(g, (3,), F64)], grad=True)
 case("batch_norm-eval", lambda x, m, v: F.batch_norm(x, m, v.abs() + 0.5, training=False),
      lambda g, r: [rnd(g, (4, 3, 2, 2)), rnd(g, (3,)), rnd(g, (3,))], rtol=1e-4, atol=1e-5,
      grad=(0,))
