@@ -1070,6 +1070,20 @@ def _followed(v) -> bool:
                                                                 for x in v)
 
 
+def _cpu_state_advice(opt, key: str) -> str:
+    """Why a CPU state tensor refuses a replay, and what keeps it on the device: the
+    ``capturable`` option where the optimizer has one, else ``fused=True`` where it has
+    that (Adagrad: its step count is then a device tensor the fused kernel reads)."""
+    defaults = getattr(opt, "defaults", {})
+    if "capturable" in defaults:
+        fix = "capturable=True keeps it on the device"
+    elif "fused" in defaults:
+        fix = "fused=True keeps it on the device"
+    else:
+        fix = f"{type(opt).__name__} reads it on the host each step"
+    return f"optimizer state '{key}' is on the CPU (a step count: {fix})"
+
+
 def optimizer_state(opt, numbers: list | None = None):
     """(a hashable snapshot of an optimizer's hyper-parameters and state layout, the
     tensors its step reads and writes: parameters, their grads, the state tensors).
@@ -1120,9 +1134,7 @@ def optimizer_state(opt, numbers: list | None = None):
             for k, v in sorted(state.items()) if state else ():
                 if isinstance(v, torch.Tensor):
                     if not isinstance(v, LazyTensor):
-                        raise NotReplayable(
-                            f"optimizer state '{k}' is on the CPU (a step count: "
-                            "capturable=True keeps it on the device)")
+                        raise NotReplayable(_cpu_state_advice(opt, k))
                     owned.append(v)
                     snap.append((k, id(v)))
                 else:

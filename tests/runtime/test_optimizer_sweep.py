@@ -76,3 +76,18 @@ def test_a_scheduled_optimizer_replays_and_trains_as_in_eager_torch(schedule, op
     m = lr.metrics()
     replayed = m["replays"] if mode == "compile_optimizer" else m["step_replays"]
     assert replayed >= 4, m["replay_misses"]
+
+
+def test_an_optimizer_counting_steps_on_the_host_says_what_keeps_them_on_the_device():
+    """Adagrad has no ``capturable``: its refusal names ``fused=True``, with which its
+    step replays (and trains as eager torch's fused kernel)."""
+    data = S.make_data(6)
+    lr.reset_metrics()
+    S.train(torch.optim.Adagrad, {"foreach": True}, data, DEV, "compile_optimizer")
+    misses = lr.metrics()["replay_misses"]
+    assert any("fused=True keeps it on the device" in k for k in misses), misses
+    want = S.train(torch.optim.Adagrad, {"fused": True}, data, "cpu", "eager")
+    lr.reset_metrics()
+    got = S.train(torch.optim.Adagrad, {"fused": True}, data, DEV, "compile_optimizer")
+    assert S._differs(want, got) is None
+    assert lr.metrics()["replays"] >= 3
