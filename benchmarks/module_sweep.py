@@ -54,6 +54,7 @@ def _weighted_total(out):
         return None
     total = 0
     for i, t in enumerate(outs):
+        t = torch.view_as_real(t) if t.is_complex() else t   # (a real loss of both parts)
         w = torch.linspace(-1, 1, t.numel(), dtype=t.dtype).reshape(t.shape).to(t.device)
         total = total + (t * (w + i)).sum()
     return total
