@@ -69,11 +69,13 @@ class StateStamp:
     MODULE_TABLES = ("_parameters", "_buffers", "_modules", "_forward_hooks",
                      "_forward_pre_hooks", "_backward_hooks", "_backward_pre_hooks")
 
-    def __init__(self, snap, owned, model, optimizer, places=(), grads: bool = True,
+    def __init__(self, snap, owned, model, optimizers=(), places=(), grads: bool = True,
                  reads: AttributeReads | None = None):
         self.snap, self.owned = snap, owned
         self.owned_ids = frozenset(map(id, owned))
-        self.places = places   # the optimizer's number hyper-parameters (``numbers``)
+        # the optimizers' number hyper-parameters (``numbers``): (optimizer index, group
+        # index, key, index in a tuple or None)
+        self.places = places
         self.groups = self.reads = ()
         tables = [_nn_module._global_forward_hooks, _nn_module._global_forward_pre_hooks,
                   _nn_module._global_backward_hooks, _nn_module._global_backward_pre_hooks]
@@ -95,18 +97,17 @@ class StateStamp:
                     dict, collections.OrderedDict))
                 tensors.extend(t for t in d["_parameters"].values() if t is not None)
                 tensors.extend(t for t in d["_buffers"].values() if t is not None)
-        if optimizer is not None:
+        groups, reads_at = [], []
+        for oi, optimizer in enumerate(optimizers):
             tables.append(optimizer.__dict__)
             tables.extend((optimizer._optimizer_step_pre_hooks,
                            optimizer._optimizer_step_post_hooks, optimizer.state))
-            if places:   # (a group's numbers change with a schedule: ``numbers`` reads them)
-                numeric = {(gi, k) for gi, k, _ in places}
-                self.groups = [(g, len(g), *zip(*[(k, v) for k, v in g.items()
-                                                  if (gi, k) not in numeric]))
-                               for gi, g in enumerate(optimizer.param_groups)]
-                self.reads = [(optimizer.param_groups[gi], k, j,
-                               None if j is None else len(optimizer.param_groups[gi][k]))
-                              for gi, k, j in places]
+            mine = [p[1:] for p in places if p[0] == oi]
+            if mine:   # (a group's numbers change with a schedule: ``numbers`` reads them)
+                numeric = {(gi, k) for gi, k, _ in mine}
+                groups += [(g, len(g), *zip(*[(k, v) for k, v in g.items()
+                                              if (gi, k) not in numeric]))
+                           for gi, g in enumerate(optimizer.param_groups)]
             else:
                 tables.extend(optimizer.param_groups)
             tables.extend(optimizer.state.values())
@@ -114,6 +115,11 @@ class StateStamp:
             for g in optimizer.param_groups:
                 lists.append(g["params"])
                 params.extend(g["params"])
+        for oi, gi, k, j in places:   # (in the order of ``places``: ``numbers``' order)
+            g = optimizers[oi].param_groups[gi]
+            reads_at.append((g, k, j, None if j is None else len(g[k])))
+        if places:
+            self.groups, self.reads = groups, reads_at
         self.lists = lists
         self.host = host
         self.host_versions = list(map(_VERSION, host))
@@ -212,6 +218,6 @@ class StampedModuleState:
             return stamp.snap, stamp.owned
         reads = AttributeReads()
         snap, owned = module_state(self.model, reads)
-        self.stamp = StateStamp(snap, owned, self.model, None, grads=False, reads=reads)
+        self.stamp = StateStamp(snap, owned, self.model, grads=False, reads=reads)
         return snap, owned
 

@@ -159,28 +159,31 @@ class StepReplayer:
     MAX_TRACES = 4   # traces of one signature that never agree: stop trying
     MAX_ENTRIES = 256   # signatures kept (least recently used dropped): one per length
 
-    def __init__(self, fn, model=None, optimizer=None):
+    def __init__(self, fn, model=None, optimizers=()):
         self.fn = fn
         self.model = model
-        self.optimizer = optimizer
+        self.optimizers = tuple(optimizers)
         self.entries: dict = {}
         self._stamp = None
         self._last = None     # (signature, stamp, entry) of the last replay
         self.followed = frozenset()   # flat positions of the numbers followed
         self.unfollowed: set = set()  # ... and of those that could not be
 
-    def _state(self):
+    def _state(self, rebase: bool = True):
         """(the snapshot, the owned tensors), recomputed only when something it reads is
-        no longer the same object (``StateStamp``)."""
+        no longer the same object (``StateStamp``). ``rebase``: a grad kept from an earlier
+        call as a view of its whole storage is made a base tensor first (not after a
+        trace: a grad the step made must stay what it made, to be accounted for)."""
         stamp = self._stamp
         if stamp is not None and stamp.holds():
             return stamp.snap, stamp.owned
         reads = AttributeReads()
-        snap, owned, places = self._full_state(reads)
-        self._stamp = StateStamp(snap, owned, self.model, self.optimizer, places, reads=reads)
+        snap, owned, places = self._full_state(reads, rebase)
+        self._stamp = StateStamp(snap, owned, self.model, self.optimizers, places,
+                                 reads=reads)
         return snap, owned
 
-    def _full_state(self, reads):
+    def _full_state(self, reads, rebase: bool = True):
         """(a snapshot of the model's and optimizer's Python state, the tensors they own,
         the places of the optimizer's number hyper-parameters: read each call). ``reads``
         gets what of the modules' attributes can change in place."""
@@ -189,8 +192,10 @@ class StepReplayer:
         parts = []
         if self.model is not None:
             parts.append(module_state(self.model, reads))
-        if self.optimizer is not None:
-            parts.append(optimizer_state(self.optimizer, places))
+        for oi, opt in enumerate(self.optimizers):
+            numbers = []
+            parts.append(optimizer_state(opt, numbers))
+            places.extend((oi, *p) for p in numbers)
         for part_snap, part_owned in parts:
             snap.append(part_snap)
             for t in part_owned:
@@ -198,7 +203,8 @@ class StepReplayer:
                     seen.add(id(t))
                     owned.append(t)
         for t in owned:
-            if not isinstance(t, LazyTensor) or t._vw:
+            if not isinstance(t, LazyTensor) or t._vw and not (
+                    rebase and tensor.rebase_whole_view(t)):
                 raise NotWholeStep("a parameter or state tensor is not a lazy base tensor")
         return tuple(snap), owned, tuple(places)
 
@@ -438,7 +444,7 @@ class StepReplayer:
                 raise NotWholeStep("the step reads a value (.item(), .cpu(), printing: a "
                                    "replay would not read it again)")
             check_host_rngs(host_rngs, "the step")
-            if self._state()[0] != snap:
+            if self._state(rebase=False)[0] != snap:
                 raise NotWholeStep("the step changes the layout of the model's or "
                                    "optimizer's state (e.g. the optimizer's first step)",
                                    permanent=False)
@@ -966,7 +972,9 @@ def _same_numbers(a, b) -> bool:
 def compile_step(fn, model=None, optimizer=None):
     """Replay ``fn`` (one whole training step on the lazy device) without running its
     Python, once two traced calls with the same signature agree (see the module doc).
-    ``model`` and ``optimizer`` name the state the step reads and writes."""
+    ``model`` and ``optimizer`` name the state the step reads and writes: ``optimizer``
+    one optimizer or a list of them (a GAN's generator and discriminator steps; a module
+    list or dict holds their models)."""
     from .compile import _check_optimizer
     if not callable(fn):
         raise TypeError(f"lazy_runtime.compile_step takes the step function first, not "
@@ -974,6 +982,8 @@ def compile_step(fn, model=None, optimizer=None):
     if model is not None and not isinstance(model, torch.nn.Module):
         raise TypeError(f"lazy_runtime.compile_step: model= takes a torch.nn.Module, not "
                         f"{type(model).__name__}")
-    if optimizer is not None:
-        _check_optimizer(optimizer, "compile_step (optimizer=)")
-    return StepReplayer(fn, model, optimizer)
+    optimizers = () if optimizer is None else tuple(optimizer) \
+        if isinstance(optimizer, (list, tuple)) else (optimizer,)
+    for opt in optimizers:
+        _check_optimizer(opt, "compile_step (optimizer=)")
+    return StepReplayer(fn, model, optimizers)

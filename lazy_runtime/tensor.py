@@ -13,7 +13,9 @@ the storage, so it replaces the chain) and ``unfold``.
 from __future__ import annotations
 
 import functools
+import gc
 import itertools
+import sys
 import traceback
 import weakref
 
@@ -286,6 +288,40 @@ def new_view(src: LazyTensor, chain: tuple, shape, strides, offset, dtype=None) 
     t._vw = chain
     t._vc = None
     return t
+
+
+def rebase_whole_view(t: LazyTensor) -> bool:
+    """Make view ``t`` a base tensor in place, where nothing can tell the difference:
+    it reads the whole of a computed storage that no other tensor holds, element for
+    element in row-major order (contiguous strides from offset 0, its dtype). Autograd's
+    gradients are such views (a transpose of a transpose, a reshape of a [1, n] sum), and
+    a grad kept across steps (``zero_grad`` before ``backward``, or ``set_to_none=False``)
+    is then state a whole-step replay can hold. True where ``t`` is a base now."""
+    if not t._vw:
+        return True
+    st = t._st
+    n = st.node
+    if n.op is not ir.DATA or n.aux is not None or n.dtype != t.dtype or \
+            t.storage_offset() != 0 or int(np.prod(n.shape)) != t.numel():
+        return False
+    expect, step = [], 1
+    for d in reversed(t.shape):
+        expect.append(step)
+        step *= d
+    if tuple(t.stride()) != tuple(reversed(expect)) and t.numel() > 1:
+        return False
+    # Another tensor on the storage would no longer alias it. (Held by ``t``, this frame
+    # and getrefcount's argument: no one else. Held more: by another tensor's ``__dict__``,
+    # or bookkeeping, a barrier's record of what it stored; a walk of the heap tells,
+    # once per trace: a replay writes into the tensor made a base here.)
+    if sys.getrefcount(st) > 3 and any(
+            type(r) is dict and r.get("_st") is st and r is not t.__dict__
+            for r in gc.get_referrers(st)):
+        return False
+    t._st = Storage(ir.computed_leaf(n.value.reshape(tuple(t.shape)), tuple(t.shape),
+                                     n.dtype))
+    t._vw = ()
+    return True
 
 
 def node_of(t: LazyTensor) -> ir.Node:

@@ -165,33 +165,27 @@ def _fused_adam(params, grads, exp_avgs, exp_avg_sqs, max_exp_avg_sqs, state_ste
             amsgrad and len(max_exp_avg_sqs) != len(params)) or (
             not amsgrad and len(max_exp_avg_sqs)):
         return NotImplemented
-    # (the betas too: ``OneCycleLR`` and ``CyclicLR`` cycle beta1, and ``1 - beta1``
-    # computed here from a plain float would be a number linked to nothing)
-    lr, b1, b2 = _as_float64(lr), _as_float64(beta1), _as_float64(beta2)
+    lr = _as_float64(lr)
 
     def step():
         mul, add, div = aten.mul, aten.add, aten.div
         outs = [[] for _ in range(5)]
         corrections: dict = {}
         decay = 1 - lr * weight_decay if decoupled and weight_decay != 0 else None
-        weights: dict = {}   # compute dtype -> (beta2, 1 - beta1, 1 - beta2) in it
         for i, (p, g, m, v, s) in enumerate(zip(params, grads, exp_avgs, exp_avg_sqs,
                                                  state_steps)):
             P, G, g_out = _gradient(p, g, grad_scale, maximize,
                                     0 if decoupled else weight_decay)
             if decay is not None:
                 P = _rec(mul, P, _compute(decay, P.dtype))
-            if P.dtype not in weights:
-                weights[P.dtype] = tuple(_compute(x, P.dtype) for x in (b2, 1 - b1, 1 - b2))
-            w_b2, w_1mb1, w_1mb2 = weights[P.dtype]
-            M = _rec(aten.lerp, _opmath(m), G, w_1mb1)
-            V = _rec(add, _rec(mul, _opmath(v), w_b2), _rec(mul, _rec(mul, G, w_1mb2), G))
+            M = _rec(aten.lerp, _opmath(m), G, 1 - beta1)
+            V = _rec(add, _rec(mul, _opmath(v), beta2), _rec(mul, _rec(mul, G, 1 - beta2), G))
             new = [None, g_out, _as(M, m.dtype), _as(V, v.dtype)]
             if amsgrad:
                 V = _rec(aten.maximum, _opmath(max_exp_avg_sqs[i]), V)
                 new.append(_as(V, max_exp_avg_sqs[i].dtype))
             neg_step_size, bc2_sqrt = _per_step(corrections, s, P.dtype, lambda n: (
-                -lr / (1 - b1 ** n), torch.sqrt(1 - b2 ** n)))
+                -lr / (1 - beta1 ** n), torch.sqrt(1 - beta2 ** n)))
             denom = _rec(add, _rec(div, _rec(aten.sqrt, V), bc2_sqrt), eps)
             P = _rec(add, P, _rec(div, _rec(mul, neg_step_size, M), denom))
             new[0] = _as(P, p.dtype)
@@ -200,7 +194,8 @@ def _fused_adam(params, grads, exp_avgs, exp_avg_sqs, max_exp_avg_sqs, state_ste
             for out, value in zip(outs, _kept_if_skipped(found_inf, new, old)):
                 out.append(value)
         return tuple(outs)
-    return _step_with_shared_scalars((eps, weight_decay), step)
+    return _step_with_shared_scalars((beta1, beta2, 1 - beta1, 1 - beta2, eps, weight_decay,
+                                      lr), step)
 
 
 def _per_step(memo: dict, step, dtype, make) -> tuple:
