@@ -295,8 +295,8 @@ def rebase_whole_view(t: LazyTensor) -> bool:
     it reads the whole of a computed storage that no other tensor holds, element for
     element in row-major order (contiguous strides from offset 0, its dtype). Autograd's
     gradients are such views (a transpose of a transpose, a reshape of a [1, n] sum), and
-    a grad kept across steps (``zero_grad`` before ``backward``, or ``set_to_none=False``)
-    is then state a whole-step replay can hold. True where ``t`` is a base now."""
+    a grad kept across steps (``zero_grad(set_to_none=False)``) is then state a
+    whole-step replay can hold. True where ``t`` is a base now."""
     if not t._vw:
         return True
     st = t._st
