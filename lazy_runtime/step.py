@@ -28,8 +28,11 @@ What makes that sound is checked, not assumed:
 * **Every result accounted for.** Each value the barrier stores goes back into a tensor
   the model or optimizer owns (a parameter, buffer, grad or state tensor), into a lazy
   argument the step wrote in place (a replay writes the argument it is given, and
-  returns it where the step returned it), or is returned; a value the step keeps
-  anywhere else (a module attribute, a global list) refuses.
+  returns it where the step returned it), or is returned, or is a parameter's new grad
+  (``zero_grad()`` before ``backward()``: a replay sets ``p.grad`` again); a value the
+  step keeps anywhere else (a module attribute, a global list) refuses. A grad kept
+  from an earlier call, a view of autograd's result, is made a base where nothing can
+  tell (``tensor.rebase_whole_view``).
 * **Dynamic dims.** A step whose graph runs padded (``mark_dynamic``, an analyzer plan) is
   replayed per exact signature, with its arguments padded on the host and its true sizes
   passed as it was traced. A signature's first trace is confirmed without a second one
@@ -119,7 +122,8 @@ class _Trace:
                  "perm", "aliases", "scalars_on_device", "no_rngs", "layouts", "sizes",
                  "sizes_on_device", "state_writes", "shared_writes", "host_buffers",
                  "state_aliases", "other_aliases", "state_refs", "tape", "cuts", "syms",
-                 "size_list", "bucket_list", "out_same", "arg_writes", "arg_bases")
+                 "size_list", "bucket_list", "out_same", "arg_writes", "arg_bases",
+                 "grad_sets")
 
 
 class _Entry:
@@ -169,24 +173,26 @@ class StepReplayer:
         self.followed = frozenset()   # flat positions of the numbers followed
         self.unfollowed: set = set()  # ... and of those that could not be
 
-    def _state(self, rebase: bool = True):
+    def _state(self):
         """(the snapshot, the owned tensors), recomputed only when something it reads is
-        no longer the same object (``StateStamp``). ``rebase``: a grad kept from an earlier
-        call as a view of its whole storage is made a base tensor first (not after a
-        trace: a grad the step made must stay what it made, to be accounted for)."""
+        no longer the same object (``StateStamp``). A grad kept from an earlier call as a
+        view of its whole storage is made a base tensor first."""
         stamp = self._stamp
         if stamp is not None and stamp.holds():
             return stamp.snap, stamp.owned
         reads = AttributeReads()
-        snap, owned, places = self._full_state(reads, rebase)
+        snap, owned, places = self._full_state(reads)
         self._stamp = StateStamp(snap, owned, self.model, self.optimizers, places,
                                  reads=reads)
         return snap, owned
 
-    def _full_state(self, reads, rebase: bool = True):
+    def _full_state(self, reads, after_trace: bool = False):
         """(a snapshot of the model's and optimizer's Python state, the tensors they own,
         the places of the optimizer's number hyper-parameters: read each call). ``reads``
-        gets what of the modules' attributes can change in place."""
+        gets what of the modules' attributes can change in place. A view among the owned
+        tensors is made a base where nothing can tell (``tensor.rebase_whole_view``), else
+        refused; ``after_trace``: the snapshot only, views left as the step made them (a
+        grad it made is accounted for as such)."""
         snap, owned, places = [], [], []
         seen = set()
         parts = []
@@ -204,7 +210,7 @@ class StepReplayer:
                     owned.append(t)
         for t in owned:
             if not isinstance(t, LazyTensor) or t._vw and not (
-                    rebase and tensor.rebase_whole_view(t)):
+                    after_trace or tensor.rebase_whole_view(t)):
                 raise NotWholeStep("a parameter or state tensor is not a lazy base tensor")
         return tuple(snap), owned, tuple(places)
 
@@ -412,6 +418,10 @@ class StepReplayer:
                     slot_of[id(n)] = place
                 if place[0] == "arg":   # (settled now: a barrier would change its value)
                     arg_values.setdefault(id(dynamic.settle(n)), place)
+        # each parameter's grad before the step: one it gives a new grad (``zero_grad()``
+        # before ``backward()``) has it set again by a replay
+        params = [(i, t) for i, t in enumerate(owned) if isinstance(t, torch.nn.Parameter)]
+        grads0 = [p.grad for _, p in params]
         rng0 = random.position()
         host_rngs = host_rng_states()
         syncs0, folds0, reads0 = METRICS.syncs, METRICS.host_folds, METRICS.transfers_to_host
@@ -444,7 +454,7 @@ class StepReplayer:
                 raise NotWholeStep("the step reads a value (.item(), .cpu(), printing: a "
                                    "replay would not read it again)")
             check_host_rngs(host_rngs, "the step")
-            if self._state(rebase=False)[0] != snap:
+            if self._full_state(AttributeReads(), after_trace=True)[0] != snap:
                 raise NotWholeStep("the step changes the layout of the model's or "
                                    "optimizer's state (e.g. the optimizer's first step)",
                                    permanent=False)
@@ -452,8 +462,9 @@ class StepReplayer:
                 raise NotWholeStep("the step changes an attribute of an argument object")
             args_in = [v if isinstance(flat[i], LazyTensor) and not v._vw else None
                        for i, v in enumerate(lazy)]
+            new_grads = _new_grads(params, grads0)
             tr, temps = _record(seen.pop(), slot_of, also, owned, out, rng0, arg_values,
-                                args_in, tape)
+                                args_in, tape, new_grads)
             if _kept(temps):
                 # The autograd graph of a result may hold them (an input the step made
                 # require grad, for a gradient penalty): the result then comes back as a
@@ -590,6 +601,9 @@ class StepReplayer:
         METRICS.transfers_to_device += host
         del nodes   # (a state node's references are counted in ``_write_state``)
         _write_state(tr.state_writes, owned, results)
+        for i, j, shape, dtype in tr.grad_sets:   # (as the step's backward made them)
+            owned[i].grad = tensor.new_base(ir.computed_leaf(results[j].reshape(shape),
+                                                             shape, dtype))
         leaves = list(tr.out_leaves)
         if numbers is not None:   # ints it returns computed from the followed ones
             leaves = [traced_numbers.evaluate(v.expr, numbers[2])
@@ -628,7 +642,8 @@ class StepReplayer:
                     [owned[x]._st for x, _ in tr.state_writes]
                     + [owned[x]._st for _, xs, _, _ in tr.shared_writes for x in xs])
             executor.written(refs, [t._st for t in leaves if isinstance(t, LazyTensor)]
-                             + [flat[i]._st for i in tr.arg_writes])
+                             + [flat[i]._st for i in tr.arg_writes]
+                             + [owned[i].grad._st for i, *_ in tr.grad_sets])
         return pytree.tree_unflatten(leaves, tr.out_spec)
 
 
@@ -770,13 +785,32 @@ def _padded_leaf(value, out: _PaddedOut, tr, numbers):
                             aux=dynamic.pad_aux(out.layout, sizes, buckets))
 
 
-def _record(seen, slot_of, also, owned, out, rng0, arg_values, args_in, tape=None):
+def _new_grads(params, grads0) -> dict:
+    """{id of its storage: (the parameter's owned place, the grad)} for each parameter the
+    step gave a new grad; NotWholeStep where a replay could not give it that grad (one
+    that is not a view reading the whole of one storage, or two sharing a storage)."""
+    out = {}
+    for (i, p), g0 in zip(params, grads0):
+        g = p.grad
+        if g is None or g is g0:
+            continue
+        if not (isinstance(g, LazyTensor) and tensor.reads_whole_storage(g)) or \
+                id(g._st) in out:
+            raise NotWholeStep("the step gives a parameter a grad a replay could not "
+                               "give it (not the whole of a value it computed)")
+        out[id(g._st)] = (i, g)
+    return out
+
+
+def _record(seen, slot_of, also, owned, out, rng0, arg_values, args_in, tape=None,
+            new_grads=None):
     """The trace of one barrier, and weak references to the values it stored that are
     neither returned nor owned (they must be gone once the step is over). ``args_in``:
     each argument that is the caller's own lazy base tensor (else None): what the step
     writes to one in place is written back to the argument a replay is given, and one
     returned is that argument. ``tape``: what the Python did with followed ints
-    (``step_numbers``)."""
+    (``step_numbers``). ``new_grads``: the grads the step made (``_new_grads``), each
+    set again by a replay to the value it holds."""
     g, exe, plan, stored = seen
     template_consts = {id(n.op.scalar_array) for n in g.nodes
                        if getattr(n.op, "scalar_array", None) is not None}
@@ -859,13 +893,14 @@ def _record(seen, slot_of, also, owned, out, rng0, arg_values, args_in, tape=Non
         else:
             leaves.append(v)
     owner = {id(t._st): j for j, t in enumerate(owned)}
-    writes, temps = [], []
+    new_grads = new_grads or {}
+    writes, temps, grad_sets = [], [], []
     filled = set()
     out_layouts = None if plan is None else [plan.layouts[o] for o in g.outputs]
     for st, j in stored:
         dyn = out_layouts is not None and out_layouts[j] is not None and \
             dynamic.has_sym(out_layouts[j])
-        if dyn and (id(st) in owner or id(st) in arg_store):
+        if dyn and (id(st) in owner or id(st) in arg_store or id(st) in new_grads):
             raise NotWholeStep("the step keeps a value with a dynamic dim in the model, the "
                                "optimizer or an argument")
         if dyn and id(st) in returned:   # returned padded, with the call's true sizes
@@ -881,8 +916,15 @@ def _record(seen, slot_of, also, owned, out, rng0, arg_values, args_in, tape=Non
         elif id(st) in returned:
             writes.extend(("out", x, j) for x in returned[id(st)])
             filled.add(id(st))
+        elif id(st) in new_grads:
+            i, grad = new_grads[id(st)]
+            grad_sets.append((i, j, tuple(grad.shape), grad.dtype))
         else:
             temps.append(weakref.ref(st))
+    if len(grad_sets) != len(new_grads):
+        raise NotWholeStep("the step gives a parameter a grad it did not compute, or one "
+                           "it also keeps or returns")
+    tr.grad_sets = tuple(sorted(grad_sets))
     if len(filled) != len(returned):
         raise NotWholeStep("the step returns a tensor it did not compute (a parameter, "
                            "the device copy of a CPU argument, or a view of one)")
@@ -942,6 +984,7 @@ def _agree(a: _Trace, b: _Trace, across_sizes: bool = False, numbers: bool = Tru
     replayed), or (``across_sizes``) a padded trace and a confirmed one of another size
     that run one executable (then the new size is replayed from its next call)."""
     if not (a.exe is b.exe and a.writes == b.writes and a.aliases == b.aliases
+            and a.grad_sets == b.grad_sets
             and a.out_spec == b.out_spec and a.out_leaves == b.out_leaves
             and a.out_same == b.out_same
             and a.rng_offsets == b.rng_offsets and a.rng_count == b.rng_count

@@ -290,6 +290,22 @@ def new_view(src: LazyTensor, chain: tuple, shape, strides, offset, dtype=None) 
     return t
 
 
+def reads_whole_storage(t: LazyTensor) -> bool:
+    """Whether ``t`` reads the whole of a storage element for element in row-major order
+    (a base; or a view with contiguous strides from offset 0, of its storage's size and
+    dtype): its value is the storage's, reshaped."""
+    if not t._vw:
+        return True
+    n = t._st.node
+    if n.dtype != t.dtype or t.storage_offset() != 0 or int(np.prod(n.shape)) != t.numel():
+        return False
+    expect, step = [], 1
+    for d in reversed(t.shape):
+        expect.append(step)
+        step *= d
+    return t.numel() <= 1 or tuple(t.stride()) == tuple(reversed(expect))
+
+
 def rebase_whole_view(t: LazyTensor) -> bool:
     """Make view ``t`` a base tensor in place, where nothing can tell the difference:
     it reads the whole of a computed storage that no other tensor holds, element for
@@ -301,14 +317,7 @@ def rebase_whole_view(t: LazyTensor) -> bool:
         return True
     st = t._st
     n = st.node
-    if n.op is not ir.DATA or n.aux is not None or n.dtype != t.dtype or \
-            t.storage_offset() != 0 or int(np.prod(n.shape)) != t.numel():
-        return False
-    expect, step = [], 1
-    for d in reversed(t.shape):
-        expect.append(step)
-        step *= d
-    if tuple(t.stride()) != tuple(reversed(expect)) and t.numel() > 1:
+    if n.op is not ir.DATA or n.aux is not None or not reads_whole_storage(t):
         return False
     # Another tensor on the storage would no longer alias it. (Held by ``t``, this frame
     # and getrefcount's argument: no one else. Held more: by another tensor's ``__dict__``,
