@@ -465,6 +465,9 @@ class StepReplayer:
             new_grads = _new_grads(params, grads0)
             tr, temps = _record(seen.pop(), slot_of, also, owned, out, rng0, arg_values,
                                 args_in, tape, new_grads)
+            if new_grads and _held_elsewhere(new_grads):
+                raise NotWholeStep("the step keeps a grad it made somewhere other than its "
+                                   "parameter (a replay gives the parameter a new one)")
             if _kept(temps):
                 # The autograd graph of a result may hold them (an input the step made
                 # require grad, for a gradient penalty): the result then comes back as a
@@ -800,6 +803,14 @@ def _new_grads(params, grads0) -> dict:
                                "give it (not the whole of a value it computed)")
         out[id(g._st)] = (i, g)
     return out
+
+
+def _held_elsewhere(new_grads: dict) -> bool:
+    """Whether Python holds one of the step's new grads other than through its parameter
+    (a list it was appended to: a replay's grad would not be there). A grad only its
+    parameter holds has one reference (torch's, from C++); here also its entry in
+    ``new_grads`` and getrefcount's argument: any more is another holder."""
+    return any(sys.getrefcount(e[1]) > 3 for e in new_grads.values())
 
 
 def _record(seen, slot_of, also, owned, out, rng0, arg_values, args_in, tape=None,

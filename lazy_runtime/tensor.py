@@ -13,7 +13,6 @@ the storage, so it replaces the chain) and ``unfold``.
 from __future__ import annotations
 
 import functools
-import gc
 import itertools
 import sys
 import traceback
@@ -319,13 +318,9 @@ def rebase_whole_view(t: LazyTensor) -> bool:
     n = st.node
     if n.op is not ir.DATA or n.aux is not None or not reads_whole_storage(t):
         return False
-    # Another tensor on the storage would no longer alias it. (Held by ``t``, this frame
-    # and getrefcount's argument: no one else. Held more: by another tensor's ``__dict__``,
-    # or bookkeeping, a barrier's record of what it stored; a walk of the heap tells,
-    # once per trace: a replay writes into the tensor made a base here.)
-    if sys.getrefcount(st) > 3 and any(
-            type(r) is dict and r.get("_st") is st and r is not t.__dict__
-            for r in gc.get_referrers(st)):
+    # Another tensor on the storage would no longer alias it: held by ``t``, this frame
+    # and getrefcount's argument only. (Held more, by anything, it stays a view: refused.)
+    if sys.getrefcount(st) > 3:
         return False
     t._st = Storage(ir.computed_leaf(n.value.reshape(tuple(t.shape)), tuple(t.shape),
                                      n.dtype))

@@ -913,3 +913,26 @@ def test_two_optimizers_in_one_step():
         assert torch.allclose(a, b.cpu(), rtol=1e-12, atol=1e-12)
         assert torch.allclose(a.grad, b.grad.cpu(), rtol=1e-12, atol=1e-12)
     assert lr.metrics()["step_replays"] >= 3, lr.metrics()["replay_misses"]
+
+
+def test_a_step_keeping_a_grad_it_made_elsewhere_is_not_replayed():
+    """A replay gives the parameter a new grad; one the step also put in a list would
+    not be there: refused, and the list holds the grads as traced."""
+    torch.manual_seed(0)
+    model = nn.Linear(3, 2).to(DEV)
+    opt = torch.optim.SGD(model.parameters(), lr=0.1)
+    kept = []
+
+    def step(x):
+        opt.zero_grad()
+        model(x).square().sum().backward()
+        kept.append(model.weight.grad)
+        opt.step()
+    step = lr.compile_step(step, model, opt)
+    lr.reset_metrics()
+    for _ in range(5):
+        step(torch.randn(4, 3))
+        assert kept[-1] is model.weight.grad
+    m = lr.metrics()
+    assert m["step_replays"] == 0
+    assert any("keeps a grad" in k for k in m["replay_misses"]), m["replay_misses"]
