@@ -928,6 +928,10 @@ def _record(seen, slot_of, also, owned, out, rng0, arg_values, args_in, tape=Non
             writes.extend(("out", x, j) for x in returned[id(st)])
             filled.add(id(st))
         elif id(st) in new_grads:
+            # (held by the grad, ``stored``'s pair, this loop and getrefcount's argument:
+            # more is a view of the grad kept elsewhere, which a replay would not update)
+            if sys.getrefcount(st) > 4:
+                raise NotWholeStep("the step keeps a view of a grad it made")
             i, grad = new_grads[id(st)]
             grad_sets.append((i, j, tuple(grad.shape), grad.dtype))
         else:
