@@ -32,7 +32,8 @@ ROOT = Path(__file__).resolve().parent.parent
 sys.path.insert(0, str(ROOT))
 sys.path.insert(0, str(ROOT / "benchmarks"))
 
-from opinfo_sweep import _compare, _summary, guarded, run_workers  # noqa: E402
+from opinfo_sweep import (_compare, _summary, guarded, run_workers,  # noqa: E402
+                          weighted_total)
 
 # float64's tolerance here (opinfo_sweep's 1e-7 let a float32 bias gradient of BatchNorm
 # through: 3e-8 off)
@@ -43,21 +44,6 @@ KNOWN = {
     "nn.FractionalMaxPool2d": "random: the pooling regions come from the lazy random stream",
     "nn.FractionalMaxPool3d": "random: the pooling regions come from the lazy random stream",
 }
-
-
-def _weighted_total(out):
-    """sum(out_i * (w + i)) over the outputs that require grad, or None."""
-    import torch
-    from torch.utils._pytree import tree_flatten
-    outs = [t for t in tree_flatten(out)[0] if isinstance(t, torch.Tensor) and t.requires_grad]
-    if not outs:
-        return None
-    total = 0
-    for i, t in enumerate(outs):
-        t = torch.view_as_real(t) if t.is_complex() else t   # (a real loss of both parts)
-        w = torch.linspace(-1, 1, t.numel(), dtype=t.dtype).reshape(t.shape).to(t.device)
-        total = total + (t * (w + i)).sum()
-    return total
 
 
 def _call(module, sample, device, training: bool):
@@ -79,7 +65,7 @@ def _call(module, sample, device, training: bool):
     kwargs = tree_map(prep, sample.forward_input.kwargs)
     torch.manual_seed(0)
     out = module(*args, **kwargs)
-    total = _weighted_total(out)
+    total = weighted_total(out)
     wrt = leaves + [p for p in module.parameters() if p.requires_grad]
     grads = None
     if total is not None and wrt:

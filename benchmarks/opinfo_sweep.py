@@ -128,7 +128,7 @@ def _compare(want, got) -> str | None:
 def _weighted_grads(op, sample, device):
     """Gradients of sum(out_i * (w + i)) w.r.t. the sample's tensors that require grad."""
     import torch
-    from torch.utils._pytree import tree_flatten, tree_map
+    from torch.utils._pytree import tree_map
     leaves = []
 
     def prep(x):
@@ -140,15 +140,26 @@ def _weighted_grads(op, sample, device):
         return y
     out = op(tree_map(prep, sample.input), *tree_map(prep, sample.args),
              **tree_map(prep, sample.kwargs))
+    total = weighted_total(out)
+    if total is None or not leaves:
+        return None
+    return torch.autograd.grad(total, leaves, allow_unused=True)
+
+
+def weighted_total(out):
+    """sum(out_i * (w + i)) over the tensors of ``out`` that require grad (complex ones as
+    real pairs), ``w`` a fixed ramp from -1 to 1; None if there are none."""
+    import torch
+    from torch.utils._pytree import tree_flatten
     outs = [t for t in tree_flatten(out)[0] if isinstance(t, torch.Tensor) and t.requires_grad]
-    if not outs or not leaves:
+    if not outs:
         return None
     total = 0
     for i, t in enumerate(outs):
         t = torch.view_as_real(t) if t.is_complex() else t
         w = torch.linspace(-1, 1, t.numel(), dtype=t.dtype).reshape(t.shape).to(t.device)
         total = total + (t * (w + i)).sum()
-    return torch.autograd.grad(total, leaves, allow_unused=True)
+    return total
 
 
 def _run_op(op, dtype, grad: bool, n_samples: int) -> dict:

@@ -465,9 +465,6 @@ class StepReplayer:
             new_grads = _new_grads(params, grads0)
             tr, temps = _record(seen.pop(), slot_of, also, owned, out, rng0, arg_values,
                                 args_in, tape, new_grads)
-            if new_grads and _held_elsewhere(new_grads):
-                raise NotWholeStep("the step keeps a grad it made somewhere other than its "
-                                   "parameter (a replay gives the parameter a new one)")
             if _kept(temps):
                 # The autograd graph of a result may hold them (an input the step made
                 # require grad, for a gradient penalty): the result then comes back as a
@@ -791,7 +788,9 @@ def _padded_leaf(value, out: _PaddedOut, tr, numbers):
 def _new_grads(params, grads0) -> dict:
     """{id of its storage: (the parameter's owned place, the grad)} for each parameter the
     step gave a new grad; NotWholeStep where a replay could not give it that grad (one
-    that is not a view reading the whole of one storage, or two sharing a storage)."""
+    that is not a view reading the whole of one storage, or two sharing a storage), or
+    where Python holds it other than through its parameter (a list it was appended to: a
+    replay's grad would not be there)."""
     out = {}
     for (i, p), g0 in zip(params, grads0):
         g = p.grad
@@ -801,16 +800,13 @@ def _new_grads(params, grads0) -> dict:
                 id(g._st) in out:
             raise NotWholeStep("the step gives a parameter a grad a replay could not "
                                "give it (not the whole of a value it computed)")
+        # (held by its parameter, one reference from C++, by ``g`` and by getrefcount's
+        # argument: any more is another holder)
+        if sys.getrefcount(g) > 3:
+            raise NotWholeStep("the step keeps a grad it made somewhere other than its "
+                               "parameter (a replay gives the parameter a new one)")
         out[id(g._st)] = (i, g)
     return out
-
-
-def _held_elsewhere(new_grads: dict) -> bool:
-    """Whether Python holds one of the step's new grads other than through its parameter
-    (a list it was appended to: a replay's grad would not be there). A grad only its
-    parameter holds has one reference (torch's, from C++); here also its entry in
-    ``new_grads`` and getrefcount's argument: any more is another holder."""
-    return any(sys.getrefcount(e[1]) > 3 for e in new_grads.values())
 
 
 def _record(seen, slot_of, also, owned, out, rng0, arg_values, args_in, tape=None,

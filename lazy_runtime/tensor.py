@@ -298,11 +298,7 @@ def reads_whole_storage(t: LazyTensor) -> bool:
     n = t._st.node
     if n.dtype != t.dtype or t.storage_offset() != 0 or int(np.prod(n.shape)) != t.numel():
         return False
-    expect, step = [], 1
-    for d in reversed(t.shape):
-        expect.append(step)
-        step *= d
-    return t.numel() <= 1 or tuple(t.stride()) == tuple(reversed(expect))
+    return t.numel() <= 1 or tuple(t.stride()) == contiguous_strides(t.shape)
 
 
 def rebase_whole_view(t: LazyTensor) -> bool:
