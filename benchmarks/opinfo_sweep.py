@@ -5,7 +5,10 @@ op variants) and each dtype asked for, the sweep takes the op's first sample inp
 them eagerly on the CPU and on the lazy device (all samples of an op in one graph), and
 compares structure, shapes, dtypes and values (exact for integers and bools; for floats a
 tolerance by the result's dtype). With ``--grad`` it compares gradients instead (float64):
-d(sum(out * w))/d(inputs) for a fixed weighting ``w``. Each op variant ends as:
+d(sum(out * w))/d(inputs) for a fixed weighting ``w``. With ``--variant`` it calls each op's
+in-place method instead (on the input, or on a strided view of a larger tensor, compared
+whole) or passes ``out=`` tensors with no elements (``_variant_call``). Each op variant
+ends as:
 
 - ``match``: every sample agrees with torch and nothing ran eagerly;
 - ``fallback``: every sample agrees, some ATen op ran eagerly (listed: `fallback_ops`);
@@ -20,7 +23,7 @@ import ``expecttest``, which the ``dev`` extra installs (``make test`` does).
 
 Usage: python benchmarks/opinfo_sweep.py [--dtypes float32,float64,int64,bool,complex64]
            [--grad] [--samples 4] [--only add,matmul] [--json benchmarks/opinfo_sweep.json]
-           [--exact16] [--tol64 1e-10]
+           [--exact16] [--tol64 1e-10] [--variant op|inplace|inplace_view|out]
 """
 
 from __future__ import annotations
@@ -58,8 +61,6 @@ KNOWN = {
     "as_strided.partial_views": "a .to(device) copy of a view holds only the view's "
                                 "elements (as on CUDA): offsets into the CPU base differ",
     "tensor_split": "torch wants tensor indices on the CPU (as for CUDA tensors)",
-    "resize_": "refused: lazy storage cannot be resized (UnsupportedOperation)",
-    "resize_as_": "refused: lazy storage cannot be resized (UnsupportedOperation)",
     "to_sparse": "refused: sparse layouts have no lazy form",
     "sparse.": "refused: sparse layouts have no lazy form",
     "chalf": "refused: complex32 is not supported on the device",
@@ -69,7 +70,24 @@ KNOWN = {
 }
 
 
-def _known(name: str) -> str | None:
+# ... and those of one way of calling it (``--variant``), by (variant, OpInfo name)
+KNOWN_VARIANTS = {
+    ("out", "linalg.matrix_rank"): "torch's out= kernel never writes its result: the out= "
+                                   "tensor keeps the uninitialized memory its resize gave it",
+    ("out", "linalg.matrix_rank.hermitian"): "torch's out= kernel never writes its result "
+                                             "(as linalg.matrix_rank)",
+    ("inplace", "addbmm"): "torch's CPU addbmm_ resizes a self that only broadcasts to the "
+                           "result ([1] to [5, 10]); in-place ops refuse that elsewhere",
+    ("inplace_view", "addbmm"): "torch's CPU addbmm_ resizes a self that only broadcasts "
+                                "(as inplace)",
+    ("inplace_view", "resize_"): "refused: a view cannot be resized on the lazy device (its "
+                                 "base would keep the old buffer)",
+}
+
+
+def _known(name: str, variant: str = "op") -> str | None:
+    if (variant, name) in KNOWN_VARIANTS:
+        return KNOWN_VARIANTS[variant, name]
     if any(r in name for r in RANDOM):
         return "random: values come from the lazy random stream, not torch's CPU generator"
     for key, why in KNOWN.items():
@@ -162,15 +180,54 @@ def weighted_total(out):
     return total
 
 
-def _run_op(op, dtype, grad: bool, n_samples: int) -> dict:
+VARIANTS = ("op", "inplace", "inplace_view", "out")
+
+
+def _variant_call(op, sample, device, variant: str):
+    """The sample run as ``variant`` on ``device`` (its tensors copied there first):
+    ``op``, the function; ``inplace``, the in-place method on (a copy of) the input;
+    ``inplace_view``, the in-place method on a strided view of a larger zero tensor (every
+    second element of its last dim, at offset 1), which is then compared whole; ``out``,
+    the function writing into ``out=`` tensors with no elements, which torch resizes. The
+    in-place results carry whether the method returned its input."""
     import torch
     from torch.utils._pytree import tree_map
+
+    def to_dev(x):   # (a copy: an in-place variant writes it; torch's eager sample kept)
+        dense = isinstance(x, torch.Tensor) and x.layout == torch.strided and not x.is_nested
+        if not dense:
+            return x
+        return x.to(device) if variant == "op" else x.clone().to(device)
+
+    x, args, kwargs = tree_map(to_dev, (sample.input, sample.args, sample.kwargs))
+    if variant == "out" and "device" in kwargs:   # (a factory's samples name the CPU)
+        kwargs = dict(kwargs, device=device)
+    if variant == "op":
+        return op(x, *args, **kwargs)
+    if variant == "out":
+        want = op(sample.input, *sample.args, **sample.kwargs)   # (the outputs' dtypes)
+        outs = tree_map(lambda t: torch.empty(0, dtype=t.dtype, device=device)
+                        if isinstance(t, torch.Tensor) else t, want)
+        outs = tuple(outs) if isinstance(outs, list) else outs
+        got = op(x, *args, **kwargs, out=outs)
+        return outs, got is outs or isinstance(outs, tuple) and all(
+            a is b for a, b in zip(got, outs))
+    if variant == "inplace_view":
+        v = x
+        shape = (*v.shape[:-1], 2 * v.shape[-1] + 1) if v.ndim else (2,)
+        whole = torch.zeros(shape, dtype=v.dtype, device=device)
+        x = whole[..., 1::2] if v.ndim else whole[1]
+        x.copy_(v)
+        got = op.inplace_variant(x, *args, **kwargs)
+        return whole, x, got is x
+    got = op.inplace_variant(x, *args, **kwargs)
+    return x, got is x
+
+
+def _run_op(op, dtype, grad: bool, n_samples: int, variant: str = "op") -> dict:
+    import torch
     import lazy_runtime as lr
     dev = lr.device()
-
-    def to_dev(x):
-        dense = isinstance(x, torch.Tensor) and x.layout == torch.strided and not x.is_nested
-        return x.to(dev) if dense else x
 
     samples = list(op.sample_inputs("cpu", dtype, requires_grad=grad))[:n_samples]
     lr.reset_metrics()
@@ -178,16 +235,15 @@ def _run_op(op, dtype, grad: bool, n_samples: int) -> dict:
     for s in samples:
         try:
             torch.manual_seed(0)
-            want = _weighted_grads(op, s, "cpu") if grad else op(s.input, *s.args, **s.kwargs)
+            want = _weighted_grads(op, s, "cpu") if grad else \
+                _variant_call(op, s, "cpu", variant)
         except Exception:
             continue   # a sample torch itself refuses
         if want is None:
             continue
         try:
             torch.manual_seed(0)
-            got = (_weighted_grads(op, s, dev) if grad else
-                   op(tree_map(to_dev, s.input), *tree_map(to_dev, s.args),
-                      **tree_map(to_dev, s.kwargs)))
+            got = _weighted_grads(op, s, dev) if grad else _variant_call(op, s, dev, variant)
             pairs.append((want, got))
         except Exception as e:
             errors.append(f"{type(e).__name__}: {str(e)[:200]}")
@@ -214,7 +270,8 @@ def _names(op) -> str:
     return op.name + (f".{op.variant_test_name}" if op.variant_test_name else "")
 
 
-def worker(dtype_name: str, grad: bool, start: int, stop: int, n_samples: int, only) -> None:
+def worker(dtype_name: str, grad: bool, start: int, stop: int, n_samples: int, only,
+           variant: str = "op") -> None:
     """Sweep op_db[start:stop], one JSON line per op (flushed, so a crash loses one op)."""
     import torch
     from torch.testing._internal.common_methods_invocations import op_db
@@ -227,9 +284,12 @@ def worker(dtype_name: str, grad: bool, start: int, stop: int, n_samples: int, o
             continue
         if not grad and dtype not in op.supported_dtypes("cpu"):
             continue
+        if variant.startswith("inplace") and op.inplace_variant is None or \
+                variant == "out" and not op.supports_out:
+            continue
         print(json.dumps({"i": i, "op": name, "dtype": dtype_name, "started": True}), flush=True)
         # (an exception here is the sweep's own failure on this op: sample generation)
-        rec = guarded(lambda: _run_op(op, dtype, grad, n_samples))
+        rec = guarded(lambda: _run_op(op, dtype, grad, n_samples, variant))
         rec.update(i=i, op=name, dtype=dtype_name)
         print(json.dumps(rec), flush=True)
 
@@ -261,14 +321,15 @@ def guarded(run, failed: str = "skipped") -> dict:
 
 
 def _sweep(dtype: str, grad: bool, n_samples: int, only, total: int,
-           exact16: bool = False, tol64: float | None = None) -> list[dict]:
+           exact16: bool = False, tol64: float | None = None,
+           variant: str = "op") -> list[dict]:
     """Workers over op_db from the start; after a crash, a new one from the next op."""
     def command(start: int) -> list:
         return [sys.executable, __file__, "--worker", dtype, str(start), str(total),
                 "--samples", str(n_samples)] + (["--grad"] if grad else []) + \
                (["--exact16"] if exact16 else []) + \
                (["--tol64", str(tol64)] if tol64 is not None else []) + \
-               (["--only", ",".join(only)] if only else [])
+               (["--only", ",".join(only)] if only else []) + ["--variant", variant]
     return run_workers(command, total, dtype)
 
 
@@ -338,6 +399,10 @@ def main(argv=None) -> int:
     p.add_argument("--tol64", type=float, default=None,
                    help="float64/complex128 tolerance (default 1e-7; 1e-10 finds a float64 "
                         "value computed through float32)")
+    p.add_argument("--variant", choices=VARIANTS, default="op",
+                   help="how each op is called: the function (op), its in-place method on "
+                        "the input (inplace) or on a strided view (inplace_view), or with "
+                        "out= tensors torch resizes (out)")
     p.add_argument("--worker", nargs=3, metavar=("DTYPE", "START", "STOP"), help=argparse.SUPPRESS)
     a = p.parse_args(argv)
     only = [s for s in a.only.split(",") if s]
@@ -345,16 +410,18 @@ def main(argv=None) -> int:
     if a.tol64 is not None:
         WIDE_TOLERANCE[0] = a.tol64
     if a.worker:
-        worker(a.worker[0], a.grad, int(a.worker[1]), int(a.worker[2]), a.samples, only)
+        worker(a.worker[0], a.grad, int(a.worker[1]), int(a.worker[2]), a.samples, only,
+               a.variant)
         return 0
     from torch.testing._internal.common_methods_invocations import op_db
     dtypes = ["float64"] if a.grad else a.dtypes.split(",")
     records = []
     for dtype in dtypes:
-        records += _sweep(dtype, a.grad, a.samples, only, len(op_db), a.exact16, a.tol64)
+        records += _sweep(dtype, a.grad, a.samples, only, len(op_db), a.exact16, a.tol64,
+                          a.variant)
     for r in records:
-        if r["status"] in ("differs", "lazy_error") and _known(r["op"]):
-            r["known"] = _known(r["op"])
+        if r["status"] in ("differs", "lazy_error") and _known(r["op"], a.variant):
+            r["known"] = _known(r["op"], a.variant)
     print(_summary(records))
     if a.json:
         Path(a.json).write_text(json.dumps(records, indent=1) + "\n")

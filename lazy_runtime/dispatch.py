@@ -24,6 +24,7 @@ import collections
 import contextlib
 import functools
 import math
+import warnings
 
 import numpy as np
 import torch
@@ -40,8 +41,8 @@ from .ops import foreach, linalg, recurrent
 from .ops.elementwise import number_fits
 from .ops.registry import (COMPLEX_OK, DECOMPOSITIONS, DYNAMIC_SCALARS, ELEMENTWISE, LOWERINGS,
                            PURE_RULES, RULES, SAME_LAYOUT)
-from .tensor import (DEVICE, LazyTensor, new_base, new_view, node_of, write, contiguous_strides,
-                     view_strides)
+from .tensor import (DEVICE, LazyTensor, new_base, new_view, node_of, resize_base, write,
+                     contiguous_strides, view_strides)
 
 aten = torch.ops.aten
 _marker = ir.input_marker
@@ -542,23 +543,22 @@ def _mutating(func, functional, args, kwargs):
         res = [x for r in res for x in (r if isinstance(r, (list, tuple)) else (r,))]
         outs = [node_of(r) if isinstance(r, LazyTensor) else r for r in res]
     # Flatten list targets (_foreach_*_) and pair them with the functional outputs.
-    flat = []
-    for t in targets:
-        if isinstance(t, (list, tuple)):
-            flat.extend(t)
-        else:
-            flat.append(t)
+    flat, is_out = [], []
+    for j, t in enumerate(targets):
+        t = t if isinstance(t, (list, tuple)) else (t,)
+        flat.extend(t)
+        is_out.extend([j >= len(pos)] * len(t))   # (an out= tensor: resized as torch does)
     if returns_targets:
         new_vals, rest = outs[:len(flat)], []
     else:  # e.g. native_batch_norm: (out, save_mean, save_invstd) + new running stats
         new_vals, rest = outs[len(outs) - len(flat):], outs[:len(outs) - len(flat)]
-    for t, v in zip(flat, new_vals):
+    for t, v, out in zip(flat, new_vals, is_out):
         if t is None:
             continue
         if not isinstance(t, LazyTensor):
             raise UnsupportedOperation(
                 f"{func}: cannot write a lazy result into a {t.device} tensor")
-        _write_checked(func, t, v)
+        _write_checked(func, t, v, out)
     if returns_targets:
         if n_returns == 0:
             return None
@@ -569,8 +569,10 @@ def _mutating(func, functional, args, kwargs):
     return tuple(rest) if len(rest) > 1 else rest[0]
 
 
-def _write_checked(func, t: LazyTensor, v: ir.Node) -> None:
-    if v.shape != tuple(t.shape):
+def _write_checked(func, t: LazyTensor, v: ir.Node, out: bool = False) -> None:
+    """Write ``v`` into ``t``: an in-place op's target, or (``out``) an out= tensor,
+    which torch resizes to the result's shape."""
+    if v.shape != tuple(t.shape) and not out:
         raise RuntimeError(f"output with shape {list(t.shape)} doesn't match the "
                            f"broadcast shape {list(v.shape)}")
     if v.dtype != t.dtype:
@@ -578,7 +580,10 @@ def _write_checked(func, t: LazyTensor, v: ir.Node) -> None:
             raise RuntimeError(f"result type {_dtype_name(v.dtype)} can't be cast to the desired "
                                f"output type {_dtype_name(t.dtype)}")
         v = convert(v, t.dtype)
-    write(t, v)
+    if v.shape != tuple(t.shape):
+        _resize_out(func, t, v)
+    else:
+        write(t, v)
 
 
 # c10's ScalarType names, which torch's messages use
@@ -635,8 +640,9 @@ def _view_steps(func, args, kwargs, out_shape, dtype):
     """The view step for a view op, or a list of steps for multi-output views."""
     x = args[0]
     shape = tuple(x.shape)
-    if func in (aten.view.default, aten._reshape_alias.default, aten.unsqueeze.default,
-                aten.squeeze.default, aten.squeeze.dim, aten.squeeze.dims):
+    if func in (aten.view.default, aten._unsafe_view.default, aten._reshape_alias.default,
+                aten.unsqueeze.default, aten.squeeze.default, aten.squeeze.dim,
+                aten.squeeze.dims):
         return ("reshape", out_shape)
     if func in (aten.t.default, aten.transpose.int, aten.permute.default):
         n = len(shape)
@@ -752,7 +758,7 @@ def _view_plan(func, args, kwargs):
     out_shape = [tuple(m[0]) for m in meta] if multi else tuple(meta[0])
     steps = _view_steps(func, args, kwargs, out_shape, None if multi else meta[1])
     size, stride, offset = tuple(x.shape), x.stride(), x.storage_offset()
-    if func is aten.view.default and view_strides(size, tuple(stride), out_shape) is None:
+    if func in _STRIDED_VIEWS and view_strides(size, tuple(stride), out_shape) is None:
         raise RuntimeError("view size is not compatible with input tensor's size and stride "
                            "(at least one dimension spans across two contiguous subspaces). "
                            "Use .reshape(...) instead.")
@@ -808,9 +814,13 @@ def _make_view(x, step, strides, offset):
     return new_view(x, chain, step[1], strides, offset)
 
 
+# (``_unsafe_view`` aliases its input as ``view`` does, unseen by autograd: torch's
+# ``kron(out=)`` writes its result through one)
+_STRIDED_VIEWS = (aten.view.default, aten._unsafe_view.default)
 VIEW_OPS = frozenset([
-    aten.view.default, aten._reshape_alias.default, aten.unsqueeze.default, aten.squeeze.default,
-    aten.squeeze.dim, aten.squeeze.dims, aten.t.default, aten.transpose.int, aten.permute.default,
+    aten.view.default, aten._unsafe_view.default, aten._reshape_alias.default,
+    aten.unsqueeze.default, aten.squeeze.default, aten.squeeze.dim, aten.squeeze.dims,
+    aten.t.default, aten.transpose.int, aten.permute.default,
     aten.expand.default, aten.select.int, aten.slice.Tensor, aten.diagonal.default,
     aten.as_strided.default, aten.unfold.default, aten.split.Tensor,
     aten.split_with_sizes.default, aten.unbind.int, aten.view_as_real.default,
@@ -990,10 +1000,74 @@ def _unsupported(func, args, kwargs):
 
 
 def _resize(func, args, kwargs):
-    x, size = args[0], tuple(args[1])
+    """``resize_``/``resize_as_`` of a base tensor no view shares: its elements in order,
+    as many as fit, then zeros (where torch leaves memory uninitialized)."""
+    x = args[0]
+    size = tuple(args[1].shape if func is aten.resize_as_.default else args[1])
+    if kwargs.get("memory_format") not in (None, torch.contiguous_format, torch.preserve_format):
+        raise UnsupportedOperation(f"{func} with memory_format={kwargs['memory_format']}: lazy "
+                                   "tensors are resized to contiguous ones only")
     if size == tuple(x.shape):
         return x
-    return _unsupported(func, args, kwargs)
+    if any(d < 0 for d in size):
+        raise RuntimeError(f"Trying to create tensor with negative dimension: {list(size)}")
+    refused = UnsupportedOperation(
+        f"{func}: a lazy tensor with views (or a view) cannot be resized from "
+        f"{list(x.shape)} to {list(size)}: the views would keep the old buffer; resize a "
+        "tensor no view shares, or clone() into a new one")
+    if x._vw:
+        raise refused
+    n, old = math.prod(size), x.numel()
+    flat = aten.view.default(x, [-1])
+    if n <= old:
+        flat = aten.slice.Tensor(flat, 0, 0, n)
+    else:
+        from .executor import host_constant
+        flat = aten.cat.default([flat, host_constant((n - old,), x.dtype, 0)])
+    new = aten.clone.default(aten.view.default(flat, list(size)))
+    del flat   # (a view of ``x``: it would hold its storage)
+    if not resize_base(x, new):
+        raise refused
+    return x
+
+
+def _set(func, args, kwargs):
+    """``x.set_(y)``: ``x`` reads ``y``'s buffer with ``y``'s sizes (as ``x.data = y``);
+    ``x.set_()``: a new empty buffer. Views of ``x`` made before keep its old buffer, as
+    torch's do."""
+    x = args[0]
+    if func is aten.set_.default:
+        from .executor import host_constant
+        src = host_constant((0,), x.dtype, 0)
+    else:
+        src = args[1]
+        if not isinstance(src, LazyTensor):
+            raise UnsupportedOperation(f"{func}: the source is on {src.device}, not the lazy "
+                                       "device")
+        if src.dtype != x.dtype:
+            raise RuntimeError(f"Could not set tensor of type {_dtype_name(src.dtype).lower()} "
+                               f"to a tensor of type {_dtype_name(x.dtype).lower()}")
+    torch._C.TensorBase.data.__set__(x, src)
+    x._st, x._vw, x._vc = src._st, src._vw, src._vc
+    return x
+
+
+def _resize_out(func, t: LazyTensor, v: ir.Node) -> None:
+    """Give out= tensor ``t`` value ``v`` of another shape, as torch resizes out= tensors
+    (with its warning where ``t`` had elements)."""
+    old = list(t.shape)
+    if not resize_base(t, new_base(v)):
+        raise UnsupportedOperation(
+            f"{func}: the out= tensor would be resized from {old} to {list(v.shape)}, but "
+            "a view of it (or it, a view) is alive and would keep the old buffer; pass an "
+            "out= tensor of the result's shape")
+    if math.prod(old):
+        warnings.warn(f"An output with one or more elements was resized since it had shape "
+                      f"{old}, which does not match the required output shape "
+                      f"{list(v.shape)}. This behavior is deprecated, and in a future PyTorch "
+                      "release outputs will not be resized unless they have zero elements. "
+                      "You can explicitly reuse an out tensor t by resizing it, inplace, to "
+                      "zero elements with t.resize_(0).", UserWarning, stacklevel=3)
 
 
 def _random_(func, args, kwargs):
@@ -1162,11 +1236,12 @@ SPECIAL = {
     aten.detach.default: _alias,
     aten.alias.default: _alias,
     aten.lift_fresh.default: _alias,
-    aten.set_.source_Tensor: _unsupported,
+    aten.set_.source_Tensor: _set,
+    aten.set_.default: _set,
     aten.set_.source_Storage: _unsupported,
     aten.set_.source_Storage_storage_offset: _unsupported,
     aten.resize_.default: _resize,
-    aten.resize_as_.default: _unsupported,
+    aten.resize_as_.default: _resize,
     aten._linalg_check_errors.default: linalg.check_errors,
     aten.equal.default: _equal,
     aten._has_same_storage_numel.default: _has_same_storage_numel,
@@ -1268,18 +1343,23 @@ def fallback(func, args, kwargs, reason: str = ""):
             return torch.device("cpu")
         return a
 
+    pos, names = _mutated_args(func)
+    outs = _lazy_leaves([kwargs[n] for n in names if n in kwargs], [])
+    for t in outs:   # (torch resizes an out= tensor: a host copy it owns, not a borrowed one)
+        cpu_of.setdefault(id(t), to_cpu(t).clone())
     hargs = to_host(args)
     hkw = {k: to_host(v) for k, v in kwargs.items()}
     with _cpu_view_keys():
         out = func(*hargs, **hkw)
     # Write back what the op mutated.
     back = {}
-    pos, names = _mutated_args(func)
-    targets = [args[i] for i in pos if i < len(args)] + [kwargs[n] for n in names if n in kwargs]
-    flat = _lazy_leaves(targets, [])
-    for t in flat:
+    targets = [args[i] for i in pos if i < len(args)] + outs
+    for t in _lazy_leaves(targets, []):
         h = cpu_of[id(t)]
-        write(t, data_node_from_cpu(h))
+        if tuple(h.shape) != tuple(t.shape):
+            _resize_out(func, t, data_node_from_cpu(h))
+        else:
+            write(t, data_node_from_cpu(h))
         back[id(h)] = t
 
     alias = _returns_alias(func)
@@ -1381,11 +1461,17 @@ def _resolve_lazy(func):
     pos, names = _mutated_args(func)
     if pos or names:
         functional = functional_of(func)
+        if names and not pos and functional in SPECIAL:   # (a random op: its draw, and so on)
+            return functools.partial(_out_through, functional=functional,
+                                     handler=SPECIAL[functional])
         if functional is not None and functional not in config.force_fallback and (
                 (functional in RULES and functional in LOWERINGS) or functional in _DECOMP):
             return lambda f, a, k, functional=functional: _mutating(f, functional, a, k)
         if names and not pos:
-            return _out_only
+            handler = _no_lowering if functional is None else _resolve_lazy(functional)
+            if handler is _no_lowering:
+                return _out_only
+            return functools.partial(_out_through, functional=functional, handler=handler)
         return _no_lowering
     if func in RULES and func in LOWERINGS:
         return _functional
@@ -1400,6 +1486,21 @@ def _composite(func, args, kwargs):
     """An op torch defines in terms of others (reached when a decomposition calls it)."""
     METRICS.decomposed_ops[str(func)] += 1
     return func.decompose(*args, **kwargs)
+
+
+def _out_through(func, args, kwargs, functional, handler):
+    """An out= op whose functional form the device runs some other way than a recorded
+    lowering (torch's composite, a data-dependent op's own handler): that form, its
+    results written into the out= tensors (resized as torch does)."""
+    _, names = _mutated_args(func)
+    res = handler(functional, args, {k: v for k, v in kwargs.items() if k not in names})
+    outs = [kwargs.get(n) for n in names]
+    for t, r in zip(outs, res if isinstance(res, (list, tuple)) else (res,)):
+        if not isinstance(t, LazyTensor):
+            raise UnsupportedOperation(
+                f"{func}: cannot write a lazy result into a {t.device} tensor")
+        _write_checked(func, t, node_of(r), out=True)
+    return tuple(outs) if isinstance(res, (list, tuple)) else outs[0]
 
 
 def _out_only(func, args, kwargs):
@@ -1421,10 +1522,9 @@ def _out_only(func, args, kwargs):
     for n, o in zip(names, outs):
         h = hkw[n]
         if tuple(h.shape) != tuple(o.shape):
-            raise UnsupportedOperation(f"{func}: the out= tensor would be resized from "
-                                       f"{list(o.shape)} to {list(h.shape)}; lazy tensors cannot "
-                                       "be resized")
-        write(o, data_node_from_cpu(h))
+            _resize_out(func, o, data_node_from_cpu(h))
+        else:
+            write(o, data_node_from_cpu(h))
     if isinstance(res, torch.Tensor):
         return outs[0]
     return tuple(outs)

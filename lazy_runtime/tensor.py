@@ -324,6 +324,20 @@ def rebase_whole_view(t: LazyTensor) -> bool:
     return True
 
 
+def resize_base(t: LazyTensor, new: LazyTensor) -> bool:
+    """Make base tensor ``t`` hold base tensor ``new`` (another shape: torch's resize of an
+    out= tensor, ``resize_``), as ``t.data = new`` does, where no other tensor holds its
+    storage: a view of it would keep reading the old buffer (torch's views follow a
+    reallocated storage). True where done."""
+    st = t._st
+    # held by ``t``, this frame and getrefcount's argument only (``rebase_whole_view``)
+    if t._vw or new._vw or sys.getrefcount(st) > 3:
+        return False
+    torch._C.TensorBase.data.__set__(t, new)
+    t._st, t._vw, t._vc = new._st, new._vw, new._vc
+    return True
+
+
 def node_of(t: LazyTensor) -> ir.Node:
     vw = t._vw
     st = t._st

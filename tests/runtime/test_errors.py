@@ -61,12 +61,14 @@ def test_a_platform_jax_cannot_use_is_named_in_the_error():
     assert torch.equal((torch.ones(2).to(DEV) * 2).cpu(), torch.full((2,), 2.0))
 
 
-def test_resize_and_set_are_refused():
+def test_resize_with_views_and_set_to_a_storage_are_refused():
     x = torch.randn(3).to(DEV)
+    view = x[:2]
     with pytest.raises(lr.UnsupportedOperation):
         x.resize_(5)
     with pytest.raises(lr.UnsupportedOperation):
-        x.set_(torch.randn(2).to(DEV))
+        x.set_(torch.randn(2).to(DEV).untyped_storage())
+    assert view.shape == (2,)
 
 
 def test_write_through_expanded_view_is_refused():
