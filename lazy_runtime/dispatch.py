@@ -38,6 +38,7 @@ from .config import config
 from .errors import NoLowering, UnsupportedOperation, as_torch_error
 from .metrics import METRICS
 from .ops import foreach, linalg, recurrent
+from .ops.common import broadcast_sizes
 from .ops.elementwise import number_fits
 from .ops.registry import (COMPLEX_OK, DECOMPOSITIONS, DYNAMIC_SCALARS, ELEMENTWISE, LOWERINGS,
                            PURE_RULES, RULES, SAME_LAYOUT)
@@ -884,6 +885,12 @@ def _copy_(func, args, kwargs):
         return dst
     n = node_of(src) if isinstance(src, LazyTensor) else host_data_node(src)
     if tuple(n.shape) != tuple(dst.shape):
+        # torch's check: the source broadcasts to the destination's shape (a source of
+        # more dims fails the lowering's expand otherwise)
+        both = broadcast_sizes(tuple(dst.shape), tuple(n.shape))
+        if tuple(both) != tuple(dst.shape):
+            raise RuntimeError(f"output with shape {list(dst.shape)} doesn't match the "
+                               f"broadcast shape {list(both)}")
         n = ir.make_node(aten.expand.default, (_marker(0), tuple(dst.shape)), (), (n,),
                          tuple(dst.shape), n.dtype)
     if n.dtype != dst.dtype:

@@ -193,3 +193,14 @@ def out_of_range(index, low: int, high: int, ignore=None):
     array: the device's checks and the host's judge alike)."""
     bad = (index < low) | (index >= high)
     return bad if ignore is None else bad & (index != ignore)
+
+
+def broadcast_sizes(x: tuple, y: tuple) -> tuple:
+    """The broadcast of two concrete shapes, or torch's error where they do not broadcast."""
+    n = max(len(x), len(y))
+    x, y = (1,) * (n - len(x)) + tuple(x), (1,) * (n - len(y)) + tuple(y)
+    for i, (p, q) in enumerate(zip(x, y)):
+        if p != q and 1 not in (p, q):
+            raise RuntimeError(f"The size of tensor a ({p}) must match the size of tensor b "
+                               f"({q}) at non-singleton dimension {i}")
+    return tuple(q if p == 1 else p for p, q in zip(x, y))

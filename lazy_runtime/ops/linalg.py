@@ -18,7 +18,8 @@ from jax.lax import linalg as lax_linalg
 
 from ..config import config
 from ..errors import NoLowering
-from .common import HIGHEST, jdt, number_in, opmath, scalar_as, sf, type_name
+from .common import (HIGHEST, broadcast_sizes, jdt, number_in, opmath, scalar_as, sf,
+                     type_name)
 from .registry import COMPLEX_OK, decomposed_in_own_type, decomposition, lowering, rule
 
 aten = torch.ops.aten
@@ -296,14 +297,7 @@ def _legacy_solver(B, A, name):
 
 def _batch(a, b) -> tuple:
     """The broadcast batch dims of two stacks of matrices of shapes ``a`` and ``b``."""
-    x, y = tuple(a[:-2]), tuple(b[:-2])
-    n = max(len(x), len(y))
-    x, y = (1,) * (n - len(x)) + x, (1,) * (n - len(y)) + y
-    for i, (p, q) in enumerate(zip(x, y)):
-        if p != q and 1 not in (p, q):
-            raise RuntimeError(f"The size of tensor a ({p}) must match the size of tensor b "
-                               f"({q}) at non-singleton dimension {i}")
-    return tuple(q if p == 1 else p for p, q in zip(x, y))
+    return broadcast_sizes(tuple(a[:-2]), tuple(b[:-2]))
 
 
 def _mT(x):

@@ -509,3 +509,43 @@ def test_setting_data_replaces_contents_and_metadata_as_in_torch():
     assert torch.equal(pl.grad.cpu(), torch.full((5, 2), 2.0, dtype=torch.float64))
     with pytest.raises(lr.UnsupportedOperation, match="move x to the lazy device"):
         pl.data = torch.ones(2)
+
+
+@pytest.mark.parametrize("dst,src,message", [
+    ((2, 3), (1, 2, 3), r"output with shape \[2, 3\] doesn't match the broadcast shape"),
+    ((2, 3), (4, 3), r"size of tensor a \(2\) must match the size of tensor b \(4\)")])
+def test_copy_from_a_source_that_does_not_broadcast_raises_as_torch(dst, src, message):
+    """copy_ recorded an expand its lowering could not do (a failed graph at the barrier,
+    not torch's error at the call)."""
+    for device in ("cpu", DEV):
+        with pytest.raises(RuntimeError, match=message):
+            torch.zeros(dst, device=device).copy_(torch.ones(src, device=device))
+    x = torch.zeros(2, 3, device=DEV)
+    x.copy_(torch.arange(3.0).to(DEV))   # (one that broadcasts)
+    assert torch.equal(x.cpu(), torch.arange(3.0).expand(2, 3))
+
+
+def test_an_in_place_view_op_on_a_view_then_backward_fails_as_torch_with_view_replay():
+    """torch's autograd rebuilds a view of a tensor with Python dispatch from the ops that
+    made it (view replay), without a later in-place ``unsqueeze_`` (what dropout3d does to
+    an unbatched input in place): its backward copies a grad of five dims into one of
+    four. torch's own error at the copy, as eager CPU gives with view replay on; the graph
+    failed to lower at the barrier before."""
+    def run(device):
+        x = torch.randn(2, 3, 4, 5, dtype=torch.float64, requires_grad=True)
+        whole = torch.zeros(2, 3, 4, 11, dtype=torch.float64, device=device)
+        v = whole[..., 1::2]
+        v.copy_(x.to(device))
+        v.unsqueeze_(0).mul_(torch.tensor([2.0, 3.0], dtype=torch.float64,
+                                          device=device).view(1, 2, 1, 1, 1))
+        v.squeeze_(0)
+        whole.sum().backward()
+    replay = torch._C._is_view_replay_enabled()
+    torch._C._set_view_replay_enabled(True)
+    try:
+        with pytest.raises(RuntimeError, match="doesn't match the broadcast shape"):
+            run("cpu")
+    finally:
+        torch._C._set_view_replay_enabled(replay)
+    with pytest.raises(RuntimeError, match="doesn't match the broadcast shape"):
+        run(DEV)

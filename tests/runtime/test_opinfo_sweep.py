@@ -63,6 +63,8 @@ def test_a_variants_differences_are_its_own():
     assert S._known("addbmm", "inplace") is not None and S._known("addbmm") is None
     assert S._known("linalg.matrix_rank", "out") is not None
     assert S._known("linalg.matrix_rank", "inplace") is None
+    assert S._known("nn.functional.dropout3d", "inplace_view+grad") is not None
+    assert "random" in S._known("nn.functional.dropout3d", "inplace_view")
 
 
 def test_a_small_sweep_runs_where_torchs_test_utilities_are_installed(capsys):
@@ -72,13 +74,15 @@ def test_a_small_sweep_runs_where_torchs_test_utilities_are_installed(capsys):
     assert "float32: 3 op variants: match 3" in out
 
 
-@pytest.mark.parametrize("variant", ["out", "inplace_view"])
-def test_out_and_in_place_variants_agree(variant, capsys):
+@pytest.mark.parametrize("variant,only", [
     # kron(out=) wrote through an ``_unsafe_view`` of its out= tensor (which was a copy
     # here), softmax(out=) and masked_select(out=) could not resize the host copy they ran
-    # on; the in-place methods on strided views of a larger tensor
+    # on; the in-place methods on strided views of a larger tensor; ops on non-contiguous
+    # inputs
+    ("out", "kron,softmax,masked_select"), ("inplace_view", "add,addcmul,index_fill"),
+    ("noncontig", "sum,index_select,matmul")])
+def test_out_in_place_and_non_contiguous_variants_agree(variant, only, capsys):
     pytest.importorskip("expecttest")
-    only = "kron,softmax,masked_select" if variant == "out" else "add,addcmul,index_fill"
     assert S.main(["--only", only, "--dtypes", "float32", "--variant", variant]) == 0
     # (every variant of the three matches: softmax has two)
     counts = re.search(r"float32: (\d+) op variants: match (\d+)\n", capsys.readouterr().out)
