@@ -24,6 +24,7 @@ import ``expecttest``, which the ``dev`` extra installs (``make test`` does).
 Usage: python benchmarks/opinfo_sweep.py [--dtypes float32,float64,int64,bool,complex64]
            [--grad] [--samples 4] [--only add,matmul] [--json benchmarks/opinfo_sweep.json]
            [--exact16] [--tol64 1e-10] [--variant op|noncontig|inplace|inplace_view|out]
+           [--db op|foreach]
 """
 
 from __future__ import annotations
@@ -296,14 +297,26 @@ def _names(op) -> str:
     return op.name + (f".{op.variant_test_name}" if op.variant_test_name else "")
 
 
-def worker(dtype_name: str, grad: bool, start: int, stop: int, n_samples: int, only,
-           variant: str = "op") -> None:
-    """Sweep op_db[start:stop], one JSON line per op (flushed, so a crash loses one op)."""
+def database(name: str) -> list:
+    """The OpInfo entries swept: torch's ``op_db``, or its ``_foreach_*`` ops' databases
+    (``foreach``: unary, binary, pointwise, reduce and the others, in that order)."""
+    from torch.testing._internal import common_methods_invocations as C
+    if name == "op":
+        return C.op_db
+    return [op for part in ("unary", "binary", "pointwise", "reduce", "other")
+            for op in getattr(C, f"foreach_{part}_op_db")]
+
+
+def worker(dtype_name: str, start: int, stop: int, a) -> None:
+    """Sweep entries start..stop of database ``a.db`` as ``a`` (the parsed command line)
+    says, one JSON line per op (flushed, so a crash loses one op)."""
     import torch
-    from torch.testing._internal.common_methods_invocations import op_db
+    ops = database(a.db)
+    only = [s for s in a.only.split(",") if s]
+    grad, variant = a.grad, a.variant
     dtype = getattr(torch, dtype_name)
-    for i in range(start, min(stop, len(op_db))):
-        op, name = op_db[i], _names(op_db[i])
+    for i in range(start, min(stop, len(ops))):
+        op, name = ops[i], _names(ops[i])
         if only and name not in only and op.name not in only:
             continue
         if grad and not (op.supports_autograd and dtype in op.supported_backward_dtypes("cpu")):
@@ -315,7 +328,7 @@ def worker(dtype_name: str, grad: bool, start: int, stop: int, n_samples: int, o
             continue
         print(json.dumps({"i": i, "op": name, "dtype": dtype_name, "started": True}), flush=True)
         # (an exception here is the sweep's own failure on this op: sample generation)
-        rec = guarded(lambda: _run_op(op, dtype, grad, n_samples, variant))
+        rec = guarded(lambda: _run_op(op, dtype, grad, a.samples, variant))
         rec.update(i=i, op=name, dtype=dtype_name)
         print(json.dumps(rec), flush=True)
 
@@ -346,16 +359,11 @@ def guarded(run, failed: str = "skipped") -> dict:
     return rec
 
 
-def _sweep(dtype: str, grad: bool, n_samples: int, only, total: int,
-           exact16: bool = False, tol64: float | None = None,
-           variant: str = "op") -> list[dict]:
-    """Workers over op_db from the start; after a crash, a new one from the next op."""
+def _sweep(dtype: str, total: int, flags: list) -> list[dict]:
+    """Workers over the database from the start (``flags``: the command line's, passed
+    on); after a crash, a new one from the next op."""
     def command(start: int) -> list:
-        return [sys.executable, __file__, "--worker", dtype, str(start), str(total),
-                "--samples", str(n_samples)] + (["--grad"] if grad else []) + \
-               (["--exact16"] if exact16 else []) + \
-               (["--tol64", str(tol64)] if tol64 is not None else []) + \
-               (["--only", ",".join(only)] if only else []) + ["--variant", variant]
+        return [sys.executable, __file__, "--worker", dtype, str(start), str(total), *flags]
     return run_workers(command, total, dtype)
 
 
@@ -430,25 +438,27 @@ def main(argv=None) -> int:
                         "non-contiguous copies of them (noncontig), its in-place method on "
                         "the input (inplace) or on a strided view (inplace_view), or with "
                         "out= tensors torch resizes (out)")
+    p.add_argument("--db", choices=("op", "foreach"), default="op",
+                   help="torch's op database (op_db) or its _foreach_* ops' (foreach)")
     p.add_argument("--worker", nargs=3, metavar=("DTYPE", "START", "STOP"), help=argparse.SUPPRESS)
     a = p.parse_args(argv)
     if a.grad and a.variant in ("out", "noncontig"):
         p.error(f"--grad with --variant {a.variant}: out= ops do not support autograd, and "
                 "the gradients' inputs are contiguous copies")
-    only = [s for s in a.only.split(",") if s]
     _EXACT16[0] = a.exact16
     if a.tol64 is not None:
         WIDE_TOLERANCE[0] = a.tol64
     if a.worker:
-        worker(a.worker[0], a.grad, int(a.worker[1]), int(a.worker[2]), a.samples, only,
-               a.variant)
+        worker(a.worker[0], int(a.worker[1]), int(a.worker[2]), a)
         return 0
-    from torch.testing._internal.common_methods_invocations import op_db
+    flags = ["--samples", str(a.samples), "--variant", a.variant, "--db", a.db,
+             "--only", a.only] + (["--grad"] if a.grad else []) + \
+        (["--exact16"] if a.exact16 else []) + \
+        (["--tol64", str(a.tol64)] if a.tol64 is not None else [])
     dtypes = ["float64"] if a.grad else a.dtypes.split(",")
     records = []
     for dtype in dtypes:
-        records += _sweep(dtype, a.grad, a.samples, only, len(op_db), a.exact16, a.tol64,
-                          a.variant)
+        records += _sweep(dtype, len(database(a.db)), flags)
     for r in records:
         how = a.variant + ("+grad" if a.grad else "")
         # (a graph that fails is a lowering's bug unless a variant's entry says otherwise)

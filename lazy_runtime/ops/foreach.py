@@ -118,9 +118,10 @@ def _apply_each(base, inplace, listy, op, n, args, kw, call):
     for i in range(n):
         a_i = [a[i] if is_list else a for a, is_list in zip(args, listy)]
         if base == "norm":
+            # (``_foreach_norm(self, ord=2, dtype=None)``: both may come positionally)
             ord_ = a_i[1] if len(a_i) > 1 else kw.get("ord", 2)
-            results.append(call(aten.linalg_vector_norm, (a_i[0], ord_),
-                                {"dtype": kw.get("dtype")}))
+            dtype = a_i[2] if len(a_i) > 2 else kw.get("dtype")
+            results.append(call(aten.linalg_vector_norm, (a_i[0], ord_), {"dtype": dtype}))
         elif base == "copy":
             results.append(call(aten.copy_, tuple(a_i), kw) if inplace
                            else call(aten.clone, (a_i[1],), {}))

@@ -352,6 +352,8 @@ _FOREACH = {
     "maximum_": lambda a, b: torch._foreach_maximum_(a, b),
     "clamp_min_scalar": lambda a, b: torch._foreach_clamp_min_(a, 0.1),
     "norm": lambda a, b: torch._foreach_norm(a),
+    # (the dtype given positionally, as the OpInfo samples pass it: it was dropped)
+    "norm_1_in_float64": lambda a, b: torch._foreach_norm(a, 1, torch.float64),
     "pow_number_base": lambda a, b: torch._foreach_pow(2.0, a),
     "copy_": lambda a, b: torch._foreach_copy_(a, b),
 }

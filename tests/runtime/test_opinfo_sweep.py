@@ -80,10 +80,13 @@ def test_a_small_sweep_runs_where_torchs_test_utilities_are_installed(capsys):
     # on; the in-place methods on strided views of a larger tensor; ops on non-contiguous
     # inputs
     ("out", "kron,softmax,masked_select"), ("inplace_view", "add,addcmul,index_fill"),
-    ("noncontig", "sum,index_select,matmul")])
+    ("noncontig", "sum,index_select,matmul"),
+    # ``_foreach_norm``'s dtype, given positionally, was dropped
+    ("foreach", "_foreach_norm,_foreach_addcdiv,_foreach_pow")])
 def test_out_in_place_and_non_contiguous_variants_agree(variant, only, capsys):
     pytest.importorskip("expecttest")
-    assert S.main(["--only", only, "--dtypes", "float32", "--variant", variant]) == 0
+    how = ["--db", "foreach"] if variant == "foreach" else ["--variant", variant]
+    assert S.main(["--only", only, "--dtypes", "float32", *how]) == 0
     # (every variant of the three matches: softmax has two)
     counts = re.search(r"float32: (\d+) op variants: match (\d+)\n", capsys.readouterr().out)
     assert counts and counts[1] == counts[2] and int(counts[1]) >= 3
