@@ -17,7 +17,7 @@ values), ``lazy_error`` (the lazy device raised where torch did not), ``barrier_
 ``opinfo_sweep.py`` (whose comparison this uses).
 
 Usage: python benchmarks/module_sweep.py [--dtypes float32,float64] [--samples 6]
-           [--only nn.Linear,nn.LSTM] [--json module_sweep.json]
+           [--only nn.Linear,nn.LSTM] [--json module_sweep.json] [--noncontig]
 """
 
 from __future__ import annotations
@@ -33,7 +33,7 @@ sys.path.insert(0, str(ROOT))
 sys.path.insert(0, str(ROOT / "benchmarks"))
 
 from opinfo_sweep import (_compare, _summary, guarded, run_workers,  # noqa: E402
-                          weighted_total)
+                          strided_copy, weighted_total)
 
 # float64's tolerance here (opinfo_sweep's 1e-7 let a float32 bias gradient of BatchNorm
 # through: 3e-8 off)
@@ -46,9 +46,10 @@ KNOWN = {
 }
 
 
-def _call(module, sample, device, training: bool):
+def _call(module, sample, device, training: bool, noncontig: bool = False):
     """(outputs, gradients, buffers) of one call of ``module`` on ``sample``'s forward
-    input moved to ``device``."""
+    input moved to ``device`` (``noncontig``: as strided views made there, whose
+    gradients reach the leaves on the CPU through the copy)."""
     import torch
     from torch.utils._pytree import tree_map
     leaves = []
@@ -56,10 +57,10 @@ def _call(module, sample, device, training: bool):
     def prep(x):
         if not isinstance(x, torch.Tensor):
             return x
-        y = x.detach().clone().to(device)
+        y = x.detach().clone()
         if x.requires_grad:
             leaves.append(y.requires_grad_(True))
-        return y
+        return strided_copy(y, device)[1] if noncontig else y.to(device)
     module.train(training)
     args = tree_map(prep, sample.forward_input.args)
     kwargs = tree_map(prep, sample.forward_input.kwargs)
@@ -90,7 +91,7 @@ def _dry_call(module, sample, device) -> None:
                **tree_map(prep, sample.forward_input.kwargs))
 
 
-def _run_module(info, dtype, training: bool, n_samples: int) -> dict:
+def _run_module(info, dtype, training: bool, n_samples: int, noncontig: bool = False) -> dict:
     import torch
     import lazy_runtime as lr
     dev = lr.device()
@@ -108,7 +109,7 @@ def _run_module(info, dtype, training: bool, n_samples: int) -> dict:
             if lazy_init:
                 _dry_call(eager, s, "cpu")
             state = copy.deepcopy(eager.state_dict())
-            want = _call(eager, s, "cpu", training)
+            want = _call(eager, s, "cpu", training, noncontig)
         except Exception:
             continue   # a sample torch itself refuses
         try:
@@ -119,7 +120,7 @@ def _run_module(info, dtype, training: bool, n_samples: int) -> dict:
             else:
                 lazy = copy.deepcopy(fresh).to(dev)
                 lazy.load_state_dict(state)
-            got = _call(lazy, s, dev, training)
+            got = _call(lazy, s, dev, training, noncontig)
             lr.mark_step()
             pairs.append((want, got))
         except Exception as e:
@@ -146,7 +147,8 @@ def _run_module(info, dtype, training: bool, n_samples: int) -> dict:
     return rec
 
 
-def worker(dtype_name: str, start: int, stop: int, n_samples: int, only) -> None:
+def worker(dtype_name: str, start: int, stop: int, n_samples: int, only,
+           noncontig: bool = False) -> None:
     """Sweep module_db[start:stop], train and eval, one JSON line per module and mode."""
     import opinfo_sweep
     import torch
@@ -163,7 +165,7 @@ def worker(dtype_name: str, start: int, stop: int, n_samples: int, only) -> None
               flush=True)
         for training in (True, False):
             # (an exception here is the sweep's own failure: sample generation)
-            rec = guarded(lambda: _run_module(info, dtype, training, n_samples))
+            rec = guarded(lambda: _run_module(info, dtype, training, n_samples, noncontig))
             rec.update(i=i, op=f"{info.name} ({'train' if training else 'eval'})",
                        dtype=dtype_name)
             print(json.dumps(rec), flush=True)
@@ -175,11 +177,13 @@ def main(argv=None) -> int:
     p.add_argument("--samples", type=int, default=6, help="sample inputs per module")
     p.add_argument("--only", default="", help="comma-separated ModuleInfo names (nn.Linear)")
     p.add_argument("--json", default="", help="write every record here")
+    p.add_argument("--noncontig", action="store_true",
+                   help="inputs as strided views made on each device (not contiguous)")
     p.add_argument("--worker", nargs=3, metavar=("DTYPE", "START", "STOP"), help=argparse.SUPPRESS)
     a = p.parse_args(argv)
     only = [s for s in a.only.split(",") if s]
     if a.worker:
-        worker(a.worker[0], int(a.worker[1]), int(a.worker[2]), a.samples, only)
+        worker(a.worker[0], int(a.worker[1]), int(a.worker[2]), a.samples, only, a.noncontig)
         return 0
     from torch.testing._internal.common_modules import module_db
     records = []
@@ -187,7 +191,8 @@ def main(argv=None) -> int:
         def command(start, dtype=dtype):
             return [sys.executable, __file__, "--worker", dtype, str(start),
                     str(len(module_db)), "--samples", str(a.samples)] + \
-                   (["--only", ",".join(only)] if only else [])
+                   (["--only", ",".join(only)] if only else []) + \
+                   (["--noncontig"] if a.noncontig else [])
         records += run_workers(command, len(module_db), dtype)
     for r in records:
         name = r["op"].split(" ")[0]

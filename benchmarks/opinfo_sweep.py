@@ -96,8 +96,11 @@ KNOWN_VARIANTS = {
 
 
 def _known(name: str, variant: str = "op") -> str | None:
-    if (variant, name) in KNOWN_VARIANTS:
-        return KNOWN_VARIANTS[variant, name]
+    """Why ``name`` called as ``variant`` (``inplace``, ``inplace+grad``: its gradients)
+    cannot agree with torch, or None."""
+    for how in (variant, variant.split("+")[0]):
+        if (how, name) in KNOWN_VARIANTS:
+            return KNOWN_VARIANTS[how, name]
     if any(r in name for r in RANDOM):
         return "random: values come from the lazy random stream, not torch's CPU generator"
     for key, why in KNOWN.items():
@@ -201,25 +204,40 @@ def _variant_call(op, sample, device, variant: str):
     ``inplace_view``, the in-place method on a strided view of a larger zero tensor (every
     second element of its last dim, at offset 1), which is then compared whole; ``out``,
     the function writing into ``out=`` tensors with no elements, which torch resizes;
-    ``noncontig``, the function on torch's non-contiguous copies of the sample's tensors
-    (``SampleInput.noncontiguous``: strided views of larger tensors). The in-place results
+    ``noncontig``, the function on non-contiguous copies of the sample's tensors made on
+    ``device`` (``strided_copy``; a strided CPU tensor moved to the device is a dense
+    copy, as on CUDA). The in-place results
     carry whether the method returned its input."""
     import torch
     from torch.utils._pytree import tree_map
-    if variant == "noncontig":
-        sample, variant = sample.noncontiguous(), "op"
 
     def to_dev(x):   # (a copy: an in-place variant writes it; torch's eager sample kept)
         dense = isinstance(x, torch.Tensor) and x.layout == torch.strided and not x.is_nested
         if not dense:
             return x
+        if variant == "noncontig":
+            return strided_copy(x, device)[1]
         return x.to(device) if variant == "op" else x.clone().to(device)
 
     x, args, kwargs = tree_map(to_dev, (sample.input, sample.args, sample.kwargs))
+    variant = "op" if variant == "noncontig" else variant
     if variant == "out" and "device" in kwargs:   # (a factory's samples name the CPU)
         kwargs = dict(kwargs, device=device)
     want = op(sample.input, *sample.args, **sample.kwargs) if variant == "out" else None
     return _apply_variant(op, x, args, kwargs, device, variant, want)
+
+
+def strided_copy(t, device):
+    """(a larger zero tensor on ``device``, a view of it holding ``t``'s values): every
+    second element of its last dim, from offset 1 (neither contiguous nor at its
+    storage's start); a 0-dim ``t`` as element 1 of a pair. Written by ``copy_``, so a
+    ``t`` that requires grad gets the view's gradients."""
+    import torch
+    whole = torch.zeros((*t.shape[:-1], 2 * t.shape[-1] + 1) if t.ndim else (2,),
+                        dtype=t.dtype, device=device)
+    view = whole[..., 1::2] if t.ndim else whole[1]
+    view.copy_(t)
+    return whole, view
 
 
 def _apply_variant(op, x, args, kwargs, device, variant: str, want=None):
@@ -237,11 +255,7 @@ def _apply_variant(op, x, args, kwargs, device, variant: str, want=None):
         return outs, got is outs or isinstance(outs, tuple) and all(
             a is b for a, b in zip(got, outs))
     if variant == "inplace_view":
-        v = x
-        shape = (*v.shape[:-1], 2 * v.shape[-1] + 1) if v.ndim else (2,)
-        whole = torch.zeros(shape, dtype=v.dtype, device=device)
-        x = whole[..., 1::2] if v.ndim else whole[1]
-        x.copy_(v)
+        whole, x = strided_copy(x, device)
         got = op.inplace_variant(x, *args, **kwargs)
         return whole, x, got is x
     if x.requires_grad:   # (a leaf: autograd refuses in-place ops on it)

@@ -849,6 +849,14 @@ def _index_source_ok(x, dim, index, source, index_dtypes) -> bool:
 _TORCH_DECOMP = torch._decomp.decomposition_table
 
 
+@decomposition(aten.view_copy.default)
+def view_copy(x, size):
+    """A copy of ``x`` in shape ``size``: torch's kernel takes any strides (torch's
+    decomposition views first, which refuses a strided input's)."""
+    return aten.clone.default(aten.reshape.default(x, size),
+                              memory_format=torch.contiguous_format)
+
+
 @decomposition(aten.index_copy.default)
 def index_copy(x, dim, index, source):
     """torch's decomposition (an ``index_put``), for the arguments torch's kernel takes:

@@ -551,3 +551,16 @@ def test_an_in_place_view_op_on_a_view_then_backward_fails_as_torch_with_view_re
         torch._C._set_view_replay_enabled(replay)
     with pytest.raises(RuntimeError, match="doesn't match the broadcast shape"):
         run(DEV)
+
+
+@pytest.mark.parametrize("seed", [0, 1, 2])
+def test_view_copy_of_a_strided_view(seed):
+    """``view_copy`` takes any strides, as torch's kernel does (torch's decomposition
+    views first: a strided input was refused)."""
+    g = torch.Generator().manual_seed(seed)
+    m, n = torch.randint(2, 6, (2,), generator=g).tolist()
+    x = torch.randn(m, 2 * n, generator=g)
+    want = torch.ops.aten.view_copy(x[:, ::2], [n, m])
+    got = torch.ops.aten.view_copy(x.to(DEV)[:, ::2], [n, m])
+    assert got.is_contiguous() and torch.equal(got.cpu(), want)
+    assert lr.metrics()["fallback_ops"].get("aten.view_copy.default", 0) == 0
