@@ -147,6 +147,15 @@ class LazyTensor(torch.Tensor):
                 f", grad_fn=<{type(self.grad_fn).__name__}>"
         return s[:-1] + extra + ")" if s.endswith(")") else s + extra
 
+    def untyped_storage(self):
+        """torch's storage object (no data: its data pointer raises), whose ``data_ptr()``
+        names the lazy buffer instead (``_BufferStorage``)."""
+        s = torch._C.TensorBase.untyped_storage(self)
+        if type(s) is not _BufferStorage:
+            s.__class__ = _BufferStorage
+        _BUFFER_OF[s._cdata] = self._st
+        return s
+
     def __setitem__(self, key, value):
         if isinstance(value, LazyTensor) and value.requires_grad and torch.is_grad_enabled():
             if _mask_write(self, key, value):
@@ -218,6 +227,25 @@ class LazyTensor(torch.Tensor):
         values on the CPU (a barrier), rebuilt on this device, or on ``map_location``."""
         return (torch._utils._rebuild_device_tensor_from_cpu_tensor,
                 (self.detach().cpu(), self.dtype, str(self.device), self.requires_grad))
+
+
+class _BufferStorage(torch.UntypedStorage):
+    """A lazy tensor's storage object, whose ``data_ptr()`` is a number unique to its lazy
+    buffer while the buffer lives, the same for every view of it, as a pointer is:
+    libraries tell tensors that share memory apart by it (transformers' ``save_pretrained``
+    and safetensors, which failed on the storage's data pointer)."""
+
+    __slots__ = ()
+
+    def data_ptr(self):
+        st = _BUFFER_OF.get(self._cdata)
+        if st is None:
+            return super().data_ptr()
+        return id(st)
+
+
+# the C storage behind a lazy tensor's storage object -> its buffer (weakly held)
+_BUFFER_OF: "weakref.WeakValueDictionary" = weakref.WeakValueDictionary()
 
 
 def _has_lazy(args) -> bool:

@@ -245,3 +245,25 @@ def test_the_decoding_example_gives_eager_tokens(capsys):
     assert "replayed: 5 forwards" in generate_line, generate_line
     assert "tokens as eager torch's: True" in loop_line, loop_line
     assert "3 whole steps" in loop_line, loop_line
+
+
+def test_save_pretrained_from_the_device_round_trips(tmp_path):
+    """``save_pretrained`` of a model on the lazy device: transformers and safetensors tell
+    tensors that share memory apart by their storage's data pointer, which raised for a
+    lazy tensor (save_pretrained failed). It now names the lazy buffer: tied weights are
+    found tied, every other tensor saved, all as eager's."""
+    torch.manual_seed(0)
+    model = _decoder(T.LlamaForCausalLM, T.LlamaConfig)
+    model.config.tie_word_embeddings = True
+    model.tie_weights()
+    want = {k: v.clone() for k, v in model.state_dict().items()}
+    model.to(DEV).save_pretrained(tmp_path)
+    back = T.LlamaForCausalLM.from_pretrained(tmp_path)
+    assert back.lm_head.weight is back.model.embed_tokens.weight
+    got = back.state_dict()
+    assert set(got) == set(want)
+    assert all(torch.equal(got[k], want[k]) for k in want)
+    x = torch.randn(3, 4).to(DEV)
+    pointer = x.untyped_storage().data_ptr
+    assert pointer() == x[1:].untyped_storage().data_ptr() != \
+        torch.randn(3, 4).to(DEV).untyped_storage().data_ptr()
