@@ -779,7 +779,8 @@ def multi_margin_loss_rule(x, target, p=1, margin=1, weight=None, reduction=1):
     if x.dim() > 2 or target.dim() > 1 or (x.dim() == 2 and target.shape[0] != x.shape[0]):
         raise RuntimeError(f"inconsistent target size: {list(target.shape)} for input of size: "
                            f"{list(x.shape)}")
-    out = _shape(x)[:1] if reduction == 0 and x.dim() == 2 else ()
+    # (unreduced: a row's loss each; one input row's loss has the target's shape, () or (1,))
+    out = () if reduction != 0 else _shape(x)[:1] if x.dim() == 2 else _shape(target)
     return out, x.dtype
 
 
@@ -799,7 +800,7 @@ def _multi_margin(x, target, p, margin, weight, reduction):
         z = z * _f32(weight)[t]
     z = jnp.where(jnp.arange(x2.shape[1]) == t, 0, z)
     per_row = jnp.sum(z, axis=1) / x2.shape[1]
-    return _reduce(per_row if x.ndim == 2 else per_row[0], reduction)
+    return _reduce(per_row if x.ndim == 2 else per_row[0].reshape(target.shape), reduction)
 
 
 @lowering(aten.multi_margin_loss.default)

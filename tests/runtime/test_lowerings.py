@@ -512,9 +512,14 @@ for _p, _red, _weighted in ((1, "mean", False), (2, "sum", True), (1, "none", Tr
     case(f"multi_margin_loss-p{_p}-{_red}-{'w' if _weighted else 'nw'}",
          lambda x, t, w, p=_p, red=_red, wt=_weighted: F.multi_margin_loss(
              x, t, p=p, margin=0.7, weight=w.abs() if wt else None, reduction=red),
+         # (one row's target of shape (1,) gives its unreduced loss that shape: it was ())
          lambda g, r: (lambda n, c: [rnd(g, (n, c) if n else (c,), F64),
-                                     rnd(g, (n,) if n else (), I64, 0, c), rnd(g, (c,), F64)])(
+                                     rnd(g, (n,) if n else (1,) if c % 2 else (), I64, 0, c),
+                                     rnd(g, (c,), F64)])(
              r.randint(0, 5), r.randint(2, 6)), grad=(0,))
+case("multi_margin_loss-one-row-target-of-one", lambda x, t: F.multi_margin_loss(
+    x, t, reduction="none"), lambda g, r: [rnd(g, (r.randint(2, 6),), F64),
+                                          torch.tensor([1])], grad=(0,))
 for _pad in ((2, 1), (1, -1, 2, 0), (0, 1, 1, 2, -1, 1)):
     case(f"replicate-pad-{len(_pad) // 2}d", lambda x, pad=_pad: F.pad(x, pad, mode="replicate"),
          lambda g, r, n=len(_pad) // 2: [rnd(g, (2, 2) + shape(r, n, 2, 5))], grad=True)
