@@ -32,7 +32,7 @@ ROOT = Path(__file__).resolve().parent.parent
 sys.path.insert(0, str(ROOT))
 sys.path.insert(0, str(ROOT / "benchmarks"))
 
-from opinfo_sweep import (_compare, _summary, guarded, run_workers,  # noqa: E402
+from opinfo_sweep import (_compare, guarded, report, run_workers,  # noqa: E402
                           strided_copy, weighted_total)
 
 # float64's tolerance here (opinfo_sweep's 1e-7 let a float32 bias gradient of BatchNorm
@@ -194,13 +194,8 @@ def main(argv=None) -> int:
                    (["--only", ",".join(only)] if only else []) + \
                    (["--noncontig"] if a.noncontig else [])
         records += run_workers(command, len(module_db), dtype)
-    for r in records:
-        name = r["op"].split(" ")[0]
-        if r["status"] in ("differs", "lazy_error", "fallback") and name in KNOWN:
-            r["known"] = KNOWN[name]
-    print(_summary(records).replace("op variants", "modules x modes"))
-    if a.json:
-        Path(a.json).write_text(json.dumps(records, indent=1) + "\n")
+    report(records, lambda r: KNOWN.get(r["op"].split(" ")[0]) if r["status"] in (
+        "differs", "lazy_error", "fallback") else None, "modules x modes", a.json)
     return 0
 
 

@@ -28,7 +28,7 @@ sys.path.insert(0, str(ROOT))
 sys.path.insert(0, str(ROOT / "benchmarks"))
 
 from module_sweep import TOLERANCE64, _call  # noqa: E402
-from opinfo_sweep import _compare, _summary, guarded, run_workers  # noqa: E402
+from opinfo_sweep import _compare, guarded, report, run_workers  # noqa: E402
 
 # Entries whose values cannot equal torch's, with the reason (a prefix of the test name).
 KNOWN = {
@@ -131,13 +131,9 @@ def main(argv=None) -> int:
     total = len(entries())
     records = run_workers(lambda start: [sys.executable, __file__, "--worker", str(start),
                                          str(total), "--only", a.only], total, "nn")
-    for r in records:
-        why = next((w for k, w in KNOWN.items() if r["op"].startswith(k)), None)
-        if r["status"] in ("differs", "lazy_error") and why:
-            r["known"] = why
-    print(_summary(records).replace("op variants", "tests"))
-    if a.json:
-        Path(a.json).write_text(json.dumps(records, indent=1) + "\n")
+    report(records, lambda r: next((w for k, w in KNOWN.items() if r["op"].startswith(k)),
+                                   None) if r["status"] in ("differs", "lazy_error") else None,
+           "tests", a.json)
     return 0
 
 

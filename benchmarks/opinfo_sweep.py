@@ -474,16 +474,29 @@ def main(argv=None) -> int:
     records = []
     for dtype in dtypes:
         records += _sweep(dtype, len(database(a.db)), flags)
-    for r in records:
-        how = a.variant + ("+grad" if a.grad else "")
+    how = a.variant + ("+grad" if a.grad else "")
+
+    def why(r):
         # (a graph that fails is a lowering's bug unless a variant's entry says otherwise)
-        if r["status"] in ("differs", "lazy_error") and _known(r["op"], how) or \
+        if r["status"] in ("differs", "lazy_error") or \
                 r["status"] == "barrier_error" and (how, r["op"]) in KNOWN_VARIANTS:
-            r["known"] = _known(r["op"], how)
-    print(_summary(records))
-    if a.json:
-        Path(a.json).write_text(json.dumps(records, indent=1) + "\n")
+            return _known(r["op"], how)
+        return None
+    report(records, why, "op variants", a.json)
     return 0
+
+
+def report(records: list, why, noun: str, json_path: str = "") -> None:
+    """Give each record the reason ``why(record)`` knows for it (``known``; None: none),
+    print the summary (entries counted as ``noun``) and write the records to
+    ``json_path`` if given."""
+    for r in records:
+        reason = why(r)
+        if reason:
+            r["known"] = reason
+    print(_summary(records).replace("op variants", noun))
+    if json_path:
+        Path(json_path).write_text(json.dumps(records, indent=1) + "\n")
 
 
 if __name__ == "__main__":
