@@ -42,8 +42,8 @@ from .ops.common import broadcast_sizes
 from .ops.elementwise import number_fits
 from .ops.registry import (COMPLEX_OK, DECOMPOSITIONS, DYNAMIC_SCALARS, ELEMENTWISE, LOWERINGS,
                            PURE_RULES, RULES, SAME_LAYOUT)
-from .tensor import (DEVICE, LazyTensor, new_base, new_view, node_of, resize_base, write,
-                     contiguous_strides, view_strides)
+from .tensor import (DEVICE, LazyTensor, hold, new_base, new_view, node_of, resize_base,
+                     write, contiguous_strides, view_strides)
 
 aten = torch.ops.aten
 _marker = ir.input_marker
@@ -1054,8 +1054,7 @@ def _set(func, args, kwargs):
         if src.dtype != x.dtype:
             raise RuntimeError(f"Could not set tensor of type {_dtype_name(src.dtype).lower()} "
                                f"to a tensor of type {_dtype_name(x.dtype).lower()}")
-    torch._C.TensorBase.data.__set__(x, src)
-    x._st, x._vw, x._vc = src._st, src._vw, src._vc
+    hold(x, src)
     return x
 
 

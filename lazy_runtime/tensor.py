@@ -190,8 +190,7 @@ class LazyTensor(torch.Tensor):
     def __tensor_unflatten__(inner, ctx, outer_size, outer_stride):
         _refuse_tracing()
 
-    # ``t.data = new`` makes ``t`` hold ``new``'s contents: torch sets the sizes, strides
-    # and dtype in C++; the lazy buffer and view chain must follow them.
+    # ``t.data = new`` makes ``t`` hold ``new``'s contents (``hold``).
     @property
     def data(self):
         return torch._C.TensorBase.data.__get__(self)
@@ -202,8 +201,7 @@ class LazyTensor(torch.Tensor):
             raise UnsupportedOperation(
                 f"`t.data = x` with x on {new.device}: move x to the lazy device first "
                 "(x.to(lazy_runtime.device()))")
-        torch._C.TensorBase.data.__set__(self, new)
-        self._st, self._vw, self._vc = new._st, new._vw, new._vc
+        hold(self, new)
 
     # With torch's Python device guard, user code that autograd's engine calls must not
     # raise through it (the process aborts: ``backend.errors_cross_backward``): a hook's
@@ -361,9 +359,16 @@ def resize_base(t: LazyTensor, new: LazyTensor) -> bool:
     # held by ``t``, this frame and getrefcount's argument only (``rebase_whole_view``)
     if t._vw or new._vw or sys.getrefcount(st) > 3:
         return False
+    hold(t, new)
+    return True
+
+
+def hold(t: LazyTensor, new: LazyTensor) -> None:
+    """``t`` reads ``new``'s buffer with ``new``'s sizes, strides and offset (``t.data =
+    new``, ``t.set_(new)``): torch sets them in C++, the lazy buffer and view chain
+    follow."""
     torch._C.TensorBase.data.__set__(t, new)
     t._st, t._vw, t._vc = new._st, new._vw, new._vc
-    return True
 
 
 def node_of(t: LazyTensor) -> ir.Node:
