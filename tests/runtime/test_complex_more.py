@@ -156,6 +156,17 @@ for dt in (C64, C128):
                                              rnd(g, ix, dt)],
             (aten.scatter.reduce, aten.scatter.value_reduce))
 
+# ---- the backward of replication padding (from ``F.pad(mode="replicate")``'s gradient) -------
+_PAD_BACKWARD = (aten.replication_pad1d_backward.default, aten.replication_pad2d_backward.default,
+                 aten.replication_pad3d_backward.default)
+for dt in (C64, C128):
+    n = str(dt)[6:]
+    for d, pad in ((1, (2, 1)), (2, (1, -1, 2, 0)), (3, (0, 1, 1, 2, -1, 1))):
+        case(f"replicate-pad-{d}d-{n}", lambda x, pad=pad: F.pad(x, pad, mode="replicate"),
+             lambda g, r, d=d, dt=dt: [rnd(g, (2, 2) + tuple(r.randint(2, 5) for _ in range(d)),
+                                           dt)],
+             (_PAD_BACKWARD[d - 1],), grad=True)
+
 # ---- linalg: the deprecated cholesky, cholesky_inverse, triangular_solve -------------------
 # (matrices as test_complex.py makes them: batches of 0-2 dims, 1 x 1 to 4 x 4)
 for dt in (C64, C128):
@@ -196,7 +207,7 @@ def test_every_op_added_here_has_a_case_for_both_dtypes():
              aten.logaddexp.default, aten.silu.default, aten.logsumexp.default,
              aten.linalg_vector_norm.default, aten.masked_scatter_backward.default,
              aten.cholesky.default, aten.cholesky_inverse.default,
-             aten.triangular_solve.default}
+             aten.triangular_solve.default, *_PAD_BACKWARD}
     for n in ("complex64", "complex128"):
         covered = set().union(*(ops for k, ops in COVERS.items() if k.endswith(n)))
         assert added <= covered, sorted(map(str, added - covered))
