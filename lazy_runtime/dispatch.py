@@ -519,11 +519,7 @@ def _mutating(func, functional, args, kwargs):
     if not names and len(pos) == 1 and pos[0] == 0 and lowered and n_returns == 1:
         # the common case: add_, mul_, copy-like ops on their first argument
         self = args[0]
-        result = record(functional, args, kwargs)
-        if not isinstance(self, LazyTensor):
-            raise UnsupportedOperation(f"{func}: cannot write a lazy result into a "
-                                       f"{self.device} tensor")
-        _write_checked(func, self, result)
+        _write_checked(func, self, record(functional, args, kwargs))
         return self
     targets = [args[i] if i < len(args) else None for i in pos] + [kwargs.get(n) for n in names]
     fargs, fkw = args, kwargs
@@ -554,12 +550,8 @@ def _mutating(func, functional, args, kwargs):
     else:  # e.g. native_batch_norm: (out, save_mean, save_invstd) + new running stats
         new_vals, rest = outs[len(outs) - len(flat):], outs[:len(outs) - len(flat)]
     for t, v, out in zip(flat, new_vals, is_out):
-        if t is None:
-            continue
-        if not isinstance(t, LazyTensor):
-            raise UnsupportedOperation(
-                f"{func}: cannot write a lazy result into a {t.device} tensor")
-        _write_checked(func, t, v, out)
+        if t is not None:
+            _write_checked(func, t, v, out)
     if returns_targets:
         if n_returns == 0:
             return None
@@ -570,9 +562,12 @@ def _mutating(func, functional, args, kwargs):
     return tuple(rest) if len(rest) > 1 else rest[0]
 
 
-def _write_checked(func, t: LazyTensor, v: ir.Node, out: bool = False) -> None:
-    """Write ``v`` into ``t``: an in-place op's target, or (``out``) an out= tensor,
-    which torch resizes to the result's shape."""
+def _write_checked(func, t, v: ir.Node, out: bool = False) -> None:
+    """Write ``v`` into lazy tensor ``t``: an in-place op's target, or (``out``) an out=
+    tensor, which torch resizes to the result's shape."""
+    if not isinstance(t, LazyTensor):
+        raise UnsupportedOperation(f"{func}: cannot write a lazy result into a {t.device} "
+                                   "tensor")
     if v.shape != tuple(t.shape) and not out:
         raise RuntimeError(f"output with shape {list(t.shape)} doesn't match the "
                            f"broadcast shape {list(v.shape)}")
@@ -1362,10 +1357,7 @@ def fallback(func, args, kwargs, reason: str = ""):
     targets = [args[i] for i in pos if i < len(args)] + outs
     for t in _lazy_leaves(targets, []):
         h = cpu_of[id(t)]
-        if tuple(h.shape) != tuple(t.shape):
-            _resize_out(func, t, data_node_from_cpu(h))
-        else:
-            write(t, data_node_from_cpu(h))
+        _write_checked(func, t, data_node_from_cpu(h), out=True)   # (as torch resized it)
         back[id(h)] = t
 
     alias = _returns_alias(func)
@@ -1502,9 +1494,6 @@ def _out_through(func, args, kwargs, functional, handler):
     res = handler(functional, args, {k: v for k, v in kwargs.items() if k not in names})
     outs = [kwargs.get(n) for n in names]
     for t, r in zip(outs, res if isinstance(res, (list, tuple)) else (res,)):
-        if not isinstance(t, LazyTensor):
-            raise UnsupportedOperation(
-                f"{func}: cannot write a lazy result into a {t.device} tensor")
         _write_checked(func, t, node_of(r), out=True)
     return tuple(outs) if isinstance(res, (list, tuple)) else outs[0]
 
@@ -1526,11 +1515,7 @@ def _out_only(func, args, kwargs):
     res = func(*args, **hkw)
     METRICS.host_ops += 1
     for n, o in zip(names, outs):
-        h = hkw[n]
-        if tuple(h.shape) != tuple(o.shape):
-            _resize_out(func, o, data_node_from_cpu(h))
-        else:
-            write(o, data_node_from_cpu(h))
+        _write_checked(func, o, data_node_from_cpu(hkw[n]), out=True)
     if isinstance(res, torch.Tensor):
         return outs[0]
     return tuple(outs)
