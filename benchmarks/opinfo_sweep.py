@@ -208,8 +208,8 @@ def _variant_call(op, sample, device, variant: str):
     the function writing into ``out=`` tensors with no elements, which torch resizes;
     ``noncontig``, the function on non-contiguous copies of the sample's tensors made on
     ``device`` (``strided_copy``; a strided CPU tensor moved to the device is a dense
-    copy, as on CUDA). The in-place results
-    carry whether the method returned its input."""
+    copy, as on CUDA). The in-place results carry whether the method returned its
+    input."""
     import torch
     from torch.utils._pytree import tree_map
 
