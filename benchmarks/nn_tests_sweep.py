@@ -36,12 +36,6 @@ KNOWN = {
     "FractionalMaxPool": "random: the pooling regions come from the lazy random stream",
     "Embedding_sparse": "refused: sparse gradients have no lazy form",
     "EmbeddingBag_sparse": "refused: sparse gradients have no lazy form",
-    "interpolate_bicubic_2d": "not understood: whole rows off in float64 (4x4 to 12x12, two "
-                              "channels, beside another op in the graph), right with LLVM's "
-                              "optimizations off (--xla_backend_optimization_level=0); "
-                              "torch's decomposition floors source coordinates that land on "
-                              "whole numbers, where XLA:CPU's FMA contraction "
-                              "(openxla/xla#41579) computes them a last bit lower",
 }
 
 

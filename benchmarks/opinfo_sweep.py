@@ -389,7 +389,7 @@ def run_workers(command, total: int, label: str) -> list[dict]:
     after a crash, a new worker from the entry after the one it died in."""
     out, start = [], 0
     while start < total:
-        started = None
+        started = finished = None
         # (stderr to a file: warnings would fill a pipe nobody reads while stdout streams)
         with tempfile.TemporaryFile("w+") as errors, subprocess.Popen(
                 command(start), stdout=subprocess.PIPE, stderr=errors, text=True,
@@ -400,15 +400,18 @@ def run_workers(command, total: int, label: str) -> list[dict]:
                     started = rec
                     continue
                 out.append(rec)
-                started = None
+                started, finished = None, rec["i"]
                 print(f"{label:9s} {rec['i']:4d} {rec['op']:45s} {rec['status']}", flush=True)
             proc.wait()
             errors.seek(0)
             err = errors.read()
         if proc.returncode == 0 and started is None:
             break
-        if started is None:   # died before its first entry
+        if started is None and finished is None:   # died before its first entry
             raise RuntimeError(f"sweep worker failed:\n{err[-2000:]}")
+        if started is None:   # died between entries (or at exit): nothing of it is lost
+            start = finished + 1
+            continue
         out.append(dict(started, status="crashed", detail=err[-300:]))
         start = started["i"] + 1
     return out

@@ -6,8 +6,9 @@ Each is separable: along every spatial axis, output = M @ input for a small (out
 matrix built on the host from the static sizes, with torch's index and weight formulas
 (``UpSample.h``: the scale, the source index, clamping at the borders). The backward of an
 upsampling is then the same matrices transposed, applied to the gradient. Torch's
-forward upsampling already reaches us decomposed into index ops (``torch._decomp``); only
-its backward op arrives whole.
+forward upsampling reaches us decomposed into index ops (``torch._decomp``), but for
+bicubic's, lowered with the same host-side taps (see its section); the backward ops arrive
+whole.
 
 Indices and weights are computed in the dtype torch computes them in (float32 for float,
 half and bfloat16 inputs; float64 for double), so a source index that lands on an integer
@@ -69,30 +70,54 @@ def _linear(n_in, n_out, align_corners, scale, dt):
                    np.concatenate([dt(1) - w1, w1]), dt)
 
 
-def _cubic_weights(t, dt):
-    """Keys' cubic convolution weights (A = -0.75) of the taps at -1, 0, 1, 2."""
+def _cubic_weights(t, dt, fused=False):
+    """Keys' cubic convolution weights (A = -0.75) of the taps at -1, 0, 1, 2. ``fused``:
+    each ``p * x + c`` a float32 fused multiply-add, as compiled into torch's CPU forward
+    kernel (its AVX2 build); its backward kernel has none."""
     a = dt(-0.75)
+    mad = _fma32 if fused else (lambda p, x, c: p * x + c)
 
     def near(x):   # |x| <= 1
-        return ((a + 2) * x - (a + 3)) * x * x + 1
+        return mad(mad(a + 2, x, -(a + 3)) * x, x, dt(1))
 
     def far(x):    # 1 < |x| < 2
-        return ((a * x - 5 * a) * x + 8 * a) * x - 4 * a
+        return mad(mad(mad(a, x, -5 * a), x, 8 * a), x, -4 * a)
     one, two = dt(1), dt(2)
     return [far(t + one), near(t), near(one - t), far(two - t)]
 
 
+def _fma32(a, b, c):
+    """float32 ``a * b + c`` rounded once (the product is exact in float64)."""
+    wide = np.asarray(a, np.float64) * np.asarray(b, np.float64) + np.asarray(c, np.float64)
+    return wide.astype(np.float32)
+
+
 @functools.lru_cache(maxsize=256)
-def _cubic(n_in, n_out, align_corners, scale, dt):
+def _cubic_taps(n_in, n_out, align_corners, scale, dt, fused=False):
+    """The four input indices each output reads along one axis, clamped to the borders
+    ([n_out, 4]), and their weights ([n_out, 4], in ``dt``): torch's ``HelperInterpCubic``
+    (the floor taken in float32, ``floorf``, even of a double; the fraction clamped to
+    [0, 1]). ``fused``: float32 arithmetic as torch's forward kernel has it (above)."""
     s = _scale(n_in, n_out, align_corners, scale, dt)
     dst = np.arange(n_out, dtype=dt)
-    src = s * dst if align_corners else s * (dst + dt(0.5)) - dt(0.5)   # not clamped
-    x0 = np.floor(src)
-    t = src - x0
-    rows = np.arange(n_out)
-    cols = [np.clip(x0.astype(np.int64) + k, 0, n_in - 1) for k in (-1, 0, 1, 2)]
-    return _matrix(n_out, n_in, np.tile(rows, 4), np.concatenate(cols),
-                   np.concatenate(_cubic_weights(t, dt)), dt)
+    if align_corners:
+        src = s * dst
+    elif fused and dt == np.float32:
+        src = _fma32(s, dst + dt(0.5), dt(-0.5))
+    else:
+        src = s * (dst + dt(0.5)) - dt(0.5)            # not clamped
+    x0 = np.minimum(np.floor(src.astype(np.float32)), n_in - 1)
+    t = np.clip(src - x0.astype(dt), dt(0), dt(1))
+    cols = np.clip(x0.astype(np.int64)[:, None] + np.arange(-1, 3), 0, n_in - 1)
+    weights = _cubic_weights(t, dt, fused and dt == np.float32)
+    return cols, np.stack(weights, -1).astype(dt)
+
+
+@functools.lru_cache(maxsize=256)
+def _cubic(n_in, n_out, align_corners, scale, dt):
+    cols, weights = _cubic_taps(n_in, n_out, align_corners, scale, dt)
+    return _matrix(n_out, n_in, np.repeat(np.arange(n_out), 4), cols.reshape(-1),
+                   weights.reshape(-1), dt)
 
 
 @functools.lru_cache(maxsize=256)
@@ -230,6 +255,41 @@ def lower_upsample_linear_backward(g, output_size, input_size, align_corners, *s
 @lowering(aten.upsample_bicubic2d_backward.default)
 def lower_upsample_bicubic_backward(g, output_size, input_size, align_corners, *scales):
     return _upsample_backward("cubic", g, output_size, input_size, align_corners, scales)
+
+
+# ---- bicubic upsampling forward ----------------------------------------------------------
+#
+# Lowered, not decomposed: torch's decomposition computes each source coordinate on the
+# device and floors it, and XLA:CPU's FMA contraction can put a coordinate that should be
+# whole a last bit below it, which then floors a whole step away (rows off by whole pixels
+# in float64). Here the coordinates are host constants, as in torch's kernel: four taps per
+# output along each axis, the width first (torch's inner sum), then the height.
+
+
+@rule(aten.upsample_bicubic2d.default)
+def upsample_bicubic_rule(x, output_size, align_corners, scales_h=None, scales_w=None):
+    out = tuple(x.shape[:2]) + tuple(output_size)
+    if (x.ndim != 4 or len(output_size) != 2 or not x.dtype.is_floating_point
+            or 0 in tuple(x.shape[1:]) or min(output_size) <= 0):
+        raise NoLowering(aten.upsample_bicubic2d.default,
+                         "not 4-D, not floating point or empty (torch decides)")
+    return out, x.dtype
+
+
+@lowering(aten.upsample_bicubic2d.default)
+def lower_upsample_bicubic(x, output_size, align_corners, scales_h=None, scales_w=None):
+    xf = _f32(x)
+    dt = _index_dtype(xf.dtype)
+    for axis, scale in ((-1, scales_w), (-2, scales_h)):
+        cols, weights = _cubic_taps(xf.shape[axis], output_size[axis], align_corners, scale, dt,
+                                    fused=True)
+        t = jnp.moveaxis(xf, axis, -1)[..., cols]            # [..., out, 4]
+        w = jnp.asarray(weights, xf.dtype)
+        y = t[..., 0] * w[:, 0]
+        for k in range(1, 4):                                   # torch's sum, in order
+            y = y + t[..., k] * w[:, k]
+        xf = jnp.moveaxis(y, -1, axis)
+    return xf.astype(x.dtype)
 
 
 # ---- grid sampling ------------------------------------------------------------------------

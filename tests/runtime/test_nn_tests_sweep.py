@@ -21,8 +21,10 @@ def test_entries_are_built_as_torchs_tests_build_them():
 
 def test_a_few_entries_agree_with_torch(capsys):
     # MultiMarginLoss of one row with a target of shape (1,), unreduced: its loss had
-    # shape () where torch gives (1,)
+    # shape () where torch gives (1,). Bicubic from 4x4 to 12x12 in float64: whole rows were
+    # off (source coordinates floored on the device)
     pytest.importorskip("expecttest")
-    assert S.main(["--only", "MultiMarginLoss_1d,Conv2d_dilated,L1Loss_no_batch_dim"]) == 0
+    assert S.main(["--only", "MultiMarginLoss_1d,Conv2d_dilated,L1Loss_no_batch_dim,"
+                   "interpolate_bicubic_2d"]) == 0
     counts = re.search(r"nn: (\d+) tests: match (\d+)\n", capsys.readouterr().out)
-    assert counts and counts[1] == counts[2] and int(counts[1]) >= 3
+    assert counts and counts[1] == counts[2] and int(counts[1]) >= 5
