@@ -227,10 +227,9 @@ def _factor_shape(layout, env):
 def pad_host(a: np.ndarray, layout, sizes: dict, buckets: dict) -> np.ndarray:
     """Pad a true-shaped host array to ``layout``'s padded shape (zeros at the end)."""
     a = a.reshape(_factor_shape(layout, sizes))
-    widths = [(0, buckets[f] - sizes[f]) if type(f) is str else (0, 0)
-              for d in layout for f in d]
-    a = np.pad(a, widths)
-    return a.reshape(lsize(layout, buckets))
+    out = np.zeros(_factor_shape(layout, buckets), a.dtype)   # (np.pad: 20x slower)
+    out[tuple(map(slice, a.shape))] = a
+    return out.reshape(lsize(layout, buckets))
 
 
 def unpad_host(a: np.ndarray, layout, sizes: dict, buckets: dict) -> np.ndarray:
