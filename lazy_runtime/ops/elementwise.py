@@ -24,7 +24,8 @@ from ..errors import NoLowering
 from .common import (bshape, c_abs, c_exp, c_log, cast, divide, is_array, jdt, number_in,
                      vjp)
 from .registry import (ELEMENTWISE, RULES, SAME_LAYOUT, ZERO_DIVISION, check,
-                       decomposed_in_own_type, decomposition, lowering, refuse, rule)
+                       decomposed_in_own_type, decomposed_where, decomposition, lowering,
+                       refuse, rule)
 
 aten = torch.ops.aten
 
@@ -876,16 +877,6 @@ refuse((aten.hypot.default,), lambda args, dt: not dt.is_floating_point,
        "integer operands (torch's error)")
 
 
-def _decomposed_where(op, ok, reason: str) -> None:
-    """torch's decomposition of ``op`` where ``ok(*args)``; elsewhere the op runs eagerly
-    (torch's kernel refuses what its decomposition would compute, or decides otherwise)."""
-    def decompose(*args, **kwargs):
-        if not ok(*args):
-            raise NoLowering(op, reason)
-        return torch._decomp.decomposition_table[op](*args, **kwargs)
-    decomposition(op)(decompose)
-
-
 def _ldexp_lowered(x, other) -> bool:
     """Where ldexp's decomposition (``x * 2 ** other``) gives torch's kernel's dtype: x and
     the exponent of one floating dtype, or integer exponents of a float32 x (or of a
@@ -898,11 +889,11 @@ def _ldexp_lowered(x, other) -> bool:
         x.dtype is torch.float32 or x.dtype is torch.float64 and (x.ndim or not other.ndim)))
 
 
-_decomposed_where(aten.ldexp.Tensor, _ldexp_lowered, "mixed dtypes (torch's kernel decides)")
-_decomposed_where(aten.heaviside.default,
+decomposed_where(aten.ldexp.Tensor, _ldexp_lowered, "mixed dtypes (torch's kernel decides)")
+decomposed_where(aten.heaviside.default,
                   lambda x, values: x.dtype == values.dtype and not x.is_complex(),
                   "operands of two dtypes, or complex ones (torch's error)")
-_decomposed_where(aten.logaddexp2.default, lambda a, b: a.is_floating_point() or
+decomposed_where(aten.logaddexp2.default, lambda a, b: a.is_floating_point() or
                   b.is_floating_point(), "integer operands (torch's error)")
 refuse((aten.logaddexp.default,), lambda args, dt: not (dt.is_floating_point or dt.is_complex),
        "integer operands (torch's error)")

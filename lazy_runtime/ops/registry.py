@@ -198,6 +198,20 @@ def decomposed_in_own_type(*ops) -> None:
         decomposition(op)(decompose)
 
 
+def decomposed_where(op, ok, reason: str) -> None:
+    """torch's decomposition of ``op`` where ``ok(*args)``; elsewhere the op runs eagerly
+    (torch's kernel refuses what its decomposition would compute, or decides otherwise)."""
+    import torch._decomp
+
+    from ..errors import NoLowering
+
+    def decompose(*args, **kwargs):
+        if not ok(*args):
+            raise NoLowering(op, reason)
+        return torch._decomp.decomposition_table[op](*args, **kwargs)
+    decomposition(op)(decompose)
+
+
 def refuse(ops, bad, reason: str, *, with_kwargs: bool = False,
            same_layout: bool = False) -> None:
     """Wrap the rules of ``ops``: where ``bad(args, result dtype)`` (``bad(args, kwargs,

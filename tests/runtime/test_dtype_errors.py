@@ -203,6 +203,21 @@ REFUSED = [
     ("bitwise_xor float int", lambda a, b: a ^ b, [_x().double(), _x().long()]),
     ("bitwise_or float 3", lambda a: a | 3, [_x().half()]),
     ("bitwise_not float", lambda a: ~a, [_x()]),
+    # interpolation: floating point, and uint8 for nearest and bilinear/bicubic 2-D
+    ("interpolate nearest int", lambda a: F.interpolate(a, size=5), [_x().long()[None]]),
+    ("interpolate nearest-exact bool", lambda a: F.interpolate(a, size=(4, 6),
+                                                               mode="nearest-exact"),
+     [_M[None, None]]),
+    ("interpolate linear uint8", lambda a: F.interpolate(a, size=7, mode="linear"),
+     [_x().byte()[None]]),
+    ("interpolate bilinear int32", lambda a: F.interpolate(a, size=(4, 6), mode="bilinear"),
+     [_x().int()[None, None]]),
+    ("interpolate trilinear uint8", lambda a: F.interpolate(a, size=(2, 4, 6),
+                                                            mode="trilinear"),
+     [_x().byte()[None, None, None]]),
+    ("interpolate bicubic int64", lambda a: F.interpolate(a, size=(4, 6), mode="bicubic"),
+     [_x().long()[None, None]]),
+    ("adaptive_avg_pool2d uint8", lambda a: F.adaptive_avg_pool2d(a, 2), [_x().byte()[None]]),
 ]
 
 
@@ -309,6 +324,11 @@ ACCEPTED = [
     _case("add int + float alpha 2.5", lambda a: torch.add(a, 0.5, alpha=2.5), _x().long()),
     _case("add bool alpha True", lambda a: torch.add(a, a, alpha=True), _M),
     _case("add complex alpha 1j", lambda a: torch.add(a, a, alpha=1j), _x().cfloat()),
+    # uint8 bilinear: torch's fixed-point kernel (run eagerly); nearest: the decomposition
+    _case("interpolate bilinear uint8", lambda a: F.interpolate(a, size=(7, 9), mode="bilinear"),
+          (torch.arange(120) * 37 % 256).reshape(1, 2, 6, 10).byte()),
+    _case("interpolate nearest uint8", lambda a: F.interpolate(a, size=(7, 9)),
+          (torch.arange(120) * 37 % 256).reshape(1, 2, 6, 10).byte()),
     # a fill torch's conversion wraps (not an error): its value
     _case("full_like -1 into uint8", lambda a: torch.full_like(a, -1), _x().byte()),
     _case("new_full 2.7 into long", lambda a: a.new_full((2, 2), 2.7), _x().long()),
