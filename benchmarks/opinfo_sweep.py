@@ -7,8 +7,10 @@ compares structure, shapes, dtypes and values (exact for integers and bools; for
 tolerance by the result's dtype). With ``--grad`` it compares gradients instead (float64):
 d(sum(out * w))/d(inputs) for a fixed weighting ``w``. With ``--variant`` it calls each op's
 in-place method instead (on the input, or on a strided view of a larger tensor, compared
-whole) or passes ``out=`` tensors with no elements (``_variant_call``). Each op variant
-ends as:
+whole) or passes ``out=`` tensors with no elements (``_variant_call``). With ``--refused``
+it takes the dtypes each op does *not* list for the CPU instead: where torch raises, the
+lazy device must raise too (at the call or at its barrier), not compute a value. Each op
+variant ends as:
 
 - ``match``: every sample agrees with torch and nothing ran eagerly;
 - ``fallback``: every sample agrees, some ATen op ran eagerly (listed: `fallback_ops`);
@@ -16,6 +18,7 @@ ends as:
   result is unspecified or random, see ``KNOWN``);
 - ``lazy_error``: the lazy device raised where torch did not (``known`` where intended);
 - ``barrier_error``: recording went through but the graph failed (a lowering bug);
+- ``lazy_value`` (``--refused``): torch raised and the lazy device computed a value;
 - ``crashed``/``timeout``: the worker died or overran; the sweep carries on after it.
 
 Workers are subprocesses (a crash loses one op, not the sweep). torch's test utilities
@@ -24,7 +27,7 @@ import ``expecttest``, which the ``dev`` extra installs (``make test`` does).
 Usage: python benchmarks/opinfo_sweep.py [--dtypes float32,float64,int64,bool,complex64]
            [--grad] [--samples 4] [--only add,matmul] [--json benchmarks/opinfo_sweep.json]
            [--exact16] [--tol64 1e-10] [--variant op|noncontig|inplace|inplace_view|out]
-           [--db op|foreach]
+           [--db op|foreach] [--refused]
 """
 
 from __future__ import annotations
@@ -68,6 +71,7 @@ KNOWN = {
     "view_as_complex": "refused: complex32 (of float16 parts) is not supported on the device",
     "complex": "refused: complex32 (of float16 parts) is not supported on the device",
     "hash_tensor": "refused: uint64 is not supported on the device",
+    "torch._scaled_mm": "refused: float8 dtypes are not supported on the device",
 }
 
 
@@ -92,6 +96,20 @@ KNOWN_VARIANTS = {
         "torch._C._set_view_replay_enabled(True))",
     ("inplace_view", "resize_"): "refused: a view cannot be resized on the lazy device (its "
                                  "base would keep the old buffer)",
+    ("refused", "nn.functional.dropout"): "torch's dropout takes another path on the CPU "
+                                          "(bernoulli_, which refuses complex and integer "
+                                          "tensors) than on other devices (native_dropout, "
+                                          "whose kernel computes them): the device runs "
+                                          "torch's native_dropout",
+    **{("refused", name): "an empty input, for which torch's kernel returns before it "
+                          "checks the dtype; the device refuses the dtype whatever the size "
+                          "(torch's error for the same op on elements)"
+       for name in ("nn.functional.linear", "searchsorted")},
+    ("refused", "nn.functional.max_pool1d"): "torch's max_pool1d without indices has a CPU "
+                                             "kernel of its own (floating point only); other "
+                                             "devices, and the CPU when indices are asked "
+                                             "for, take max_pool2d_with_indices, which takes "
+                                             "integers",
 }
 
 
@@ -266,21 +284,24 @@ def _apply_variant(op, x, args, kwargs, device, variant: str, want=None):
     return x, got is x
 
 
-def _run_op(op, dtype, grad: bool, n_samples: int, variant: str = "op") -> dict:
+def _run_op(op, dtype, grad: bool, n_samples: int, variant: str = "op",
+            refused: bool = False) -> dict:
     import torch
     import lazy_runtime as lr
     dev = lr.device()
 
     samples = list(op.sample_inputs("cpu", dtype, requires_grad=grad))[:n_samples]
     lr.reset_metrics()
-    pairs, errors = [], []
+    pairs, errors, computed = [], [], []
     for s in samples:
         try:
             torch.manual_seed(0)
             want = _weighted_grads(op, s, "cpu", variant) if grad else \
                 _variant_call(op, s, "cpu", variant)
-        except Exception:
-            continue   # a sample torch itself refuses
+        except Exception as e:   # a sample torch itself refuses
+            if refused and _computes_anyway(op, s, variant):
+                computed.append(f"torch: {type(e).__name__}: {str(e)[:150]}")
+            continue
         if want is None:
             continue
         try:
@@ -298,7 +319,9 @@ def _run_op(op, dtype, grad: bool, n_samples: int, variant: str = "op") -> dict:
         return rec
     diffs = [d for d in (_compare(w, g) for w, g in pairs) if d]
     fallbacks = dict(lr.metrics()["fallback_ops"])
-    if errors:
+    if computed:
+        rec.update(status="lazy_value", detail=computed[0])
+    elif errors:
         rec.update(status="lazy_error", detail=errors[0])
     elif diffs:
         rec.update(status="differs", detail=diffs[0])
@@ -307,6 +330,22 @@ def _run_op(op, dtype, grad: bool, n_samples: int, variant: str = "op") -> dict:
     if fallbacks:
         rec["fallback_ops"] = fallbacks
     return rec
+
+
+def _computes_anyway(op, sample, variant: str) -> bool:
+    """Whether the lazy device gives a value for a sample torch refuses (its own barrier
+    taken here, so that an error it defers is seen and stays out of the other samples)."""
+    import torch
+    import lazy_runtime as lr
+    try:
+        torch.manual_seed(0)
+        got = _variant_call(op, sample, lr.device(), variant)
+        lr.mark_step()
+        torch.utils._pytree.tree_map(
+            lambda t: t.cpu() if isinstance(t, torch.Tensor) else t, got)
+    except Exception:
+        return False
+    return True
 
 
 def _names(op) -> str:
@@ -337,14 +376,14 @@ def worker(dtype_name: str, start: int, stop: int, a) -> None:
             continue
         if grad and not (op.supports_autograd and dtype in op.supported_backward_dtypes("cpu")):
             continue
-        if not grad and dtype not in op.supported_dtypes("cpu"):
+        if not grad and (dtype in op.supported_dtypes("cpu")) == a.refused:
             continue
         if variant.startswith("inplace") and op.inplace_variant is None or \
                 variant == "out" and not op.supports_out:
             continue
         print(json.dumps({"i": i, "op": name, "dtype": dtype_name, "started": True}), flush=True)
         # (an exception here is the sweep's own failure on this op: sample generation)
-        rec = guarded(lambda: _run_op(op, dtype, grad, a.samples, variant))
+        rec = guarded(lambda: _run_op(op, dtype, grad, a.samples, variant, a.refused))
         rec.update(i=i, op=name, dtype=dtype_name)
         print(json.dumps(rec), flush=True)
 
@@ -424,10 +463,12 @@ def _summary(records: list[dict]) -> str:
         counts = Counter(r["status"] for r in rs)
         lines.append(f"{dtype}: {len(rs)} op variants: " + ", ".join(
             f"{k} {counts[k]}" for k in ("match", "fallback", "differs", "lazy_error",
-                                         "barrier_error", "crashed", "timeout", "skipped")
+                                         "lazy_value", "barrier_error", "crashed", "timeout",
+                                         "skipped")
             if counts[k]))
         for r in rs:
-            if r["status"] in ("differs", "lazy_error", "barrier_error", "crashed", "timeout"):
+            if r["status"] in ("differs", "lazy_error", "lazy_value", "barrier_error",
+                               "crashed", "timeout"):
                 why = r.get("known") or "UNEXPLAINED"
                 lines.append(f"    {r['status']:13s} {r['op']}: {why} ({r.get('detail', '')[:90]})")
     falls = Counter()
@@ -459,10 +500,15 @@ def main(argv=None) -> int:
                         "out= tensors torch resizes (out)")
     p.add_argument("--db", choices=("op", "foreach"), default="op",
                    help="torch's op database (op_db) or its _foreach_* ops' (foreach)")
+    p.add_argument("--refused", action="store_true",
+                   help="the dtypes each op does not list for the CPU: where torch raises, "
+                        "the lazy device must raise too")
     p.add_argument("--worker", nargs=3, metavar=("DTYPE", "START", "STOP"), help=argparse.SUPPRESS)
     a = p.parse_args(argv)
     if a.grad and a.variant == "out":
         p.error("--grad with --variant out: out= ops do not support autograd")
+    if a.refused and a.grad:
+        p.error("--refused compares values, not gradients")
     _EXACT16[0] = a.exact16
     if a.tol64 is not None:
         WIDE_TOLERANCE[0] = a.tol64
@@ -472,16 +518,17 @@ def main(argv=None) -> int:
     flags = ["--samples", str(a.samples), "--variant", a.variant, "--db", a.db,
              "--only", a.only] + (["--grad"] if a.grad else []) + \
         (["--exact16"] if a.exact16 else []) + \
-        (["--tol64", str(a.tol64)] if a.tol64 is not None else [])
+        (["--tol64", str(a.tol64)] if a.tol64 is not None else []) + \
+        (["--refused"] if a.refused else [])
     dtypes = ["float64"] if a.grad else a.dtypes.split(",")
     records = []
     for dtype in dtypes:
         records += _sweep(dtype, len(database(a.db)), flags)
-    how = a.variant + ("+grad" if a.grad else "")
+    how = "refused" if a.refused else a.variant + ("+grad" if a.grad else "")
 
     def why(r):
         # (a graph that fails is a lowering's bug unless a variant's entry says otherwise)
-        if r["status"] in ("differs", "lazy_error") or \
+        if r["status"] in ("differs", "lazy_error", "lazy_value") or \
                 r["status"] == "barrier_error" and (how, r["op"]) in KNOWN_VARIANTS:
             return _known(r["op"], how)
         return None

@@ -8,4 +8,5 @@ from . import attention  # noqa: F401  (the fused kernels of the transformer fas
 from . import special  # noqa: F401  (torch.special, digamma, polygamma, frexp & co.)
 from . import optim  # noqa: F401  (GradScaler's ops, fused optimizers)
 from . import padding  # noqa: F401  (after the others: it reads ELEMENTWISE)
+from . import kernel_dtypes  # noqa: F401  (last: it wraps the others' rules)
 from .registry import LOWERINGS, RULES, has_lowering  # noqa: F401

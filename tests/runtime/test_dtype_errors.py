@@ -218,6 +218,29 @@ REFUSED = [
     ("interpolate bicubic int64", lambda a: F.interpolate(a, size=(4, 6), mode="bicubic"),
      [_x().long()[None, None]]),
     ("adaptive_avg_pool2d uint8", lambda a: F.adaptive_avg_pool2d(a, 2), [_x().byte()[None]]),
+    # dtypes torch's CPU kernels refuse (ops/kernel_dtypes.py; opinfo_sweep.py --refused)
+    ("elu int", lambda a: F.elu(a), [_x().long()]),
+    ("gelu bool", lambda a: F.gelu(a), [_M]),
+    ("layer_norm int", lambda a: F.layer_norm(a, (4,)), [_x().int()]),
+    ("batch_norm uint8", lambda a: F.batch_norm(a, None, None, training=True), [_x().byte()]),
+    ("mm bool", lambda a: a @ a.T, [_M]),
+    ("dot bool", lambda a: torch.dot(a[0], a[1]), [_M]),
+    ("conv2d int32 dilated", lambda a: F.conv2d(a, torch.ones(1, 1, 2, 2, dtype=I32).to(
+        a.device), dilation=2), [_x().int()[None, None]]),
+    ("conv_transpose2d uint8", lambda a: F.conv_transpose2d(a, torch.ones(
+        1, 1, 2, 2, dtype=U8).to(a.device)), [_x().byte()[None, None]]),
+    ("avg_pool2d uint8", lambda a: F.avg_pool2d(a, 2), [_x().byte()[None]]),
+    ("avg_pool3d half", lambda a: F.avg_pool3d(a, 1), [_x().half()[None, None]]),
+    ("multi_margin_loss half", lambda a, t: F.multi_margin_loss(a, t), [_x().half(), _i1()]),
+    ("hardtanh uint8 negative limit", lambda a: F.hardtanh(a), [_x().byte()]),
+    ("randint_like bool to 10", lambda a: torch.randint_like(a, 10), [_M]),
+    ("randint_like int8 from -200", lambda a: torch.randint_like(a, -200, 3), [_x().char()]),
+    ("cumsum into bool", lambda a: torch.cumsum(a, 0, dtype=torch.bool), [_M]),
+    ("pow bool bool", lambda a: torch.pow(a, a), [_M]),
+    ("vector_norm int", lambda a: torch.linalg.vector_norm(a), [_x().long()]),
+    ("group_norm complex", lambda a: F.group_norm(a, 1), [_x().cfloat()[None]]),
+    ("normal_ int", lambda a: a.normal_(), [_x().long()]),
+    ("uniform_ bool", lambda a: a.uniform_(), [_M.clone()]),
 ]
 
 
@@ -329,6 +352,15 @@ ACCEPTED = [
           (torch.arange(120) * 37 % 256).reshape(1, 2, 6, 10).byte()),
     _case("interpolate nearest uint8", lambda a: F.interpolate(a, size=(7, 9)),
           (torch.arange(120) * 37 % 256).reshape(1, 2, 6, 10).byte()),
+    # what those kernels do take
+    _case("conv2d int64", lambda a, w: F.conv2d(a, w), _x().long()[None, None],
+          torch.ones(1, 1, 2, 2, dtype=I64)),
+    _case("conv2d int32", lambda a, w: F.conv2d(a, w, padding=1), _x().int()[None, None],
+          torch.ones(1, 1, 2, 2, dtype=I32)),
+    _case("avg_pool2d int64", lambda a: F.avg_pool2d(a, 2), _x().long()[None]),
+    _case("relu6 uint8", lambda a: F.relu6(a), _x().byte()),
+    _case("cumsum bool", lambda a: torch.cumsum(a, 0), _M),
+    _case("randint_like uint8 to 256", lambda a: torch.randint_like(a, 256) * 0, _x().byte()),
     # a fill torch's conversion wraps (not an error): its value
     _case("full_like -1 into uint8", lambda a: torch.full_like(a, -1), _x().byte()),
     _case("new_full 2.7 into long", lambda a: a.new_full((2, 2), 2.7), _x().long()),

@@ -92,3 +92,15 @@ def test_out_in_place_and_non_contiguous_variants_agree(variant, only, capsys):
     # (every variant of the three matches: softmax has two)
     counts = re.search(r"float32: (\d+) op variants: match (\d+)\n", capsys.readouterr().out)
     assert counts and counts[1] == counts[2] and int(counts[1]) >= 3
+
+
+def test_dtypes_torch_refuses_are_refused_on_the_device(capsys):
+    # the device computed elu, layer_norm and a bool matrix product, which torch's CPU
+    # kernels refuse: now they run eagerly and torch raises (ops/kernel_dtypes.py)
+    pytest.importorskip("expecttest")
+    assert S.main(["--refused", "--only", "nn.functional.elu,nn.functional.layer_norm,mm",
+                   "--dtypes", "bool,int32", "--samples", "2"]) == 0
+    out = capsys.readouterr().out
+    assert "lazy_value" not in out
+    assert re.search(r"bool: 3 op variants: (match|fallback) ", out)
+    assert re.search(r"int32: 2 op variants: (match|fallback) ", out)   # (mm takes int32)
