@@ -104,7 +104,7 @@ KNOWN_VARIANTS = {
     **{("refused", name): "an empty input, for which torch's kernel returns before it "
                           "checks the dtype; the device refuses the dtype whatever the size "
                           "(torch's error for the same op on elements)"
-       for name in ("nn.functional.linear", "searchsorted")},
+       for name in ("nn.functional.linear", "searchsorted", "cumsum")},
     ("refused", "nn.functional.max_pool1d"): "torch's max_pool1d without indices has a CPU "
                                              "kernel of its own (floating point only); other "
                                              "devices, and the CPU when indices are asked "
