@@ -678,8 +678,11 @@ class Replayer:
     besides its arguments, the tensors it owns: parameters, buffers, optimizer state)."""
 
     MAX_CAPTURES = 3  # captures of one signature whose backward never came: give up
+    # Signatures kept (least recently used dropped): 64, since each size a replay across
+    # sizes predicted is one, and a workload's sizes recur (16 rebuilt a prompt-and-answer
+    # step's templates at every step of 20 recurring length pairs: 1 ms of a 6 ms step).
 
-    def __init__(self, forward, state, differentiable: bool = True, max_entries: int = 16,
+    def __init__(self, forward, state, differentiable: bool = True, max_entries: int = 64,
                  sizes: "replay_sizes.SizePolicy | None" = None):
         self.forward = forward
         self.state = state
