@@ -93,10 +93,11 @@ refused_for([aten.dot.default, aten.vdot.default, aten.mm.default, aten.bmm.defa
 # pooling: floating point and int64
 refused_for([aten.avg_pool2d.default], BOOL | COMPLEX | (INTEGER - {torch.int64}))
 refused_for([aten.avg_pool3d.default], BOOL | COMPLEX | HALF | (INTEGER - {torch.int64}))
-# convolution: no bool; narrower integers than int64 only undilated and not transposed
 
 
 def _conv_refused(args, kwargs) -> bool:
+    """A convolution of bools, or of integers narrower than int64 dilated or transposed
+    (torch's ``slow_conv_dilated``, ``slow_conv_transpose``: floating point and int64)."""
     dt = args[0].dtype
     if dt is torch.bool:
         return True
