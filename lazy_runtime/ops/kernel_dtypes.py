@@ -90,6 +90,16 @@ refused_for([aten.dot.default, aten.vdot.default, aten.mm.default, aten.bmm.defa
              aten.reflection_pad1d.default, aten.reflection_pad2d.default,
              aten.reflection_pad3d.default, aten.replication_pad1d.default,
              aten.replication_pad2d.default, aten.replication_pad3d.default], BOOL)
+# interpolation and adaptive average pooling: floating point, and uint8 for nearest (uint8
+# bilinear too, but torch interpolates it in fixed point, int16 weights, where the
+# decomposition's float arithmetic put about one value in ten one apart: eager)
+refused_for([aten.upsample_nearest1d.default, aten.upsample_nearest2d.default,
+             aten.upsample_nearest3d.default, aten._upsample_nearest_exact1d.default,
+             aten._upsample_nearest_exact2d.default, aten._upsample_nearest_exact3d.default],
+            NOT_FLOATING - {torch.uint8})
+refused_for([aten.upsample_linear1d.default, aten.upsample_bilinear2d.default,
+             aten.upsample_trilinear3d.default, aten._adaptive_avg_pool2d.default,
+             aten._adaptive_avg_pool3d.default], NOT_FLOATING)
 # pooling: floating point and int64
 refused_for([aten.avg_pool2d.default], BOOL | COMPLEX | (INTEGER - {torch.int64}))
 refused_for([aten.avg_pool3d.default], BOOL | COMPLEX | HALF | (INTEGER - {torch.int64}))

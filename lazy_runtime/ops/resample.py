@@ -26,7 +26,7 @@ import torch
 from ..errors import NoLowering
 from .common import HIGHEST, sf, vjp
 from .nn import _f32
-from .registry import decomposed_where, lowering, refuse, rule
+from .registry import lowering, rule
 
 aten = torch.ops.aten
 
@@ -173,8 +173,6 @@ def _adaptive_rule(n):
 
 rule(aten._adaptive_avg_pool2d.default)(_adaptive_rule(2))
 rule(aten._adaptive_avg_pool3d.default)(_adaptive_rule(3))
-refuse((aten._adaptive_avg_pool2d.default, aten._adaptive_avg_pool3d.default),
-       lambda args, dt: not args[0].dtype.is_floating_point, "not floating point (torch's error)")
 
 
 @lowering(aten._adaptive_avg_pool2d.default, aten._adaptive_avg_pool3d.default)
@@ -292,24 +290,6 @@ def lower_upsample_bicubic(x, output_size, align_corners, scales_h=None, scales_
             y = y + t[..., k] * w[:, k]
         xf = jnp.moveaxis(y, -1, axis)
     return xf.astype(x.dtype)
-
-
-# The forward upsamplings torch decomposes, in the dtypes its CPU kernels take: floating
-# point, and uint8 for nearest. Elsewhere they run eagerly, where torch raises its error
-# (the decompositions computed integers too). uint8 bilinear also runs eagerly: torch's
-# kernel interpolates it in fixed point (int16 weights, its separable antialiasing path),
-# and the decomposition's float arithmetic put about one value in ten one apart.
-_NEAREST_FORWARD = [aten.upsample_nearest1d.default, aten.upsample_nearest2d.default,
-                    aten.upsample_nearest3d.default, aten._upsample_nearest_exact1d.default,
-                    aten._upsample_nearest_exact2d.default,
-                    aten._upsample_nearest_exact3d.default]
-for _op in _NEAREST_FORWARD:
-    decomposed_where(_op, lambda x, *rest: x.is_floating_point() or x.dtype == torch.uint8,
-                     "not floating point or uint8 (torch's error)")
-for _op in (aten.upsample_linear1d.default, aten.upsample_bilinear2d.default,
-            aten.upsample_trilinear3d.default):
-    decomposed_where(_op, lambda x, *rest: x.is_floating_point(),
-                     "not floating point (torch's error; uint8 bilinear: its fixed point)")
 
 
 # ---- grid sampling ------------------------------------------------------------------------
