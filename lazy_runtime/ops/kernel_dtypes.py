@@ -12,10 +12,8 @@ after the other op modules: it wraps their rules and decompositions.
 from __future__ import annotations
 
 import torch
-import torch._decomp
 
-from ..errors import NoLowering
-from .registry import DECOMPOSITIONS, RULES, refuse
+from .registry import RULES, decomposed_where, refuse
 
 aten = torch.ops.aten
 
@@ -41,15 +39,9 @@ def refused_for(ops, dtypes, bad=None) -> None:
         if op in RULES:
             refuse((op,), lambda args, kwargs, dt, _t=test: _t(args, kwargs), reason,
                    with_kwargs=True, same_layout=True)
-            continue
-        inner = DECOMPOSITIONS.get(op) or torch._decomp.decomposition_table.get(op) or \
-            op.decompose
-
-        def decompose(*args, _op=op, _inner=inner, _t=test, **kwargs):
-            if _t(args, kwargs):
-                raise NoLowering(_op, reason)
-            return _inner(*args, **kwargs)
-        DECOMPOSITIONS[op] = decompose
+        else:
+            decomposed_where(op, lambda *args, _t=test, **kwargs: not _t(args, kwargs),
+                             reason)
 
 
 # no integers or bools

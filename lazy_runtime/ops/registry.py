@@ -199,17 +199,20 @@ def decomposed_in_own_type(*ops) -> None:
 
 
 def decomposed_where(op, ok, reason: str) -> None:
-    """torch's decomposition of ``op`` where ``ok(*args)``; elsewhere the op runs eagerly
+    """``op``'s decomposition (the runtime's own if registered before, else torch's, else
+    its composite form) where ``ok(*args, **kwargs)``; elsewhere the op runs eagerly
     (torch's kernel refuses what its decomposition would compute, or decides otherwise)."""
     import torch._decomp
 
     from ..errors import NoLowering
+    inner = DECOMPOSITIONS.get(op) or torch._decomp.decomposition_table.get(op) or \
+        op.decompose
 
     def decompose(*args, **kwargs):
-        if not ok(*args):
+        if not ok(*args, **kwargs):
             raise NoLowering(op, reason)
-        return torch._decomp.decomposition_table[op](*args, **kwargs)
-    decomposition(op)(decompose)
+        return inner(*args, **kwargs)
+    DECOMPOSITIONS[op] = decompose
 
 
 def refuse(ops, bad, reason: str, *, with_kwargs: bool = False,
