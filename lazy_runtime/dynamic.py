@@ -383,16 +383,18 @@ class Cx:
         return name
 
     def symbolize(self, v: int, site):
-        """The dim for size ``v`` of an op argument: a symbol if exactly one has size v.
+        """The dim for size ``v`` of an op argument: a symbol of size v, or v itself.
         Symbols derived in this graph (the T-1 of ``x[:, 1:]``) are candidates only when
-        no other is; a candidate withdrawn at this site lets the next one be tried."""
+        no other is; a candidate withdrawn at this site lets the next one be tried, so
+        where two symbols have size v (a batch of 8 and a length of 8) each is tried in
+        turn, then v itself. (Any guess is right for this trace, whose sizes the padded
+        graph is checked against; a wrong one meets a contradiction or keys an
+        executable only traces that guess alike share.)"""
         if v <= 1:
             return (v,)
         at = (self.site, site)
         for tier in (sorted(set(self.sizes) - self.derived), sorted(self.derived)):
             cands = [s for s in tier if self.sizes[s] == v and (at, s) not in self.disabled]
-            if len(cands) > 1:
-                break
             if cands:
                 self.guesses.append((at, cands[0]))
                 return (cands[0],)

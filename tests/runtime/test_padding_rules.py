@@ -509,3 +509,32 @@ def test_padding_a_dynamic_dim_back_to_a_fixed_length():
     # the first size compiles exactly (nothing learnt yet), then one padded graph
     assert m["compiles"] == 2 and m["padded_executions"] == 3, m["recompile_reasons"]
     assert any("pad to a fixed size" in line for line in m["automatic_dynamic"]), m
+
+
+def test_a_size_two_symbols_share_is_guessed_as_each_in_turn():
+    """A value made inside the graph (the zeros a slice's backward scatters into, here
+    (B, P+A, C)) has its dims guessed from the symbols' sizes; where the batch and the
+    prompt are both 8, its first dim is B or P, and the contradiction of the wrong guess
+    leads to the other (it used to stay 8, and the graph compiled at its exact shape)."""
+    w = torch.randn(4, 4, generator=torch.Generator().manual_seed(3)).requires_grad_()
+    wl = w.detach().to(DEV).requires_grad_()
+    lr.mark_step()
+    lr.reset_metrics()
+    for P, A in [(8, 5), (7, 6), (8, 7)]:
+        g = torch.Generator().manual_seed(P * 10 + A)
+        p, a = torch.randn(8, P, 4, generator=g), torch.randn(8, A, 4, generator=g)
+        want = prompt_and_answer(p, a, w)["predicts_answer"]
+        want.sin().sum().backward()
+        pl, al = p.to(DEV), a.to(DEV)
+        for t, s in ((pl, "P"), (al, "A")):
+            lr.mark_dynamic(t, 0, "B")
+            lr.mark_dynamic(t, 1, s)
+        got = prompt_and_answer(pl, al, wl)["predicts_answer"]
+        got.sin().sum().backward()
+        lr.mark_step()
+        assert_same(got, want.detach(), 1e-5, 1e-5, what=f"cut at {P, A}")
+        assert_same(wl.grad, w.grad, 1e-5, 1e-5, what=f"grad at {P, A}")
+        w.grad = wl.grad = None
+    m = lr.metrics()
+    assert m["exact_compiles"] == {}, m["recompile_reasons"]
+    assert m["compiles"] == 1 and m["padded_executions"] == 3, m["recompile_reasons"]
