@@ -28,6 +28,34 @@ DATE = "2026-11-23"
 NAMES = ("mlp", "cnn", "lstm", "gpt")
 
 
+class Collections:
+    """A ``gc.callbacks`` entry: Python's collections of each generation and their time."""
+
+    def __init__(self):
+        self.counts, self.spent, self.started = [0, 0, 0], [0.0, 0.0, 0.0], 0.0
+
+    def __call__(self, phase, info):
+        if phase == "start":
+            self.started = time.perf_counter()
+        else:
+            g = info["generation"]
+            self.counts[g] += 1
+            self.spent[g] += time.perf_counter() - self.started
+
+
+def child(script, *args) -> dict:
+    """The JSON a benchmark ``script`` run in a process of its own prints last."""
+    out = subprocess.run([sys.executable, str(script), *args], capture_output=True,
+                         text=True, cwd=ROOT)
+    if out.returncode:
+        raise RuntimeError(f"{' '.join(args)} failed:\n{out.stderr[-3000:]}")
+    return json.loads(out.stdout.strip().splitlines()[-1])
+
+
+def _child(*args) -> dict:
+    return child(__file__, *args)
+
+
 def one_process(name: str, freeze: bool, steps: int) -> dict:
     """Runs inside the child process: ``steps`` traced steps of example ``name``."""
     import gc
@@ -41,19 +69,11 @@ def one_process(name: str, freeze: bool, steps: int) -> dict:
     lr.config.freeze_heap = freeze
     cfg = config_named(name, 20)
     step, _, _ = lazy_step(cfg, "plain")
-    counts, spent, started = [0, 0, 0], [0.0, 0.0, 0.0], [0.0]
-
-    def observe(phase, info):
-        if phase == "start":
-            started[0] = time.perf_counter()
-        else:
-            g = info["generation"]
-            counts[g] += 1
-            spent[g] += time.perf_counter() - started[0]
+    seen = Collections()
     times = []
     for i in range(steps + WARMUP):
         if i == WARMUP:
-            gc.callbacks.append(observe)
+            gc.callbacks.append(seen)
         x, y = cfg.batches[i % len(cfg.batches)]
         t0 = time.perf_counter()
         loss = step(x, y)
@@ -61,9 +81,9 @@ def one_process(name: str, freeze: bool, steps: int) -> dict:
         loss.item()
         if i >= WARMUP:
             times.append(time.perf_counter() - t0)
-    gc.callbacks.remove(observe)
+    gc.callbacks.remove(seen)
     return dict(mean_ms=statistics.mean(times) * 1e3, median_ms=statistics.median(times) * 1e3,
-                counts=counts, spent_ms=[s * 1e3 for s in spent],
+                counts=seen.counts, spent_ms=[s * 1e3 for s in seen.spent],
                 frozen=heap.frozen_objects())
 
 
@@ -100,14 +120,6 @@ def long_trace(freeze: bool, reps: int = 30) -> dict:
         if k:
             per_op.append((time.perf_counter() - t0) / (reps * 7 * len(ps)) * 1e6)
     return dict(us_per_op=statistics.median(per_op))
-
-
-def _child(*args) -> dict:
-    out = subprocess.run([sys.executable, __file__, *args], capture_output=True, text=True,
-                         cwd=ROOT)
-    if out.returncode:
-        raise RuntimeError(f"{' '.join(args)} failed:\n{out.stderr[-3000:]}")
-    return json.loads(out.stdout.strip().splitlines()[-1])
 
 
 def run_long(pairs: int) -> dict:

@@ -181,6 +181,9 @@ class Config:
         # Freeze Python's heap (gc.freeze) at the first mark_step after the first full
         # garbage collection, so later full collections skip it (see ``heap``).
         self.freeze_heap: bool = env_flag("LAZY_RUNTIME_FREEZE_HEAP", True)
+        # No automatic garbage collection inside a barrier or a whole step's trace (its
+        # objects would be moved to the oldest generation; see ``heap.paused``).
+        self.pause_gc: bool = env_flag("LAZY_RUNTIME_PAUSE_GC", True)
 
     def jax_device(self):
         import jax

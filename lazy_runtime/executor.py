@@ -703,6 +703,11 @@ BARRIER_OBSERVERS: list = []
 
 def sync(reason: str = "mark_step") -> None:
     """Compute every pending live tensor (one graph), store the results as device data."""
+    with heap.paused():
+        _sync(reason)
+
+
+def _sync(reason: str) -> None:
     from .dispatch import DEFERRED_ERRORS
     if DEFERRED_ERRORS:
         err = DEFERRED_ERRORS[0]

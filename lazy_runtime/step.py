@@ -91,7 +91,7 @@ import numpy as np
 import torch
 import torch.utils._pytree as pytree
 
-from . import (dtypes, dynamic, executor, ir, log, random, step_numbers, tensor,
+from . import (dtypes, dynamic, executor, heap, ir, log, random, step_numbers, tensor,
                traced_numbers)
 from .config import config
 from .metrics import METRICS
@@ -378,9 +378,10 @@ class StepReplayer:
         """The step traced as usual (its CPU tensor arguments copied to the device, as a
         traced or replayed call has them)."""
         args, kwargs = pytree.tree_map_only(torch.Tensor, _on_device, (args, kwargs))
-        out = self.fn(*args, **kwargs)
-        if tensor.pending_count():
-            executor.sync("step")
+        with heap.paused():
+            out = self.fn(*args, **kwargs)
+            if tensor.pending_count():
+                executor.sync("step")
         return out
 
     # -- tracing (and checking) a step
@@ -429,11 +430,12 @@ class StepReplayer:
         executor.BARRIER_OBSERVERS.append(lambda *a: seen.append(a))
         try:
             args, kwargs = pytree.tree_unflatten(lazy, spec)
-            with traced_numbers.recording(tape), \
-                    step_numbers.hyper_parameters(stamp.reads, hyper) as set_inside:
-                out = self.fn(*args, **kwargs)
-            if tensor.pending_count():
-                executor.sync("step")
+            with heap.paused():   # (its objects live until its barrier: kept young)
+                with traced_numbers.recording(tape), \
+                        step_numbers.hyper_parameters(stamp.reads, hyper) as set_inside:
+                    out = self.fn(*args, **kwargs)
+                if tensor.pending_count():
+                    executor.sync("step")
         finally:
             executor.BARRIER_OBSERVERS.pop()
         e.traces += 1

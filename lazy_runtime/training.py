@@ -9,18 +9,20 @@ def train_steps(model, opt, make_batch, loss_fn, steps, device=None, first_step=
     """Train for ``steps`` steps; ``device`` is the lazy device (None: eager on the CPU).
     Losses are read after the loop, so reading them adds no barrier inside it."""
     from .executor import mark_step
+    from .heap import paused
 
     losses = []
     for step in range(first_step, first_step + steps):
         x, y = make_batch(step)
-        if device is not None:
-            x, y = x.to(device), y.to(device)
-        loss = loss_fn(model(x), y)
-        loss.backward()
-        opt.step()
-        opt.zero_grad()
-        if device is not None:
-            mark_step()
+        with paused():   # (a traced step's objects live until its barrier: kept young)
+            if device is not None:
+                x, y = x.to(device), y.to(device)
+            loss = loss_fn(model(x), y)
+            loss.backward()
+            opt.step()
+            opt.zero_grad()
+            if device is not None:
+                mark_step()
         losses.append(loss)
     return [float(loss.item()) for loss in losses]
 

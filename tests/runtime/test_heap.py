@@ -86,3 +86,68 @@ def test_a_read_barrier_freezes_too():
     r = subprocess.run([sys.executable, "-c", _READS_ONLY], capture_output=True, text=True,
                        timeout=300, cwd=ROOT)
     assert r.returncode == 0 and r.stdout.strip().endswith("ok"), r.stderr[-2000:]
+
+
+def test_paused_turns_automatic_collection_off_inside_and_back_on_after():
+    import gc
+
+    from lazy_runtime import config, heap
+    assert gc.isenabled()
+    with heap.paused():
+        assert not gc.isenabled()
+        with heap.paused():   # (nested: the outer one turns it back on)
+            assert not gc.isenabled()
+        assert not gc.isenabled()
+    assert gc.isenabled()
+    try:
+        with heap.paused():
+            raise KeyError("inside")
+    except KeyError:
+        pass
+    assert gc.isenabled(), "an error inside left collection off"
+    gc.disable()   # the application's choice is kept
+    try:
+        with heap.paused():
+            pass
+        assert not gc.isenabled()
+    finally:
+        gc.enable()
+    config.pause_gc = False
+    try:
+        with heap.paused():
+            assert gc.isenabled()
+    finally:
+        config.pause_gc = True
+
+
+def test_barriers_and_whole_step_traces_run_with_collection_paused():
+    """A barrier (linearizing, planning, compiling, running) and a whole step's trace keep
+    what they make young: no automatic collection inside, on again after."""
+    import gc
+
+    import torch
+
+    import lazy_runtime as lr
+    from lazy_runtime import executor
+    dev = lr.device()
+    seen = []
+    executor.BARRIER_OBSERVERS.append(lambda *a: seen.append(("barrier", gc.isenabled())))
+    try:
+        x = torch.randn(3).to(dev)
+        (x * 2).sum().item()
+        w = torch.zeros(3).to(dev)
+
+        def step(v):
+            seen.append(("step", gc.isenabled()))
+            w.add_(v)
+            return w.sum()
+
+        run = lr.compile_step(step)
+        for _ in range(3):
+            run(x)
+    finally:
+        executor.BARRIER_OBSERVERS.pop()
+    assert gc.isenabled()
+    assert ("barrier", False) in seen and ("step", False) in seen, seen
+    assert all(not on for _, on in seen), seen
+    assert torch.allclose(w.cpu(), x.cpu() * 3)
