@@ -322,6 +322,7 @@ class Cx:
         self.buckets = buckets
         self.disabled = disabled
         self.guesses: list = []   # (site, symbol) in order
+        self.kept: dict = {}      # site -> the size kept concrete there (symbol None)
         self.site = None
         self.derived: set = set()  # symbols made by ``derive`` in this pass
         self.shrunk: dict = {}    # derived symbol -> (its base symbol, k): size n(base) - k
@@ -385,16 +386,24 @@ class Cx:
     def symbolize(self, v: int, site):
         """The dim for size ``v`` of an op argument: a symbol of size v, or v itself.
         Symbols derived in this graph (the T-1 of ``x[:, 1:]``) are candidates only when
-        no other is; a candidate withdrawn at this site lets the next one be tried, so
-        where two symbols have size v (a batch of 8 and a length of 8) each is tried in
-        turn, then v itself. (Any guess is right for this trace, whose sizes the padded
-        graph is checked against; a wrong one meets a contradiction or keys an
-        executable only traces that guess alike share.)"""
+        no other is; a candidate withdrawn at this site lets the next one be tried. Where
+        two symbols have size v (a batch of 8 beside a prompt of 8, a square image's H
+        and W), v itself is tried first (a parameter's 16 channels beside a 16 x 16
+        image), then each symbol in turn: the layouts a trace without the coincidence
+        has are found, so both share its executable.
+        (Any guess is right for this trace, whose sizes the padded graph is checked
+        against; a wrong one meets a contradiction or keys an executable only traces that
+        guess alike share.)"""
         if v <= 1:
             return (v,)
         at = (self.site, site)
         for tier in (sorted(set(self.sizes) - self.derived), sorted(self.derived)):
-            cands = [s for s in tier if self.sizes[s] == v and (at, s) not in self.disabled]
+            cands = [s for s in tier if self.sizes[s] == v]
+            if len(cands) > 1 and (at, None) not in self.disabled:
+                self.guesses.append((at, None))
+                self.kept[at] = v
+                return (v,)
+            cands = [s for s in cands if (at, s) not in self.disabled]
             if cands:
                 self.guesses.append((at, cands[0]))
                 return (cands[0],)
@@ -460,9 +469,13 @@ def build_plan(g: ir.Graph, fresh: frozenset, auto: dict):
             if not e.retry:
                 break
             syms = e.cx.origins(e.syms)
+            # (a size kept concrete is a suspect where a contradicting symbol has it)
+            seen = {e.cx.sizes[s] for s in syms if s in e.cx.sizes}
             blame = sorted(((site, s) for site, s in e.cx.guesses
                             if site in e.prov and (site, s) not in disabled
-                            and (not syms or s in syms)), key=lambda t: t[0][0])
+                            and (not syms or s in syms
+                                 or s is None and e.cx.kept[site] in seen)),
+                           key=lambda t: t[0][0])
             if blame:   # withdraw the latest guess the contradicting values came from
                 choices.append((disabled, blame[:-1]))
                 disabled = disabled | {blame[-1]}
@@ -614,7 +627,11 @@ def _build(g, fresh, auto, disabled, bump):
             rule = PAD_RULES.get(op)
             if rule is None:
                 if any(has_sym(l) for l in ins if l is not None):
-                    raise NoPadRule(op, "no padding rule", retry=False)
+                    # (retried where a guessed symbol reached it: a parameter's gradient
+                    # whose 16 channels were read as a 16-pixel H)
+                    raise NoPadRule(op, "no padding rule",
+                                    {f for l in ins if l is not None for d in l for f in d
+                                     if type(f) is str})
                 # nothing padded flows in: runs as it is (one layout per output if several)
                 p = Pad(tuple(None if s is None else concrete(s) for s in n.shape)
                         if isinstance(n.dtype, tuple) else concrete(n.shape))

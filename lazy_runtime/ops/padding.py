@@ -64,7 +64,8 @@ from ..dynamic import (NoPadRule, Pad, Rebucket, SymSize, bucket, concrete, cut_
 from .common import check_index, jdt, norm_dim, norm_dims, opmath, vjp
 from .layout import (_jnp_index, _out_of_bounds, lower_pad, mask_rows_put, masked_scatter_from,
                      per_element_count)
-from .nn import _batch_norm, _f32, _tup, lower_convolution, lower_convolution_backward
+from .nn import (_add_at_argmax, _batch_norm, _f32, _lowest, _max_pool, _tup,
+                 lower_convolution, lower_convolution_backward)
 from . import recurrent
 from .recurrent import layer_backward, layer_forward
 from .reduction import squared_magnitude, var_input
@@ -101,6 +102,16 @@ def broadcast_layouts(op, layouts, out_ndim, cx=None):
                 raise NoPadRule(op, f"broadcast of {d} against {dim}", _syms((d,), (dim,)))
         out.append(dim)
     return tuple(out)
+
+
+def same_layout(cx, a, b) -> bool:
+    """Whether layouts ``a`` and ``b`` are one padded shape in this trace: equal, or apart
+    only in dims ``_alike`` finds alike (a pool's gradient expanded to ``(W+1)//2`` where
+    the pool's output is ``H-2``, both 11 of 16)."""
+    if a == b:
+        return True
+    return a is not None and b is not None and len(a) == len(b) and all(
+        x == y or _alike(cx, x, y) for x, y in zip(a, b))
 
 
 def _alike(cx, a, b) -> bool:
@@ -465,8 +476,8 @@ def pad_select(node, ins, cx):
     return Pad(out, args=(x, d, spec), fn=_select_fn, tag="select")
 
 
-def _scatter_dims(op, base, src, d):
-    if base[:d] + base[d + 1:] != src[:d] + src[d + 1:]:
+def _scatter_dims(op, base, src, d, cx):
+    if not same_layout(cx, base[:d] + base[d + 1:], src[:d] + src[d + 1:]):
         raise NoPadRule(op, "scatter of different layouts", _syms(base, src))
 
 
@@ -475,7 +486,7 @@ def pad_slice_scatter(node, ins, cx):
     x, y = node.args[:2]
     base, src = ins[_i(x)], ins[_i(y)]
     d = norm_dim((node.args + (0,))[2] or 0, len(base))
-    _scatter_dims(node.op, base, src, d)
+    _scatter_dims(node.op, base, src, d, cx)
     sym, src_sym = _lone_sym(node.op, base[d]), _lone_sym(node.op, src[d])
     if sym is None and src_sym is None:
         start = cx.offset(node)
@@ -500,7 +511,7 @@ def pad_select_scatter(node, ins, cx):
     x, y, dim, index = node.args
     base, src = ins[_i(x)], ins[_i(y)]
     d = norm_dim(dim, len(base))
-    if base[:d] + base[d + 1:] != src:
+    if not same_layout(cx, base[:d] + base[d + 1:], src):
         raise NoPadRule(node.op, "select_scatter layouts differ", _syms(base, src))
     sym = _lone_sym(node.op, base[d])
     if sym is None:
@@ -613,7 +624,7 @@ def pad_cat(node, ins, cx):
 
 @pad_rule(aten.stack.default)
 def pad_stack(node, ins, cx):
-    if any(l != ins[0] for l in ins):
+    if not all(same_layout(cx, l, ins[0]) for l in ins):
         raise NoPadRule(node.op, "stack of different layouts", _syms(*ins))
     dim = node.args[1] if len(node.args) > 1 else dict(node.kwargs).get("dim", 0)
     d = norm_dim(dim, len(node.shape))
@@ -981,7 +992,7 @@ def pad_batch_norm_backward(node, ins, cx):
     g, x, w, rm, rv, save_mean, save_invstd, train = node.args[:8]
     lay = ins[_i(x)]
     _channels_concrete(node.op, lay)
-    if ins[_i(g)] != lay:
+    if not same_layout(cx, ins[_i(g)], lay):
         raise NoPadRule(node.op, "layouts differ", _syms(lay, ins[_i(g)]))
     outs = tuple(o if d is not None else None
                  for o, d in zip((lay, concrete(node.shape[1] or ()), concrete(node.shape[2] or ())),
@@ -1095,7 +1106,7 @@ def pad_convolution_backward(node, ins, cx):
     xl, gl, wl = ins[_i(x)], ins[_i(g)], ins[_i(w)]
     out, extra = _conv_layout(node, cx, xl, wl, stride, padding, dilation, transposed,
                               node.inputs[_i(g)].shape)
-    if out != gl:
+    if not same_layout(cx, out, gl):
         raise NoPadRule(node.op, f"gradient layout {gl}, not {out}", _syms(out, gl))
     outs = (xl if node.dtype[0] else None, wl if node.dtype[1] else None,
             concrete(node.shape[2]) if node.dtype[2] else None)
@@ -1112,34 +1123,99 @@ def _batch_only(op, lay, nsp):
         raise NoPadRule(op, "pooling along a dynamic dim", retry=False)
 
 
+# Max pooling along padded spatial dims: the tail is -inf first (the pool's own padding),
+# so a true window, which ends before the true size plus the padding, picks what torch's
+# picks; the output dim follows as a convolution's does (ceil_mode compiles exactly: its
+# last window's rule is no (n + c) // s). Indices are flat positions in the plane of the
+# true sizes, as torch's (they may be returned or read); the backward maps them back to
+# the padded plane, and zeroes the gradient at padded windows, whose picks are anywhere.
+
 _POOL_DIMS = {aten.max_pool2d_with_indices.default: 2, aten.max_pool3d_with_indices.default: 3,
               aten.max_pool2d_with_indices_backward.default: 2,
               aten.max_pool3d_with_indices_backward.default: 3}
+
+
+def _max_pool_layout(node, cx, xl, n, kernel, stride, padding, dilation, ceil_mode, shape):
+    """(the pooled layout, extra -inf at the input's end per spatial axis)."""
+    lead = len(xl) - n
+    if not has_sym(xl[lead:]):
+        return xl[:lead] + concrete(shape[lead:]), (0,) * n
+    if ceil_mode:
+        raise NoPadRule(node.op, "ceil_mode pooling along a dynamic dim", retry=False)
+    k, pd, dl = (_tup(v, n) for v in (kernel, padding, dilation))
+    st = _tup(stride if stride not in (None, [], ()) else kernel, n)
+    dims, extra = list(xl[:lead]), []
+    for a in range(n):
+        out, more = _spatial_dim(node.op, cx, xl[lead + a], k[a], st[a], pd[a], dl[a])
+        dims.append(out or (shape[lead + a],))
+        extra.append(more)
+    return tuple(dims), tuple(extra)
+
+
+def _plane_index(idx, src, dst):
+    """Flat positions in a plane of sizes ``src`` as positions in one of sizes ``dst``
+    (each coordinate clipped into ``dst``: a padded window's pick may lie outside)."""
+    out = 0
+    for j in range(len(src)):
+        inner = 1
+        for v in src[j + 1:]:
+            inner = inner * v
+        c = idx // inner
+        if j:
+            c = c % src[j]
+        out = out * dst[j] + jnp.clip(c, 0, dst[j] - 1)
+    return out
+
+
+def _true_plane(env, lay, n):
+    return [dsize(d, env.n) if is_sym(d) else d[0] for d in lay[len(lay) - n:]]
+
+
+def _max_pool_fn(ctx, env, in_lays, x, kernel, stride, padding, dilation, ceil_mode, n,
+                 extra):
+    if any(extra):
+        widths = [(0, 0)] * (x.ndim - n) + [(0, e) for e in extra]
+        x = jnp.pad(x, widths, constant_values=jnp.asarray(_lowest(x.dtype), x.dtype))
+    vals, idx = _max_pool(x, n, kernel, stride, padding, dilation, ceil_mode)
+    return vals, _plane_index(idx, x.shape[x.ndim - n:], _true_plane(env, in_lays[0], n))
+
+
+def _max_pool_backward_fn(ctx, env, in_lays, g, x, kernel, stride, padding, dilation,
+                          ceil_mode, indices, n):
+    idx = _plane_index(indices, _true_plane(env, in_lays[1], n), x.shape[x.ndim - n:])
+    return _add_at_argmax(g, x, idx, n)
 
 
 @pad_rule(aten.max_pool2d_with_indices.default, aten.max_pool3d_with_indices.default)
 def pad_max_pool(node, ins, cx):
     (lay,) = ins
     n = _POOL_DIMS[node.op]
-    _batch_only(node.op, lay, n)
-    out = lay[:-n] + tuple((s,) for s in node.shape[0][-n:])
-    return Pad((out, out))
+    args = (node.args + ((), 0, 1, False)[len(node.args) - 2:])[:6]
+    out, extra = _max_pool_layout(node, cx, lay, n, *args[1:], node.shape[0])
+    axes = _sym_axes(lay, range(len(lay) - n, len(lay)))
+    if not axes:
+        return Pad((out, out))
+    return Pad((out, out), args=args + (n, extra), pre=((0, axes, "min"),), fn=_max_pool_fn,
+               tag="max_pool")
 
 
 @pad_rule(aten.max_pool2d_with_indices_backward.default,
           aten.max_pool3d_with_indices_backward.default)
 def pad_max_pool_backward(node, ins, cx):
-    """The gradient and indices must be padded as the forward's outputs: the batch dims
-    of ``x``, the pooled spatial dims concrete."""
+    """The gradient and indices must be padded as the forward's outputs; along padded
+    spatial dims the gradient of padded windows is zeroed first."""
     g, x, indices = node.args[0], node.args[1], node.args[7]
     n = _POOL_DIMS[node.op]
     xl = ins[_i(x)]
-    _batch_only(node.op, xl, n)
-    want = xl[:-n] + concrete(node.inputs[_i(g)].shape[-n:])
-    if ins[_i(g)] != want or ins[_i(indices)] != want:
+    want, _ = _max_pool_layout(node, cx, xl, n, *node.args[2:7], node.inputs[_i(g)].shape)
+    if not (same_layout(cx, ins[_i(g)], want) and same_layout(cx, ins[_i(indices)], want)):
         raise NoPadRule(node.op, "gradient or indices padded unlike the pooled output",
                         _syms(ins[_i(g)], ins[_i(indices)], xl))
-    return Pad(xl)
+    axes = _sym_axes(want, range(len(want) - n, len(want)))
+    if not axes:
+        return Pad(xl)
+    return Pad(xl, args=node.args + (n,), pre=((_i(g), axes, 0),), fn=_max_pool_backward_fn,
+               tag="max_pool_backward")
 
 
 # ---- recurrent cells ----------------------------------------------------------------
@@ -1212,7 +1288,7 @@ def _layer_backward_fn(op, x_index, ctx, env, in_lays, *args):
     return layer_backward(op, _time_mask(env, in_lays, x_index), *args)
 
 
-def _layer_layouts(op, ins, layer):
+def _layer_layouts(op, ins, layer, cx):
     """(x's layout, the states' layouts, the outputs' layouts: out and final states) of
     a recurrent layer: the time and batch dims may be padded; the feature dims are
     concrete, and the batch dims (and a mask's dims) the same."""
@@ -1221,8 +1297,8 @@ def _layer_layouts(op, ins, layer):
     if has_sym(xl[2:] + sum((lay[1:] for lay in sl), ())) or any(
             w is not None and has_sym(ins[_i(w)]) for w in layer.weights):
         raise NoPadRule(op, "recurrent layer with a dynamic feature dim", _syms(xl, *sl))
-    if any(lay[0] != xl[1] for lay in sl) or (
-            layer.valid is not None and ins[_i(layer.valid)] != xl[:2]):
+    if not all(same_layout(cx, lay[:1], xl[1:2]) for lay in sl) or (
+            layer.valid is not None and not same_layout(cx, ins[_i(layer.valid)], xl[:2])):
         raise NoPadRule(op, "recurrent layer batch layouts differ", _syms(xl, *sl))
     return xl, sl, ((xl[0], xl[1], sl[0][1]),) + sl
 
@@ -1248,7 +1324,7 @@ def pad_recurrent_layer(node, ins, cx):
     that the pullback kept for the backward is finite there (its zero cotangents then
     contribute exact zeros)."""
     layer = recurrent.forward_args(node.op, node.args)[0]
-    _, _, outs = _layer_layouts(node.op, ins, layer)
+    _, _, outs = _layer_layouts(node.op, ins, layer, cx)
     return Pad(outs, pre=_zeroed(ins, _layer_padding(layer)),
                fn=functools.partial(_layer_fn, node.op, _i(layer.x)), tag=str(node.op))
 
@@ -1258,9 +1334,9 @@ def pad_recurrent_layer_backward(node, ins, cx):
     """Cotangents and inputs zeroed on the padding (the weight gradients sum over steps
     and rows); the output is left as it is: it names the forward's kept pullback."""
     layer, cotangents, _, output_mask = recurrent.backward_args(node.op, node.args)
-    xl, sl, want = _layer_layouts(node.op, ins, layer)
+    xl, sl, want = _layer_layouts(node.op, ins, layer, cx)
     got = tuple(None if g is None else ins[_i(g)] for g in cotangents)
-    if any(g is not None and g != w for g, w in zip(got, want)):
+    if any(g is not None and not same_layout(cx, g, w) for g, w in zip(got, want)):
         raise NoPadRule(node.op, "recurrent layer cotangents padded unlike its outputs",
                         _syms(*got, *want))
     lays = (xl,) + sl + tuple(None if w is None else ins[_i(w)] for w in layer.weights)
