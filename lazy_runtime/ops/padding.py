@@ -64,7 +64,7 @@ from ..dynamic import (NoPadRule, Pad, Rebucket, SymSize, bucket, concrete, cut_
 from .common import check_index, jdt, norm_dim, norm_dims, opmath, vjp
 from .layout import (_jnp_index, _out_of_bounds, lower_pad, mask_rows_put, masked_scatter_from,
                      per_element_count)
-from .nn import (_add_at_argmax, _batch_norm, _f32, _lowest, _max_pool, _tup,
+from .nn import (_add_at_argmax, _avg_pool, _batch_norm, _f32, _lowest, _max_pool, _tup,
                  lower_convolution, lower_convolution_backward)
 from . import recurrent
 from .recurrent import layer_backward, layer_forward
@@ -1216,6 +1216,83 @@ def pad_max_pool_backward(node, ins, cx):
         return Pad(xl)
     return Pad(xl, args=node.args + (n,), pre=((_i(g), axes, 0),), fn=_max_pool_backward_fn,
                tag="max_pool_backward")
+
+
+# Average pooling along padded spatial dims: the tail is zero first (the pool's own zero
+# padding), and a true window counts what torch's counts: the whole window where padding
+# counts (its floor-mode windows end before the true size plus the padding), else the true
+# positions it covers, counted from the dims' masks. Padded windows' gradients are zeroed
+# before the backward spreads them.
+
+_AVG_POOL_DIMS = {aten.avg_pool2d.default: 2, aten.avg_pool3d.default: 3,
+                  aten.avg_pool2d_backward.default: 2, aten.avg_pool3d_backward.default: 3}
+
+
+def _avg_pool_padded(env, lay, x, kernel, stride, padding, ceil_mode, count_include_pad,
+                     divisor_override, n, extra):
+    lead = x.ndim - n
+    widths = [(0, 0)] * lead + [(0, e) for e in extra]
+    if divisor_override or count_include_pad:
+        return _avg_pool(jnp.pad(x, widths) if any(extra) else x, n, kernel, stride, padding,
+                         ceil_mode, count_include_pad, divisor_override)
+    # the true positions each window covers: the sum of a mask pooled alike
+    m = jnp.broadcast_to(env.mask(lay, range(lead, x.ndim)), (1,) * lead + x.shape[lead:])
+    if any(extra):
+        x, m = jnp.pad(x, widths), jnp.pad(m, widths)
+    total = _avg_pool(x, n, kernel, stride, padding, ceil_mode, True, 1)
+    cnt = _avg_pool(m.astype(total.dtype), n, kernel, stride, padding, ceil_mode, True, 1)
+    return total / jnp.maximum(cnt, 1)
+
+
+def _avg_pool_fn(ctx, env, in_lays, x, kernel, stride, padding, ceil_mode, count_include_pad,
+                 divisor_override, n, extra):
+    return _avg_pool_padded(env, in_lays[0], x, kernel, stride, padding, ceil_mode,
+                            count_include_pad, divisor_override, n, extra)
+
+
+def _avg_pool_backward_fn(ctx, env, in_lays, g, x, kernel, stride, padding, ceil_mode,
+                          count_include_pad, divisor_override, n, extra):
+    def fwd(x_):
+        return _avg_pool_padded(env, in_lays[1], x_, kernel, stride, padding, ceil_mode,
+                                count_include_pad, divisor_override, n, extra)
+    return vjp(fwd, (_f32(x),), _f32(g))[0]
+
+
+def _avg_pool_args(node, first):
+    return (node.args + ((), 0, False, True, None)[len(node.args) - first - 2:])[:first + 7]
+
+
+@pad_rule(aten.avg_pool2d.default, aten.avg_pool3d.default)
+def pad_avg_pool(node, ins, cx):
+    (lay,) = ins
+    n = _AVG_POOL_DIMS[node.op]
+    args = _avg_pool_args(node, 0)
+    out, extra = _max_pool_layout(node, cx, lay, n, args[1], args[2], args[3], 1, args[4],
+                                  node.shape)
+    axes = _sym_axes(lay, range(len(lay) - n, len(lay)))
+    if not axes:
+        return Pad(out)
+    return Pad(out, args=args + (n, extra), pre=((0, axes, 0),), fn=_avg_pool_fn,
+               tag="avg_pool")
+
+
+@pad_rule(aten.avg_pool2d_backward.default, aten.avg_pool3d_backward.default)
+def pad_avg_pool_backward(node, ins, cx):
+    g, x = node.args[:2]
+    n = _AVG_POOL_DIMS[node.op]
+    args = _avg_pool_args(node, 1)
+    xl = ins[_i(x)]
+    want, extra = _max_pool_layout(node, cx, xl, n, args[2], args[3], args[4], 1, args[5],
+                                   node.inputs[_i(g)].shape)
+    if not same_layout(cx, ins[_i(g)], want):
+        raise NoPadRule(node.op, "gradient padded unlike the pooled output",
+                        _syms(ins[_i(g)], xl))
+    axes = _sym_axes(xl, range(len(xl) - n, len(xl)))
+    if not axes:
+        return Pad(xl)
+    out_axes = _sym_axes(want, range(len(want) - n, len(want)))
+    return Pad(xl, args=args + (n, extra), pre=((_i(g), out_axes, 0), (_i(x), axes, 0)),
+               fn=_avg_pool_backward_fn, tag="avg_pool_backward")
 
 
 # ---- recurrent cells ----------------------------------------------------------------

@@ -542,8 +542,9 @@ def test_a_size_two_symbols_share_is_guessed_as_each_in_turn():
 
 
 class Pools(nn.Module):
-    """Max pooling along padded H and W: halving, "same", strided with padding, and a
-    dilated window that shrinks the dim (its input gets -inf at the end), indices kept."""
+    """Max and average pooling along padded H and W: halving, "same", strided with
+    padding, and a window that shrinks the dim (its input gets -inf or zeros at the end);
+    max pooling's indices kept, average pooling with and without the padding counted."""
 
     def __init__(self):
         super().__init__()
@@ -555,10 +556,16 @@ class Pools(nn.Module):
                 "dilated": F.max_pool2d(h, 2, 1, dilation=2)}
         outs["strided"], outs["strided_at"] = F.max_pool2d(h, 3, 2, 1, return_indices=True)
         outs["global"] = F.adaptive_avg_pool2d(F.relu(outs["half"]), 1)
+        outs["avg_half"] = F.avg_pool2d(h, 2)
+        outs["avg_strided"] = F.avg_pool2d(h, 3, 2, 1)
+        outs["avg_strided_true"] = F.avg_pool2d(h, 3, 2, 1, count_include_pad=False)
+        outs["avg_same_true"] = F.avg_pool2d(h, 3, 1, 1, count_include_pad=False)
+        outs["avg_valid"] = F.avg_pool2d(h, 3, 1, 0)
+        outs["avg_divided"] = F.avg_pool2d(h, 3, 2, 1, divisor_override=4)
         return outs
 
 
-def test_max_pool_along_padded_height_and_width_values_indices_and_gradients():
+def test_pooling_along_padded_height_and_width_values_indices_and_gradients():
     """Values, indices (flat positions in the true H x W plane, as torch's) and gradients
     equal eager torch's at sizes inside one bucket, square or not: one compile."""
     eager, lazy = _model_pair(Pools)
@@ -567,7 +574,7 @@ def test_max_pool_along_padded_height_and_width_values_indices_and_gradients():
     for H, W in sizes:
         x = torch.randn(2, 2, H, W, generator=torch.Generator().manual_seed(H * W))
         xl = lr.mark_dynamic(lr.mark_dynamic(x.clone(), 2, "H"), 3, "W").to(DEV)
-        _compare_models(eager, lazy, x.clone(), xl, f"at H={H}, W={W}", 1e-4, 1e-5)
+        _compare_models(eager, lazy, x.clone(), xl, f"at H={H}, W={W}", 1e-3, 1e-4)
     m = lr.metrics()
     assert m["exact_compiles"] == {}, m["recompile_reasons"]
     assert m["compiles"] == 1 and m["padded_executions"] == len(sizes), m["recompile_reasons"]
@@ -576,7 +583,7 @@ def test_max_pool_along_padded_height_and_width_values_indices_and_gradients():
     for H, W in [(12, 12), (15, 31)]:
         x = torch.randn(2, 2, H, W, generator=torch.Generator().manual_seed(H * W))
         xl = lr.mark_dynamic(lr.mark_dynamic(x.clone(), 2, "H"), 3, "W").to(DEV)
-        _compare_models(eager, lazy, x.clone(), xl, f"at H={H}, W={W}", 1e-4, 1e-5)
+        _compare_models(eager, lazy, x.clone(), xl, f"at H={H}, W={W}", 1e-3, 1e-4)
     m = lr.metrics()
     assert m["exact_compiles"] == {} and m["compiles"] <= 3, m["recompile_reasons"]
 
@@ -613,3 +620,20 @@ def test_the_cnn_example_trains_on_images_of_varying_size_one_compile_per_bucket
     assert m["exact_compiles"] == {}, m["recompile_reasons"]
     assert m["padded_executions"] == len(sizes), m["recompile_reasons"]
     assert m["compiles"] <= 4, m["recompile_reasons"]
+
+
+def pools3d(x, w):
+    """x (B, C, D, 4, 5): 3-d max and average pooling along a padded depth."""
+    h = x * w
+    vals, at = F.max_pool3d(h, (3, 2, 2), (2, 1, 2), (1, 0, 1), return_indices=True)
+    return {"max": vals, "max_at": at, "avg": F.avg_pool3d(h, 2),
+            "avg_true": F.avg_pool3d(h, 3, 1, 1, count_include_pad=False)}
+
+
+def test_3d_pooling_along_a_padded_depth():
+    w = torch.randn(1, 2, 1, 1, 1, generator=torch.Generator().manual_seed(7)).requires_grad_()
+    sizes = [9, 13, 15]   # odd: D // 2 and (D + 1) // 2 apart (else an executable more)
+    m = _check_padded(pools3d, lambda D: (torch.randn(2, 2, D, 4, 5, generator=torch.Generator(
+        ).manual_seed(D)),), [(2, "D")], sizes, params=(w,), rtol=1e-4, atol=1e-5)
+    assert m["exact_compiles"] == {}, m["recompile_reasons"]
+    assert m["compiles"] == 1 and m["padded_executions"] == len(sizes), m["recompile_reasons"]
