@@ -1455,12 +1455,20 @@ def pad_roll(node, ins, cx):
 # ---- losses -------------------------------------------------------------------------
 
 
+def _nll_layouts(node, xl, tl, cx):
+    """The class dim must be concrete, and the targets padded as the input's other dims
+    (labels of 16 read as a 16-pixel H // 2 beside a batch of 16 are withdrawn)."""
+    if len(xl) >= 2 and is_sym(xl[1]) or len(xl) == 1 and is_sym(xl[0]):
+        raise NoPadRule(node.op, "nll_loss over a dynamic class dim", _syms(xl))
+    if not same_layout(cx, tl, xl[:1] + xl[2:] if len(xl) >= 2 else ()):
+        raise NoPadRule(node.op, f"targets {tl} padded unlike the input {xl}", _syms(xl, tl))
+
+
 @pad_rule(aten.nll_loss_forward.default, aten.nll_loss2d_forward.default)
 def pad_nll_loss(node, ins, cx):
     x, target, weight, reduction, ignore = node.args
     xl, tl = ins[_i(x)], ins[_i(target)]
-    if len(xl) >= 2 and is_sym(xl[1]) or len(xl) == 1 and is_sym(xl[0]):
-        raise NoPadRule(node.op, "nll_loss over a dynamic class dim", _syms(xl))
+    _nll_layouts(node, xl, tl, cx)
     pre = ()
     ta = tuple(a for a in range(len(tl)) if is_sym(tl[a]))
     if ta:
@@ -1474,8 +1482,7 @@ def pad_nll_loss(node, ins, cx):
 def pad_nll_loss_backward(node, ins, cx):
     g, x, target, weight, reduction, ignore, total = node.args
     xl, tl = ins[_i(x)], ins[_i(target)]
-    if len(xl) >= 2 and is_sym(xl[1]) or len(xl) == 1 and is_sym(xl[0]):
-        raise NoPadRule(node.op, "nll_loss over a dynamic class dim", _syms(xl))
+    _nll_layouts(node, xl, tl, cx)
     ta = tuple(a for a in range(len(tl)) if is_sym(tl[a]))
     pre = ()
     if ta:

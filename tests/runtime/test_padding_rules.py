@@ -590,9 +590,10 @@ def test_pooling_along_padded_height_and_width_values_indices_and_gradients():
 
 def test_the_cnn_example_trains_on_images_of_varying_size_one_compile_per_bucket():
     """The CNN example (conv, batch norm, max pool, adaptive average pool) on square and
-    oblong images of several sizes: every loss as eager torch's, no exact compile."""
+    oblong images of several sizes: every loss as eager torch's, no exact compile. At H =
+    33 the 16 labels look like H // 2 (16, padded to 32): the loss refuses that guess."""
     cnn = load_example("cnn")
-    sizes = [(16, 16), (12, 20), (14, 14), (10, 16), (16, 12), (13, 13)]
+    sizes = [(16, 16), (12, 20), (14, 14), (10, 16), (16, 12), (13, 13), (33, 20)]
     losses = {}
     for device in (None, DEV):
         model = cnn.make_model()
@@ -619,7 +620,7 @@ def test_the_cnn_example_trains_on_images_of_varying_size_one_compile_per_bucket
     assert losses[DEV] == pytest.approx(losses[None], rel=1e-4, abs=1e-5)
     assert m["exact_compiles"] == {}, m["recompile_reasons"]
     assert m["padded_executions"] == len(sizes), m["recompile_reasons"]
-    assert m["compiles"] <= 4, m["recompile_reasons"]
+    assert m["compiles"] <= 5, m["recompile_reasons"]
 
 
 def pools3d(x, w):

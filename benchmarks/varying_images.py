@@ -1,0 +1,158 @@
+"""Images of varying size: the CNN example trained on batches whose height and width
+change every step, eager torch against torch.compile and lazy_runtime.
+
+    python benchmarks/varying_images.py [--steps 60] [--cap-per-shape 12] [--write]
+
+The model of examples/train_cnn.py (conv, batch norm, max pool, adaptive average pool)
+with 16 and 32 channels, Adam, batches of 16 images whose height and width are drawn
+uniform in [17, 64] each step (seed 0; square and oblong); each step ends with the loss
+read. Contenders: eager torch (and, as a control, eager torch with the first conv's
+bias moved by one part in 10^7: that bias, before a batch norm, has a gradient of
+rounding noise only, which Adam scales up, so losses part after some steps whatever
+computes them); torch.compile with ``dynamic=True``; lazy_runtime with
+one executable per shape (buckets off, as torch_xla compiles); lazy_runtime with the
+images' H and W marked dynamic (``lr.mark_dynamic``, power-of-two buckets: the convolution,
+batch norm and pooling run padded, ``ops/padding.py``). torch uses one intra-op thread.
+Reported: compiles (XLA's for the runtime, graphs for torch.compile), the exact-shape
+compiles among them, total and median step time, and the largest relative difference of
+a loss from eager torch's. The per-shape runtime is capped (``--cap-per-shape`` steps).
+"""
+
+from __future__ import annotations
+
+import argparse
+import os
+import random
+import statistics
+import sys
+import time
+from pathlib import Path
+
+# torch.compile must compile for real: no FX-graph/Inductor caches from earlier runs.
+os.environ.setdefault("TORCHINDUCTOR_FORCE_DISABLE_CACHES", "1")
+
+import torch  # noqa: E402
+
+ROOT = Path(__file__).resolve().parents[1]
+sys.path.insert(0, str(ROOT))
+sys.path.insert(0, str(ROOT / "examples"))
+
+import lazy_runtime as lr  # noqa: E402
+import train_cnn as CNN  # noqa: E402
+
+HEADING = "## Images of varying size: the CNN trained with H and W dynamic"
+DATE = "2026-11-28"
+
+
+def sizes(steps: int) -> list:
+    rng = random.Random(0)
+    return [(rng.randint(17, 64), rng.randint(17, 64)) for _ in range(steps)]
+
+
+def batch(step: int, H: int, W: int):
+    x, y = CNN.make_batch(step, batch=16, size=max(H, W))
+    return x[:, :, :H, :W].contiguous(), y
+
+
+def run(name, steps, device=None, prepare=None, mark=False, counter=None, nudge=0.0):
+    torch.manual_seed(0)
+    model = CNN.SmallCNN(channels=(16, 32))
+    with torch.no_grad():   # (the control: a change the size of one rounding)
+        model.conv1.bias.mul_(1 + nudge)
+    if device is not None:
+        model = model.to(device)
+    fwd = prepare(model) if prepare else model
+    opt = CNN.make_optimizer(model)
+    times, losses = [], []
+    for step, (H, W) in enumerate(sizes(steps)):
+        x, y = batch(step, H, W)
+        t0 = time.perf_counter()
+        if device is not None:
+            if mark:
+                lr.mark_dynamic(lr.mark_dynamic(x, 2, "H"), 3, "W")
+            x, y = x.to(device), y.to(device)
+        loss = CNN.loss_fn(fwd(x), y)
+        loss.backward()
+        opt.step()
+        opt.zero_grad()
+        if device is not None:
+            lr.mark_step()
+        losses.append(loss.item())
+        times.append(time.perf_counter() - t0)
+        print(f"  {name:>14s} step {step:3d} {H}x{W} {times[-1] * 1e3:8.1f} ms", file=sys.stderr)
+    out = {"times": times, "losses": losses, "compiles": counter() if counter else 0,
+           "exact": 0}
+    if device is not None:
+        m = lr.metrics()
+        out["exact"] = sum(m["exact_compiles"].values())
+        out["buckets"] = m["buckets"]
+    return out
+
+
+def dynamo_graphs():
+    from torch._dynamo.utils import counters
+    return counters["stats"]["unique_graphs"]
+
+
+def table(rows: dict, steps: int, cap: int) -> str:
+    eager = rows["eager torch"]
+    lines = [f"{HEADING} ({DATE})", "",
+             f"`python benchmarks/varying_images.py --steps {steps} --cap-per-shape {cap} "
+             "--write`: the CNN of examples/train_cnn.py with 16 and 32 channels, Adam, "
+             "batches of 16 images whose height and width are each uniform in [17, 64] "
+             "(a new shape almost every step, square and oblong), each step ending with the "
+             "loss read; one intra-op thread for torch. torch.compile with `dynamic=True` "
+             "(Inductor's caches disabled: cold compiles, as the runtime's); "
+             "the per-shape runtime (buckets off, as torch_xla) is capped at "
+             f"{cap} steps; the dynamic runtime marks H and W (`lr.mark_dynamic`, "
+             "power-of-two buckets).", "",
+             "| contender | steps | compiles (exact) | total (s) | median step (ms) "
+             f"| vs eager (same steps) | largest loss difference, first {cap} steps | all "
+             "steps |",
+             "|---|---:|---:|---:|---:|---:|---:|---:|"]
+
+    def diff(r, n):
+        return max(abs(a - b) / max(abs(b), 1e-12)
+                   for a, b in zip(r["losses"][:n], eager["losses"]))
+    for name, r in rows.items():
+        n = len(r["times"])
+        ratio = sum(r["times"]) / sum(eager["times"][:n])
+        lines.append(f"| {name} | {n} | {r['compiles']} ({r['exact']}) | {sum(r['times']):.1f} "
+                     f"| {statistics.median(r['times']) * 1e3:.1f} | {ratio:.2f}x "
+                     f"| {diff(r, cap):.1e} | {diff(r, n):.1e} |")
+    if "buckets" in rows.get("lazy_runtime, H and W dynamic", {}):
+        lines += ["", f"Buckets: {rows['lazy_runtime, H and W dynamic']['buckets']}."]
+    return "\n".join(lines) + "\n"
+
+
+def main():
+    p = argparse.ArgumentParser(description=__doc__.splitlines()[0])
+    p.add_argument("--steps", type=int, default=60)
+    p.add_argument("--cap-per-shape", type=int, default=12)
+    p.add_argument("--write", action="store_true")
+    a = p.parse_args()
+    torch.set_num_threads(1)
+    lr.config.compile_cache = None   # cold compiles: their count and time are the point
+    dev = lr.device()
+    rows = {"eager torch": run("eager", a.steps),
+            "eager torch, a conv bias moved by 1e-7 (control)": run("eager, moved", a.steps,
+                                                                   nudge=1e-7)}
+    torch._dynamo.reset()
+    rows["torch.compile (dynamic=True)"] = run(
+        "torch.compile", a.steps, prepare=lambda m: torch.compile(m, dynamic=True),
+        counter=dynamo_graphs)
+    for name, policy, mark, steps in (
+            ("lazy_runtime, one executable per shape", "off", False, a.cap_per_shape),
+            ("lazy_runtime, H and W dynamic", "pow2", True, a.steps)):
+        lr.config.buckets = policy
+        lr.clear_cache()
+        lr.reset_metrics()
+        rows[name] = run(name.split(", ")[1][:14], steps, dev, mark=mark,
+                         counter=lambda: lr.metrics()["compiles"])
+    sys.path.insert(0, str(ROOT / "benchmarks"))
+    from results_file import emit
+    emit(HEADING, table(rows, a.steps, a.cap_per_shape), a.write)
+
+
+if __name__ == "__main__":
+    main()
