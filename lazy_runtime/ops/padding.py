@@ -56,6 +56,7 @@ from __future__ import annotations
 import functools
 
 import jax.numpy as jnp
+import numpy as np
 import torch
 from jax import lax
 
@@ -69,6 +70,7 @@ from .nn import (_add_at_argmax, _avg_pool, _batch_norm, _f32, _lowest, _max_poo
 from . import recurrent
 from .recurrent import layer_backward, layer_forward
 from .reduction import squared_magnitude, var_input
+from .resample import NEAREST
 from .registry import ELEMENTWISE, pad_rule
 
 aten = torch.ops.aten
@@ -585,7 +587,7 @@ def pad_cat(node, ins, cx):
     d = norm_dim(dim, len(node.shape))
     first = parts[0][1]
     for _, lay in parts:
-        if lay[:d] + lay[d + 1:] != first[:d] + first[d + 1:]:
+        if not same_layout(cx, lay[:d] + lay[d + 1:], first[:d] + first[d + 1:]):
             raise NoPadRule(node.op, "cat of different layouts", _syms(lay, first))
     out = list(first)
     syms = [_lone_sym(node.op, lay[d]) for _, lay in parts]
@@ -1293,6 +1295,92 @@ def pad_avg_pool_backward(node, ins, cx):
     out_axes = _sym_axes(want, range(len(want) - n, len(want)))
     return Pad(xl, args=args + (n, extra), pre=((_i(g), out_axes, 0), (_i(x), axes, 0)),
                fn=_avg_pool_backward_fn, tag="avg_pool_backward")
+
+
+# ---- upsampling -------------------------------------------------------------------------
+
+# Nearest upsampling of a padded spatial dim by a whole factor s (U-Nets, feature pyramids):
+# output i reads input i // s, so the first s * n outputs (the true ones) read the true
+# inputs; the output's symbol is ``s*H`` (true s * n, padded s * N). A factor whose float32
+# scale would not give i // s at both sizes (torch computes floor(i * (1 / s))), or an
+# output no whole multiple of the input, compiles exactly. The backward sums each input's
+# s outputs, the gradient's padded positions zeroed first.
+
+_NEAREST_BACKWARD_OPS = {aten.upsample_nearest1d_backward.default: (1, False),
+                         aten.upsample_nearest2d_backward.default: (2, False),
+                         aten.upsample_nearest3d_backward.default: (3, False)}
+
+
+def _whole_factor(op, cx, sym, n_out, scale, exact, dt=None) -> int:
+    """The factor s of upsampling ``sym`` to ``n_out`` true elements, checked to read
+    input i // s at the true and the padded size (``dt``: also in the backward's dtype)."""
+    from .resample import _nearest, nearest_source
+    n, big = cx.sizes[sym], cx.buckets[sym]
+    f = n_out // n
+    if f < 1 or f * n != n_out:
+        raise NoPadRule(op, f"upsampling {sym} to {n_out}: no whole factor", retry=False)
+    for size in (n, big):
+        want = np.arange(f * size) // f
+        if not np.array_equal(nearest_source(size, f * size, scale, exact), want) or (
+                dt is not None and not np.array_equal(
+                    np.argmax(_nearest(size, f * size, scale, exact, dt), axis=1), want)):
+            raise NoPadRule(op, f"upsampling by {f} at scale {scale}: not i // {f}",
+                            retry=False)
+    return f
+
+
+def _upsampled_dim(op, cx, dim, n_out, scale, exact, dt=None):
+    sym = _lone_sym(op, dim)
+    f = _whole_factor(op, cx, sym, n_out, scale, exact, dt)
+    if f == 1:
+        return dim
+    return (cx.derive(f"{f}*{sym}", f * cx.sizes[sym], f * cx.buckets[sym], sym),)
+
+
+@pad_rule(*NEAREST)
+def pad_upsample_nearest(node, ins, cx):
+    (lay,) = ins
+    n, exact = NEAREST[node.op]
+    x, size = node.args[:2]
+    scales = tuple(node.args[2:]) + (None,) * (n - len(node.args[2:]))
+    lead = len(lay) - n
+    if not has_sym(lay[lead:]):
+        return Pad(lay[:lead] + concrete(node.shape[lead:]))
+    out = lay[:lead] + tuple(
+        _upsampled_dim(node.op, cx, lay[lead + k], size[k], scales[k], exact)
+        if is_sym(lay[lead + k]) else (size[k],) for k in range(n))
+    return Pad(out, args=(x, tuple(sym_or_int(d) for d in out[lead:])) + node.args[2:])
+
+
+@pad_rule(*_NEAREST_BACKWARD_OPS)
+def pad_upsample_nearest_backward(node, ins, cx):
+    """The input's layout from the gradient's: each ``f*H`` back to ``H``."""
+    from .resample import _index_dtype
+    g, out_size, in_size = node.args[:3]
+    n, exact = _NEAREST_BACKWARD_OPS[node.op]
+    scales = tuple(node.args[3:]) + (None,) * (n - len(node.args[3:]))
+    gl = ins[_i(g)]
+    lead = len(gl) - n
+    dims = list(gl[:lead])
+    for k in range(n):
+        d = gl[lead + k]
+        if not is_sym(d):
+            dims.append((in_size[lead + k],))
+            continue
+        name = _lone_sym(node.op, d)
+        f = out_size[k] // in_size[lead + k]
+        base = name.split("*", 1)[1] if f > 1 and name.startswith(f"{f}*") else name
+        if base not in cx.sizes or (f > 1 and base == name) or \
+                cx.sizes[base] != in_size[lead + k]:
+            raise NoPadRule(node.op, f"gradient dim {d} is no upsampled input dim", {name})
+        _whole_factor(node.op, cx, base, out_size[k], scales[k], exact,
+                      _index_dtype(jdt(node.dtype)))
+        dims.append((base,))
+    xl = tuple(dims)
+    axes = _sym_axes(gl, range(lead, len(gl)))
+    return Pad(xl, args=(g, tuple(sym_or_int(d) for d in gl[lead:]),
+                         tuple(sym_or_int(d) for d in xl)) + node.args[3:],
+               pre=((_i(g), axes, 0),) if axes else ())
 
 
 # ---- recurrent cells ----------------------------------------------------------------

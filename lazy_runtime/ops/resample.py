@@ -7,8 +7,8 @@ matrix built on the host from the static sizes, with torch's index and weight fo
 (``UpSample.h``: the scale, the source index, clamping at the borders). The backward of an
 upsampling is then the same matrices transposed, applied to the gradient. Torch's
 forward upsampling reaches us decomposed into index ops (``torch._decomp``), but for
-bicubic's, lowered with the same host-side taps (see its section); the backward ops arrive
-whole.
+bicubic's, lowered with the same host-side taps, and nearest's, a gather of host-made
+indices (see their sections); the backward ops arrive whole.
 
 Indices and weights are computed in the dtype torch computes them in (float32 for float,
 half and bfloat16 inputs; float64 for double), so a source index that lands on an integer
@@ -255,6 +255,65 @@ def lower_upsample_linear_backward(g, output_size, input_size, align_corners, *s
 @lowering(aten.upsample_bicubic2d_backward.default)
 def lower_upsample_bicubic_backward(g, output_size, input_size, align_corners, *scales):
     return _upsample_backward("cubic", g, output_size, input_size, align_corners, scales)
+
+
+# ---- nearest upsampling forward -----------------------------------------------------------
+#
+# Lowered, not decomposed (one op, so a padding rule can see it: images of varying size
+# upsampled by an integer factor, ``ops/padding.py``): a gather of host-made source
+# indices, as torch's CPU kernel picks them (``nearest_idx``: the same size, or twice it,
+# read directly; else floor(i * scale) in float32, clamped).
+
+NEAREST = {aten.upsample_nearest1d.default: (1, False),
+           aten.upsample_nearest2d.default: (2, False),
+           aten.upsample_nearest3d.default: (3, False),
+           aten._upsample_nearest_exact1d.default: (1, True),
+           aten._upsample_nearest_exact2d.default: (2, True),
+           aten._upsample_nearest_exact3d.default: (3, True)}
+
+
+@functools.lru_cache(maxsize=256)
+def nearest_source(n_in: int, n_out: int, scale, exact: bool) -> np.ndarray:
+    """The input position each of ``n_out`` outputs reads (torch's float32 arithmetic)."""
+    if not exact and n_out == n_in:
+        return np.arange(n_out)
+    if not exact and n_out == 2 * n_in:
+        return np.arange(n_out) >> 1
+    s = np.float32(1.0 / scale) if scale is not None and scale > 0 else \
+        np.float32(n_in) / np.float32(n_out)
+    dst = np.arange(n_out, dtype=np.float32)
+    src = np.floor((dst + np.float32(0.5)) * s if exact else dst * s)
+    return np.minimum(src.astype(np.int64), n_in - 1)
+
+
+def _nearest_rule(op):
+    n = NEAREST[op][0]
+
+    def nearest_rule(x, output_size, *scales):
+        if (x.ndim != n + 2 or len(output_size) != n or 0 in tuple(x.shape[1:])
+                or min(output_size) <= 0):
+            raise NoLowering(op, "not (n+2)-D or empty (torch decides)")
+        return tuple(x.shape[:2]) + tuple(output_size), x.dtype
+    return nearest_rule
+
+
+def _nearest_lowering(op):
+    n, exact = NEAREST[op]
+
+    def lower_nearest(x, output_size, *scales):
+        scales = tuple(scales) + (None,) * (n - len(scales))
+        for k in range(n):
+            axis = x.ndim - n + k
+            x = jnp.take(x, nearest_source(x.shape[axis], output_size[k], scales[k], exact),
+                         axis=axis)
+        return x
+    return lower_nearest
+
+
+for _op in NEAREST:
+    rule(_op)(_nearest_rule(_op))
+    lowering(_op)(_nearest_lowering(_op))
+del _op
 
 
 # ---- bicubic upsampling forward ----------------------------------------------------------

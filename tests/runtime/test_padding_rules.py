@@ -638,3 +638,50 @@ def test_3d_pooling_along_a_padded_depth():
         ).manual_seed(D)),), [(2, "D")], sizes, params=(w,), rtol=1e-4, atol=1e-5)
     assert m["exact_compiles"] == {}, m["recompile_reasons"]
     assert m["compiles"] == 1 and m["padded_executions"] == len(sizes), m["recompile_reasons"]
+
+
+class TinyUNet(nn.Module):
+    """Down by a max pool, up by nearest upsampling, the skip concatenated."""
+
+    def __init__(self, scale=2):
+        super().__init__()
+        self.scale = scale
+        self.enc = nn.Conv2d(2, 4, 3, padding=1)
+        self.mid = nn.Conv2d(4, 4, 3, padding=1)
+        self.dec = nn.Conv2d(8, 3, 3, padding=1)
+
+    def forward(self, x):
+        e = F.relu(self.enc(x))
+        m = F.relu(self.mid(F.max_pool2d(e, self.scale)))
+        u = F.interpolate(m, scale_factor=self.scale, mode="nearest")
+        return {"out": self.dec(torch.cat([u, e], 1)), "up": u}
+
+
+def test_a_unet_upsampling_by_nearest_runs_padded_at_varying_image_sizes():
+    """``2*((H+0)//2)`` (true 2 * (h // 2), padded 2 * (N // 2)) meets the skip's ``H``
+    where the sizes are even: one executable for the oblong sizes of a bucket."""
+    eager, lazy = _model_pair(TinyUNet)
+    for H, W in [(10, 14), (12, 10), (14, 12)]:
+        x = torch.randn(2, 2, H, W, generator=torch.Generator().manual_seed(H * W))
+        xl = lr.mark_dynamic(lr.mark_dynamic(x.clone(), 2, "H"), 3, "W").to(DEV)
+        _compare_models(eager, lazy, x.clone(), xl, f"at H={H}, W={W}", 1e-4, 1e-5)
+    m = lr.metrics()
+    assert m["exact_compiles"] == {}, m["recompile_reasons"]
+    assert m["compiles"] == 1 and m["padded_executions"] == 3, m["recompile_reasons"]
+
+
+@pytest.mark.parametrize("scale", [3, 1.5])
+def test_nearest_upsampling_by_other_factors_along_a_padded_dim(scale):
+    """By 3 (float32's 1 / 3 still reads i // 3 at both sizes): padded; by 1.5: no whole
+    factor, compiled exactly; values and gradients as torch's either way."""
+    w = torch.randn(1, 2, 1, generator=torch.Generator().manual_seed(2)).requires_grad_()
+
+    def up(x, w):
+        return {"up": F.interpolate(x * w, scale_factor=scale, mode="nearest")}
+
+    m = _check_padded(up, lambda T: (torch.randn(2, 2, T, generator=torch.Generator(
+        ).manual_seed(T)),), [(2, "T")], [9, 13, 15], params=(w,))
+    if scale == 3:
+        assert m["exact_compiles"] == {} and m["compiles"] == 1, m["recompile_reasons"]
+    else:
+        assert set(m["exact_compiles"]) == {"aten.upsample_nearest1d.default"}, m
