@@ -1,12 +1,14 @@
 """Images of varying size: the CNN example trained on batches whose height and width
 change every step, eager torch against torch.compile and lazy_runtime.
 
-    python benchmarks/varying_images.py [--steps 60] [--cap-per-shape 12] [--write]
+    python benchmarks/varying_images.py [--model cnn|unet] [--steps 60]
+        [--cap-per-shape 12] [--write]
 
-The model of examples/train_cnn.py (conv, batch norm, max pool, adaptive average pool)
-with 16 and 32 channels, Adam, batches of 16 images whose height and width are drawn
-uniform in [17, 64] each step (seed 0; square and oblong); each step ends with the loss
-read. Contenders: eager torch (and, as a control, eager torch with the first conv's
+``cnn``: the model of examples/train_cnn.py (conv, batch norm, max pool, adaptive average
+pool) with 16 and 32 channels, batches of 16 images whose height and width are drawn
+uniform in [17, 64] each step (seed 0; square and oblong). ``unet``: a U-Net (``UNet``:
+max pools down, nearest upsampling up, skips concatenated) classifying each pixel, sizes
+multiples of 4 in [16, 64]. Adam; each step ends with the loss read. Contenders: eager torch (and, as a control, eager torch with the first conv's
 bias moved by one part in 10^7: that bias, before a batch norm, has a gradient of
 rounding noise only, which Adam scales up, so losses part after some steps whatever
 computes them); torch.compile with ``dynamic=True``; lazy_runtime with
@@ -32,6 +34,8 @@ from pathlib import Path
 os.environ.setdefault("TORCHINDUCTOR_FORCE_DISABLE_CACHES", "1")
 
 import torch  # noqa: E402
+import torch.nn as nn  # noqa: E402
+import torch.nn.functional as F  # noqa: E402
 
 ROOT = Path(__file__).resolve().parents[1]
 sys.path.insert(0, str(ROOT))
@@ -40,38 +44,74 @@ sys.path.insert(0, str(ROOT / "examples"))
 import lazy_runtime as lr  # noqa: E402
 import train_cnn as CNN  # noqa: E402
 
-HEADING = "## Images of varying size: the CNN trained with H and W dynamic"
+HEADINGS = {"cnn": "## Images of varying size: the CNN trained with H and W dynamic",
+            "unet": "## Images of varying size: a U-Net trained with H and W dynamic"}
 DATE = "2026-11-28"
 
 
-def sizes(steps: int) -> list:
+class UNet(nn.Module):
+    """Two levels down (conv, max pool) and up (nearest upsampling, skip concatenated), a
+    per-pixel class head: segmentation at whatever size the image has (a multiple of 4)."""
+
+    def __init__(self, classes=2):
+        super().__init__()
+        def block(i, o):
+            return nn.Sequential(nn.Conv2d(i, o, 3, padding=1), nn.BatchNorm2d(o), nn.ReLU())
+        self.enc1, self.enc2, self.mid = block(1, 16), block(16, 32), block(32, 32)
+        self.dec2, self.dec1 = block(64, 16), block(32, 16)
+        self.head = nn.Conv2d(16, classes, 1)
+
+    def forward(self, x):
+        e1 = self.enc1(x)
+        e2 = self.enc2(F.max_pool2d(e1, 2))
+        m = self.mid(F.max_pool2d(e2, 2))
+        d2 = self.dec2(torch.cat([F.interpolate(m, scale_factor=2), e2], 1))
+        d1 = self.dec1(torch.cat([F.interpolate(d2, scale_factor=2), e1], 1))
+        return self.head(d1)
+
+
+def sizes(steps: int, model: str) -> list:
+    """(H, W) per step: uniform in [17, 64] (the CNN), multiples of 4 in [16, 64] (the
+    U-Net, whose skips need sizes its pools halve evenly)."""
     rng = random.Random(0)
+    if model == "unet":
+        return [(4 * rng.randint(4, 16), 4 * rng.randint(4, 16)) for _ in range(steps)]
     return [(rng.randint(17, 64), rng.randint(17, 64)) for _ in range(steps)]
 
 
-def batch(step: int, H: int, W: int):
+def batch(step: int, H: int, W: int, model: str):
     x, y = CNN.make_batch(step, batch=16, size=max(H, W))
-    return x[:, :, :H, :W].contiguous(), y
+    x = x[:, :, :H, :W].contiguous()
+    if model == "unet":   # each pixel: inside the bright square or not
+        y = (x[:, 0] > 0.5).long()
+    return x, y
 
 
-def run(name, steps, device=None, prepare=None, mark=False, counter=None, nudge=0.0):
+def make_model(model: str, nudge: float):
     torch.manual_seed(0)
-    model = CNN.SmallCNN(channels=(16, 32))
+    m = UNet() if model == "unet" else CNN.SmallCNN(channels=(16, 32))
+    first = m.enc1[0] if model == "unet" else m.conv1
     with torch.no_grad():   # (the control: a change the size of one rounding)
-        model.conv1.bias.mul_(1 + nudge)
+        first.bias.mul_(1 + nudge)
+    return m
+
+
+def run(name, steps, model_name, device=None, prepare=None, mark=False, counter=None,
+        nudge=0.0):
+    model = make_model(model_name, nudge)
     if device is not None:
         model = model.to(device)
     fwd = prepare(model) if prepare else model
     opt = CNN.make_optimizer(model)
     times, losses = [], []
-    for step, (H, W) in enumerate(sizes(steps)):
-        x, y = batch(step, H, W)
+    for step, (H, W) in enumerate(sizes(steps, model_name)):
+        x, y = batch(step, H, W, model_name)
         t0 = time.perf_counter()
         if device is not None:
             if mark:
                 lr.mark_dynamic(lr.mark_dynamic(x, 2, "H"), 3, "W")
             x, y = x.to(device), y.to(device)
-        loss = CNN.loss_fn(fwd(x), y)
+        loss = F.cross_entropy(fwd(x), y)
         loss.backward()
         opt.step()
         opt.zero_grad()
@@ -94,13 +134,20 @@ def dynamo_graphs():
     return counters["stats"]["unique_graphs"]
 
 
-def table(rows: dict, steps: int, cap: int) -> str:
+_WHAT = {"cnn": "the CNN of examples/train_cnn.py with 16 and 32 channels, Adam, batches of 16 "
+                "images whose height and width are each uniform in [17, 64] (a new shape "
+                "almost every step, square and oblong)",
+         "unet": "a U-Net (two max pools down, two nearest upsamplings up, the skips "
+                 "concatenated, batch norm; `UNet` in the script), per-pixel cross entropy, "
+                 "Adam, batches of 16 images whose height and width are each a multiple of 4 "
+                 "in [16, 64]"}
+
+
+def table(rows: dict, steps: int, cap: int, model: str) -> str:
     eager = rows["eager torch"]
-    lines = [f"{HEADING} ({DATE})", "",
-             f"`python benchmarks/varying_images.py --steps {steps} --cap-per-shape {cap} "
-             "--write`: the CNN of examples/train_cnn.py with 16 and 32 channels, Adam, "
-             "batches of 16 images whose height and width are each uniform in [17, 64] "
-             "(a new shape almost every step, square and oblong), each step ending with the "
+    lines = [f"{HEADINGS[model]} ({DATE})", "",
+             f"`python benchmarks/varying_images.py --model {model} --steps {steps} "
+             f"--cap-per-shape {cap} --write`: {_WHAT[model]}, each step ending with the "
              "loss read; one intra-op thread for torch. torch.compile with `dynamic=True` "
              "(Inductor's caches disabled: cold compiles, as the runtime's); "
              "the per-shape runtime (buckets off, as torch_xla) is capped at "
@@ -127,6 +174,7 @@ def table(rows: dict, steps: int, cap: int) -> str:
 
 def main():
     p = argparse.ArgumentParser(description=__doc__.splitlines()[0])
+    p.add_argument("--model", choices=sorted(HEADINGS), default="cnn")
     p.add_argument("--steps", type=int, default=60)
     p.add_argument("--cap-per-shape", type=int, default=12)
     p.add_argument("--write", action="store_true")
@@ -134,12 +182,13 @@ def main():
     torch.set_num_threads(1)
     lr.config.compile_cache = None   # cold compiles: their count and time are the point
     dev = lr.device()
-    rows = {"eager torch": run("eager", a.steps),
+    model = a.model
+    rows = {"eager torch": run("eager", a.steps, model),
             "eager torch, a conv bias moved by 1e-7 (control)": run("eager, moved", a.steps,
-                                                                   nudge=1e-7)}
+                                                                   model, nudge=1e-7)}
     torch._dynamo.reset()
     rows["torch.compile (dynamic=True)"] = run(
-        "torch.compile", a.steps, prepare=lambda m: torch.compile(m, dynamic=True),
+        "torch.compile", a.steps, model, prepare=lambda m: torch.compile(m, dynamic=True),
         counter=dynamo_graphs)
     for name, policy, mark, steps in (
             ("lazy_runtime, one executable per shape", "off", False, a.cap_per_shape),
@@ -147,11 +196,11 @@ def main():
         lr.config.buckets = policy
         lr.clear_cache()
         lr.reset_metrics()
-        rows[name] = run(name.split(", ")[1][:14], steps, dev, mark=mark,
+        rows[name] = run(name.split(", ")[1][:14], steps, model, dev, mark=mark,
                          counter=lambda: lr.metrics()["compiles"])
     sys.path.insert(0, str(ROOT / "benchmarks"))
     from results_file import emit
-    emit(HEADING, table(rows, a.steps, a.cap_per_shape), a.write)
+    emit(HEADINGS[model], table(rows, a.steps, a.cap_per_shape, model), a.write)
 
 
 if __name__ == "__main__":

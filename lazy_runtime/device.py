@@ -8,6 +8,8 @@ device=dev)``, the first half of ``zeros``/``randn``/``full``...) land here too.
 
 from __future__ import annotations
 
+import sys
+
 import torch
 
 from . import dtypes
@@ -40,7 +42,28 @@ def _to_copy(x, dtype=None, layout=None, device=None, pin_memory=None, non_block
         x = x.to(dtype)
         if marks:
             x._lr_dynamic = marks
-    return data_tensor(x)
+    t = data_tensor(x)
+    if _moving_module():
+        # a parameter or buffer (module state, never a dynamic dim): its sizes are not
+        # guessed as symbols in the first step's graph (a U-Net's 16 and 32 channels
+        # beside an image whose W // 4 and W // 2 are 16 and 32)
+        t._st.node.born = -1
+    return t
+
+
+_APPLY = torch.nn.Module._apply.__code__
+
+
+def _moving_module() -> bool:
+    """Whether the copy being made is ``Module.to``/``_apply`` moving module state."""
+    f = sys._getframe(2)
+    for _ in range(4):
+        if f is None:
+            return False
+        if f.f_code is _APPLY:
+            return True
+        f = f.f_back
+    return False
 
 
 class _Uninitialized:

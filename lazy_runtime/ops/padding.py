@@ -116,6 +116,14 @@ def same_layout(cx, a, b) -> bool:
         x == y or _alike(cx, x, y) for x, y in zip(a, b))
 
 
+def unlike(a, b) -> set:
+    """The symbols of the dims where layouts ``a`` and ``b`` differ (all of both where
+    their ranks do): what a contradiction between them blames."""
+    if a is None or b is None or len(a) != len(b):
+        return _syms(a, b)
+    return _syms(*[(x, y) for x, y in zip(a, b) if x != y])
+
+
 def _alike(cx, a, b) -> bool:
     """Whether dims ``a`` and ``b`` are single symbols of one true and one padded size in
     this trace: two names for one length (the ids' T, and the T-1 + 1 of a KV cache grown
@@ -480,7 +488,8 @@ def pad_select(node, ins, cx):
 
 def _scatter_dims(op, base, src, d, cx):
     if not same_layout(cx, base[:d] + base[d + 1:], src[:d] + src[d + 1:]):
-        raise NoPadRule(op, "scatter of different layouts", _syms(base, src))
+        raise NoPadRule(op, "scatter of different layouts",
+                        unlike(base[:d] + base[d + 1:], src[:d] + src[d + 1:]))
 
 
 @pad_rule(aten.slice_scatter.default)
@@ -514,7 +523,8 @@ def pad_select_scatter(node, ins, cx):
     base, src = ins[_i(x)], ins[_i(y)]
     d = norm_dim(dim, len(base))
     if not same_layout(cx, base[:d] + base[d + 1:], src):
-        raise NoPadRule(node.op, "select_scatter layouts differ", _syms(base, src))
+        raise NoPadRule(node.op, "select_scatter layouts differ",
+                        unlike(base[:d] + base[d + 1:], src))
     sym = _lone_sym(node.op, base[d])
     if sym is None:
         start = cx.offset(node)
@@ -588,7 +598,8 @@ def pad_cat(node, ins, cx):
     first = parts[0][1]
     for _, lay in parts:
         if not same_layout(cx, lay[:d] + lay[d + 1:], first[:d] + first[d + 1:]):
-            raise NoPadRule(node.op, "cat of different layouts", _syms(lay, first))
+            raise NoPadRule(node.op, "cat of different layouts",
+                            unlike(lay[:d] + lay[d + 1:], first[:d] + first[d + 1:]))
     out = list(first)
     syms = [_lone_sym(node.op, lay[d]) for _, lay in parts]
     if not any(syms):
@@ -1288,7 +1299,7 @@ def pad_avg_pool_backward(node, ins, cx):
                                    node.inputs[_i(g)].shape)
     if not same_layout(cx, ins[_i(g)], want):
         raise NoPadRule(node.op, "gradient padded unlike the pooled output",
-                        _syms(ins[_i(g)], xl))
+                        unlike(ins[_i(g)], want))
     axes = _sym_axes(xl, range(len(xl) - n, len(xl)))
     if not axes:
         return Pad(xl)
@@ -1549,7 +1560,8 @@ def _nll_layouts(node, xl, tl, cx):
     if len(xl) >= 2 and is_sym(xl[1]) or len(xl) == 1 and is_sym(xl[0]):
         raise NoPadRule(node.op, "nll_loss over a dynamic class dim", _syms(xl))
     if not same_layout(cx, tl, xl[:1] + xl[2:] if len(xl) >= 2 else ()):
-        raise NoPadRule(node.op, f"targets {tl} padded unlike the input {xl}", _syms(xl, tl))
+        raise NoPadRule(node.op, f"targets {tl} padded unlike the input {xl}",
+                        unlike(tl, xl[:1] + xl[2:] if len(xl) >= 2 else ()))
 
 
 @pad_rule(aten.nll_loss_forward.default, aten.nll_loss2d_forward.default)

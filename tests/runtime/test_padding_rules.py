@@ -643,12 +643,12 @@ def test_3d_pooling_along_a_padded_depth():
 class TinyUNet(nn.Module):
     """Down by a max pool, up by nearest upsampling, the skip concatenated."""
 
-    def __init__(self, scale=2):
+    def __init__(self, scale=2, width=4):
         super().__init__()
         self.scale = scale
-        self.enc = nn.Conv2d(2, 4, 3, padding=1)
-        self.mid = nn.Conv2d(4, 4, 3, padding=1)
-        self.dec = nn.Conv2d(8, 3, 3, padding=1)
+        self.enc = nn.Conv2d(2, width, 3, padding=1)
+        self.mid = nn.Conv2d(width, width, 3, padding=1)
+        self.dec = nn.Conv2d(2 * width, 3, 3, padding=1)
 
     def forward(self, x):
         e = F.relu(self.enc(x))
@@ -685,3 +685,49 @@ def test_nearest_upsampling_by_other_factors_along_a_padded_dim(scale):
         assert m["exact_compiles"] == {} and m["compiles"] == 1, m["recompile_reasons"]
     else:
         assert set(m["exact_compiles"]) == {"aten.upsample_nearest1d.default"}, m
+
+
+class BNUNet(nn.Module):
+    """Two levels down and up, 16 and 32 channels, each convolution batch-normalized."""
+
+    def __init__(self):
+        super().__init__()
+        def block(i, o):
+            return nn.Sequential(nn.Conv2d(i, o, 3, padding=1), nn.BatchNorm2d(o), nn.ReLU())
+        self.enc1, self.enc2, self.mid = block(2, 16), block(16, 32), block(32, 32)
+        self.dec2, self.dec1 = block(64, 16), block(32, 16)
+        self.head = nn.Conv2d(16, 2, 1)
+
+    def forward(self, x):
+        e1 = self.enc1(x)
+        e2 = self.enc2(F.max_pool2d(e1, 2))
+        m = self.mid(F.max_pool2d(e2, 2))
+        d2 = self.dec2(torch.cat([F.interpolate(m, scale_factor=2), e2], 1))
+        return {"out": self.head(self.dec1(torch.cat([F.interpolate(d2, scale_factor=2),
+                                                      e1], 1)))}
+
+
+def test_parameters_moved_by_module_to_are_never_read_as_dynamic_dims():
+    """The first step right after ``model.to(dev)``: the parameters are new on the device
+    too, but ``Module.to`` moved them, so their 16 and 32 channels are not guessed as
+    ``W // 4`` and ``W // 2`` of a 64-wide image (the guesses and their withdrawals had
+    run out of retries: an exact compile). Per-pixel targets are guessed, as data."""
+    torch.manual_seed(0)
+    eager = BNUNet()
+    lazy = copy.deepcopy(eager).to(DEV)
+    lr.reset_metrics()
+    opts = [torch.optim.Adam(m.parameters(), lr=1e-3) for m in (eager, lazy)]
+    for H, W in [(40, 64), (40, 16)]:
+        x = torch.randn(4, 2, H, W, generator=torch.Generator().manual_seed(H + W))
+        y = (x[:, 0] > 0).long()
+        xl = lr.mark_dynamic(lr.mark_dynamic(x.clone(), 2, "H"), 3, "W").to(DEV)
+        losses = []
+        for m, opt, xs, ys in ((eager, opts[0], x, y), (lazy, opts[1], xl, y.to(DEV))):
+            loss = F.cross_entropy(m(xs)["out"], ys)
+            loss.backward()
+            opt.step()
+            opt.zero_grad()
+            losses.append(loss.item())
+        assert losses[1] == pytest.approx(losses[0], rel=1e-5), (H, W)
+    m = lr.metrics()
+    assert m["exact_compiles"] == {}, m["recompile_reasons"]
