@@ -388,12 +388,11 @@ class Cx:
         Symbols derived in this graph (the T-1 of ``x[:, 1:]``) are candidates only when
         no other is; a candidate withdrawn at this site lets the next one be tried. Where
         two symbols have size v (a batch of 8 beside a prompt of 8, a square image's H
-        and W), v itself is tried first (a parameter's 16 channels beside a 16 x 16
-        image), then each symbol in turn: the layouts a trace without the coincidence
-        has are found, so both share its executable.
-        (Any guess is right for this trace, whose sizes the padded graph is checked
-        against; a wrong one meets a contradiction or keys an executable only traces that
-        guess alike share.)"""
+        and W), v itself is tried first (16 labels beside a 16 x 16 image), then each
+        symbol in turn where a contradicting symbol has size v. Any guess is right for
+        this trace, whose sizes the padded graph is checked against; a wrong one meets a
+        contradiction, or keys an executable that only traces guessing alike share (a
+        coincidence can cost an executable of its own, never a wrong value)."""
         if v <= 1:
             return (v,)
         at = (self.site, site)
