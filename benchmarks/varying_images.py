@@ -145,11 +145,15 @@ _WHAT = {"cnn": "the CNN of examples/train_cnn.py with 16 and 32 channels, Adam,
 
 def table(rows: dict, steps: int, cap: int, model: str) -> str:
     eager = rows["eager torch"]
+    n_compiled = len(rows["torch.compile (dynamic=True)"]["times"])
+    compile_cap = f" --cap-compile {n_compiled}" if n_compiled < steps else ""
     lines = [f"{HEADINGS[model]} ({DATE})", "",
              f"`python benchmarks/varying_images.py --model {model} --steps {steps} "
-             f"--cap-per-shape {cap} --write`: {_WHAT[model]}, each step ending with the "
+             f"--cap-per-shape {cap}{compile_cap} --write`: {_WHAT[model]}, each step "
+             "ending with the "
              "loss read; one intra-op thread for torch. torch.compile with `dynamic=True` "
-             "(Inductor's caches disabled: cold compiles, as the runtime's); "
+             "(Inductor's caches disabled: cold compiles, as the runtime's"
+             + (f"; capped at {n_compiled} steps" if compile_cap else "") + "); "
              "the per-shape runtime (buckets off, as torch_xla) is capped at "
              f"{cap} steps; the dynamic runtime marks H and W (`lr.mark_dynamic`, "
              "power-of-two buckets).", "",
@@ -177,6 +181,8 @@ def main():
     p.add_argument("--model", choices=sorted(HEADINGS), default="cnn")
     p.add_argument("--steps", type=int, default=60)
     p.add_argument("--cap-per-shape", type=int, default=12)
+    p.add_argument("--cap-compile", type=int, default=0,
+                   help="steps of torch.compile (0: all)")
     p.add_argument("--write", action="store_true")
     a = p.parse_args()
     torch.set_num_threads(1)
@@ -188,8 +194,8 @@ def main():
                                                                    model, nudge=1e-7)}
     torch._dynamo.reset()
     rows["torch.compile (dynamic=True)"] = run(
-        "torch.compile", a.steps, model, prepare=lambda m: torch.compile(m, dynamic=True),
-        counter=dynamo_graphs)
+        "torch.compile", a.cap_compile or a.steps, model,
+        prepare=lambda m: torch.compile(m, dynamic=True), counter=dynamo_graphs)
     for name, policy, mark, steps in (
             ("lazy_runtime, one executable per shape", "off", False, a.cap_per_shape),
             ("lazy_runtime, H and W dynamic", "pow2", True, a.steps)):

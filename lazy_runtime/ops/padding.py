@@ -70,7 +70,7 @@ from .nn import (_add_at_argmax, _avg_pool, _batch_norm, _f32, _lowest, _max_poo
 from . import recurrent
 from .recurrent import layer_backward, layer_forward
 from .reduction import squared_magnitude, var_input
-from .resample import NEAREST
+from .resample import NEAREST, _index_dtype, _nearest, nearest_source
 from .registry import ELEMENTWISE, pad_rule
 
 aten = torch.ops.aten
@@ -1325,7 +1325,6 @@ _NEAREST_BACKWARD_OPS = {aten.upsample_nearest1d_backward.default: (1, False),
 def _whole_factor(op, cx, sym, n_out, scale, exact, dt=None) -> int:
     """The factor s of upsampling ``sym`` to ``n_out`` true elements, checked to read
     input i // s at the true and the padded size (``dt``: also in the backward's dtype)."""
-    from .resample import _nearest, nearest_source
     n, big = cx.sizes[sym], cx.buckets[sym]
     f = n_out // n
     if f < 1 or f * n != n_out:
@@ -1340,9 +1339,9 @@ def _whole_factor(op, cx, sym, n_out, scale, exact, dt=None) -> int:
     return f
 
 
-def _upsampled_dim(op, cx, dim, n_out, scale, exact, dt=None):
+def _upsampled_dim(op, cx, dim, n_out, scale, exact):
     sym = _lone_sym(op, dim)
-    f = _whole_factor(op, cx, sym, n_out, scale, exact, dt)
+    f = _whole_factor(op, cx, sym, n_out, scale, exact)
     if f == 1:
         return dim
     return (cx.derive(f"{f}*{sym}", f * cx.sizes[sym], f * cx.buckets[sym], sym),)
@@ -1366,7 +1365,6 @@ def pad_upsample_nearest(node, ins, cx):
 @pad_rule(*_NEAREST_BACKWARD_OPS)
 def pad_upsample_nearest_backward(node, ins, cx):
     """The input's layout from the gradient's: each ``f*H`` back to ``H``."""
-    from .resample import _index_dtype
     g, out_size, in_size = node.args[:3]
     n, exact = _NEAREST_BACKWARD_OPS[node.op]
     scales = tuple(node.args[3:]) + (None,) * (n - len(node.args[3:]))
