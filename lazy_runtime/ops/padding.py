@@ -1028,7 +1028,7 @@ def pad_batch_norm_backward(node, ins, cx):
 # the output dim is: the same symbol for a "same" conv, the symbol shrunk by k for a valid
 # stride-1 conv (the input then gets k more zeros at the end, so the output keeps the
 # symbol's padded size), a derived symbol (n + c) // s for a strided conv; a conv that
-# grows the dim (or a transposed one) compiles exactly.
+# grows the dim compiles exactly. A transposed conv gives s * n + c (``_transposed_dim``).
 
 
 def _spatial_dim(op, cx, dim, k, s, p, dl):
@@ -1046,7 +1046,22 @@ def _spatial_dim(op, cx, dim, k, s, p, dl):
     return (cx.derive(name, (cx.sizes[sym] + c) // s, (cx.buckets[sym] + c) // s),), 0
 
 
-def _conv_layout(node, cx, xl, w, stride, padding, dilation, transposed, out_shape):
+def _transposed_dim(cx, dim, k, s, p, dl, op):
+    """The output dim of a transposed convolution along padded ``dim``: s * n + c (n its
+    true size), padded s * N + c, as the same convolution of the padded input gives. Its
+    input's padding is zeroed, so the true outputs receive what torch's do."""
+    sym = _lone_sym(aten.convolution.default, dim)
+    if sym is None:
+        return None
+    c = -s - 2 * p + dl * (k - 1) + op + 1
+    if s == 1 and c <= 0:
+        return (cx.shrink(sym, -c),)
+    name = f"{s}*{sym}{c:+d}" if s > 1 else f"{sym}{c:+d}"
+    return (cx.derive(name, s * cx.sizes[sym] + c, s * cx.buckets[sym] + c, sym),)
+
+
+def _conv_layout(node, cx, xl, w, stride, padding, dilation, transposed, out_shape,
+                 output_padding=0):
     """The output layout of a convolution and the extra input zeros per spatial axis."""
     if has_sym(w):
         raise NoPadRule(node.op, "a dynamic weight", _syms(w))
@@ -1056,11 +1071,14 @@ def _conv_layout(node, cx, xl, w, stride, padding, dilation, transposed, out_sha
         raise NoPadRule(node.op, "a dynamic channel dim", _syms((xl[lead],)))
     dims, extra = list(xl[:lead]) + [(out_shape[lead],)], []
     st, pd, dl = (_tup(v, nsp) for v in (stride, padding, dilation))
+    op_pad = _tup(output_padding, nsp)
     for a in range(nsp):
         x_dim = xl[lead + 1 + a]
-        if transposed and is_sym(x_dim):
-            raise NoPadRule(node.op, "transposed conv along a dynamic dim", retry=False)
-        out, more = _spatial_dim(node.op, cx, x_dim, w[2 + a][0], st[a], pd[a], dl[a])
+        if transposed:
+            out, more = _transposed_dim(cx, x_dim, w[2 + a][0], st[a], pd[a], dl[a],
+                                        op_pad[a]), 0
+        else:
+            out, more = _spatial_dim(node.op, cx, x_dim, w[2 + a][0], st[a], pd[a], dl[a])
         dims.append(out or (out_shape[lead + 1 + a],))
         extra.append(more)
     return tuple(dims), tuple(extra)
@@ -1105,7 +1123,7 @@ def pad_convolution(node, ins, cx):
     if b is not None and has_sym(ins[_i(b)]):
         raise NoPadRule(node.op, "a dynamic bias", _syms(ins[_i(b)]))
     out, extra = _conv_layout(node, cx, xl, ins[_i(w)], stride, padding, dilation, transposed,
-                              node.shape)
+                              node.shape, output_padding)
     sp = tuple(range(len(xl) - len(extra), len(xl)))
     pre = ((_i(x), _sym_axes(xl, sp), 0),) if _sym_axes(xl, sp) else ()
     if not any(extra):
@@ -1115,10 +1133,11 @@ def pad_convolution(node, ins, cx):
 
 @pad_rule(aten.convolution_backward.default)
 def pad_convolution_backward(node, ins, cx):
-    g, x, w, bias_sizes, stride, padding, dilation, transposed = node.args[:8]
+    g, x, w, bias_sizes, stride, padding, dilation, transposed, output_padding = \
+        node.args[:9]
     xl, gl, wl = ins[_i(x)], ins[_i(g)], ins[_i(w)]
     out, extra = _conv_layout(node, cx, xl, wl, stride, padding, dilation, transposed,
-                              node.inputs[_i(g)].shape)
+                              node.inputs[_i(g)].shape, output_padding)
     if not same_layout(cx, out, gl):
         raise NoPadRule(node.op, f"gradient layout {gl}, not {out}", _syms(out, gl))
     outs = (xl if node.dtype[0] else None, wl if node.dtype[1] else None,

@@ -657,10 +657,12 @@ class TinyUNet(nn.Module):
         return {"out": self.dec(torch.cat([u, e], 1)), "up": u}
 
 
-def test_a_unet_upsampling_by_nearest_runs_padded_at_varying_image_sizes():
-    """``2*((H+0)//2)`` (true 2 * (h // 2), padded 2 * (N // 2)) meets the skip's ``H``
-    where the sizes are even: one executable for the oblong sizes of a bucket."""
-    eager, lazy = _model_pair(TinyUNet)
+@pytest.mark.parametrize("cls", ["TinyUNet", "TransposedUNet"])
+def test_a_unet_runs_padded_at_varying_image_sizes(cls):
+    """Up by nearest upsampling (``2*((H+0)//2)``: true 2 * (h // 2), padded 2 * (N // 2))
+    or by a transposed convolution (``2*((H+0)//2)+0``), meeting the skip's ``H`` where the
+    sizes are even: one executable for the oblong sizes of a bucket."""
+    eager, lazy = _model_pair(globals()[cls])
     for H, W in [(10, 14), (12, 10), (14, 12)]:
         x = torch.randn(2, 2, H, W, generator=torch.Generator().manual_seed(H * W))
         xl = lr.mark_dynamic(lr.mark_dynamic(x.clone(), 2, "H"), 3, "W").to(DEV)
@@ -731,3 +733,41 @@ def test_parameters_moved_by_module_to_are_never_read_as_dynamic_dims():
         assert losses[1] == pytest.approx(losses[0], rel=1e-5), (H, W)
     m = lr.metrics()
     assert m["exact_compiles"] == {}, m["recompile_reasons"]
+
+
+def transposed_convs(x, w2, w3, w3d, b):
+    """x (B, C, T): transposed convolutions along a padded T, each kind of output dim."""
+    return {"up2": F.conv_transpose1d(x, w2, b, stride=2),                    # 2*T+0
+            "up2_pad": F.conv_transpose1d(x, w3, stride=2, padding=1,
+                                          output_padding=1),                  # 2*T+0
+            "up3": F.conv_transpose1d(x, w3, b, stride=3, padding=1),        # 3*T-2
+            "same": F.conv_transpose1d(x, w3, padding=1),                     # T
+            "grow": F.conv_transpose1d(x, w3),                                # T+2
+            "dilated": F.conv_transpose1d(x, w3d, stride=2, dilation=2)}      # 2*T+3
+
+
+def test_transposed_conv1d_along_a_padded_time_dim_values_and_gradients():
+    g = torch.Generator().manual_seed(4)
+    params = [torch.randn(*s, generator=g).requires_grad_()
+              for s in [(3, 4, 2), (3, 4, 3), (3, 4, 3), (4,)]]
+    m = _check_padded(transposed_convs, lambda T: (torch.randn(2, 3, T, generator=torch.Generator(
+        ).manual_seed(T)),), [(2, "T")], [9, 13, 16], params=params, rtol=1e-4, atol=1e-4)
+    assert m["exact_compiles"] == {}, m["recompile_reasons"]
+    assert m["compiles"] == 1, m["recompile_reasons"]
+
+
+class TransposedUNet(nn.Module):
+    """Down by a strided convolution, up by a transposed one (kernel 2, stride 2)."""
+
+    def __init__(self):
+        super().__init__()
+        self.enc = nn.Conv2d(2, 4, 3, padding=1)
+        self.down = nn.Conv2d(4, 8, 2, stride=2)
+        self.up = nn.ConvTranspose2d(8, 4, 2, stride=2)
+        self.dec = nn.Conv2d(8, 3, 3, padding=1)
+
+    def forward(self, x):
+        e = F.relu(self.enc(x))
+        u = F.relu(self.up(F.relu(self.down(e))))
+        return {"out": self.dec(torch.cat([u, e], 1)), "up": u}
+
