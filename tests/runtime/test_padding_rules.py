@@ -770,4 +770,3 @@ class TransposedUNet(nn.Module):
         e = F.relu(self.enc(x))
         u = F.relu(self.up(F.relu(self.down(e))))
         return {"out": self.dec(torch.cat([u, e], 1)), "up": u}
-
