@@ -56,8 +56,8 @@ _APPLY = torch.nn.Module._apply.__code__
 
 def _moving_module() -> bool:
     """Whether the copy being made is ``Module.to``/``_apply`` moving module state."""
-    f = sys._getframe(2)
-    for _ in range(4):
+    f = sys._getframe(1)   # (``_to_copy``; ``Module._apply`` calls ``convert`` that calls .to)
+    for _ in range(5):
         if f is None:
             return False
         if f.f_code is _APPLY:

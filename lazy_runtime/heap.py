@@ -20,8 +20,8 @@ The freeze leaves out what lived before it, not what lives long after: a graph's
 plan, its key and the templates of a new size stay cached, and a trace's nodes live until
 its barrier. A young collection every 700 allocations moves whatever is alive then to an
 older generation; a trace and its barrier allocate tens of thousands of objects, so most
-of what they make reached the oldest one, and full collections came every 20 traced
-steps of a GPT step whose lengths vary, 130 ms each (a quarter of those steps' time).
+of what they make reached the oldest one, and full collections came every ~25 traced
+steps of a GPT step whose lengths vary, 130 ms each (a fifth of those steps' time).
 ``paused()`` turns automatic collection off for a barrier, a whole step's trace and a
 step of the examples' loop, and back on after: what they make and drop is freed by
 reference counting as before, and only cyclic garbage waits for the next collection."""
