@@ -70,7 +70,7 @@ from .nn import (_add_at_argmax, _avg_pool, _batch_norm, _f32, _lowest, _max_poo
 from . import recurrent
 from .recurrent import layer_backward, layer_forward
 from .reduction import squared_magnitude, var_input
-from .resample import NEAREST, _index_dtype, _nearest, nearest_source
+from .resample import NEAREST, _apply, _index_dtype, _nearest, nearest_source
 from .registry import ELEMENTWISE, pad_rule
 
 aten = torch.ops.aten
@@ -1325,6 +1325,86 @@ def pad_avg_pool_backward(node, ins, cx):
     out_axes = _sym_axes(want, range(len(want) - n, len(want)))
     return Pad(xl, args=args + (n, extra), pre=((_i(g), out_axes, 0), (_i(x), axes, 0)),
                fn=_avg_pool_backward_fn, tag="avg_pool_backward")
+
+
+# Adaptive average pooling to any size along padded spatial dims (a VGG head's 7 x 7, a
+# pyramid's 1, 2, 3 and 6 bins): each output's window is torch's integer one over the true
+# size, start floor(i * n / out) to end ceil((i + 1) * n / out), made on the device from
+# the run-time n; the sums over those windows (the tail zeroed first, never read) are
+# divided by the windows' sizes. (Output size 1 reaches us as a mean.)
+
+_ADAPTIVE_AVG = {aten._adaptive_avg_pool2d.default: 2, aten._adaptive_avg_pool3d.default: 3,
+                 aten._adaptive_avg_pool2d_backward.default: 2,
+                 aten._adaptive_avg_pool3d_backward.default: 3}
+
+
+def _adaptive_windows(env, dim, n_pad, n_out):
+    """(membership (n_out, n_pad) as 0/1, window sizes (n_out,)) along one dim."""
+    n = dsize(dim, env.n) if is_sym(dim) else dim[0]
+    i = jnp.arange(n_out)
+    start = (i * n) // n_out
+    end = ((i + 1) * n + n_out - 1) // n_out
+    j = jnp.arange(n_pad)
+    return (j[None, :] >= start[:, None]) & (j[None, :] < end[:, None]), end - start
+
+
+def _adaptive_parts(env, lay, spatial, out_size):
+    return [_adaptive_windows(env, d, p, o)
+            for d, p, o in zip(lay[len(lay) - len(out_size):], spatial, out_size)]
+
+
+def _adaptive_avg_fn(ctx, env, in_lays, x, output_size):
+    n = len(output_size)
+    xf = _f32(x)
+    parts = _adaptive_parts(env, in_lays[0], x.shape[x.ndim - n:], tuple(output_size))
+    total = _apply(xf, [m.astype(xf.dtype) for m, _ in parts])
+    return total / _window_counts(parts, xf.dtype)
+
+
+def _window_counts(parts, dtype):
+    """The windows' element counts, shaped to divide the pooled spatial dims."""
+    count = None
+    for k, (_, c) in enumerate(parts):
+        c = c.reshape((-1,) + (1,) * (len(parts) - k - 1)).astype(dtype)
+        count = c if count is None else count * c
+    return count
+
+
+def _adaptive_avg_backward_fn(ctx, env, in_lays, g, x, n):
+    gf = _f32(g)
+    parts = _adaptive_parts(env, in_lays[1], x.shape[x.ndim - n:], g.shape[g.ndim - n:])
+    return _apply(gf / _window_counts(parts, gf.dtype), [m.astype(gf.dtype) for m, _ in parts],
+                  transpose=True)
+
+
+@pad_rule(aten._adaptive_avg_pool2d.default, aten._adaptive_avg_pool3d.default)
+def pad_adaptive_avg_pool(node, ins, cx):
+    (lay,) = ins
+    n = _ADAPTIVE_AVG[node.op]
+    out = lay[:len(lay) - n] + concrete(node.shape[len(lay) - n:])
+    axes = _sym_axes(lay, range(len(lay) - n, len(lay)))
+    if not axes:
+        return Pad(out)
+    for a in axes:   # (windows are positions: the padding must come after them)
+        _end_padded(node.op, lay[a])
+    return Pad(out, pre=((0, axes, 0),), fn=_adaptive_avg_fn, tag="adaptive_avg")
+
+
+@pad_rule(aten._adaptive_avg_pool2d_backward.default,
+          aten._adaptive_avg_pool3d_backward.default)
+def pad_adaptive_avg_pool_backward(node, ins, cx):
+    g, x = node.args
+    gl, xl = ins[_i(g)], ins[_i(x)]
+    n = _ADAPTIVE_AVG[node.op]
+    if has_sym(gl[len(gl) - n:]) or not same_layout(cx, gl[:len(gl) - n], xl[:len(xl) - n]):
+        raise NoPadRule(node.op, "gradient padded unlike the pooled output",
+                        unlike(gl[:len(gl) - n], xl[:len(xl) - n]) | _syms(gl[len(gl) - n:]))
+    axes = _sym_axes(xl, range(len(xl) - n, len(xl)))
+    if not axes:
+        return Pad(xl)
+    for a in axes:
+        _end_padded(node.op, xl[a])
+    return Pad(xl, args=(g, x, n), fn=_adaptive_avg_backward_fn, tag="adaptive_avg_backward")
 
 
 # ---- upsampling -------------------------------------------------------------------------

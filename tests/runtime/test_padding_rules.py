@@ -770,3 +770,29 @@ class TransposedUNet(nn.Module):
         e = F.relu(self.enc(x))
         u = F.relu(self.up(F.relu(self.down(e))))
         return {"out": self.dec(torch.cat([u, e], 1)), "up": u}
+
+
+def adaptive_pools(x, w):
+    """x (B, C, H, 6): adaptive average pooling to sizes that split a padded H unevenly."""
+    h = x * w
+    return {"seven": F.adaptive_avg_pool2d(h, (7, 4)), "pyramid2": F.adaptive_avg_pool2d(h, 2),
+            "pyramid3": F.adaptive_avg_pool2d(h, (3, 6)), "global": F.adaptive_avg_pool2d(h, 1),
+            "1d": F.adaptive_avg_pool1d(h.flatten(2), 5)}
+
+
+def test_adaptive_average_pooling_to_any_size_along_a_padded_dim():
+    w = torch.randn(1, 2, 1, 1, generator=torch.Generator().manual_seed(8)).requires_grad_()
+    m = _check_padded(adaptive_pools, lambda H: (torch.randn(2, 2, H, 6, generator=torch.Generator(
+        ).manual_seed(H)),), [(2, "H")], [9, 13, 16], params=(w,), rtol=1e-5, atol=1e-6)
+    assert m["exact_compiles"] == {}, m["recompile_reasons"]
+    assert m["compiles"] == 1, m["recompile_reasons"]
+
+
+def test_adaptive_pooling_over_a_dim_padded_inside_compiles_exactly():
+    """(6, H) flattened: the padding sits between the rows, where windows would read it."""
+    lr.reset_metrics()
+    x = torch.randn(2, 3, 6, 11)
+    xl = lr.mark_dynamic(x.to(DEV), 3, "H")
+    assert_same(F.adaptive_avg_pool1d(xl.flatten(2), 5), F.adaptive_avg_pool1d(x.flatten(2), 5),
+                1e-5, 1e-6)
+    assert set(lr.metrics()["exact_compiles"]) == {"aten._adaptive_avg_pool2d.default"}
