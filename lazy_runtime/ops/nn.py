@@ -212,13 +212,16 @@ def _window_pick(v, member):
     return jnp.where(nan.any(-1), last_nan, first_max)
 
 
-def _adaptive_max_axis(vals, idx, axis, n_out):
+def _adaptive_max_axis(vals, idx, axis, n_out, member=None):
     """Along ``axis``: each adaptive window's pick (``_window_pick``) and the flat index
-    it came from."""
+    it came from. ``member``: the windows ([n_out, n_in] booleans), if not the whole
+    axis's (a padded one's come from its true size)."""
     n_in = vals.shape[axis]
-    lo = np.array([(i * n_in) // n_out for i in range(n_out)])
-    hi = np.array([-((-(i + 1) * n_in) // n_out) for i in range(n_out)])
-    member = (np.arange(n_in)[None, :] >= lo[:, None]) & (np.arange(n_in)[None, :] < hi[:, None])
+    if member is None:
+        lo = np.array([(i * n_in) // n_out for i in range(n_out)])
+        hi = np.array([-((-(i + 1) * n_in) // n_out) for i in range(n_out)])
+        member = (np.arange(n_in)[None, :] >= lo[:, None]) & \
+            (np.arange(n_in)[None, :] < hi[:, None])
     v = jnp.expand_dims(jnp.moveaxis(vals, axis, -1), -2)          # [..., 1, n_in]
     i = jnp.expand_dims(jnp.moveaxis(idx, axis, -1), -2)
     at = _window_pick(v, member)[..., None]                         # [..., n_out, 1]
@@ -247,13 +250,20 @@ def lower_adaptive_max_pool(x, output_size):
     """Separable: the pick over a window is the pick over its rows' picks, taken along the
     last spatial axis first (the first maximum, or the last NaN, in row-major order: torch's
     CPU scan)."""
+    return adaptive_max(x, output_size)
+
+
+def adaptive_max(x, output_size, members=None):
+    """``lower_adaptive_max_pool``'s (values, flat indices); ``members``: each spatial
+    axis's windows, where not the whole axis's (``_adaptive_max_axis``)."""
     n = len(output_size)
+    members = members or (None,) * n
     spatial = x.shape[x.ndim - n:]
     idx = jnp.broadcast_to(jnp.arange(int(np.prod(spatial)), dtype=jnp.int64).reshape(spatial),
                            x.shape)
     vals = x
     for k in reversed(range(n)):
-        vals, idx = _adaptive_max_axis(vals, idx, x.ndim - n + k, output_size[k])
+        vals, idx = _adaptive_max_axis(vals, idx, x.ndim - n + k, output_size[k], members[k])
     return vals, idx
 
 

@@ -66,7 +66,7 @@ from .common import check_index, jdt, norm_dim, norm_dims, opmath, vjp
 from .layout import (_jnp_index, _out_of_bounds, lower_pad, mask_rows_put, masked_scatter_from,
                      per_element_count)
 from .nn import (_add_at_argmax, _avg_pool, _batch_norm, _f32, _lowest, _max_pool, _tup,
-                 lower_convolution, lower_convolution_backward)
+                 adaptive_max, lower_convolution, lower_convolution_backward)
 from . import recurrent
 from .recurrent import layer_backward, layer_forward
 from .reduction import squared_magnitude, var_input
@@ -1212,10 +1212,16 @@ def _max_pool_fn(ctx, env, in_lays, x, kernel, stride, padding, dilation, ceil_m
     return vals, _plane_index(idx, x.shape[x.ndim - n:], _true_plane(env, in_lays[0], n))
 
 
+def _argmax_backward(env, x_lay, g, x, indices, n):
+    """Each window's gradient added at its pick, given in the true plane (a max pool's
+    indices), in the padded one."""
+    idx = _plane_index(indices, _true_plane(env, x_lay, n), x.shape[x.ndim - n:])
+    return _add_at_argmax(g, x, idx, n)
+
+
 def _max_pool_backward_fn(ctx, env, in_lays, g, x, kernel, stride, padding, dilation,
                           ceil_mode, indices, n):
-    idx = _plane_index(indices, _true_plane(env, in_lays[1], n), x.shape[x.ndim - n:])
-    return _add_at_argmax(g, x, idx, n)
+    return _argmax_backward(env, in_lays[1], g, x, indices, n)
 
 
 @pad_rule(aten.max_pool2d_with_indices.default, aten.max_pool3d_with_indices.default)
@@ -1394,17 +1400,65 @@ def pad_adaptive_avg_pool(node, ins, cx):
           aten._adaptive_avg_pool3d_backward.default)
 def pad_adaptive_avg_pool_backward(node, ins, cx):
     g, x = node.args
+    return _adaptive_backward_pad(node, ins, cx, _ADAPTIVE_AVG[node.op], (g, x),
+                                  _adaptive_avg_backward_fn, "adaptive_avg_backward")
+
+
+def _adaptive_backward_pad(node, ins, cx, n, tensors, fn, tag):
+    """An adaptive pool's backward: the gradient (and indices) of concrete pooled dims,
+    padded elsewhere as the input is; along the input's padded spatial dims, ``fn``."""
+    g, x = tensors[:2]
     gl, xl = ins[_i(g)], ins[_i(x)]
-    n = _ADAPTIVE_AVG[node.op]
-    if has_sym(gl[len(gl) - n:]) or not same_layout(cx, gl[:len(gl) - n], xl[:len(xl) - n]):
-        raise NoPadRule(node.op, "gradient padded unlike the pooled output",
+    if has_sym(gl[len(gl) - n:]) or not same_layout(cx, gl[:len(gl) - n], xl[:len(xl) - n]) \
+            or not all(same_layout(cx, ins[_i(t)], gl) for t in tensors[2:]):
+        raise NoPadRule(node.op, "gradient or indices padded unlike the pooled output",
                         unlike(gl[:len(gl) - n], xl[:len(xl) - n]) | _syms(gl[len(gl) - n:]))
     axes = _sym_axes(xl, range(len(xl) - n, len(xl)))
     if not axes:
         return Pad(xl)
     for a in axes:
         _end_padded(node.op, xl[a])
-    return Pad(xl, args=(g, x, n), fn=_adaptive_avg_backward_fn, tag="adaptive_avg_backward")
+    return Pad(xl, args=tensors + (n,), fn=fn, tag=tag)
+
+
+# Adaptive max pooling along padded spatial dims: the same windows, the pick made among
+# their members only (the tail never one); indices into the true plane, as max pooling's.
+
+_ADAPTIVE_MAX = {aten.adaptive_max_pool2d.default: 2, aten.adaptive_max_pool3d.default: 3,
+                 aten.adaptive_max_pool2d_backward.default: 2,
+                 aten.adaptive_max_pool3d_backward.default: 3}
+
+
+def _adaptive_max_fn(ctx, env, in_lays, x, output_size):
+    n = len(output_size)
+    spatial = x.shape[x.ndim - n:]
+    parts = _adaptive_parts(env, in_lays[0], spatial, tuple(output_size))
+    vals, idx = adaptive_max(x, tuple(output_size), [m for m, _ in parts])
+    return vals, _plane_index(idx, spatial, _true_plane(env, in_lays[0], n))
+
+
+def _adaptive_max_backward_fn(ctx, env, in_lays, g, x, indices, n):
+    return _argmax_backward(env, in_lays[1], g, x, indices, n)
+
+
+@pad_rule(aten.adaptive_max_pool2d.default, aten.adaptive_max_pool3d.default)
+def pad_adaptive_max_pool(node, ins, cx):
+    (lay,) = ins
+    n = _ADAPTIVE_MAX[node.op]
+    out = lay[:len(lay) - n] + concrete(node.shape[0][len(lay) - n:])
+    axes = _sym_axes(lay, range(len(lay) - n, len(lay)))
+    if not axes:
+        return Pad((out, out))
+    for a in axes:
+        _end_padded(node.op, lay[a])
+    return Pad((out, out), fn=_adaptive_max_fn, tag="adaptive_max")
+
+
+@pad_rule(aten.adaptive_max_pool2d_backward.default,
+          aten.adaptive_max_pool3d_backward.default)
+def pad_adaptive_max_pool_backward(node, ins, cx):
+    return _adaptive_backward_pad(node, ins, cx, _ADAPTIVE_MAX[node.op], tuple(node.args),
+                                  _adaptive_max_backward_fn, "adaptive_max_backward")
 
 
 # ---- upsampling -------------------------------------------------------------------------

@@ -773,14 +773,17 @@ class TransposedUNet(nn.Module):
 
 
 def adaptive_pools(x, w):
-    """x (B, C, H, 6): adaptive average pooling to sizes that split a padded H unevenly."""
+    """x (B, C, H, 6): adaptive average and max pooling to sizes that split a padded H
+    unevenly (max pooling's indices: positions in the true H x 6 plane, as torch's)."""
     h = x * w
-    return {"seven": F.adaptive_avg_pool2d(h, (7, 4)), "pyramid2": F.adaptive_avg_pool2d(h, 2),
+    vals, at = F.adaptive_max_pool2d(h, (5, 2), return_indices=True)
+    return {"max_vals": vals, "max_at": at, "seven": F.adaptive_avg_pool2d(h, (7, 4)), "pyramid2": F.adaptive_avg_pool2d(h, 2),
             "pyramid3": F.adaptive_avg_pool2d(h, (3, 6)), "global": F.adaptive_avg_pool2d(h, 1),
-            "1d": F.adaptive_avg_pool1d(h.flatten(2), 5)}
+            "1d": F.adaptive_avg_pool1d(h.flatten(2), 5),
+            "max": F.adaptive_max_pool2d(h, (4, 3))}
 
 
-def test_adaptive_average_pooling_to_any_size_along_a_padded_dim():
+def test_adaptive_pooling_to_any_size_along_a_padded_dim():
     w = torch.randn(1, 2, 1, 1, generator=torch.Generator().manual_seed(8)).requires_grad_()
     m = _check_padded(adaptive_pools, lambda H: (torch.randn(2, 2, H, 6, generator=torch.Generator(
         ).manual_seed(H)),), [(2, "H")], [9, 13, 16], params=(w,), rtol=1e-5, atol=1e-6)
