@@ -70,7 +70,8 @@ from .nn import (_add_at_argmax, _avg_pool, _batch_norm, _f32, _lowest, _max_poo
 from . import recurrent
 from .recurrent import layer_backward, layer_forward
 from .reduction import squared_magnitude, var_input
-from .resample import NEAREST, _apply, _index_dtype, _nearest, nearest_source
+from .resample import (NEAREST, _apply, _index_dtype, _nearest, linear_taps,
+                       lower_upsample_bilinear, nearest_source)
 from .registry import ELEMENTWISE, pad_rule
 
 aten = torch.ops.aten
@@ -1515,13 +1516,10 @@ def pad_upsample_nearest(node, ins, cx):
     return Pad(out, args=(x, tuple(sym_or_int(d) for d in out[lead:])) + node.args[2:])
 
 
-@pad_rule(*_NEAREST_BACKWARD_OPS)
-def pad_upsample_nearest_backward(node, ins, cx):
-    """The input's layout from the gradient's: each ``f*H`` back to ``H``."""
-    g, out_size, in_size = node.args[:3]
-    n, exact = _NEAREST_BACKWARD_OPS[node.op]
-    scales = tuple(node.args[3:]) + (None,) * (n - len(node.args[3:]))
-    gl = ins[_i(g)]
+def _upsampled_input(node, cx, gl, out_size, in_size, check):
+    """An upsampling backward's input layout from its gradient's ``gl``: each ``f*H`` back
+    to ``H`` (``check(H, k)`` vouches for the factor of spatial dim k), the rest as given."""
+    n = len(out_size)
     lead = len(gl) - n
     dims = list(gl[:lead])
     for k in range(n):
@@ -1535,14 +1533,118 @@ def pad_upsample_nearest_backward(node, ins, cx):
         if base not in cx.sizes or (f > 1 and base == name) or \
                 cx.sizes[base] != in_size[lead + k]:
             raise NoPadRule(node.op, f"gradient dim {d} is no upsampled input dim", {name})
-        _whole_factor(node.op, cx, base, out_size[k], scales[k], exact,
-                      _index_dtype(jdt(node.dtype)))
+        check(base, k)
         dims.append((base,))
-    xl = tuple(dims)
+    return tuple(dims)
+
+
+@pad_rule(*_NEAREST_BACKWARD_OPS)
+def pad_upsample_nearest_backward(node, ins, cx):
+    """The input's layout from the gradient's: each ``f*H`` back to ``H``."""
+    g, out_size, in_size = node.args[:3]
+    n, exact = _NEAREST_BACKWARD_OPS[node.op]
+    scales = tuple(node.args[3:]) + (None,) * (n - len(node.args[3:]))
+    gl = ins[_i(g)]
+    lead = len(gl) - n
+    dt = _index_dtype(jdt(node.dtype))
+    xl = _upsampled_input(node, cx, gl, out_size, in_size, lambda base, k: _whole_factor(
+        node.op, cx, base, out_size[k], scales[k], exact, dt))
     axes = _sym_axes(gl, range(lead, len(gl)))
     return Pad(xl, args=(g, tuple(sym_or_int(d) for d in gl[lead:]),
                          tuple(sym_or_int(d) for d in xl)) + node.args[3:],
                pre=((_i(g), axes, 0),) if axes else ())
+
+
+# Bilinear upsampling of padded spatial dims (a segmentation head, ``scale_factor=2``):
+# where the taps and weights of the true size's first outputs are those of the padded
+# size's (a scale given, or a size a whole multiple: the source positions then do not
+# depend on the size), but for the last true element, which torch pairs with itself (its
+# second tap clamped) and the padded size with the first padding element, the padding is
+# first filled with the last true element, so both give it; its gradient, the fill's,
+# flows back to that element. Elsewhere (align_corners, sizes not a whole multiple): exact.
+
+
+def _linear_factor(op, cx, sym, n_out, align_corners, scale, dt) -> int:
+    n, big = cx.sizes[sym], cx.buckets[sym]
+    f = n_out // n
+    if f < 1 or f * n != n_out:
+        raise NoPadRule(op, f"upsampling {sym} to {n_out}: no whole factor", retry=False)
+    t0, t1, tw = linear_taps(n, f * n, align_corners, scale, dt)
+    p0, p1, pw = (a[:f * n] for a in linear_taps(big, f * big, align_corners, scale, dt))
+    if not (np.array_equal(t0, p0) and np.array_equal(tw, pw) and np.all(
+            (t1 == p1) | ((t1 == n - 1) & (t0 == n - 1) & (p1 == n)))):
+        raise NoPadRule(op, f"bilinear taps of {sym} depend on its size", retry=False)
+    return f
+
+
+def _fill_from_last(env, x, lay, axes):
+    """``x`` with the padding of each of ``axes`` filled with that dim's last true element."""
+    for a in axes:
+        n = env.n[_lone_sym(aten.upsample_bilinear2d.default, lay[a])]
+        last = lax.dynamic_index_in_dim(x, n - 1, a, keepdims=True)
+        x = jnp.where(env.mask(lay, (a,)), x, last)
+    return x
+
+
+def _bilinear_fn(ctx, env, in_lays, x, output_size, align_corners, *scales):
+    lay = in_lays[0]
+    x = _fill_from_last(env, x, lay, _sym_axes(lay, range(len(lay) - 2, len(lay))))
+    return lower_upsample_bilinear(x, output_size, align_corners, *scales)
+
+
+def _bilinear_backward_fn(ctx, env, in_lays, g, output_size, input_size, align_corners,
+                          *rest):
+    *scales, lay = rest
+    axes = _sym_axes(lay, range(len(lay) - 2, len(lay)))
+
+    def fwd(x):
+        return lower_upsample_bilinear(_fill_from_last(env, x, lay, axes), output_size,
+                                       align_corners, *scales)
+    gf = _f32(g)
+    return vjp(fwd, (jnp.zeros(input_size, gf.dtype),), gf)[0]
+
+
+def _bilinear_layout(node, cx, lay, size, align_corners, scales, dt):
+    dims = list(lay[:2])
+    for k in range(2):
+        d = lay[2 + k]
+        if not is_sym(d):
+            dims.append((size[k],))
+            continue
+        sym = _lone_sym(node.op, d)
+        f = _linear_factor(node.op, cx, sym, size[k], align_corners, scales[k], dt)
+        dims.append(d if f == 1 else
+                    (cx.derive(f"{f}*{sym}", f * cx.sizes[sym], f * cx.buckets[sym], sym),))
+    return tuple(dims)
+
+
+@pad_rule(aten.upsample_bilinear2d.default)
+def pad_upsample_bilinear(node, ins, cx):
+    (lay,) = ins
+    x, size, align_corners = node.args[:3]
+    scales = tuple(node.args[3:]) + (None,) * (2 - len(node.args[3:]))
+    if not has_sym(lay[2:]):
+        return Pad(lay[:2] + concrete(node.shape[2:]))
+    out = _bilinear_layout(node, cx, lay, size, align_corners, scales,
+                           _index_dtype(jdt(node.dtype)))
+    return Pad(out, args=(x, tuple(sym_or_int(d) for d in out[2:]), align_corners) + scales,
+               fn=_bilinear_fn, tag="bilinear")
+
+
+@pad_rule(aten.upsample_bilinear2d_backward.default)
+def pad_upsample_bilinear_backward(node, ins, cx):
+    """The input's layout from the gradient's (``_upsampled_input``)."""
+    g, out_size, in_size, align_corners = node.args[:4]
+    scales = tuple(node.args[4:]) + (None,) * (2 - len(node.args[4:]))
+    gl = ins[_i(g)]
+    dt = _index_dtype(jdt(node.dtype))
+    xl = _upsampled_input(node, cx, gl, out_size, in_size, lambda base, k: _linear_factor(
+        node.op, cx, base, out_size[k], align_corners, scales[k], dt))
+    axes = _sym_axes(gl, range(2, 4))
+    return Pad(xl, args=(g, tuple(sym_or_int(d) for d in gl[2:]),
+                         tuple(sym_or_int(d) for d in xl), align_corners) + scales + (xl,),
+               pre=((_i(g), axes, 0),) if axes else (), fn=_bilinear_backward_fn,
+               tag="bilinear_backward")
 
 
 # ---- recurrent cells ----------------------------------------------------------------

@@ -58,13 +58,20 @@ def _nearest(n_in, n_out, scale, exact, dt):
 
 
 @functools.lru_cache(maxsize=256)
-def _linear(n_in, n_out, align_corners, scale, dt):
+def linear_taps(n_in, n_out, align_corners, scale, dt):
+    """(first tap, second tap, the second's weight) of each output of linear interpolation
+    along one axis, as torch computes them (``area_pixel_compute_source_index``)."""
     s = _scale(n_in, n_out, align_corners, scale, dt)
     dst = np.arange(n_out, dtype=dt)
     src = s * dst if align_corners else np.maximum(s * (dst + dt(0.5)) - dt(0.5), dt(0))
     x0 = np.minimum(src.astype(np.int64), n_in - 1)
     x1 = np.minimum(x0 + 1, n_in - 1)
-    w1 = np.clip(src - x0.astype(dt), dt(0), dt(1))
+    return x0, x1, np.clip(src - x0.astype(dt), dt(0), dt(1))
+
+
+@functools.lru_cache(maxsize=256)
+def _linear(n_in, n_out, align_corners, scale, dt):
+    x0, x1, w1 = linear_taps(n_in, n_out, align_corners, scale, dt)
     rows = np.arange(n_out)
     return _matrix(n_out, n_in, np.concatenate([rows, rows]), np.concatenate([x0, x1]),
                    np.concatenate([dt(1) - w1, w1]), dt)
@@ -314,6 +321,34 @@ for _op in NEAREST:
     rule(_op)(_nearest_rule(_op))
     lowering(_op)(_nearest_lowering(_op))
 del _op
+
+
+# ---- bilinear upsampling forward ---------------------------------------------------------
+#
+# Lowered, not decomposed (one op, so a padding rule can see it), with host-made taps as
+# bicubic's: each output the two taps along the width, then the two along the height
+# (torch's separable sum), weighted as torch's ``compute_source_index_and_lambda``.
+
+
+@rule(aten.upsample_bilinear2d.default)
+def upsample_bilinear_rule(x, output_size, align_corners, scales_h=None, scales_w=None):
+    if (x.ndim != 4 or len(output_size) != 2 or not x.dtype.is_floating_point
+            or 0 in tuple(x.shape[1:]) or min(output_size) <= 0):
+        raise NoLowering(aten.upsample_bilinear2d.default,
+                         "not 4-D, not floating point or empty (torch decides)")
+    return tuple(x.shape[:2]) + tuple(output_size), x.dtype
+
+
+@lowering(aten.upsample_bilinear2d.default)
+def lower_upsample_bilinear(x, output_size, align_corners, scales_h=None, scales_w=None):
+    xf = _f32(x)
+    dt = _index_dtype(xf.dtype)
+    for axis, scale in ((-1, scales_w), (-2, scales_h)):
+        x0, x1, w1 = linear_taps(xf.shape[axis], output_size[axis], align_corners, scale, dt)
+        shape = (-1,) + (1,) * (-axis - 1)
+        w1 = jnp.asarray(w1, xf.dtype).reshape(shape)
+        xf = jnp.take(xf, x0, axis=axis) * (1 - w1) + jnp.take(xf, x1, axis=axis) * w1
+    return xf.astype(x.dtype)
 
 
 # ---- bicubic upsampling forward ----------------------------------------------------------

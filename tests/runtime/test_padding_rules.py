@@ -643,6 +643,8 @@ def test_3d_pooling_along_a_padded_depth():
 class TinyUNet(nn.Module):
     """Down by a max pool, up by nearest upsampling, the skip concatenated."""
 
+    mode = "nearest"
+
     def __init__(self, scale=2, width=4):
         super().__init__()
         self.scale = scale
@@ -653,14 +655,18 @@ class TinyUNet(nn.Module):
     def forward(self, x):
         e = F.relu(self.enc(x))
         m = F.relu(self.mid(F.max_pool2d(e, self.scale)))
-        u = F.interpolate(m, scale_factor=self.scale, mode="nearest")
+        u = F.interpolate(m, scale_factor=self.scale, mode=self.mode)
         return {"out": self.dec(torch.cat([u, e], 1)), "up": u}
 
 
-@pytest.mark.parametrize("cls", ["TinyUNet", "TransposedUNet"])
+class BilinearUNet(TinyUNet):
+    mode = "bilinear"
+
+
+@pytest.mark.parametrize("cls", ["TinyUNet", "BilinearUNet", "TransposedUNet"])
 def test_a_unet_runs_padded_at_varying_image_sizes(cls):
-    """Up by nearest upsampling (``2*((H+0)//2)``: true 2 * (h // 2), padded 2 * (N // 2))
-    or by a transposed convolution (``2*((H+0)//2)+0``), meeting the skip's ``H`` where the
+    """Up by nearest or bilinear upsampling (``2*((H+0)//2)``: true 2 * (h // 2), padded
+    2 * (N // 2)) or by a transposed convolution (``2*((H+0)//2)+0``), meeting the skip's ``H`` where the
     sizes are even: one executable for the oblong sizes of a bucket."""
     eager, lazy = _model_pair(globals()[cls])
     for H, W in [(10, 14), (12, 10), (14, 12)]:
@@ -799,3 +805,38 @@ def test_adaptive_pooling_over_a_dim_padded_inside_compiles_exactly():
     assert_same(F.adaptive_avg_pool1d(xl.flatten(2), 5), F.adaptive_avg_pool1d(x.flatten(2), 5),
                 1e-5, 1e-6)
     assert set(lr.metrics()["exact_compiles"]) == {"aten._adaptive_avg_pool2d.default"}
+
+
+@pytest.mark.parametrize("how", ["scale 2", "size 2H", "align_corners", "scale 1.5"])
+def test_bilinear_upsampling_along_padded_dims(how):
+    """By a whole factor with size-free taps: padded (the last true element's clamped tap
+    made by filling the padding with it); align_corners or a factor of 1.5: exact."""
+    w = torch.randn(1, 2, 1, 1, generator=torch.Generator().manual_seed(3)).requires_grad_()
+
+    def up(x, w):
+        h = x * w
+        if how == "scale 2":
+            y = F.interpolate(h, scale_factor=2, mode="bilinear")
+        elif how == "size 2H":
+            y = F.interpolate(h, size=(2 * h.shape[2], 2 * h.shape[3]), mode="bilinear")
+        elif how == "align_corners":
+            y = F.interpolate(h, scale_factor=2, mode="bilinear", align_corners=True)
+        else:
+            y = F.interpolate(h, scale_factor=1.5, mode="bilinear")
+        return {"up": y}
+
+    m = _check_padded(up, lambda H: (torch.randn(2, 2, H, 5, generator=torch.Generator(
+        ).manual_seed(H)),), [(2, "H")], [9, 13, 16], params=(w,), rtol=1e-5, atol=1e-6)
+    if how in ("scale 2", "size 2H"):
+        assert m["exact_compiles"] == {} and m["compiles"] == 1, m["recompile_reasons"]
+    else:
+        assert set(m["exact_compiles"]) == {"aten.upsample_bilinear2d.default"}, m
+
+
+def test_bilinear_upsampling_of_a_padded_batch():
+    """Only the batch padded: the backward's input size has its symbol too."""
+    w = torch.randn(1, 2, 1, 1, generator=torch.Generator().manual_seed(5)).requires_grad_()
+    m = _check_padded(lambda x, w: {"up": F.interpolate(x * w, scale_factor=2, mode="bilinear")},
+                      lambda B: (torch.randn(B, 2, 3, 5, generator=torch.Generator(
+                          ).manual_seed(B)),), [(0, "B")], [9, 13, 16], params=(w,))
+    assert m["exact_compiles"] == {} and m["compiles"] == 1, m["recompile_reasons"]
