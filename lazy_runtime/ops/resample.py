@@ -7,8 +7,9 @@ matrix built on the host from the static sizes, with torch's index and weight fo
 (``UpSample.h``: the scale, the source index, clamping at the borders). The backward of an
 upsampling is then the same matrices transposed, applied to the gradient. Torch's
 forward upsampling reaches us decomposed into index ops (``torch._decomp``), but for
-bicubic's, lowered with the same host-side taps, and nearest's, a gather of host-made
-indices (see their sections); the backward ops arrive whole.
+bicubic's and bilinear's, lowered with the same host-side taps, and nearest's, a gather of
+host-made indices (see their sections: one op each, so padding rules see them); the
+backward ops arrive whole.
 
 Indices and weights are computed in the dtype torch computes them in (float32 for float,
 half and bfloat16 inputs; float64 for double), so a source index that lands on an integer
