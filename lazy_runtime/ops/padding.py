@@ -1168,21 +1168,43 @@ _POOL_DIMS = {aten.max_pool2d_with_indices.default: 2, aten.max_pool3d_with_indi
               aten.max_pool3d_with_indices_backward.default: 3}
 
 
-def _max_pool_layout(node, cx, xl, n, kernel, stride, padding, dilation, ceil_mode, shape):
-    """(the pooled layout, extra -inf at the input's end per spatial axis)."""
+def _max_pool_layout(node, cx, xl, n, kernel, stride, padding, dilation, ceil_mode, shape,
+                     ceil_ok=False):
+    """(the pooled layout, extra -inf at the input's end per spatial axis). ``ceil_ok``: a
+    ceil_mode pool's strided dims are derived symbols sized by torch's rule at the true and
+    padded sizes (a max pool's last window may run past the true size into the -inf
+    padding, as torch's runs past the input; an average pool's divisor would not count
+    as torch's does there)."""
     lead = len(xl) - n
     if not has_sym(xl[lead:]):
         return xl[:lead] + concrete(shape[lead:]), (0,) * n
-    if ceil_mode:
-        raise NoPadRule(node.op, "ceil_mode pooling along a dynamic dim", retry=False)
     k, pd, dl = (_tup(v, n) for v in (kernel, padding, dilation))
     st = _tup(stride if stride not in (None, [], ()) else kernel, n)
+    if ceil_mode and not ceil_ok and any(st[a] > 1 and is_sym(xl[lead + a])
+                                         for a in range(n)):
+        raise NoPadRule(node.op, "ceil_mode pooling along a dynamic dim", retry=False)
     dims, extra = list(xl[:lead]), []
     for a in range(n):
-        out, more = _spatial_dim(node.op, cx, xl[lead + a], k[a], st[a], pd[a], dl[a])
+        if ceil_mode and st[a] > 1 and is_sym(xl[lead + a]):
+            out, more = (_ceil_pool_dim(node.op, cx, xl[lead + a], k[a], st[a], pd[a],
+                                        dl[a]),), 0
+        else:   # (stride 1: ceil_mode changes nothing)
+            out, more = _spatial_dim(node.op, cx, xl[lead + a], k[a], st[a], pd[a], dl[a])
         dims.append(out or (shape[lead + a],))
         extra.append(more)
     return tuple(dims), tuple(extra)
+
+
+def _ceil_pool_dim(op, cx, dim, k, s, p, dl) -> str:
+    """The symbol of a ceil_mode pool's output along padded ``dim``."""
+    sym = _lone_sym(op, dim)
+
+    def size(m):
+        span = m + 2 * p - dl * (k - 1) - 1
+        o = -(-span // s) + 1
+        return o - 1 if (o - 1) * s >= m + p else o
+    return cx.derive(f"ceilpool({sym},{k},{s},{p},{dl})", size(cx.sizes[sym]),
+                     size(cx.buckets[sym]), sym)
 
 
 def _plane_index(idx, src, dst):
@@ -1230,7 +1252,7 @@ def pad_max_pool(node, ins, cx):
     (lay,) = ins
     n = _POOL_DIMS[node.op]
     args = (node.args + ((), 0, 1, False)[len(node.args) - 2:])[:6]
-    out, extra = _max_pool_layout(node, cx, lay, n, *args[1:], node.shape[0])
+    out, extra = _max_pool_layout(node, cx, lay, n, *args[1:], node.shape[0], ceil_ok=True)
     axes = _sym_axes(lay, range(len(lay) - n, len(lay)))
     if not axes:
         return Pad((out, out))
@@ -1246,7 +1268,8 @@ def pad_max_pool_backward(node, ins, cx):
     g, x, indices = node.args[0], node.args[1], node.args[7]
     n = _POOL_DIMS[node.op]
     xl = ins[_i(x)]
-    want, _ = _max_pool_layout(node, cx, xl, n, *node.args[2:7], node.inputs[_i(g)].shape)
+    want, _ = _max_pool_layout(node, cx, xl, n, *node.args[2:7], node.inputs[_i(g)].shape,
+                               ceil_ok=True)
     if not (same_layout(cx, ins[_i(g)], want) and same_layout(cx, ins[_i(indices)], want)):
         raise NoPadRule(node.op, "gradient or indices padded unlike the pooled output",
                         _syms(ins[_i(g)], ins[_i(indices)], xl))

@@ -840,3 +840,26 @@ def test_bilinear_upsampling_of_a_padded_batch():
                       lambda B: (torch.randn(B, 2, 3, 5, generator=torch.Generator(
                           ).manual_seed(B)),), [(0, "B")], [9, 13, 16], params=(w,))
     assert m["exact_compiles"] == {} and m["compiles"] == 1, m["recompile_reasons"]
+
+
+def test_ceil_mode_max_pooling_along_a_padded_dim():
+    """The output's size by torch's ceil_mode rule at the true and padded sizes (a derived
+    symbol); the last window runs past the true size into the -inf padding, as torch's
+    runs past the input. Average pooling in ceil_mode compiles exactly (its divisor)."""
+    w = torch.randn(1, 2, 1, 1, generator=torch.Generator().manual_seed(6)).requires_grad_()
+
+    def pools(x, w):
+        h = x * w
+        vals, at = F.max_pool2d(h, 3, 2, ceil_mode=True, return_indices=True)
+        return {"ceil": vals, "ceil_at": at, "ceil2": F.max_pool2d(h, 2, ceil_mode=True)}
+
+    def padded_window(x, w):   # (apart: its odd sizes are ceil2's, its padded ones not)
+        return {"ceil_pad": F.max_pool2d(x * w, 3, 2, 1, ceil_mode=True)}
+
+    for fn in (pools, padded_window):
+        m = _check_padded(fn, lambda H: (torch.randn(2, 2, H, 5, generator=torch.Generator(
+            ).manual_seed(H)),), [(2, "H")], [9, 13, 15], params=(w,))
+        assert m["exact_compiles"] == {} and m["compiles"] == 1, m["recompile_reasons"]
+    m = _check_padded(lambda x, w: {"avg": F.avg_pool2d(x * w, 3, 2, ceil_mode=True)},
+                      lambda H: (torch.randn(2, 2, H, 5),), [(2, "H")], [9], params=(w,))
+    assert set(m["exact_compiles"]) == {"aten.avg_pool2d.default"}, m
