@@ -24,7 +24,7 @@ import sys
 import time
 from pathlib import Path
 
-from gc_pauses import Collections, child
+from gc_pauses import Collections, _med, child
 
 ROOT = Path(__file__).resolve().parents[1]
 HEADING = "## Python's collector in steps whose lengths vary"
@@ -94,10 +94,6 @@ def run(steps: int, pairs: int) -> dict:
                       f"collections {r['counts']} "
                       f"({', '.join(f'{s:.1f}' for s in r['spent_ms'])} ms)", flush=True)
     return rows
-
-
-def _med(rs, f):
-    return statistics.median(f(r) for r in rs)
 
 
 def table(rows, steps, pairs) -> str:

@@ -1150,16 +1150,10 @@ def pad_convolution_backward(node, ins, cx):
                tag="conv_backward")
 
 
-def _batch_only(op, lay, nsp):
-    """Window ops whose spatial dims must be concrete: batch dims pass through."""
-    if has_sym(lay[len(lay) - nsp:]):
-        raise NoPadRule(op, "pooling along a dynamic dim", retry=False)
-
-
 # Max pooling along padded spatial dims: the tail is -inf first (the pool's own padding),
 # so a true window, which ends before the true size plus the padding, picks what torch's
-# picks; the output dim follows as a convolution's does (ceil_mode compiles exactly: its
-# last window's rule is no (n + c) // s). Indices are flat positions in the plane of the
+# picks; the output dim follows as a convolution's does (in ceil_mode, a symbol sized by
+# torch's rule: ``_ceil_pool_dim``). Indices are flat positions in the plane of the
 # true sizes, as torch's (they may be returned or read); the backward maps them back to
 # the padded plane, and zeroes the gradient at padded windows, whose picks are anywhere.
 
@@ -1168,7 +1162,7 @@ _POOL_DIMS = {aten.max_pool2d_with_indices.default: 2, aten.max_pool3d_with_indi
               aten.max_pool3d_with_indices_backward.default: 3}
 
 
-def _max_pool_layout(node, cx, xl, n, kernel, stride, padding, dilation, ceil_mode, shape,
+def _pool_layout(node, cx, xl, n, kernel, stride, padding, dilation, ceil_mode, shape,
                      ceil_ok=False):
     """(the pooled layout, extra -inf at the input's end per spatial axis). ``ceil_ok``: a
     ceil_mode pool's strided dims are derived symbols sized by torch's rule at the true and
@@ -1252,7 +1246,7 @@ def pad_max_pool(node, ins, cx):
     (lay,) = ins
     n = _POOL_DIMS[node.op]
     args = (node.args + ((), 0, 1, False)[len(node.args) - 2:])[:6]
-    out, extra = _max_pool_layout(node, cx, lay, n, *args[1:], node.shape[0], ceil_ok=True)
+    out, extra = _pool_layout(node, cx, lay, n, *args[1:], node.shape[0], ceil_ok=True)
     axes = _sym_axes(lay, range(len(lay) - n, len(lay)))
     if not axes:
         return Pad((out, out))
@@ -1268,7 +1262,7 @@ def pad_max_pool_backward(node, ins, cx):
     g, x, indices = node.args[0], node.args[1], node.args[7]
     n = _POOL_DIMS[node.op]
     xl = ins[_i(x)]
-    want, _ = _max_pool_layout(node, cx, xl, n, *node.args[2:7], node.inputs[_i(g)].shape,
+    want, _ = _pool_layout(node, cx, xl, n, *node.args[2:7], node.inputs[_i(g)].shape,
                                ceil_ok=True)
     if not (same_layout(cx, ins[_i(g)], want) and same_layout(cx, ins[_i(indices)], want)):
         raise NoPadRule(node.op, "gradient or indices padded unlike the pooled output",
@@ -1329,7 +1323,7 @@ def pad_avg_pool(node, ins, cx):
     (lay,) = ins
     n = _AVG_POOL_DIMS[node.op]
     args = _avg_pool_args(node, 0)
-    out, extra = _max_pool_layout(node, cx, lay, n, args[1], args[2], args[3], 1, args[4],
+    out, extra = _pool_layout(node, cx, lay, n, args[1], args[2], args[3], 1, args[4],
                                   node.shape)
     axes = _sym_axes(lay, range(len(lay) - n, len(lay)))
     if not axes:
@@ -1344,7 +1338,7 @@ def pad_avg_pool_backward(node, ins, cx):
     n = _AVG_POOL_DIMS[node.op]
     args = _avg_pool_args(node, 1)
     xl = ins[_i(x)]
-    want, extra = _max_pool_layout(node, cx, xl, n, args[2], args[3], args[4], 1, args[5],
+    want, extra = _pool_layout(node, cx, xl, n, args[2], args[3], args[4], 1, args[5],
                                    node.inputs[_i(g)].shape)
     if not same_layout(cx, ins[_i(g)], want):
         raise NoPadRule(node.op, "gradient padded unlike the pooled output",
@@ -1499,14 +1493,37 @@ _NEAREST_BACKWARD_OPS = {aten.upsample_nearest1d_backward.default: (1, False),
                          aten.upsample_nearest3d_backward.default: (3, False)}
 
 
-def _whole_factor(op, cx, sym, n_out, scale, exact, dt=None) -> int:
-    """The factor s of upsampling ``sym`` to ``n_out`` true elements, checked to read
-    input i // s at the true and the padded size (``dt``: also in the backward's dtype)."""
-    n, big = cx.sizes[sym], cx.buckets[sym]
+def _factor_of(op, cx, sym, n_out) -> int:
+    """The whole factor f of upsampling ``sym`` to ``n_out`` true elements, or refuse."""
+    n = cx.sizes[sym]
     f = n_out // n
     if f < 1 or f * n != n_out:
         raise NoPadRule(op, f"upsampling {sym} to {n_out}: no whole factor", retry=False)
-    for size in (n, big):
+    return f
+
+
+def _upsampled_layout(op, cx, lay, size, factor):
+    """An upsampling's output layout: its ``len(size)`` spatial dims each ``size[k]``, or
+    for a padded ``H``, ``f*H`` (true f n, padded f N), f being what ``factor(H, k)``
+    vouches for."""
+    lead = len(lay) - len(size)
+    dims = list(lay[:lead])
+    for k, d in enumerate(lay[lead:]):
+        if not is_sym(d):
+            dims.append((size[k],))
+            continue
+        sym = _lone_sym(op, d)
+        f = factor(sym, k)
+        dims.append(d if f == 1 else
+                    (cx.derive(f"{f}*{sym}", f * cx.sizes[sym], f * cx.buckets[sym], sym),))
+    return tuple(dims)
+
+
+def _whole_factor(op, cx, sym, n_out, scale, exact, dt=None) -> int:
+    """The factor s of upsampling ``sym`` to ``n_out`` true elements, checked to read
+    input i // s at the true and the padded size (``dt``: also in the backward's dtype)."""
+    f = _factor_of(op, cx, sym, n_out)
+    for size in (cx.sizes[sym], cx.buckets[sym]):
         want = np.arange(f * size) // f
         if not np.array_equal(nearest_source(size, f * size, scale, exact), want) or (
                 dt is not None and not np.array_equal(
@@ -1514,14 +1531,6 @@ def _whole_factor(op, cx, sym, n_out, scale, exact, dt=None) -> int:
             raise NoPadRule(op, f"upsampling by {f} at scale {scale}: not i // {f}",
                             retry=False)
     return f
-
-
-def _upsampled_dim(op, cx, dim, n_out, scale, exact):
-    sym = _lone_sym(op, dim)
-    f = _whole_factor(op, cx, sym, n_out, scale, exact)
-    if f == 1:
-        return dim
-    return (cx.derive(f"{f}*{sym}", f * cx.sizes[sym], f * cx.buckets[sym], sym),)
 
 
 @pad_rule(*NEAREST)
@@ -1533,9 +1542,8 @@ def pad_upsample_nearest(node, ins, cx):
     lead = len(lay) - n
     if not has_sym(lay[lead:]):
         return Pad(lay[:lead] + concrete(node.shape[lead:]))
-    out = lay[:lead] + tuple(
-        _upsampled_dim(node.op, cx, lay[lead + k], size[k], scales[k], exact)
-        if is_sym(lay[lead + k]) else (size[k],) for k in range(n))
+    out = _upsampled_layout(node.op, cx, lay, size, lambda sym, k: _whole_factor(
+        node.op, cx, sym, size[k], scales[k], exact))
     return Pad(out, args=(x, tuple(sym_or_int(d) for d in out[lead:])) + node.args[2:])
 
 
@@ -1588,10 +1596,10 @@ def pad_upsample_nearest_backward(node, ins, cx):
 
 
 def _linear_factor(op, cx, sym, n_out, align_corners, scale, dt) -> int:
+    """``_whole_factor`` for linear interpolation: the true size's taps are the padded
+    size's first ones, but for the last true element's clamped second tap."""
     n, big = cx.sizes[sym], cx.buckets[sym]
-    f = n_out // n
-    if f < 1 or f * n != n_out:
-        raise NoPadRule(op, f"upsampling {sym} to {n_out}: no whole factor", retry=False)
+    f = _factor_of(op, cx, sym, n_out)
     t0, t1, tw = linear_taps(n, f * n, align_corners, scale, dt)
     p0, p1, pw = (a[:f * n] for a in linear_taps(big, f * big, align_corners, scale, dt))
     if not (np.array_equal(t0, p0) and np.array_equal(tw, pw) and np.all(
@@ -1627,20 +1635,6 @@ def _bilinear_backward_fn(ctx, env, in_lays, g, output_size, input_size, align_c
     return vjp(fwd, (jnp.zeros(input_size, gf.dtype),), gf)[0]
 
 
-def _bilinear_layout(node, cx, lay, size, align_corners, scales, dt):
-    dims = list(lay[:2])
-    for k in range(2):
-        d = lay[2 + k]
-        if not is_sym(d):
-            dims.append((size[k],))
-            continue
-        sym = _lone_sym(node.op, d)
-        f = _linear_factor(node.op, cx, sym, size[k], align_corners, scales[k], dt)
-        dims.append(d if f == 1 else
-                    (cx.derive(f"{f}*{sym}", f * cx.sizes[sym], f * cx.buckets[sym], sym),))
-    return tuple(dims)
-
-
 @pad_rule(aten.upsample_bilinear2d.default)
 def pad_upsample_bilinear(node, ins, cx):
     (lay,) = ins
@@ -1648,8 +1642,9 @@ def pad_upsample_bilinear(node, ins, cx):
     scales = tuple(node.args[3:]) + (None,) * (2 - len(node.args[3:]))
     if not has_sym(lay[2:]):
         return Pad(lay[:2] + concrete(node.shape[2:]))
-    out = _bilinear_layout(node, cx, lay, size, align_corners, scales,
-                           _index_dtype(jdt(node.dtype)))
+    dt = _index_dtype(jdt(node.dtype))
+    out = _upsampled_layout(node.op, cx, lay, size, lambda sym, k: _linear_factor(
+        node.op, cx, sym, size[k], align_corners, scales[k], dt))
     return Pad(out, args=(x, tuple(sym_or_int(d) for d in out[2:]), align_corners) + scales,
                fn=_bilinear_fn, tag="bilinear")
 
