@@ -14,7 +14,9 @@ rounding noise only, which Adam scales up, so losses part after some steps whate
 computes them); torch.compile with ``dynamic=True``; lazy_runtime with
 one executable per shape (buckets off, as torch_xla compiles); lazy_runtime with the
 images' H and W marked dynamic (``lr.mark_dynamic``, power-of-two buckets: the convolution,
-batch norm and pooling run padded, ``ops/padding.py``). torch uses one intra-op thread.
+batch norm and pooling run padded, ``ops/padding.py``); the same with the step under
+``lr.compile_step`` (replayed whole, at sizes never traced once its bucket's executable has
+been traced at three). torch uses one intra-op thread.
 Reported: compiles (XLA's for the runtime, graphs for torch.compile), the exact-shape
 compiles among them, total and median step time, and the largest relative difference of
 a loss from eager torch's. The per-shape runtime is capped (``--cap-per-shape`` steps).
@@ -47,6 +49,7 @@ import train_cnn as CNN  # noqa: E402
 HEADINGS = {"cnn": "## Images of varying size: the CNN trained with H and W dynamic",
             "unet": "## Images of varying size: a U-Net trained with H and W dynamic"}
 DATE = "2026-11-28"
+WHOLE = "lazy_runtime, H and W dynamic, whole step"
 
 
 class UNet(nn.Module):
@@ -97,12 +100,26 @@ def make_model(model: str, nudge: float):
 
 
 def run(name, steps, model_name, device=None, prepare=None, mark=False, counter=None,
-        nudge=0.0):
+        nudge=0.0, whole=False):
+    """``whole``: the step under ``lr.compile_step`` (the optimizer's step count on the
+    device: ``lr.compile_optimizer``), its CPU batch passed as it is."""
     model = make_model(model_name, nudge)
     if device is not None:
         model = model.to(device)
     fwd = prepare(model) if prepare else model
     opt = CNN.make_optimizer(model)
+    if whole:
+        opt = lr.compile_optimizer(opt)
+
+    def one_step(x, y):
+        loss = F.cross_entropy(fwd(x), y)
+        loss.backward()
+        opt.step()
+        opt.zero_grad()
+        if device is not None:
+            lr.mark_step()
+        return loss
+    step_fn = lr.compile_step(one_step, model, opt) if whole else one_step
     times, losses = [], []
     for step, (H, W) in enumerate(sizes(steps, model_name)):
         x, y = batch(step, H, W, model_name)
@@ -110,13 +127,9 @@ def run(name, steps, model_name, device=None, prepare=None, mark=False, counter=
         if device is not None:
             if mark:
                 lr.mark_dynamic(lr.mark_dynamic(x, 2, "H"), 3, "W")
-            x, y = x.to(device), y.to(device)
-        loss = F.cross_entropy(fwd(x), y)
-        loss.backward()
-        opt.step()
-        opt.zero_grad()
-        if device is not None:
-            lr.mark_step()
+            if not whole:
+                x, y = x.to(device), y.to(device)
+        loss = step_fn(x, y)
         losses.append(loss.item())
         times.append(time.perf_counter() - t0)
         print(f"  {name:>14s} step {step:3d} {H}x{W} {times[-1] * 1e3:8.1f} ms", file=sys.stderr)
@@ -126,6 +139,7 @@ def run(name, steps, model_name, device=None, prepare=None, mark=False, counter=
         m = lr.metrics()
         out["exact"] = sum(m["exact_compiles"].values())
         out["buckets"] = m["buckets"]
+        out["replayed"] = (m["step_replays"], m["step_replays_across_sizes"])
     return out
 
 
@@ -173,6 +187,11 @@ def table(rows: dict, steps: int, cap: int, model: str) -> str:
                      f"| {diff(r, cap):.1e} | {diff(r, n):.1e} |")
     if "buckets" in rows.get("lazy_runtime, H and W dynamic", {}):
         lines += ["", f"Buckets: {rows['lazy_runtime, H and W dynamic']['buckets']}."]
+    if WHOLE in rows:
+        n, across = rows[WHOLE]["replayed"]
+        lines += ["", f"Whole step (`lr.compile_step`, `lr.compile_optimizer`): {n} of "
+                      f"{len(rows[WHOLE]['times'])} steps replayed, {across} of them at "
+                      "sizes never traced (`step_replays_across_sizes`)."]
     return "\n".join(lines) + "\n"
 
 
@@ -196,14 +215,15 @@ def main():
     rows["torch.compile (dynamic=True)"] = run(
         "torch.compile", a.cap_compile or a.steps, model,
         prepare=lambda m: torch.compile(m, dynamic=True), counter=dynamo_graphs)
-    for name, policy, mark, steps in (
-            ("lazy_runtime, one executable per shape", "off", False, a.cap_per_shape),
-            ("lazy_runtime, H and W dynamic", "pow2", True, a.steps)):
+    for name, policy, mark, steps, whole in (
+            ("lazy_runtime, one executable per shape", "off", False, a.cap_per_shape, False),
+            ("lazy_runtime, H and W dynamic", "pow2", True, a.steps, False),
+            (WHOLE, "pow2", True, a.steps, True)):
         lr.config.buckets = policy
         lr.clear_cache()
         lr.reset_metrics()
         rows[name] = run(name.split(", ")[1][:14], steps, model, dev, mark=mark,
-                         counter=lambda: lr.metrics()["compiles"])
+                         counter=lambda: lr.metrics()["compiles"], whole=whole)
     sys.path.insert(0, str(ROOT / "benchmarks"))
     from results_file import emit
     emit(HEADINGS[model], table(rows, a.steps, a.cap_per_shape, model), a.write)

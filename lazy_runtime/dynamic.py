@@ -329,6 +329,10 @@ class Cx:
         # derived symbol -> its pieces in order (symbols and ints): a cat of dynamic pieces
         self.sums: dict = {}
         self.bases: dict = {}     # derived symbol -> the symbol it follows from
+        # derived symbol -> its true size as a function of the sizes of those before it
+        # (a replay at sizes never traced computes them: ``sizes_at``); none for a length
+        # read from a value
+        self.rules: dict = {}
         self.slice_marks: dict = {}  # node index -> symbol: a slice whose length varies
         self.offset_marks: dict = {}  # node index -> name: a cut whose start varies
         self.offsets: dict = {}   # name -> this trace's start (``offset``)
@@ -345,11 +349,13 @@ class Cx:
         self.offsets[name] = cut_at(node)[1]
         return (name, 0)
 
-    def derive(self, name: str, size: int, padded: int, base: str | None = None) -> str:
+    def derive(self, name: str, size: int, padded: int, base: str | None = None,
+               rule=None) -> str:
         """A new symbol for a size that is a function of other symbols' sizes (``name``
         spells that function, so the key tells traces apart by it): its true size here is
         ``size``, its padded size ``padded``. A name taken with other sizes gets primes.
-        ``base``: the symbol it follows from, blamed for a contradiction it meets."""
+        ``base``: the symbol it follows from, blamed for a contradiction it meets.
+        ``rule``: that function, of a dict of the sizes (``rule(self.sizes) == size``)."""
         if size < 1 or padded < size:
             raise NoPadRule("derive", f"{name} of size {size} (padded {padded})", retry=False)
         while name in self.sizes and (self.sizes[name], self.buckets[name]) != (size, padded):
@@ -359,6 +365,8 @@ class Cx:
         self.derived.add(name)
         if base is not None:
             self.bases[name] = base
+        if rule is not None and name not in self.rules:
+            self.rules[name] = rule
         return name
 
     def origins(self, syms) -> frozenset:
@@ -379,7 +387,7 @@ class Cx:
             return sym
         base, k0 = self.shrunk.get(sym, (sym, 0))
         name = self.derive(f"{base}-{k0 + k}", self.sizes[base] - k0 - k, self.buckets[base],
-                           base)
+                           base, rule=lambda n, b=base, k=k0 + k: n[b] - k)
         self.shrunk[name] = (base, k0 + k)
         return name
 
@@ -440,7 +448,7 @@ class Rebucket(Exception):
 
 class SymPlan:
     __slots__ = ("key", "layouts", "syms", "sizes", "buckets", "pads", "data_layouts",
-                 "exe", "n_ops")
+                 "exe", "n_ops", "rules")
 
 
 MAX_RETRIES = 48
@@ -664,6 +672,7 @@ def _build(g, fresh, auto, disabled, bump):
                               tuple(zip(syms, plan.buckets))))
     plan.exe = None
     plan.n_ops = 0
+    plan.rules = tuple(cx.rules.items())   # (in the order derived)
     return plan
 
 

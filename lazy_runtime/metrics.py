@@ -8,7 +8,8 @@ from . import log
 
 _COUNTS = ("compiles", "disk_cache_hits", "cache_hits", "graphs_executed", "traced_ops", "syncs",
            "cache_evictions", "transfers_to_device", "transfers_to_host", "host_ops",
-           "host_folds", "padded_executions", "replays", "replays_across_sizes", "step_replays")
+           "host_folds", "padded_executions", "replays", "replays_across_sizes", "step_replays",
+           "step_replays_across_sizes")
 _TIMES = ("compile_seconds", "execute_seconds")
 
 
@@ -101,7 +102,8 @@ def metrics_report() -> str:
              + (", ".join(f"{k}={v}" for k, v in sorted(m["buckets"].items())) or "none"),
              "  exact compiles  : " + (_fmt_counter(m["exact_compiles"]) or "none"),
              f"  replays         : {m['replays']}  (across sizes: {m['replays_across_sizes']}; "
-             f"whole steps: {m['step_replays']})"]
+             f"whole steps: {m['step_replays']}, "
+             f"{m['step_replays_across_sizes']} of them across sizes)"]
     misses = sorted(m["replay_misses"].items(), key=lambda kv: -kv[1])
     if misses:   # (why calls meant to replay were traced: the first thing to look at)
         lines.append(f"  replay misses   : {sum(n for _, n in misses)}")

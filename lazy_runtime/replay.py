@@ -61,7 +61,7 @@ import torch
 import torch.nn.modules.module as _nn_module
 import torch.utils._pytree as pytree
 
-from . import autocast, ir, random, replay_sizes
+from . import autocast, ir, random, replay_sizes, traced_numbers
 from .dynamic import leaf_marks, put_host
 from .metrics import METRICS
 from .ops.registry import Lowering
@@ -719,6 +719,7 @@ class Replayer:
             METRICS.replay_miss("arguments no longer share values as when captured")
             return self.forward(*args, **kwargs)
         if e.state == "ready":
+            note_replay(tensors, family, self.sizes)
             METRICS.replays += 1
             if e.synthesized:
                 METRICS.replays_across_sizes += 1
@@ -846,6 +847,37 @@ class Replayer:
             return None
         fkey.append(truths)
         return tuple(fkey), sizes
+
+
+def note_replay(tensors, family=None, policy=None) -> None:
+    """A replay inside a whole step traced with its sizes followed
+    (``traced_numbers.Tape.sized``): its Python does not run, so what it would have
+    decided by the sizes goes on the step's tape here. Where the analyzer vouches for it
+    (``family``: the sizes of its dynamic dims; ``policy``: their ``SizePolicy``), each
+    of the plan's conditions at those sizes is a guard; every other dim of a tensor it
+    takes that was computed in this step or runs padded must keep its size (a replay
+    by its exact signature vouches for no other)."""
+    tape = traced_numbers.recording_tape()
+    if tape is None or tape.sized is None:
+        return
+    marked: dict = {}
+    if family is not None and policy is not None:
+        reads = {name: tape.read(n) for name, n in sorted(family[1].items())}
+        try:
+            for names, fn in policy._conds:
+                bool(fn(*[reads[n] for n in names]))   # (its comparisons: guards)
+        except Exception as err:   # (a condition Python cannot follow: not replayed)
+            tape.pinned = tape.pinned or f"a condition of the plan ({err})"
+        marked = {id(t): dict(leaf_marks(t._st.node)) for t in tensors
+                  if t._st.node.op is ir.DATA and not t._vw}
+    for t in tensors:
+        n = t._st.node
+        if n.op is ir.DATA and n.aux is None and not t._vw:
+            continue   # (device data made before the step: its shape is the step's key)
+        dims = marked.get(id(t), {})
+        for d, v in enumerate(t.shape):
+            if d not in dims:
+                tape.keep(v)
 
 
 _OBJECT_DEPTH = 4   # how deep an argument object is looked into

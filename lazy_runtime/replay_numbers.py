@@ -37,7 +37,7 @@ import torch.utils._pytree as pytree
 
 from . import ir, log, step_numbers, traced_numbers
 from .metrics import METRICS
-from .replay import NumberEntry, Replayer, _aliases_hold, _Entry
+from .replay import NumberEntry, Replayer, _aliases_hold, _Entry, note_replay
 from .traced_numbers import NUMBER, Followed, plain
 
 MAX_FOLLOWED_KEYS = 16   # followed signatures kept (least recently used dropped)
@@ -177,11 +177,12 @@ class NumberFollowingReplayer(Replayer):
             numbers = fam.predict(env)
             e = fam.trace.entry
             if numbers is not None and _aliases_hold(e, tensors):
-                return self._run(e, tensors, objects, numbers[0])
+                return self._run(e, tensors, objects, numbers.scalars)
         return _MISS
 
     @staticmethod
     def _run(e, tensors, objects, scalars=None):
+        note_replay(tensors)
         METRICS.replays += 1
         _, _, outs = e.run_forward(tensors, scalars)
         return e.results(outs, objects)

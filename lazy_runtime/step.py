@@ -34,14 +34,24 @@ What makes that sound is checked, not assumed:
   from an earlier call, a view of autograd's result, is made a base where nothing can
   tell (``tensor.rebase_whole_view``).
 * **Dynamic dims.** A step whose graph runs padded (``mark_dynamic``, an analyzer plan) is
-  replayed per exact signature, with its arguments padded on the host and its true sizes
-  passed as it was traced. A signature's first trace is confirmed without a second one
+  replayed with its arguments padded on the host and its true sizes passed as the
+  executable takes them. A signature's first trace is confirmed without a second one
   when it does what a trace of another size does on the same padded executable (the same
   numbers, inputs, writes and random draws; its constants made for its own size by a host
-  factory or a replayed forward): a length seen once is replayed from its second call. No
-  size is replayed without having been traced: a branch on a size stays right. Values the
-  step keeps must not have a dynamic dim; one it returns comes back padded at the call's
-  true sizes.
+  factory or a replayed forward): a length seen once is replayed from its second call.
+  Once two signatures differ only in the sizes of dims that ran padded, those sizes are
+  *followed* as numbers are (below, and ``step_numbers``): the signature keys them by
+  None, every size the step's Python reads of a lazy tensor (``x.shape``, ``x.size(1)``,
+  ``numel()``) is a followed number whose arithmetic and branches are recorded, and a
+  family traced at three sizes of a bucket replays the others never traced: the
+  executable's sizes computed from the call's (a derived symbol by the rule that made
+  it), each size read and each number the executable takes linked to the sizes (a
+  product of them times an int that it equalled in every trace; all candidates must
+  agree), host constants (``arange(T)``) made again for the call, each branch checked,
+  and a symbol whose size never changed in the traces kept at it. A replayed forward
+  inside the step runs no Python: it puts its plan's conditions on the step's record, or,
+  replayed by exact signature, ties the trace to its sizes. Values the step keeps must
+  not have a dynamic dim; one it returns comes back padded at the call's true sizes.
 * **Argument objects** (a key-value cache: transformers' ``StaticCache``, passed as
   ``step(tok, cache)``): looked into as a replayed forward does (``replay.object_state``):
   their structure is one entry of the signature, their tensors are state of the call,
@@ -123,7 +133,7 @@ class _Trace:
                  "sizes_on_device", "state_writes", "shared_writes", "host_buffers",
                  "state_aliases", "other_aliases", "state_refs", "tape", "cuts", "syms",
                  "size_list", "bucket_list", "out_same", "arg_writes", "arg_bases",
-                 "grad_sets")
+                 "grad_sets", "rules", "followed", "shape_key")
 
 
 class _Entry:
@@ -170,7 +180,8 @@ class StepReplayer:
         self.entries: dict = {}
         self._stamp = None
         self._last = None     # (signature, stamp, entry) of the last replay
-        self.followed = frozenset()   # flat positions of the numbers followed
+        # flat positions of the numbers followed, and (position, dim) of the sizes
+        self.followed = frozenset()
         self.unfollowed: set = set()  # ... and of those that could not be
 
     def _state(self):
@@ -216,9 +227,11 @@ class StepReplayer:
 
     def _signature(self, args, kwargs, followed=None):
         """(the call's signature, its flat arguments, their spec): ``followed`` numbers
-        (flat positions; the replayer's by default) keyed by type, other numbers by value."""
+        (flat positions; the replayer's by default) keyed by type, other numbers by value,
+        followed sizes ((position, dim)) by None."""
         followed = self.followed if followed is None else followed
-        if not kwargs and all(type(a) is torch.Tensor for a in args):
+        sized = any(type(p) is tuple for p in followed) if followed else False
+        if not kwargs and not sized and all(type(a) is torch.Tensor for a in args):
             # the common call, CPU tensors only: its structure is known by their number
             spec = _TENSORS_SPEC.get(len(args))
             if spec is None:
@@ -230,8 +243,11 @@ class StepReplayer:
         objects = _NO_OBJECTS
         for i, v in enumerate(flat):
             if isinstance(v, torch.Tensor):
-                key.append((tuple(v.shape), v.dtype, v.requires_grad,
-                            isinstance(v, LazyTensor)))
+                shape = tuple(v.shape)
+                if sized:
+                    shape = tuple(None if (i, d) in followed else n
+                                  for d, n in enumerate(shape))
+                key.append((shape, v.dtype, v.requires_grad, isinstance(v, LazyTensor)))
             elif i in followed and type(v) in NUMBER:
                 key.append(_FOLLOWED[type(v)])
             elif type(v) in (int, float, bool, str, type(None)):
@@ -304,7 +320,7 @@ class StepReplayer:
             full = key + (snap,)
             e = self.entries.pop(full, None)
         if e is None:
-            e = _Entry(tuple(i for i, k in enumerate(key[_HEAD:]) if k in _FOLLOWED_KEYS))
+            e = _Entry(_followed_of(key[_HEAD:]))
             while len(self.entries) >= self.MAX_ENTRIES:
                 self.entries.pop(next(iter(self.entries)))
         self.entries[full] = e   # most recently used last
@@ -342,13 +358,15 @@ class StepReplayer:
     def _learn_followed(self, full) -> bool:
         """Whether new signature ``full`` differs from one seen before in the values of
         some numbers only (int or float arguments, the optimizer's number
-        hyper-parameters), each of one type in both: from now on those are followed
-        (``step_numbers``)."""
+        hyper-parameters), each of one type in both, or in the sizes of tensor arguments
+        along dims that ran padded in a trace of the other: from now on those are
+        followed (``step_numbers``)."""
         found = set()
-        for other in self.entries:
+        for other, o in self.entries.items():
             if len(other) == len(full) and other[:_HEAD] == full[:_HEAD] and \
                     other[-1] == full[-1]:
-                found.update(step_numbers.changed_numbers(other[_HEAD:-1], full[_HEAD:-1]))
+                found.update(step_numbers.changed_numbers(other[_HEAD:-1], full[_HEAD:-1],
+                                                          _padded_dims(o)))
         found -= self.unfollowed
         found -= self.followed
         if not found:
@@ -367,11 +385,14 @@ class StepReplayer:
         that vouches for the followed ints' values."""
         if not e.followed:
             return self._replay(e.ready, flat, owned, stamp)
-        env = tuple(flat[i] for i in e.followed)
+        env = _env(flat, e.followed)
         for fam in e.families:
             numbers = fam.predict(env)
             if numbers is not None:
-                return self._replay(fam.trace, flat, owned, stamp, numbers + (env,))
+                out = self._replay(fam.trace, flat, owned, stamp, numbers)
+                if out is not None and numbers.sizes is not None and env not in fam.envs:
+                    METRICS.step_replays_across_sizes += 1
+                return out
         return None
 
     def _plain(self, args, kwargs):
@@ -397,8 +418,11 @@ class StepReplayer:
         tape = None
         hyper = {}   # followed hyper-parameters: number index -> its traced value
         if e.followed:   # (each traced as a ``TracedInt``/``TracedFloat``: uses on ``tape``)
-            tape = traced_numbers.Tape(tuple(flat[i] for i in e.followed))
+            sized = any(type(i) is tuple for i in e.followed)
+            tape = traced_numbers.Tape(_env(flat, e.followed), LazyTensor if sized else None)
             for k, i in enumerate(e.followed):
+                if type(i) is tuple:   # (a size: its reads are followed as made)
+                    continue
                 if i < n_args:
                     lazy[i] = traced_numbers.follow(flat[i], k)
                 else:
@@ -514,7 +538,18 @@ class StepReplayer:
             self._unfollow(e)
             METRICS.replay_miss(f"whole step: {why}")
             return out
+        tr.followed = e.followed
         step_numbers.add_trace(e, tr, _agree_numbers_aside)
+        if tr.tape.sized is not None and any(p is tr for p in e.pending) and \
+                self._confirm_across_sizes(e, tr):
+            # a size's first trace, doing what a confirmed trace of another size does:
+            # replayed at its own sizes from its next call (a family of one vouches for
+            # nothing else)
+            fam = step_numbers.Family([tr])
+            if fam.relink():
+                e.pending = [p for p in e.pending if p is not tr]
+                e.families.insert(0, fam)
+                del e.families[step_numbers.MAX_FAMILIES:]
         return out
 
     def _confirm_across_sizes(self, e, tr) -> bool:
@@ -539,8 +574,8 @@ class StepReplayer:
         """Run the confirmed trace ``tr`` on the current values and write its results
         back; None where it cannot (a pending or padded value, or ``stamp`` given and no
         longer holding: then nothing was written and no random number drawn).
-        ``numbers``: (scalars, sizes, the followed ints) of a followed signature's call,
-        in place of those of the trace."""
+        ``numbers``: a followed signature's call's ``step_numbers.Prediction``, in place of
+        the trace's numbers, sizes and the constants made for them."""
         if tensor.pending_count():
             executor.sync("step")
         # The state slots in bulk (C-level maps: a step reads a hundred of them): each
@@ -551,6 +586,12 @@ class StepReplayer:
         if any(map(_VIEW, ts)) or list(map(_SIG, nodes)) != tr.state_sigs:
             return None   # a view, a pending or padded value: trace instead
         pool = list(tr.consts)
+        sizes = tr.sizes
+        if numbers is not None and numbers.sizes is not None:
+            if sizes is not None:
+                sizes = (numbers.sizes, sizes[1])
+            for q, v in numbers.consts:
+                pool[q] = v
         pool += map(_VALUE, nodes)
         host = 0
         for i, lay in tr.arg_pos:
@@ -565,7 +606,7 @@ class StepReplayer:
                 if v._vw or n.op is not ir.DATA or dynamic.leaf_pad(n) is not None:
                     return None
                 a = n.value if lay is None else dynamic.true_value(n)
-            pool.append(a if lay is None else dynamic.pad_host(a, lay, *tr.sizes))
+            pool.append(a if lay is None else dynamic.pad_host(a, lay, *sizes))
         if tr.aliases:
             # values shared when traced must still be (state places compared in bulk)
             a, b = tr.state_aliases
@@ -584,7 +625,7 @@ class StepReplayer:
             rngs = tr.no_rngs
         scalars, sizes = tr.scalars_on_device, tr.sizes_on_device
         if numbers is not None:
-            scalars, sizes = numbers[0], None if sizes is None else numbers[1]
+            scalars, sizes = numbers.scalars, None if sizes is None else numbers.size_list
         t0 = time.perf_counter()
         with executor._x64(True):
             if sizes is None:
@@ -608,7 +649,7 @@ class StepReplayer:
                                                              shape, dtype))
         leaves = list(tr.out_leaves)
         if numbers is not None:   # ints it returns computed from the followed ones
-            leaves = [traced_numbers.evaluate(v.expr, numbers[2])
+            leaves = [traced_numbers.evaluate(v.expr, numbers.env)
                       if type(v) is step_numbers.Returned else v for v in leaves]
         for j, xs, outs, args in tr.shared_writes:
             # places given one value keep sharing one leaf
@@ -722,13 +763,19 @@ def _host_copy(buffers: list, t: torch.Tensor) -> np.ndarray:
         src = t.numpy() if not t.requires_grad else t.detach().numpy()
     except (TypeError, RuntimeError):   # bfloat16, a conjugate or negative view
         return dtypes.tensor_to_numpy(t)
-    for b in buffers:
+    idle = None
+    for j in range(len(buffers)):
+        b = buffers[j]
         if getrefcount(b) == 3:   # the list, ``b`` and the argument: unused
-            np.copyto(b, src)
-            return b
+            if b.shape == src.shape and b.dtype == src.dtype:
+                np.copyto(b, src)
+                return b
+            idle = j
     b = np.array(src, order="C", copy=True)
     if len(buffers) < _HOST_BUFFERS:
         buffers.append(b)
+    elif idle is not None:   # (a followed size: the call's shape in place of another)
+        buffers[idle] = b
     return b
 
 
@@ -746,6 +793,40 @@ def _on_device(t):
 # alike but computes otherwise with each)
 _FOLLOWED = {int: (int, "followed"), float: (float, "followed")}
 _FOLLOWED_KEYS = tuple(_FOLLOWED.values())
+
+
+def _followed_of(entries) -> tuple:
+    """The followed places of a signature's argument entries, in order: a number's flat
+    position, or (position, dim) of a size keyed None."""
+    out = []
+    for j, k in enumerate(entries):
+        if k in _FOLLOWED_KEYS:
+            out.append(j)
+        elif step_numbers.is_tensor_key(k) and None in k[0]:
+            out.extend((j, d) for d, n in enumerate(k[0]) if n is None)
+    return tuple(out)
+
+
+def _env(flat, followed) -> tuple:
+    """The values of the ``followed`` places (``_followed_of``) in a call's ``flat``
+    arguments."""
+    return tuple(flat[i] if type(i) is int else flat[i[0]].shape[i[1]] for i in followed)
+
+
+def _padded_dims(e) -> dict:
+    """{flat position: dims} of the tensor arguments that ran padded (a dim of one symbol)
+    in a trace of entry ``e``."""
+    tr = e.ready or e.last or (e.families[0].trace if e.families else None) or \
+        (e.pending[0] if e.pending else None)
+    if tr is None:
+        return {}
+    out: dict = {}
+    for i, lay in tr.arg_pos:
+        if lay is not None:
+            for d, dim in enumerate(lay):
+                if len(dim) == 1 and type(dim[0]) is str:
+                    out.setdefault(i, set()).add(d)
+    return out
 
 
 # What a trace returned, by place, as a replay makes it again (compared between traces)
@@ -782,7 +863,7 @@ def _padded_leaf(value, out: _PaddedOut, tr, numbers):
     call's predicted ones), as a traced barrier leaves it (``dynamic.result_leaf``)."""
     sizes, buckets = tr.sizes
     if numbers is not None:
-        sizes = dict(zip(tr.syms, numbers[1].tolist()))
+        sizes = dict(zip(tr.syms, numbers.size_list.tolist()))
     return ir.computed_leaf(value, dynamic.lsize(out.layout, sizes), out.dtype,
                             aux=dynamic.pad_aux(out.layout, sizes, buckets))
 
@@ -963,6 +1044,8 @@ def _record(seen, slot_of, also, owned, out, rng0, arg_values, args_in, tape=Non
         tr.syms = () if plan is None else plan.syms
         tr.size_list = () if plan is None else plan.sizes
         tr.bucket_list = () if plan is None else plan.buckets
+        tr.rules = () if plan is None else plan.rules
+        tr.shape_key = None if plan is None else plan.key[1:3]   # (its graph, buckets aside)
     return tr, temps
 
 
@@ -1017,8 +1100,10 @@ def _agree(a: _Trace, b: _Trace, across_sizes: bool = False, numbers: bool = Tru
 
 
 def _agree_numbers_aside(a: _Trace, b: _Trace) -> bool:
-    """``_agree`` but for the Python numbers (a followed signature's links judge them)."""
-    return len(a.scalars) == len(b.scalars) and _agree(a, b, numbers=False)
+    """``_agree`` but for the Python numbers (a followed signature's links judge them),
+    and where sizes are followed, but for the constants made for them (linked too)."""
+    return len(a.scalars) == len(b.scalars) and _agree(
+        a, b, across_sizes=a.tape.sized is not None, numbers=False)
 
 
 def _same_numbers(a, b) -> bool:

@@ -36,20 +36,50 @@ keep it: it may have reached the graph as a constant (0 and 1 are not inputs). A
 a size torch computes in C from a handed int (``arange(pos + 1)``'s length) keeps
 equalling the expression it equalled at the family's three or more values (the cuts'
 clipping, the one such computation that bends, is checked, above).
+
+**Sizes.** A training step whose batches vary in length (``T`` marked dynamic) follows
+the sizes of its arguments' padded dims the same way (``step.StepReplayer``): the
+followed values are those sizes, and each size the traced Python reads of a lazy tensor
+is a followed number of its own, appended as read (``Tape.sized``). A family of one
+executable then says how everything follows the call's sizes:
+
+* each symbol of the executable (``_sizer``): an argument's dim, a constant, or a
+  derived symbol computed by the rule its padding rule gave (``Cx.derive``: ``(H+1)//2``
+  of a strided convolution, ``2*H`` of upsampling); every trace's sizes must come out;
+* each size read, number, cut bound and constant recipe's int (``_fit``): its traced
+  value where it never changed, and every product of sizes (c times one or two symbols,
+  or several arguments' dims: a dim of a padded value is such a product) it equalled in
+  every trace; a replay needs all of them to agree (a read of ``H // 8`` constant at 4
+  where H ran 34 to 36 is not vouched for at H = 40); one that changed and fits none
+  fails the family (``1 / numel`` computed by torch's C++ is not linked);
+* each cut of a dim whose size moved starts and runs where the executable takes it:
+  at a fixed position or a fixed distance from the end (``_cut_forms``);
+* each host constant whose value moved is made again by its recipe (``_remade``);
+* each symbol whose size never changed in the traces of this executable keeps it
+  (``steady``): a literal int the planner took for that symbol would not follow it.
+
+What stays assumed: the Python reads sizes through the tensor (``shape``, ``size``,
+``numel``, ``stride``, ``len``; a use that escapes the record, ``float(T)``, a hash,
+``range(T)``, guards the read's value); ``x.shape.numel()`` or numpy computing on a
+shape is not seen. torch's C++ is assumed not to record other ops at sizes never traced
+(within one bucket, where the padded executable already runs every traced size alike).
 """
 
 from __future__ import annotations
 
 import contextlib
 import dataclasses
+import itertools
+import math
 
 import numpy as np
+import torch
 
 from . import dynamic
 from .traced_numbers import NUMBER, evaluate, guards_hold, plain
 
 MIN_ENVS = 3        # values a family is traced at before it vouches for others
-MAX_FAMILIES = 8    # confirmed families kept per signature (a branch or a bucket each)
+MAX_FAMILIES = 16   # confirmed families kept per signature (a branch or a bucket each)
 MAX_PENDING = 4     # traces kept waiting for a partner
 MAX_TRACES = 24     # traces of one signature without any family: stop following
 
@@ -67,16 +97,19 @@ class _Link:
     """How one number is predicted: ``where`` (("scalar", k), ("size", k) or ("cut", c,
     field)), the expressions whose values matched it in every trace, and its value where
     it never changed (else ``_VARIES``); or, for a slice end torch computed, ``rel``: (the
-    start's ``where``, the traced length)."""
+    start's ``where``, the traced length). Where sizes are followed, ``cands`` too: each
+    (c, symbols) whose c times their sizes' product it equalled in every trace (a mean's
+    divisor, computed by torch's C++)."""
 
-    __slots__ = ("where", "exprs", "const", "rel")
+    __slots__ = ("where", "exprs", "const", "rel", "cands")
 
-    def __init__(self, where, exprs, const, rel=None):
+    def __init__(self, where, exprs, const, rel=None, cands=()):
         self.where, self.exprs, self.const, self.rel = where, exprs, const, rel
+        self.cands = cands
 
     def value(self, env, known):
-        """Its value at ``env`` (``known``: the numbers linked before it), or None where
-        its candidates disagree."""
+        """Its value at ``env`` (``known``: the numbers linked before it, and the sizes by
+        symbol at ``_SIZES``), or None where its candidates disagree."""
         if self.rel is not None:
             return known[self.rel[0]] + self.rel[1]
         v = self.const
@@ -86,7 +119,12 @@ class _Link:
                 v = x
             elif x != v:
                 return None
+        if self.cands:
+            return _fit_value((v, self.cands), known[_SIZES])
         return v
+
+
+_SIZES = "sizes"   # (``_Link.value``'s key of the sizes by symbol)
 
 
 class Family:
@@ -97,20 +135,29 @@ class Family:
     needs one trace of its own, not three."""
 
     __slots__ = ("traces", "trace", "guards", "links", "cuts", "buckets", "envs", "fixed",
-                 "returned", "borrowed", "n_envs")
+                 "returned", "borrowed", "n_envs", "sizer", "reads", "remade", "made",
+                 "steady", "cut_forms", "arg_dims")
 
     def __init__(self, traces, borrowed=()):
         self.traces = list(traces)
         self.trace = self.traces[0]
         self.borrowed = list(borrowed)
+        self.made: dict = {}   # (constant, its recipe's ints) -> its padded value
 
     def relink(self) -> bool:
         """Link every number over the family's traces; False where one cannot be."""
         own = self.traces
         traces = own + self.borrowed
-        self.envs = frozenset(t.tape.env for t in own)   # (traced with this executable)
-        self.n_envs = len(self.envs | {t.tape.env for t in self.borrowed})
+        self.envs = frozenset(t.tape.args() for t in own)   # (traced with this executable)
+        self.n_envs = len(self.envs | {t.tape.args() for t in self.borrowed})
         t0 = traces[0]
+        self.sizer, self.reads, self.remade, self.steady, self.cut_forms = None, (), (), (), ()
+        self.arg_dims = ()
+        monos = None
+        if t0.tape.sized is not None:
+            monos = self._link_sizes(own, traces)
+            if monos is None:
+                return False
         self.guards = t0.tape.guards
         values = [t.tape.values for t in traces]
         # An int the Python computed that kept one value in every trace of an executable
@@ -134,8 +181,12 @@ class Family:
                           if e in handed and all(type(v) in NUMBER and vals[j] == v
                                                  for vals, v in zip(values, seen)))
             const = seen[0] if all(v == seen[0] for v in seen) else _VARIES
-            if exprs:
-                links.append(_Link(where, exprs, const))
+            cands = ()
+            if monos is not None and all(type(v) in NUMBER for v in seen):
+                fit = _fit(seen, monos)
+                cands = () if fit is None else fit[1]
+            if exprs or cands:
+                links.append(_Link(where, exprs, const, cands=cands))
             elif const is _VARIES:
                 if rel is None:
                     return False
@@ -146,15 +197,17 @@ class Family:
             seen = [t.scalars[k] for t in traces]
             if not link(("scalar", k), seen):
                 return False
+        computed = {s for s, _, _ in self.sizer or ()}
         for k in range(len(t0.syms)):
-            if not link(("size", k), [t.size_list[k] for t in traces]):
+            if t0.syms[k] not in computed and \
+                    not link(("size", k), [t.size_list[k] for t in traces]):
                 return False
         cuts = []
         for c, (i, d, size, raw) in enumerate(t0.cuts):
             raws = [t.cuts[c][3] for t in traces]
             if all(r == raw for r in raws):
                 continue
-            if any(not _plain(r, size) for r in raws):
+            if any(not _plain(r, t.cuts[c][2]) for r, t in zip(raws, traces)):
                 return False   # clipped or wrapped when traced: not followed
             lengths = [_length(r) for r in raws]
             for f in range(len(raw)):
@@ -181,17 +234,77 @@ class Family:
                         if s[0] != "@"]
         return True
 
+    def _link_sizes(self, own, traces):
+        """Where sizes are followed: how each symbol's size follows from the call's
+        (``sizer``), each size the Python read (``reads``) and each constant made for the
+        sizes (``remade``); the products of sizes numbers may be (``_monomials``), or
+        None where one cannot be linked."""
+        self.sizer = _sizer(traces)
+        if self.sizer is None:
+            return None
+        t0 = traces[0]
+        # each followed size of an argument the executable reads, and its dim there: the
+        # call's size must be the dim's (another argument's T, or a size kept concrete)
+        lays = dict(t0.arg_pos)
+        self.arg_dims = tuple(
+            (j, (t0.tape.env[j],) if lays[p[0]] is None else lays[p[0]][p[1]])
+            for j, p in enumerate(t0.followed) if type(p) is tuple and p[0] in lays)
+        monos = _monomials(self.sizer, traces)
+        reads = []
+        for r in range(t0.tape.n_args, len(t0.tape.env)):
+            fit = _fit([t.tape.env[r] for t in traces], monos)
+            if fit is None:
+                return None
+            reads.append(fit)
+        self.reads = tuple(reads)
+        self.remade = _remade(own, traces, monos)
+        self.cut_forms = _cut_forms(traces, monos)
+        if self.remade is None or self.cut_forms is None:
+            return None
+        # A symbol whose size never changed in the traces of this executable (or of a
+        # sibling's with this graph but for its buckets) keeps it: a literal int the
+        # planner took for it (``view(B, 4, -1)`` beside ``H // 8`` of 4) would not
+        # follow it.
+        evidence = own + [b for b in self.borrowed if b.shape_key == t0.shape_key]
+        at = [_sizes_at(self.sizer, t.tape.args()) for t in evidence]
+        self.steady = tuple((sym, at[0][sym]) for sym, how, _ in self.sizer
+                            if how != "const" and all(a[sym] == at[0][sym] for a in at))
+        return monos
+
     def predict(self, env):
-        """(scalars, sizes) for the executable at followed values ``env``, or None where
+        """A ``Prediction`` for the executable at followed values ``env``, or None where
         the family cannot vouch for them."""
-        if env not in self.envs and (self.n_envs < MIN_ENVS
-                                     or not guards_hold(self.guards, env)
-                                     or not guards_hold(self.fixed, env, equal=True)):
+        traced = env in self.envs
+        if not traced and self.n_envs < MIN_ENVS:
             return None
         t0 = self.trace
+        by_sym = None
+        try:
+            if self.sizer is not None:
+                by_sym = _sizes_at(self.sizer, env)
+                if any(env[j] != dynamic.dsize(dim, by_sym) for j, dim in self.arg_dims) or \
+                        not _in_buckets(self.buckets, t0.syms, by_sym):
+                    return None   # (another bucket's call: told before any other work)
+                reads = []
+                for fit in self.reads:
+                    v = _fit_value(fit, by_sym)
+                    if v is None:
+                        return None
+                    reads.append(v)
+                env = env + tuple(reads)
+        except (ArithmeticError, ValueError, KeyError, RecursionError):
+            return None
+        if not traced and (not guards_hold(self.guards, env)
+                           or not guards_hold(self.fixed, env, equal=True)
+                           or any(by_sym[sym] != n for sym, n in self.steady)):
+            return None
         scalars = list(t0.scalars)
         sizes = list(t0.size_list)
-        known = {}
+        if by_sym is not None:
+            for k, sym in enumerate(t0.syms):
+                if sym in by_sym:
+                    sizes[k] = by_sym[sym]
+        known = {_SIZES: by_sym}
         try:
             for ln in self.links:
                 v = ln.value(env, known)
@@ -207,20 +320,281 @@ class Family:
                 evaluate(e, env)
         except (ArithmeticError, ValueError, RecursionError):
             return None
+        cut_sizes = {}
+        for c, fit, forms in self.cut_forms:   # (cuts of a dim whose size moves)
+            n = cut_sizes[c] = _fit_value(fit, by_sym)
+            raw = tuple(known.get(("cut", c, f), x) for f, x in enumerate(t0.cuts[c][3]))
+            if n is None or not _as_traced(raw, n, forms):
+                return None
         for c, size, n_fields, of, offset in self.cuts:
             raw = tuple(known.get(("cut", c, f), t0.cuts[c][3][f]) for f in range(n_fields))
-            if not _plain(raw, size):
+            if not _plain(raw, cut_sizes.get(c, size)):
                 return None
             n = _length(raw)
             if any(sizes[k] != n for k in of) if type(of) is tuple else n != of:
                 return None
             if offset is not None and sizes[offset] != raw[0]:
                 return None
-        for k, b, derived in self.buckets:
-            n = sizes[k]
-            if n < 1 or (n > b if derived else dynamic.bucket(n, t0.syms[k]) != b):
+        if not _in_buckets(self.buckets, t0.syms, dict(zip(t0.syms, sizes))):
+            return None
+        consts = ()
+        if self.sizer is not None:
+            by_sym = dict(zip(t0.syms, sizes))
+            consts = self._consts(by_sym) if self.remade else ()
+            if consts is None:
                 return None
-        return np.asarray(scalars, np.float64), np.asarray(sizes, np.int64)
+        return Prediction(np.asarray(scalars, np.float64), np.asarray(sizes, np.int64), env,
+                          by_sym, consts)
+
+    def _consts(self, by_sym: dict):
+        """((position among the trace's constants, its value at sizes ``by_sym``), ...)
+        for the constants made for the sizes, or None where a recipe's ints disagree."""
+        out = []
+        buckets = self.trace.sizes[1] if self.trace.sizes is not None else {}
+        for q, maker, skeleton, fits, lay in self.remade:
+            ints = tuple(_fit_value(f, by_sym) for f in fits)
+            if None in ints:
+                return None
+            key = (q, ints)
+            v = self.made.get(key)
+            if v is None:
+                if len(self.made) >= 64:
+                    self.made.clear()
+                it = iter(ints)
+                args, kwargs = _refill(skeleton, it)
+                node = maker(*args, **dict(kwargs))
+                v = self.made[key] = dynamic.settle(node) if lay is None else \
+                    dynamic.padded_value(node, lay, by_sym, buckets)
+            out.append((q, v))
+        return tuple(out)
+
+
+@dataclasses.dataclass(frozen=True, slots=True)
+class Prediction:
+    """What a replay at followed values needs: the executable's Python scalars and
+    sizes, the followed numbers and then the sizes the Python read (``env``, what its
+    expressions are evaluated at); where sizes are followed, the sizes by symbol and
+    the constants made for them ((position among the trace's constants, value), ...)."""
+    scalars: np.ndarray
+    size_list: np.ndarray
+    env: tuple
+    sizes: dict | None = None
+    consts: tuple = ()
+
+
+# -- followed sizes: symbols, reads and constants (``compile_step`` at sizes never traced)
+
+
+def _sizer(traces):
+    """How each symbol of the traces' executable gets its size from the call's followed
+    values: [(symbol, "env", index) for an argument's dynamic dim, (symbol, "const", n)
+    for one that never changed, (symbol, "rule", fn) for a derived one, in the order
+    derived]; the others (offsets, a length read from a value) are left to the links.
+    None where it does not give every trace's sizes."""
+    t0 = traces[0]
+    where = {}   # input symbol -> the argument dim it is
+    for i, lay in t0.arg_pos:
+        for d, dim in enumerate(lay or ()):
+            if len(dim) == 1 and type(dim[0]) is str:
+                where.setdefault(dim[0], (i, d))
+    followed = {p: j for j, p in enumerate(t0.followed)}
+    rules = dict(t0.rules)
+    steps = []
+    for k, sym in enumerate(t0.syms):
+        if sym in rules or sym[0] == "@":
+            continue
+        j = followed.get(where.get(sym))
+        if j is not None:
+            steps.append((sym, "env", j))
+        elif all(t.size_list[k] == t0.size_list[k] for t in traces):
+            steps.append((sym, "const", t0.size_list[k]))
+    steps.extend((sym, "rule", fn) for sym, fn in t0.rules)
+    for t in traces:
+        try:
+            got = _sizes_at(steps, t.tape.args())
+        except (ArithmeticError, ValueError, KeyError, RecursionError):
+            return None
+        if any(got[s] != n for s, n in zip(t.syms, t.size_list) if s in got):
+            return None
+    return tuple(steps)
+
+
+def _sizes_at(steps, env) -> dict:
+    """{symbol: its size} at followed values ``env`` (``_sizer``'s steps)."""
+    out = {}
+    for sym, how, x in steps:
+        out[sym] = env[x] if how == "env" else x if how == "const" else x(out)
+    return out
+
+
+def _monomials(steps, traces) -> tuple:
+    """The products of symbols' sizes a size read may be (a dim of one padded value is
+    an int times some symbols' sizes): each symbol that is not constant, each product of
+    two, and the product of several arguments' dims (a batch's numel); as ((symbols),
+    (its value in each trace))."""
+    moving = [sym for sym, how, _ in steps if how != "const"]
+    inputs = [sym for sym, how, _ in steps if how == "env"]
+    combos = {(s,) for s in moving}
+    combos |= set(itertools.combinations_with_replacement(moving, 2))
+    for r in range(3, len(inputs) + 1):
+        combos |= set(itertools.combinations(inputs, r))
+    by_trace = [_sizes_at(steps, t.tape.args()) for t in traces]
+    out = []
+    for syms in sorted(combos):
+        vals = tuple(math.prod(sz[s] for s in syms) for sz in by_trace)
+        if all(v > 0 for v in vals):
+            out.append((syms, vals))
+    return tuple(out)
+
+
+def _fit(vals, monos):
+    """How a number with values ``vals`` (one per trace) follows the sizes: (its value
+    where it never changed, else ``_VARIES``; ((c, symbols), ...) for each c times a
+    product of sizes it equalled in every trace); None where it changed and fits none."""
+    const = vals[0] if all(v == vals[0] for v in vals) else _VARIES
+    cands = []
+    v0 = vals[0]
+    for syms, mv in monos:
+        if v0 and v0 % mv[0] == 0:
+            c = v0 // mv[0]
+            if all(c * m == v for m, v in zip(mv, vals)):
+                cands.append((c, syms))
+    if const is _VARIES and not cands:
+        return None
+    return const, tuple(cands)
+
+
+def _fit_value(fit, by_sym):
+    """``_fit``'s number at sizes ``by_sym``, or None where its candidates disagree (a
+    size constant in every trace that a product of sizes also gave, ``H // 32`` at 33 to
+    63, may not stay so)."""
+    v, cands = fit
+    for c, syms in cands:
+        x = c * math.prod(by_sym[s] for s in syms)
+        if v is _VARIES:
+            v = x
+        elif x != v:
+            return None
+    return v
+
+
+def _remade(own, traces, monos):
+    """The constants a replay at other sizes makes again: each whose value changed
+    between the traces or that runs padded, by its recipe (maker, args and kwargs with
+    each int linked as a size read is); None where one has no recipe or its ints fit no
+    sizes."""
+    t0 = traces[0]
+    out = []
+    q = -1
+    for k, slot in enumerate(t0.slots):
+        if slot[0] != "const":
+            continue
+        q += 1
+        lay = t0.layouts[k]
+        if lay is None and all(t.slots[k][1] is slot[1] or (
+                slot[2] is not None and t.slots[k][2] == slot[2]) for t in own):
+            continue   # one value for every size
+        recipes = [t.slots[k][2] if t.slots[k][0] == "const" else None for t in traces]
+        if recipes[0] is None or any(r is None or r[0] is not recipes[0][0] for r in recipes):
+            return None
+        split = [_split_ints(r[1:]) for r in recipes]
+        if any(sk != split[0][0] for sk, _ in split):
+            return None
+        fits = []
+        for j in range(len(split[0][1])):
+            fit = _fit([ints[j] for _, ints in split], monos)
+            if fit is None:
+                return None
+            fits.append(fit)
+        out.append((q, recipes[0][0], split[0][0], tuple(fits), lay))
+    return tuple(out)
+
+
+def _cut_forms(traces, monos):
+    """For each cut of a dim whose size moved between the traces: (its index, how its
+    dim's size follows the sizes (``_fit``), how its start and its length did: ("abs", v)
+    where they kept value v, ("end", k) where they were the size less k (a slice's
+    length; None for a select's)); None where one followed neither. The executable reads
+    a position one of these two ways (``padding._pos_spec``)."""
+    out = []
+    for c, cut in enumerate(traces[0].cuts):
+        sizes = [t.cuts[c][2] for t in traces]
+        if all(n == sizes[0] for n in sizes):
+            continue   # (its symbols keep their sizes: ``Family.steady``)
+        fit = _fit(sizes, monos)
+        norm = [_normalized(t.cuts[c][3], t.cuts[c][2]) for t in traces]
+        if fit is None or None in norm:
+            return None
+        forms = []
+        for f in range(2):
+            vals = [x[f] for x in norm]
+            if vals[0] is None:
+                forms.append(None)
+            elif all(v == vals[0] for v in vals):
+                forms.append(("abs", vals[0]))
+            elif all(n - v == sizes[0] - vals[0] for n, v in zip(sizes, vals)):
+                forms.append(("end", sizes[0] - vals[0]))
+            else:
+                return None
+        out.append((c, fit, tuple(forms)))
+    return tuple(out)
+
+
+def _normalized(raw: tuple, size: int):
+    """(start, length) of cut bounds ``raw`` in a dim of ``size`` as torch takes them
+    (length None for a select), or None for a select out of range."""
+    if len(raw) == 1:
+        i = raw[0]
+        return (i % size, None) if type(i) is int and -size <= i < size else None
+    lo, hi, step = dynamic.slice_bounds(raw, size)
+    return lo, len(range(lo, hi, step))
+
+
+def _as_traced(raw: tuple, size: int, forms) -> bool:
+    """Whether cut bounds ``raw`` in a dim of ``size`` start and run where the traced
+    executable takes them (``_cut_forms``)."""
+    norm = _normalized(raw, size)
+    if norm is None:
+        return False
+    for v, form in zip(norm, forms):
+        if form is not None and v != (form[1] if form[0] == "abs" else size - form[1]):
+            return False
+    return True
+
+
+_HOLE = object()
+
+
+def _split_ints(x):
+    """(``x`` with each int a hole, its ints in order)."""
+    ints = []
+
+    def walk(v):
+        if type(v) is int:
+            ints.append(v)
+            return _HOLE
+        if type(v) in (tuple, list):
+            return type(v)(walk(a) for a in v)
+        return v
+    return walk(x), ints
+
+
+def _refill(skeleton, it):
+    if skeleton is _HOLE:
+        return next(it)
+    if type(skeleton) in (tuple, list):
+        return type(skeleton)(_refill(a, it) for a in skeleton)
+    return skeleton
+
+
+def _in_buckets(buckets, syms, sizes: dict) -> bool:
+    """Whether each symbol of ``sizes`` falls in its traced bucket (``Family.buckets``:
+    an input's by the bucket policy, a derived one at most its padded size)."""
+    for k, b, derived in buckets:
+        n = sizes.get(syms[k])
+        if n is not None and (n < 1 or (n > b if derived else dynamic.bucket(n, syms[k]) != b)):
+            return False
+    return True
 
 
 def _plain(raw: tuple, size: int) -> bool:
@@ -244,13 +618,35 @@ def _derived(sym: str) -> bool:
     return dynamic._DERIVED.search(sym) is not None
 
 
-def changed_numbers(old, new) -> list:
-    """The positions where signature entries ``old`` and ``new`` differ, where at each
-    both are (type, value) of a number of one type (the numbers to follow); else []."""
-    diff = [i for i, (a, b) in enumerate(zip(old, new)) if a != b]
-    if diff and all(new[i][0] in NUMBER and new[i][0] is old[i][0] for i in diff):
-        return diff
-    return []
+def changed_numbers(old, new, padded=None) -> list:
+    """The places where signature entries ``old`` and ``new`` differ, where at each both
+    are (type, value) of a number of one type (the numbers to follow: its position), or
+    both a tensor's entry differing only in sizes along dims ``padded`` ({position:
+    dims}, the dims that ran padded in a trace of ``old``) lists (the sizes to follow:
+    (position, dim)); else []."""
+    out = []
+    for i, (a, b) in enumerate(zip(old, new)):
+        if a == b:
+            continue
+        if isinstance(a, tuple) and isinstance(b, tuple) and len(a) == len(b) == 2 and \
+                b[0] in NUMBER and b[0] is a[0]:
+            out.append(i)
+            continue
+        if not (is_tensor_key(a) and is_tensor_key(b) and a[1:] == b[1:]
+                and len(a[0]) == len(b[0])):
+            return []
+        dims = [d for d, (m, n) in enumerate(zip(a[0], b[0]))
+                if m != n and m is not None and n is not None]
+        if not dims or not set(dims) <= (padded or {}).get(i, set()):
+            return []
+        out.extend((i, d) for d in dims)
+    return out
+
+
+def is_tensor_key(k) -> bool:
+    """Whether a signature entry is a tensor's: (shape, dtype, requires_grad, lazy)."""
+    return type(k) is tuple and len(k) == 4 and type(k[0]) is tuple and \
+        isinstance(k[1], torch.dtype)
 
 
 def agree(a, b, agree_traces) -> bool:
@@ -259,8 +655,14 @@ def agree(a, b, agree_traces) -> bool:
     cuts, dynamic dims and buckets."""
     return (a.tape.structure() == b.tape.structure() and a.tape.pinned is None
             and a.syms == b.syms and a.bucket_list == b.bucket_list
-            and [c[:3] for c in a.cuts] == [c[:3] for c in b.cuts]
+            and [c[:_cut_key(a)] for c in a.cuts] == [c[:_cut_key(a)] for c in b.cuts]
             and agree_traces(a, b))
+
+
+def _cut_key(tr) -> int:
+    """How much of a cut (index, dim, the dim's size, bounds) two traces of one family
+    share: the dim's size too, unless sizes are followed (``_cut_forms`` links it)."""
+    return 3 if tr.tape.sized is None else 2
 
 
 def siblings(a, b) -> bool:

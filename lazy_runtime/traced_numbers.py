@@ -24,7 +24,9 @@ fails, safely), but a branch on it is not a guard; steps are assumed not to bran
 from __future__ import annotations
 
 import operator
+import sys
 
+import torch
 from torch.overrides import TorchFunctionMode
 
 _TAPE = [None]   # the tape being recorded (one trace at a time), or None
@@ -34,12 +36,20 @@ NUMBER = (int, float)   # the types followed (not bool: a flag, not a value)
 class Tape:
     """What the traced Python did with the followed numbers: every number it computed
     from them (``exprs`` with their ``values``, in order), every branch (``guards``: (expr,
-    outcome)), and why the trace is pinned to its values (None if it is not)."""
+    outcome)), and why the trace is pinned to its values (None if it is not).
 
-    __slots__ = ("env", "exprs", "values", "guards", "pinned", "handed")
+    ``sized``: a tensor type whose sizes are followed too (None: not). Each size the
+    Python reads of such a tensor (``x.shape``, ``x.size(1)``, ``x.numel()``) is a new
+    followed number: appended to ``env`` (after the ``n_args`` given) as it is read, so
+    traces that read alike have alike tapes. How a read follows from the call's sizes is
+    for the replayer to link (``step_numbers``); its uses are recorded as an argument's."""
 
-    def __init__(self, env: tuple):
+    __slots__ = ("env", "exprs", "values", "guards", "pinned", "handed", "n_args", "sized")
+
+    def __init__(self, env: tuple, sized: type | None = None):
         self.env = env
+        self.n_args = len(env)
+        self.sized = sized
         self.exprs: list = [("arg", k) for k in range(len(env))]
         self.values: list = list(env)
         self.guards: list = []
@@ -47,6 +57,25 @@ class Tape:
         # the expressions whose ints were handed to torch (a function's arguments, as
         # ``_Handed`` sees them): only those can be where a number of the graph came from
         self.handed: set = set()
+
+    def args(self) -> tuple:
+        """The followed numbers the trace was called with (its reads aside)."""
+        return self.env[:self.n_args]
+
+    def read(self, value: int) -> "TracedInt":
+        """Size ``value`` read by the Python: a new followed number."""
+        e = ("arg", len(self.env))
+        self.env += (value,)
+        self.exprs.append(e)
+        self.values.append(value)
+        t = TracedInt(value)
+        t._e = e
+        return t
+
+    def keep(self, value: int) -> None:
+        """A size read where the Python is not run (a replay): it must keep ``value``."""
+        t = self.read(value)
+        self.guards.append((("eq", t._e, value), True))
 
     def structure(self) -> tuple:
         """What two traces must share to be one family: the same computations and the
@@ -59,7 +88,10 @@ class Tape:
 class _Handed(TorchFunctionMode):
     """Notes each followed int a torch function is called with (``Tape.handed``). An int
     C code picked by a followed one (``table[pos]``) reaches torch as a plain int: the
-    graph's number it became then matches no handed expression, and is not followed."""
+    graph's number it became then matches no handed expression, and is not followed.
+    Where the tape follows sizes (``Tape.sized``), a size the step's Python reads is
+    returned followed (``_SIZE_READS``); the runtime's own reads (a replayed forward's
+    signature) are left plain."""
 
     def __init__(self, tape: Tape):
         super().__init__()
@@ -67,17 +99,53 @@ class _Handed(TorchFunctionMode):
 
     def __torch_function__(self, func, types, args=(), kwargs=None):
         kwargs = kwargs or {}
-        _note(args, self.tape.handed)
+        tape = self.tape
+        _note(args, tape.handed)
         if kwargs:
-            _note(tuple(kwargs.values()), self.tape.handed)
-        return func(*args, **kwargs)
+            _note(tuple(kwargs.values()), tape.handed)
+        out = func(*args, **kwargs)
+        if tape.sized is not None and args and isinstance(args[0], tape.sized):
+            how = _SIZE_READS.get(func)
+            if how is not None and not _runtime_caller(how[1]):
+                return how[0](tape, out)
+        return out
+
+
+def _runtime_caller(depth: int) -> bool:
+    """Whether the code that read a size (``depth`` frames above the mode's handler: a
+    getter is called from C, ``Tensor.__len__`` from its Python wrapper) is the
+    runtime's own."""
+    name = sys._getframe(depth + 2).f_globals.get("__name__", "")
+    return name.startswith("lazy_runtime")
+
+
+def _read_sizes(tape: Tape, out):
+    if type(out) is int:
+        return tape.read(out)
+    return type(out)([tape.read(v) for v in out]) if type(out) is torch.Size else \
+        tuple(tape.read(v) for v in out)
+
+
+def _read_len(tape: Tape, out):
+    """``len(x)``: Python makes the result a plain int, so the read is a guard that its
+    size stays what it was."""
+    tape.keep(out)
+    return out
+
+
+_TB = torch._C.TensorBase
+# a size-reading function -> (how its result is followed, frames from the reader)
+_SIZE_READS = {_TB.size: (_read_sizes, 0), _TB.shape.__get__: (_read_sizes, 0),
+               _TB.numel: (_read_sizes, 0), _TB.nelement: (_read_sizes, 0),
+               _TB.stride: (_read_sizes, 0), _TB.storage_offset: (_read_sizes, 0),
+               torch.Tensor.__len__: (_read_len, 1)}
 
 
 def _note(xs, handed: set) -> None:
     for x in xs:
         if isinstance(x, Followed):
             handed.add(x._e)
-        elif type(x) in (tuple, list):
+        elif type(x) in (tuple, list, torch.Size):
             _note(x, handed)
         elif type(x) is slice:
             _note((x.start, x.stop, x.step), handed)
@@ -105,6 +173,11 @@ class recording:
         if self.mode is not None:
             self.mode.__exit__(*exc)
         return False
+
+
+def recording_tape() -> Tape | None:
+    """The tape being recorded, or None."""
+    return _TAPE[0]
 
 
 def follow(value, k: int):
@@ -174,6 +247,17 @@ def _pin(why: str) -> None:
         tape.pinned = why
 
 
+def _escape(x, why: str) -> None:
+    """Followed number ``x`` used where the record cannot follow it: the trace is pinned,
+    or where it follows sizes, guarded on ``x`` keeping its value (``math.sqrt`` of a
+    head's size, constant at every length, need not stop a replay at other lengths)."""
+    tape = _TAPE[0]
+    if tape is not None and tape.sized is not None:
+        tape.guards.append((("eq", x._e, plain(x)), True))
+    else:
+        _pin(why)
+
+
 def _result(expr, value):
     """The number ``value`` computed as ``expr``: followed while a tape records."""
     tape = _TAPE[0]
@@ -239,7 +323,7 @@ def _pinning(kind: type, name: str):
     base = getattr(kind, name)
 
     def method(self, *args):
-        _pin(f"{name.strip('_')}()")
+        _escape(self, f"{name.strip('_')}()")
         return base(plain(self), *args)
     method.__name__ = name
     return method
@@ -258,7 +342,7 @@ class Followed:
         return out
 
     def __hash__(self):   # a dict or set lookup: which entry it finds is not recorded
-        _pin("hash()")
+        _escape(self, "hash()")
         return hash(plain(self))
 
     def __pos__(self):
@@ -287,7 +371,7 @@ class TracedInt(Followed, int):
     def __round__(self, ndigits=None):
         if ndigits is None or ndigits >= 0:
             return self
-        _pin("round()")
+        _escape(self, "round()")
         return round(int.__int__(self), ndigits)
 
     __floor__ = __ceil__ = __trunc__ = Followed.__pos__

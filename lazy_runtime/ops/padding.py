@@ -614,7 +614,9 @@ def pad_cat(node, ins, cx):
         # (prompt and answer): a symbol of its own, the sum of the pieces' true sizes,
         # padded to the sum of their padded sizes (one executable per bucket of each)
         padded = sum(cx.buckets[p] if type(p) is str else p for p in pieces)
-        name = cx.derive(f"({'+'.join(map(str, pieces))})", node.shape[d], padded, dyn[0])
+        name = cx.derive(f"({'+'.join(map(str, pieces))})", node.shape[d], padded, dyn[0],
+                         rule=lambda n, ps=pieces: sum(n[p] if type(p) is str else p
+                                                       for p in ps))
         cx.sums[name] = pieces
         out[d] = (name,)
         return Pad(tuple(out), args=(tuple(t for t, _ in parts), d, sizes), fn=_cat_fn,
@@ -630,7 +632,7 @@ def pad_cat(node, ins, cx):
             # too, so the next step (T = 17) runs the same executable
             raise Rebucket(base, need)
         out[d] = (cx.derive(f"{base}+{rest - k}", grown, max(need, cx.buckets[base]),
-                            base),)
+                            base, rule=lambda n, b=base, g=rest - k: n[b] + g),)
     else:
         out[d] = (cx.shrink(base, k - rest) if k > rest else base,)
     return Pad(tuple(out), args=(tuple(t for t, _ in parts), d, sizes), fn=_cat_fn, tag="cat")
@@ -1044,7 +1046,8 @@ def _spatial_dim(op, cx, dim, k, s, p, dl):
         return (cx.shrink(sym, -c),), -c
     c += s - 1
     name = f"({sym}{c:+d})//{s}"
-    return (cx.derive(name, (cx.sizes[sym] + c) // s, (cx.buckets[sym] + c) // s),), 0
+    return (cx.derive(name, (cx.sizes[sym] + c) // s, (cx.buckets[sym] + c) // s,
+                      rule=lambda n: (n[sym] + c) // s),), 0
 
 
 def _transposed_dim(cx, dim, k, s, p, dl, op):
@@ -1058,7 +1061,8 @@ def _transposed_dim(cx, dim, k, s, p, dl, op):
     if s == 1 and c <= 0:
         return (cx.shrink(sym, -c),)
     name = f"{s}*{sym}{c:+d}" if s > 1 else f"{sym}{c:+d}"
-    return (cx.derive(name, s * cx.sizes[sym] + c, s * cx.buckets[sym] + c, sym),)
+    return (cx.derive(name, s * cx.sizes[sym] + c, s * cx.buckets[sym] + c, sym,
+                      rule=lambda n: s * n[sym] + c),)
 
 
 def _conv_layout(node, cx, xl, w, stride, padding, dilation, transposed, out_shape,
@@ -1198,7 +1202,7 @@ def _ceil_pool_dim(op, cx, dim, k, s, p, dl) -> str:
         o = -(-span // s) + 1
         return o - 1 if (o - 1) * s >= m + p else o
     return cx.derive(f"ceilpool({sym},{k},{s},{p},{dl})", size(cx.sizes[sym]),
-                     size(cx.buckets[sym]), sym)
+                     size(cx.buckets[sym]), sym, rule=lambda n: size(n[sym]))
 
 
 def _plane_index(idx, src, dst):
@@ -1515,7 +1519,8 @@ def _upsampled_layout(op, cx, lay, size, factor):
         sym = _lone_sym(op, d)
         f = factor(sym, k)
         dims.append(d if f == 1 else
-                    (cx.derive(f"{f}*{sym}", f * cx.sizes[sym], f * cx.buckets[sym], sym),))
+                    (cx.derive(f"{f}*{sym}", f * cx.sizes[sym], f * cx.buckets[sym], sym,
+                               rule=lambda n, f=f, s=sym: f * n[s]),))
     return tuple(dims)
 
 

@@ -1,0 +1,255 @@
+"""Whole-step replay at sizes never traced (``compile_step`` with dynamic dims: its
+arguments' padded dims followed, ``step_numbers``). Each check runs the same steps
+traced op by op (the oracle for the replay: one executable, the same inputs) and eagerly,
+at lengths that vary inside a bucket: a length traced at three others is replayed, a
+branch on a size, a number computed from one, a host constant made for one and a size
+that only looked constant are each honoured."""
+
+import copy
+
+import torch
+import torch.nn as nn
+import torch.nn.functional as F
+
+import lazy_runtime as lr
+from conftest import DEV, load_example
+
+
+class Net(nn.Module):
+    """A position constant made on the host for T (``arange``), a number computed from
+    T (``/ x.shape[1]``) and a result of T rows returned."""
+
+    def __init__(self):
+        super().__init__()
+        self.a = nn.Linear(6, 16)
+        self.b = nn.Linear(16, 3)
+
+    def forward(self, x):
+        pos = torch.arange(x.shape[1], device=x.device, dtype=x.dtype)
+        return self.b(torch.tanh(self.a(x + pos[None, :, None] * 0.01)))
+
+
+def net_step(model, opt, dev):
+    def step(x, y):
+        if dev is not None:
+            x, y = lr.mark_dynamic(x.to(dev), 1, "T"), y.to(dev)
+        out = model(x)
+        loss = F.cross_entropy(out.reshape(-1, 3), y.reshape(-1)) \
+            + out.sum() / x.shape[1] * 1e-3
+        loss.backward()
+        opt.step()
+        opt.zero_grad()
+        return loss, out.detach() * 1.0
+    return step
+
+
+def run_steps(make_model, make_step, lengths, mode, batch):
+    """Losses and returned values of the steps at ``lengths`` (``mode``: "eager",
+    "traced" or "whole"), the final parameters, and the whole step's replays at each."""
+    torch.manual_seed(0)
+    model = make_model()
+    dev = None if mode == "eager" else DEV
+    if dev is not None:
+        model = model.to(dev)
+    opt = torch.optim.AdamW(model.parameters(), lr=1e-2)
+    if dev is not None:
+        opt = lr.compile_optimizer(opt)
+    step = make_step(model, opt, dev)
+    if mode == "whole":
+        step = lr.compile_step(step, model, opt)
+    lr.clear_cache()
+    lr.reset_metrics()
+    g = torch.Generator().manual_seed(1)
+    out, replayed = [], []
+    for T in lengths:
+        r0 = lr.metrics()["step_replays_across_sizes"]
+        loss, value = step(*batch(g, T))
+        out.append((loss.item(), value.cpu()))
+        replayed.append(lr.metrics()["step_replays_across_sizes"] - r0)
+    return out, [p.detach().cpu() for p in model.parameters()], replayed, lr.metrics()
+
+
+def net_batch(g, T):
+    return torch.randn(4, T, 6, generator=g), torch.randint(0, 3, (4, T), generator=g)
+
+
+def test_a_step_replays_at_lengths_never_traced():
+    """T in one bucket (16): after the step is traced at three lengths, each new length
+    is replayed: its arguments padded at their own length, the position constant made
+    again for it, the number computed from T linked, the result returned at T rows;
+    bit for bit what tracing gives. A new bucket replays from its second length."""
+    lengths = [9, 9, 9, 10, 11, 12, 13, 14, 15, 16, 9, 5, 6, 7]
+    traced, p_traced, _, m_traced = run_steps(Net, net_step, lengths, "traced", net_batch)
+    whole, p_whole, replayed, m = run_steps(Net, net_step, lengths, "whole", net_batch)
+    eager, p_eager, _, _ = run_steps(Net, net_step, lengths, "eager", net_batch)
+    for (a, va), (b, vb), (c, vc) in zip(traced, whole, eager):
+        assert a == b and torch.equal(va, vb)
+        assert abs(b - c) < 1e-5 and torch.allclose(vb, vc, atol=1e-5)
+    assert all(torch.equal(a, b) for a, b in zip(p_traced, p_whole))
+    # 9 is traced three times (the optimizer's first step, then two that agree), 10 and
+    # 11 start the family of lengths (12 is its third), 13-16 and 9 are replayed by it;
+    # 5 opens bucket 8 (traced), 6 and 7 replay from the family of bucket 16
+    assert replayed == [0] * 6 + [1] * 5 + [0, 1, 1], (replayed, m["replay_misses"])
+    assert m["compiles"] == m_traced["compiles"] - 1   # (the traced loop's 1st step: 2)
+    assert m["exact_compiles"] == {}
+    assert "across sizes" in lr.metrics_report()
+
+
+def test_the_gpt_step_replays_at_lengths_never_traced():
+    """The GPT example, its length dynamic: bit for bit what tracing every step gives."""
+    ex = load_example("gpt")
+
+    def gpt_step(model, opt, dev):
+        def step(x, y):
+            x, y = x.to(dev), y.to(dev)
+            logits = model(lr.mark_dynamic(x, 1, "T"))
+            loss = ex.loss_fn(logits, y)
+            loss.backward()
+            opt.step()
+            opt.zero_grad()
+            return loss, logits.detach()[:, 0] * 1.0
+        return step
+
+    def batch(g, T):
+        return ex.make_batch(int(torch.randint(0, 99, (), generator=g)), batch=3, length=T)
+    lengths = [9, 9, 9, 12, 13, 10, 11, 14, 15]
+    make = lambda: ex.GPT(block=32, dropout=0.0)  # noqa: E731
+    traced, p0, _, _ = run_steps(make, gpt_step, lengths, "traced", batch)
+    whole, p1, replayed, m = run_steps(make, gpt_step, lengths, "whole", batch)
+    assert [(a, v.tolist()) for a, v in traced] == [(a, v.tolist()) for a, v in whole]
+    assert all(torch.equal(a, b) for a, b in zip(p0, p1))
+    assert sum(replayed) == 3 and replayed[-3:] == [1, 1, 1], m["replay_misses"]
+
+
+class Strided(nn.Module):
+    """A strided convolution (its output length H // 8 is a derived symbol), a number
+    read from it, and a branch on the input's length."""
+
+    def __init__(self):
+        super().__init__()
+        self.c = nn.Conv1d(2, 3, 8, stride=8)
+
+    def forward(self, x):
+        h = self.c(x)
+        extra = h.square().mean() if x.size(-1) > 36 else 0.0
+        return h.sum() / h.size(-1) + extra
+
+
+def strided_step(model, opt, dev):
+    def step(x, y):
+        if dev is not None:
+            x = lr.mark_dynamic(x.to(dev), 2, "H")
+        loss = model(x)
+        loss.backward()
+        opt.step()
+        opt.zero_grad()
+        return loss, loss.detach() * 1.0
+    return step
+
+
+def test_a_size_that_only_looked_constant_and_a_branch_are_honoured():
+    """H in bucket 64. Traced at 34-36 the read length H // 8 was 4 each time; past the
+    branch (H > 36) the family is traced again (37-39); at 40 the read length would be
+    5: the family cannot vouch for it (4 as traced, or H // 8?) and traces it; from
+    then on H // 8 is linked (41, 47, 48, 60 replay). Every step is eager torch's."""
+    lengths = [33, 33, 33, 34, 35, 36, 37, 38, 39, 40, 41, 47, 48, 60]
+    batch = lambda g, H: (torch.randn(2, 2, H, generator=g), None)  # noqa: E731
+    whole, _, replayed, m = run_steps(Strided, strided_step, lengths, "whole", batch)
+    eager, _, _, _ = run_steps(Strided, strided_step, lengths, "eager", batch)
+    for (a, _), (b, _) in zip(whole, eager):
+        assert abs(a - b) < 1e-5
+    assert replayed == [0] * 10 + [1] * 4, (replayed, m["replay_misses"])
+
+
+def test_a_step_whose_length_changes_its_graph_is_traced():
+    """A Python loop over the length (``range(T)``: each T another graph) is never
+    replayed at a length it was not traced at; each step is right."""
+    class Looped(nn.Module):
+        def __init__(self):
+            super().__init__()
+            self.a = nn.Linear(6, 3)
+
+        def forward(self, x):
+            return sum(self.a(x[:, t]) for t in range(x.shape[1]))
+
+    lengths = [9, 9, 9, 10, 11, 12, 13, 14]
+    whole, _, replayed, _ = run_steps(Looped, squared_step(), lengths, "whole", net_batch)
+    eager, _, _, _ = run_steps(Looped, squared_step(), lengths, "eager", net_batch)
+    assert all(abs(a - b) <= 1e-5 * abs(b) for (a, _), (b, _) in zip(whole, eager))
+    assert sum(replayed) == 0
+
+
+def test_a_copy_of_the_model_keeps_its_own_replays():
+    """Two replayers over copies of one model do not share families (a family belongs to
+    its step's entry)."""
+    torch.manual_seed(0)
+    a = Net().to(DEV)
+    b = copy.deepcopy(a)
+    oa = lr.compile_optimizer(torch.optim.SGD(a.parameters(), lr=0.1))
+    ob = lr.compile_optimizer(torch.optim.SGD(b.parameters(), lr=0.1))
+    sa = lr.compile_step(net_step(a, oa, DEV), a, oa)
+    sb = lr.compile_step(net_step(b, ob, DEV), b, ob)
+    g = torch.Generator().manual_seed(1)
+    for T in [9, 9, 9, 10, 11, 12, 13]:
+        x, y = net_batch(g, T)
+        la, _ = sa(x, y)
+        lb, _ = sb(x, y)
+        assert la.item() == lb.item()
+    for p, q in zip(a.parameters(), b.parameters()):
+        assert torch.equal(p.detach().cpu(), q.detach().cpu())
+
+
+class Branchy(nn.Module):
+    """A branch on the length inside a forward the runtime replays by signature."""
+
+    def __init__(self):
+        super().__init__()
+        self.a = nn.Linear(6, 3)
+
+    def forward(self, x):
+        h = self.a(x)
+        return h * 2.0 if x.shape[1] > 12 else h
+
+
+def squared_step(replayed_forward=False):
+    """A step maker: the mean square of the model's output (on the device, T marked
+    dynamic; ``replayed_forward``: the model under ``lr.compile(replay=True)``)."""
+    def make(model, opt, dev):
+        fwd = lr.compile(model, replay=True) if dev is not None and replayed_forward \
+            else model
+
+        def step(x, y):
+            if dev is not None:
+                x = lr.mark_dynamic(x.to(dev), 1, "T")
+            loss = fwd(x).square().mean()
+            loss.backward()
+            opt.step()
+            opt.zero_grad()
+            return loss, loss.detach() * 1.0
+        return step
+    return make
+
+
+def test_a_branch_inside_a_replayed_forward_is_honoured():
+    """The forward's own replay (by exact signature) runs no Python: inside a whole step
+    traced at followed sizes it ties the trace to the sizes it was given. Lengths past
+    the forward's branch (13, 14) are never replayed from the family of shorter ones,
+    and every step is eager torch's."""
+    lengths = [9, 9, 9, 10, 11, 12, 10, 11, 12, 13, 14, 15, 16]
+    step = squared_step(replayed_forward=True)
+    whole, _, replayed, m = run_steps(Branchy, step, lengths, "whole", net_batch)
+    eager, _, _, _ = run_steps(Branchy, step, lengths, "eager", net_batch)
+    assert all(abs(a - b) <= 1e-5 * abs(b) for (a, _), (b, _) in zip(whole, eager))
+    assert sum(replayed[9:11]) == 0, (replayed, m["replay_misses"])
+
+
+def test_a_length_of_one_is_not_replayed_from_a_padded_family():
+    """A dynamic dim of size 1 compiles concrete (its own executable): a family of
+    padded lengths never replays it, and both are right."""
+    lengths = [9, 9, 9, 10, 11, 12, 1, 1, 13, 1]
+    whole, _, replayed, m = run_steps(Net, net_step, lengths, "whole", net_batch)
+    eager, _, _, _ = run_steps(Net, net_step, lengths, "eager", net_batch)
+    for (a, va), (b, vb) in zip(whole, eager):
+        assert abs(a - b) < 1e-5 and torch.allclose(va, vb, atol=1e-5)
+    assert replayed[6] == replayed[7] == replayed[9] == 0 and replayed[8] == 1, \
+        (replayed, m["replay_misses"])
