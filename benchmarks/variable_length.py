@@ -285,9 +285,10 @@ def main():
     md = render(args, table, inf_table, poly_metrics, inf_metrics, analysis_s, plotted, at_cap,
                 whole_metrics)
     print(md)
-    if args.write:
-        with open(ROOT / "benchmarks" / "RESULTS.md", "a") as f:
-            f.write("\n" + md)
+    if args.write:   # (in place of the section of an earlier run)
+        sys.path.insert(0, str(ROOT / "benchmarks"))
+        from results_file import replace_section
+        replace_section("## Shape-polymorphic compilation", md)
 
 
 def _f(v, fmt):
@@ -318,9 +319,11 @@ def render(args, table, inf_table, pm, im, analysis_s, plotted, at_cap, wm):
              f"{args.infer_calls} calls, "
              f"{im0['replays_across_sizes']} across sizes. The shape-polymorphic contender also "
              "replays the optimizer step (`lr.compile_optimizer`). The whole-step row runs "
-             "the same step through `lr.compile_step`: a length is replayed whole once traced "
-             f"and confirmed ({wm['step_replays']} of {args.steps} steps here: lengths rarely "
-             "repeat), the other steps are traced as in the row above.",
+             "the same step through `lr.compile_step`: a length is replayed whole once "
+             "traced, and at lengths never traced once its bucket's executable has been "
+             f"traced at three ({wm['step_replays']} of {args.steps} steps replayed here, "
+             f"{wm['step_replays_across_sizes']} of them at lengths never traced); the other "
+             "steps are traced as in the row above.",
              "",
              "| contender | steps | compiles | compile (s) | total (s) | median step (ms) | "
              "vs eager | break-even step | final loss diff | max loss diff |",

@@ -47,7 +47,7 @@ class Tape:
     __slots__ = ("env", "exprs", "values", "guards", "pinned", "handed", "n_args", "sized")
 
     def __init__(self, env: tuple, sized: type | None = None):
-        self.env = env
+        self.env = list(env)
         self.n_args = len(env)
         self.sized = sized
         self.exprs: list = [("arg", k) for k in range(len(env))]
@@ -60,12 +60,12 @@ class Tape:
 
     def args(self) -> tuple:
         """The followed numbers the trace was called with (its reads aside)."""
-        return self.env[:self.n_args]
+        return tuple(self.env[:self.n_args])
 
     def read(self, value: int) -> "TracedInt":
         """Size ``value`` read by the Python: a new followed number."""
         e = ("arg", len(self.env))
-        self.env += (value,)
+        self.env.append(value)
         self.exprs.append(e)
         self.values.append(value)
         t = TracedInt(value)
