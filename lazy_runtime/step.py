@@ -366,7 +366,7 @@ class StepReplayer:
             if len(other) == len(full) and other[:_HEAD] == full[:_HEAD] and \
                     other[-1] == full[-1]:
                 found.update(step_numbers.changed_numbers(other[_HEAD:-1], full[_HEAD:-1],
-                                                          _padded_dims(o)))
+                                                          _may_follow(o)))
         found -= self.unfollowed
         found -= self.followed
         if not found:
@@ -813,20 +813,23 @@ def _env(flat, followed) -> tuple:
     return tuple(flat[i] if type(i) is int else flat[i[0]].shape[i[1]] for i in followed)
 
 
-def _padded_dims(e) -> dict:
-    """{flat position: dims} of the tensor arguments that ran padded (a dim of one symbol)
-    in a trace of entry ``e``."""
+def _may_follow(e):
+    """Whether sizes ``dims`` of tensor argument ``i`` may be followed, as a trace of entry
+    ``e`` ran them: padded (a dim of one symbol), or not read by its executable at all
+    (the step's Python reading one is linked or refused as any read)."""
     tr = e.ready or e.last or (e.families[0].trace if e.families else None) or \
         (e.pending[0] if e.pending else None)
-    if tr is None:
-        return {}
-    out: dict = {}
-    for i, lay in tr.arg_pos:
-        if lay is not None:
-            for d, dim in enumerate(lay):
-                if len(dim) == 1 and type(dim[0]) is str:
-                    out.setdefault(i, set()).add(d)
-    return out
+    lays = {} if tr is None else dict(tr.arg_pos)
+
+    def may(i, dims) -> bool:
+        if tr is None:
+            return False
+        if i not in lays:
+            return True
+        lay = lays[i] or ()
+        return all(d < len(lay) and len(lay[d]) == 1 and type(lay[d][0]) is str
+                   for d in dims)
+    return may
 
 
 # What a trace returned, by place, as a replay makes it again (compared between traces)

@@ -98,8 +98,8 @@ class _Link:
     field)), the expressions whose values matched it in every trace, and its value where
     it never changed (else ``_VARIES``); or, for a slice end torch computed, ``rel``: (the
     start's ``where``, the traced length). Where sizes are followed, ``cands`` too: each
-    (c, symbols) whose c times their sizes' product it equalled in every trace (a mean's
-    divisor, computed by torch's C++)."""
+    form of the sizes it took in every trace (``_fit``: a mean's divisor, computed by
+    torch's C++)."""
 
     __slots__ = ("where", "exprs", "const", "rel", "cands")
 
@@ -449,8 +449,9 @@ def _monomials(steps, traces) -> tuple:
 
 def _fit(vals, monos):
     """How a number with values ``vals`` (one per trace) follows the sizes: (its value
-    where it never changed, else ``_VARIES``; ((c, symbols), ...) for each c times a
-    product of sizes it equalled in every trace); None where it changed and fits none."""
+    where it never changed, else ``_VARIES``; each form (a, symbols, b, num) it took in
+    every trace, M being the product of those symbols' sizes: a * M + b, or num / (a * M +
+    b) (``_affine``)); None where it changed and fits none."""
     const = vals[0] if all(v == vals[0] for v in vals) else _VARIES
     cands = []
     v0 = vals[0]
@@ -458,10 +459,39 @@ def _fit(vals, monos):
         if v0 and v0 % mv[0] == 0:
             c = v0 // mv[0]
             if all(c * m == v for m, v in zip(mv, vals)):
-                cands.append((c, syms))
+                cands.append((c, syms, 0, None))
+                continue
+        if const is _VARIES:
+            cands.extend((a, syms, b, num) for a, b, num in _affine(vals, mv))
     if const is _VARIES and not cands:
         return None
     return const, tuple(cands)
+
+
+def _affine(vals, mv):
+    """Forms of numbers that moved with a product of sizes M (its values ``mv``) other
+    than a multiple of it: a * M + b with ints a and b (``T - 1``: an unbiased
+    variance's count), and 1 / (a * M + b) or 2 / (a * M + b) (the factor torch's C++
+    takes for a mean's or a variance's backward, as it computes it); each as (a, b, num),
+    num None for the first."""
+    out = []
+    for num in (None, 1.0, 2.0):
+        if num is None:
+            ds = vals if all(type(v) is int or float(v).is_integer() for v in vals) else None
+        else:
+            ds = [round(num / v) if v else 0 for v in vals]
+            if not all(d and num / d == v for d, v in zip(ds, vals)):
+                ds = None
+        if ds is None:
+            continue
+        i = next((k for k in range(1, len(mv)) if mv[k] != mv[0]), None)
+        if i is None or (ds[i] - ds[0]) % (mv[i] - mv[0]):
+            continue
+        a = int(ds[i] - ds[0]) // (mv[i] - mv[0])
+        b = int(ds[0]) - a * mv[0]
+        if a and all(a * m + b == d for m, d in zip(mv, ds)):
+            out.append((a, b, num))
+    return out
 
 
 def _fit_value(fit, by_sym):
@@ -469,8 +499,12 @@ def _fit_value(fit, by_sym):
     size constant in every trace that a product of sizes also gave, ``H // 32`` at 33 to
     63, may not stay so)."""
     v, cands = fit
-    for c, syms in cands:
-        x = c * math.prod(by_sym[s] for s in syms)
+    for a, syms, b, num in cands:
+        x = a * math.prod(by_sym[s] for s in syms) + b
+        if num is not None:
+            if not x:
+                return None
+            x = num / x
         if v is _VARIES:
             v = x
         elif x != v:
@@ -618,12 +652,11 @@ def _derived(sym: str) -> bool:
     return dynamic._DERIVED.search(sym) is not None
 
 
-def changed_numbers(old, new, padded=None) -> list:
+def changed_numbers(old, new, may_follow=None) -> list:
     """The places where signature entries ``old`` and ``new`` differ, where at each both
     are (type, value) of a number of one type (the numbers to follow: its position), or
-    both a tensor's entry differing only in sizes along dims ``padded`` ({position:
-    dims}, the dims that ran padded in a trace of ``old``) lists (the sizes to follow:
-    (position, dim)); else []."""
+    both a tensor's entry differing only in sizes, along dims ``may_follow(position,
+    dims)`` allows (the sizes to follow: (position, dim)); else []."""
     out = []
     for i, (a, b) in enumerate(zip(old, new)):
         if a == b:
@@ -637,7 +670,9 @@ def changed_numbers(old, new, padded=None) -> list:
             return []
         dims = [d for d, (m, n) in enumerate(zip(a[0], b[0]))
                 if m != n and m is not None and n is not None]
-        if not dims or not set(dims) <= (padded or {}).get(i, set()):
+        if not dims:
+            continue   # (only sizes followed already differ: keyed None in one)
+        if may_follow is None or not may_follow(i, dims):
             return []
         out.extend((i, d) for d in dims)
     return out

@@ -7,6 +7,7 @@ that only looked constant are each honoured."""
 
 import copy
 
+import pytest
 import torch
 import torch.nn as nn
 import torch.nn.functional as F
@@ -253,3 +254,45 @@ def test_a_length_of_one_is_not_replayed_from_a_padded_family():
         assert abs(a - b) < 1e-5 and torch.allclose(va, vb, atol=1e-5)
     assert replayed[6] == replayed[7] == replayed[9] == 0 and replayed[8] == 1, \
         (replayed, m["replay_misses"])
+
+
+class Normed(nn.Module):
+    def __init__(self):
+        super().__init__()
+        self.a = nn.Linear(6, 3)
+        self.ln = nn.LayerNorm(3)
+
+    def forward(self, x):
+        return self.ln(self.a(x))
+
+
+LOSSES = {
+    "mse": lambda out: F.mse_loss(out, torch.zeros_like(out)),
+    "l1": lambda out: F.l1_loss(out, out.detach() * 0.5),
+    # (their backwards take 2 / (T - 1) and 2 / (12 T - 1), computed in torch's C++)
+    "var_std": lambda out: out.var(1).mean() + out.std(),
+    "log_softmax": lambda out: F.log_softmax(out, 1).mean(),
+    "norm": lambda out: out.norm() + F.normalize(out, dim=1).sum(),
+}
+
+
+@pytest.mark.parametrize("loss", sorted(LOSSES))
+def test_losses_replay_at_lengths_never_traced(loss):
+    """Each loss's numbers that follow T (divisors, a variance's 2 / (T - 1)) are linked;
+    the step's second argument (targets it never reads, T long too) may change with it.
+    Right at every length, replayed from the fourth on."""
+    def make(model, opt, dev):
+        def step(x, y):
+            if dev is not None:
+                x = lr.mark_dynamic(x.to(dev), 1, "T")
+            total = LOSSES[loss](model(x))
+            total.backward()
+            opt.step()
+            opt.zero_grad()
+            return total, total.detach() * 1.0
+        return step
+    lengths = [9, 9, 9, 10, 11, 12, 13, 14, 15]
+    whole, _, replayed, m = run_steps(Normed, make, lengths, "whole", net_batch)
+    eager, _, _, _ = run_steps(Normed, make, lengths, "eager", net_batch)
+    assert all(abs(a - b) <= 1e-5 * max(1.0, abs(b)) for (a, _), (b, _) in zip(whole, eager))
+    assert replayed == [0] * 6 + [1] * 3, (replayed, m["replay_misses"])
