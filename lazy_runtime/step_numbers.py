@@ -47,11 +47,11 @@ executable then says how everything follows the call's sizes:
   derived symbol computed by the rule its padding rule gave (``Cx.derive``: ``(H+1)//2``
   of a strided convolution, ``2*H`` of upsampling); every trace's sizes must come out;
 * each size read, number, cut bound and constant recipe's int (``_fit``): its traced
-  value where it never changed, and every product of sizes (c times one or two symbols,
-  or several arguments' dims: a dim of a padded value is such a product) it equalled in
-  every trace; a replay needs all of them to agree (a read of ``H // 8`` constant at 4
-  where H ran 34 to 36 is not vouched for at H = 40); one that changed and fits none
-  fails the family (``1 / numel`` computed by torch's C++ is not linked);
+  value where it never changed, and every form of a product of sizes M (one or two
+  symbols, or several arguments' dims: a dim of a padded value is c M) it took in every
+  trace: c M, a M + b, 1 or 2 / (a M + b) (a variance's backward takes 2 / (T - 1)); a
+  replay needs all of them to agree (a read of ``H // 8`` constant at 4 where H ran 34 to
+  36 is not vouched for at H = 40); one that changed and fits none fails the family;
 * each cut of a dim whose size moved starts and runs where the executable takes it:
   at a fixed position or a fixed distance from the end (``_cut_forms``);
 * each host constant whose value moved is made again by its recipe (``_remade``);
