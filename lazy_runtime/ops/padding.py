@@ -60,6 +60,7 @@ import numpy as np
 import torch
 from jax import lax
 
+from .. import ir
 from ..dynamic import (NoPadRule, Pad, Rebucket, SymSize, bucket, concrete, cut_at, dnorm,
                        dsize, has_sym, is_sym, slice_bounds, sym_or_int)
 from .common import check_index, jdt, norm_dim, norm_dims, opmath, vjp
@@ -158,7 +159,8 @@ def _end_padded(op, dim) -> None:
 
 
 def pad_elementwise(node, ins, cx):
-    lays = [l for l in ins if l is not None]
+    # (a random op's key, an input of its own, is not broadcast with its values)
+    lays = [l for l, x in zip(ins, node.inputs) if l is not None and x.op is not ir.RNG]
     if node.op in _SIZE_ARGS and any(type(a) is int and a > 1 for a in node.args):
         if _syms(*lays):
             args = tuple(cx.runtime_int(a, lays) if type(a) is int and a > 1 else a

@@ -863,3 +863,21 @@ def test_ceil_mode_max_pooling_along_a_padded_dim():
     m = _check_padded(lambda x, w: {"avg": F.avg_pool2d(x * w, 3, 2, ceil_mode=True)},
                       lambda H: (torch.randn(2, 2, H, 5),), [(2, "H")], [9], params=(w,))
     assert set(m["exact_compiles"]) == {"aten.avg_pool2d.default"}, m
+
+
+def test_dropout_along_a_padded_dim_runs_padded():
+    """Dropout's random key is an input of its own, not broadcast with the values: a
+    padded length runs padded (it compiled exactly). Its true elements are dropped at
+    rate p and the rest scaled by 1 / (1 - p); its backward masks the gradient alike."""
+    lr.mark_step()
+    lr.reset_metrics()
+    for T in (37, 50, 61):
+        x = lr.mark_dynamic(torch.ones(8, T, 64).to(DEV), 1, "T").requires_grad_()
+        y = F.dropout(x, 0.25, training=True)
+        y.sum().backward()
+        got, grad = y.cpu(), x.grad.cpu()
+        assert set(got.unique().tolist()) <= {0.0, torch.tensor(1 / 0.75).item()}
+        assert abs((got == 0).float().mean().item() - 0.25) < 0.02   # (n >= 18944: 4 sd)
+        assert torch.equal(grad, got)   # (d sum / dx: the same mask, the same scale)
+    m = lr.metrics()
+    assert m["exact_compiles"] == {} and m["compiles"] <= 2, m

@@ -96,8 +96,10 @@ def test_a_step_replays_at_lengths_never_traced():
     assert "across sizes" in lr.metrics_report()
 
 
-def test_the_gpt_step_replays_at_lengths_never_traced():
-    """The GPT example, its length dynamic: bit for bit what tracing every step gives."""
+@pytest.mark.parametrize("dropout", [0.0, 0.2])
+def test_the_gpt_step_replays_at_lengths_never_traced(dropout):
+    """The GPT example, its length dynamic: bit for bit what tracing every step gives,
+    with dropout too (its masks drawn for the padded values, the same stream offsets)."""
     ex = load_example("gpt")
 
     def gpt_step(model, opt, dev):
@@ -114,12 +116,13 @@ def test_the_gpt_step_replays_at_lengths_never_traced():
     def batch(g, T):
         return ex.make_batch(int(torch.randint(0, 99, (), generator=g)), batch=3, length=T)
     lengths = [9, 9, 9, 12, 13, 10, 11, 14, 15]
-    make = lambda: ex.GPT(block=32, dropout=0.0)  # noqa: E731
+    make = lambda: ex.GPT(block=32, dropout=dropout)  # noqa: E731
     traced, p0, _, _ = run_steps(make, gpt_step, lengths, "traced", batch)
     whole, p1, replayed, m = run_steps(make, gpt_step, lengths, "whole", batch)
     assert [(a, v.tolist()) for a, v in traced] == [(a, v.tolist()) for a, v in whole]
     assert all(torch.equal(a, b) for a, b in zip(p0, p1))
     assert sum(replayed) == 3 and replayed[-3:] == [1, 1, 1], m["replay_misses"]
+    assert m["exact_compiles"] == {}
 
 
 class Strided(nn.Module):
