@@ -881,3 +881,37 @@ def test_dropout_along_a_padded_dim_runs_padded():
         assert torch.equal(grad, got)   # (d sum / dx: the same mask, the same scale)
     m = lr.metrics()
     assert m["exact_compiles"] == {} and m["compiles"] <= 2, m
+
+
+RANDOM_OPS = {   # each: (the op on x = ones(8, T, 64), its mean, its standard deviation)
+    "randn_like": (lambda x: torch.randn_like(x), 0.0, 1.0),
+    "rand_like": (lambda x: torch.rand_like(x), 0.5, 12 ** -0.5),
+    "randint_like": (lambda x: torch.randint_like(x, 10), 4.5, (99 / 12) ** 0.5),
+    "normal_": (lambda x: (x * 2).normal_(1.0, 2.0), 1.0, 2.0),
+    "uniform_": (lambda x: (x * 2).uniform_(-1.0, 1.0), 0.0, 3 ** -0.5),
+    "exponential_": (lambda x: (x * 2).exponential_(), 1.0, 1.0),
+    "bernoulli_": (lambda x: (x * 2).bernoulli_(0.25), 0.25, 0.1875 ** 0.5),
+    "poisson": (lambda x: torch.poisson(x * 3), 3.0, 3 ** 0.5),
+    "standard_gamma": (lambda x: torch._standard_gamma(x * 2), 2.0, 2 ** 0.5),
+    "binomial": (lambda x: torch.binomial(x * 10, x * 0.5), 5.0, 2.5 ** 0.5),
+}
+
+
+@pytest.mark.parametrize("name", sorted(RANDOM_OPS))
+def test_random_ops_along_a_padded_dim_run_padded(name):
+    """Random fills and samplers of a value with a padded dim (``randn_like`` of a
+    reparameterization, a diffusion step's noise) draw for the padded value: they ran at
+    the exact length before. The true elements have the distribution's mean and standard
+    deviation (n = 8 * T * 64 >= 18944: 5 standard errors)."""
+    fn, mean, sd = RANDOM_OPS[name]
+    lr.mark_step()
+    lr.reset_metrics()
+    for T in (37, 61):
+        x = lr.mark_dynamic(torch.ones(8, T, 64).to(DEV), 1, "T")
+        got = (fn(x) + x * 0).cpu().double()   # (meets the padded x: one layout)
+        assert got.shape == (8, T, 64)
+        n = got.numel()
+        assert abs(got.mean().item() - mean) < 5 * sd / n ** 0.5, got.mean()
+        assert abs(got.std().item() - sd) < 0.05 * sd, got.std()
+    m = lr.metrics()
+    assert m["exact_compiles"] == {} and m["padded_executions"] == 2, m
