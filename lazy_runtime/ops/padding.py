@@ -127,15 +127,21 @@ def unlike(a, b) -> set:
 
 
 def _alike(cx, a, b) -> bool:
-    """Whether dims ``a`` and ``b`` are single symbols of one true and one padded size in
-    this trace: two names for one length (the ids' T, and the T-1 + 1 of a KV cache grown
-    by a token). Treated as one there, which holds for this trace; the key holds every
+    """Whether dims ``a`` and ``b`` are factor by factor equal or symbols of one true and
+    one padded size in this trace: two names for one length (the ids' T, and the T-1 + 1
+    of a KV cache grown by a token; a batch of 2 flattened with each, ``(2, T)`` and ``(2,
+    T+1-1)``). Treated as one there, which holds for this trace; the key holds every
     layout, and a trace where they differ refuses here, so it never shares the
     executable."""
-    if cx is None or len(a) != 1 or len(b) != 1 or type(a[0]) is not str \
-            or type(b[0]) is not str:
+    if cx is None or len(a) != len(b):
         return False
-    return cx.sizes[a[0]] == cx.sizes[b[0]] and cx.buckets[a[0]] == cx.buckets[b[0]]
+    for x, y in zip(a, b):
+        if x == y:
+            continue
+        if type(x) is not str or type(y) is not str or cx.sizes[x] != cx.sizes[y] or \
+                cx.buckets[x] != cx.buckets[y]:
+            return False
+    return True
 
 
 # ---- elementwise --------------------------------------------------------------------
@@ -559,11 +565,14 @@ def pad_constant_pad(node, ins, cx):
     """Padding of concrete dims as it is, a crop of one to T (that pad's gradient) as
     the bucket's prefix; a padded dim only at its end, back to a fixed length
     (``F.pad(mask, (0, L - T))``: automatic dynamic saw the result's size stay while the
-    input's changed), its true elements first and ``value`` after them."""
+    input's changed), its true elements first and ``value`` after them. Otherwise a
+    padded dim grows (``F.pad(labels, (0, 1), value=-100)`` of a causal LM's loss: the
+    symbol ``T+1``, padded as a cat that grows it) or shrinks (that pad's gradient: a
+    crop) by constants, its true elements shifted by the left pad."""
     (lay,) = ins
     x, pad = node.args[:2]
     value = node.args[2] if len(node.args) > 2 else dict(node.kwargs).get("value", 0)
-    out, static, fixed, crops = list(lay), list(pad), [], []
+    out, static, fixed, crops, moves = list(lay), list(pad), [], [], []
     for j in range(len(pad) // 2):
         d = len(lay) - 1 - j
         if not is_sym(lay[d]):
@@ -575,19 +584,43 @@ def pad_constant_pad(node, ins, cx):
                     static[2 * j + 1] = 0
                     crops.append((d, nd))
             continue
-        if pad[2 * j] != 0 or cx.site not in cx.fixed_pads:
-            raise NoPadRule(node.op, "padding of a dynamic dim", _syms(lay), retry=False)
-        _end_padded(node.op, lay[d])
-        out[d] = (node.shape[d],)
-        static[2 * j + 1] = 0
-        fixed.append((d, lay[d], node.shape[d]))
-    if not fixed and not crops:
+        lo, hi = pad[2 * j], pad[2 * j + 1]
+        static[2 * j] = static[2 * j + 1] = 0
+        if lo == 0 and cx.site in cx.fixed_pads:
+            _end_padded(node.op, lay[d])
+            out[d] = (node.shape[d],)
+            fixed.append((d, lay[d], node.shape[d]))
+            continue
+        sym = _lone_sym(node.op, lay[d])
+        if (lo < 0 < hi) or (hi < 0 < lo) or (lo == hi == 0):
+            if lo == hi == 0:
+                continue
+            raise NoPadRule(node.op, "padding a dynamic dim at one end and cropping it at "
+                            "the other", _syms(lay), retry=False)
+        out[d] = (_moved_sym(node.op, cx, sym, lo + hi),)
+        moves.append((d, sym, lo))
+    if not fixed and not crops and not moves:
         return Pad(tuple(out))
-    return Pad(tuple(out), args=(x, tuple(static), value, tuple(fixed), tuple(crops)),
+    return Pad(tuple(out), args=(x, tuple(static), value, tuple(fixed), tuple(crops),
+                                 tuple(moves)),
                fn=_fixed_pad_fn, tag="pad to a fixed length")
 
 
-def _fixed_pad_fn(ctx, env, in_lays, x, static, value, fixed, crops):
+def _moved_sym(op, cx, sym, g):
+    """The symbol of ``sym`` grown by ``g`` (cropped where negative), named and padded as
+    a cat of one dynamic piece names and pads it."""
+    base, k = cx.shrunk.get(sym, (sym, 0))
+    if g <= k:
+        return cx.shrink(base, k - g) if k > g else base
+    grown = cx.sizes[base] + g - k
+    need = bucket(grown, base)
+    if need > cx.buckets[base] and base in cx.inputs:
+        raise Rebucket(base, need)
+    return cx.derive(f"{base}+{g - k}", grown, max(need, cx.buckets[base]), base,
+                     rule=lambda n, b=base, g=g - k: n[b] + g)
+
+
+def _fixed_pad_fn(ctx, env, in_lays, x, static, value, fixed, crops, moves=()):
     x = lower_pad(x, static, value)
     for d, dim, length in fixed:
         n = env.count((dim,), (0,))
@@ -595,6 +628,10 @@ def _fixed_pad_fn(ctx, env, in_lays, x, static, value, fixed, crops):
                       jnp.asarray(value, x.dtype))
     for d, dim in crops:   # the bucket's prefix (past the true size: padding)
         x = _window(x, d, 0, env.dsize(dim))
+    for d, sym, lo in moves:   # true elements shifted by ``lo``, ``value`` around them
+        src = _axis_iota(ctx.shape[d], d, x.ndim) - lo
+        x = jnp.where((src >= 0) & (src < env.n[sym]), _window(x, d, -lo, ctx.shape[d]),
+                      jnp.asarray(value, x.dtype))
     return x
 
 

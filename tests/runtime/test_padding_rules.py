@@ -915,3 +915,19 @@ def test_random_ops_along_a_padded_dim_run_padded(name):
         assert abs(got.std().item() - sd) < 0.05 * sd, got.std()
     m = lr.metrics()
     assert m["exact_compiles"] == {} and m["padded_executions"] == 2, m
+
+
+@pytest.mark.parametrize("pad", [(0, 1), (1, 0), (2, 3), (0, -1), (-2, 0)])
+def test_constant_pad_of_a_padded_dim_grows_or_crops_it(pad):
+    """``F.pad`` along a padded dim by constants (a causal LM's ``F.pad(labels, (0, 1),
+    value=-100)``, and the crop that is its gradient): the symbol ``T+k`` (or ``T-k``),
+    the true elements shifted by the left pad, ``value`` around them; it compiled
+    exactly. Values and gradients as eager torch's at three lengths, one compile."""
+    lr.clear_cache()   # (automatic dynamic would take the other pads' graphs for these)
+
+    def fn(x):
+        y = F.pad(x, (0, 0) + pad, value=-3.0)   # (x: [2, T, 3])
+        return {"y": y, "z": y.cumsum(1) * y}
+    m = _check_padded(fn, lambda n: [torch.randn(2, 3, n).transpose(1, 2)], [(1, "T")],
+                      _sizes(9, 14))
+    assert m["exact_compiles"] == {} and m["compiles"] == 1, m

@@ -299,3 +299,40 @@ def test_losses_replay_at_lengths_never_traced(loss):
     eager, _, _, _ = run_steps(Normed, make, lengths, "eager", net_batch)
     assert all(abs(a - b) <= 1e-5 * max(1.0, abs(b)) for (a, _), (b, _) in zip(whole, eager))
     assert replayed == [0] * 6 + [1] * 3, (replayed, m["replay_misses"])
+
+
+def test_a_transformers_causal_lm_replays_at_lengths_never_traced():
+    """transformers' GPT-2 trained with its own loss (``labels=``: ``F.pad(labels, (0,
+    1), value=-100)`` then shifted, a cross entropy of the T+1-1 targets against T
+    logits) at lengths that vary: no exact compile, replayed at lengths never traced, bit
+    for bit what tracing gives and eager torch's losses."""
+    transformers = pytest.importorskip("transformers")
+    cfg = transformers.GPT2Config(n_layer=2, n_head=2, n_embd=32, vocab_size=100,
+                                  n_positions=64, eos_token_id=0, bos_token_id=0,
+                                  resid_pdrop=0.0, embd_pdrop=0.0, attn_pdrop=0.0)
+
+    def make():
+        torch.manual_seed(0)
+        return transformers.GPT2LMHeadModel(cfg)
+
+    def make_step(model, opt, dev):
+        def step(x, y):
+            if dev is not None:
+                x = lr.mark_dynamic(x.to(dev), 1, "T")
+            loss = model(input_ids=x, labels=x).loss
+            loss.backward()
+            opt.step()
+            opt.zero_grad()
+            return loss, loss.detach() * 1.0
+        return step
+
+    def batch(g, T):
+        return torch.randint(0, 100, (2, T), generator=g), None
+    lengths = [9, 9, 9, 10, 11, 12, 13, 14, 15, 20, 21, 22]
+    traced, p0, _, _ = run_steps(make, make_step, lengths, "traced", batch)
+    whole, p1, replayed, m = run_steps(make, make_step, lengths, "whole", batch)
+    eager, _, _, _ = run_steps(make, make_step, lengths, "eager", batch)
+    assert [a for a, _ in traced] == [a for a, _ in whole]
+    assert all(torch.equal(a, b) for a, b in zip(p0, p1))
+    assert all(abs(a - b) <= 1e-5 * abs(b) for (a, _), (b, _) in zip(whole, eager))
+    assert m["exact_compiles"] == {} and sum(replayed) >= 5, (replayed, m)
