@@ -198,6 +198,11 @@ class NumberFollowingReplayer(Replayer):
         self.entries[key] = e
         while len(self.entries) > self.max_entries:
             self.entries.popitem(last=False)
+        outer = traced_numbers.recording_tape()
+        if outer is not None and outer.sized is not None:
+            # (a whole step traced at followed sizes: the sizes this call's Python reads go
+            # on this call's tape, not the step's, which cannot vouch for other sizes)
+            outer.pinned = outer.pinned or "a replayed call that follows numbers"
         tape = traced_numbers.Tape(env)
         traced = {k: traced_numbers.follow(v, k) for k, v in enumerate(env)}
         with traced_numbers.recording(tape), \

@@ -189,12 +189,12 @@ for _op in ELEMENTWISE:
 pad_rule(aten.masked_fill.Scalar, aten.masked_fill.Tensor, aten._to_copy.default,
          aten.fill.Scalar, aten.fill.Tensor, aten.zero.default, aten.native_dropout.default,
          aten.native_dropout_backward.default, aten.bernoulli.p, aten.bernoulli.default,
-         # random fills (``randn_like``: ``normal_`` of an empty tensor) and samplers, drawn
-         # for every element of the padded value
+         # random fills (``randn_like``: ``normal_`` of an empty tensor), drawn for every
+         # element of the padded value (the samplers that check their parameters, poisson's
+         # rate, would check the padding too: exact)
          aten.normal_.default, aten.uniform_.default, aten.exponential_.default,
          aten.random_.default, getattr(aten.random_, "from"), aten.random_.to,
-         aten.bernoulli_.float, aten.bernoulli_.Tensor, aten._standard_gamma.default,
-         aten.poisson.default, aten.binomial.default,
+         aten.bernoulli_.float, aten.bernoulli_.Tensor,
          # complex values: built, conjugated or reinterpreted element by element
          aten._conj.default, aten._conj_physical.default, aten.view.dtype,
          aten.complex.default, aten.polar.default, aten.angle.default)(pad_elementwise)

@@ -259,8 +259,8 @@ def test_op_without_padding_rule_compiles_exactly_and_is_counted():
     lr.reset_metrics()
     x = torch.randn(2, 5)
     xl = lr.mark_dynamic(x.to(DEV), 1, "T")
-    assert_same(F.pad(xl, (1, 2)) + 1, F.pad(x, (1, 2)) + 1)
-    assert lr.metrics()["exact_compiles"] == {"aten.constant_pad_nd.default": 1}
+    assert_same(torch.sort(xl, 1).values + 1, torch.sort(x, 1).values + 1)
+    assert lr.metrics()["exact_compiles"] == {"aten.sort.default": 1}
 
 
 def test_bucket_policies_off_list_and_maximum():

@@ -506,8 +506,9 @@ def test_padding_a_dynamic_dim_back_to_a_fixed_length():
         return (torch.randn(3, n, generator=gi), torch.randint(0, 9, (3, n), generator=gi))
 
     m = _check_padded(fn, inputs, [(1, "T"), (1, "T")], [5, 6, 7, 8])
-    # the first size compiles exactly (nothing learnt yet), then one padded graph
-    assert m["compiles"] == 2 and m["padded_executions"] == 3, m["recompile_reasons"]
+    # the first size runs padded as a pad that grows T by L - T (nothing learnt yet),
+    # then one padded graph back to the fixed length serves the others
+    assert m["compiles"] == 2 and m["padded_executions"] == 4, m["recompile_reasons"]
     assert any("pad to a fixed size" in line for line in m["automatic_dynamic"]), m
 
 
@@ -891,17 +892,14 @@ RANDOM_OPS = {   # each: (the op on x = ones(8, T, 64), its mean, its standard d
     "uniform_": (lambda x: (x * 2).uniform_(-1.0, 1.0), 0.0, 3 ** -0.5),
     "exponential_": (lambda x: (x * 2).exponential_(), 1.0, 1.0),
     "bernoulli_": (lambda x: (x * 2).bernoulli_(0.25), 0.25, 0.1875 ** 0.5),
-    "poisson": (lambda x: torch.poisson(x * 3), 3.0, 3 ** 0.5),
-    "standard_gamma": (lambda x: torch._standard_gamma(x * 2), 2.0, 2 ** 0.5),
-    "binomial": (lambda x: torch.binomial(x * 10, x * 0.5), 5.0, 2.5 ** 0.5),
 }
 
 
 @pytest.mark.parametrize("name", sorted(RANDOM_OPS))
 def test_random_ops_along_a_padded_dim_run_padded(name):
-    """Random fills and samplers of a value with a padded dim (``randn_like`` of a
-    reparameterization, a diffusion step's noise) draw for the padded value: they ran at
-    the exact length before. The true elements have the distribution's mean and standard
+    """Random fills of a value with a padded dim (``randn_like`` of a reparameterization,
+    a diffusion step's noise) draw for the padded value: they ran at the exact length
+    before. The true elements have the distribution's mean and standard
     deviation (n = 8 * T * 64 >= 18944: 5 standard errors)."""
     fn, mean, sd = RANDOM_OPS[name]
     lr.mark_step()
