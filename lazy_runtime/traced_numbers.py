@@ -113,8 +113,8 @@ class _Handed(TorchFunctionMode):
 
 def _runtime_caller(depth: int) -> bool:
     """Whether the code that read a size (``depth`` frames above the mode's handler: a
-    getter is called from C, ``Tensor.__len__`` from its Python wrapper) is the
-    runtime's own."""
+    getter or method is called from C, ``Tensor.__len__`` through its Python wrapper and
+    ``handle_torch_function``) is the runtime's own."""
     name = sys._getframe(depth + 2).f_globals.get("__name__", "")
     return name.startswith("lazy_runtime")
 
@@ -138,7 +138,7 @@ _TB = torch._C.TensorBase
 _SIZE_READS = {_TB.size: (_read_sizes, 0), _TB.shape.__get__: (_read_sizes, 0),
                _TB.numel: (_read_sizes, 0), _TB.nelement: (_read_sizes, 0),
                _TB.stride: (_read_sizes, 0), _TB.storage_offset: (_read_sizes, 0),
-               torch.Tensor.__len__: (_read_len, 1)}
+               torch.Tensor.__len__: (_read_len, 2)}
 
 
 def _note(xs, handed: set) -> None:
