@@ -1071,8 +1071,17 @@ def _resize_out(func, t: LazyTensor, v: ir.Node) -> None:
                       "zero elements with t.resize_(0).", UserWarning, stacklevel=3)
 
 
+def _check_bernoulli_p(func, args, kwargs) -> None:
+    """torch's check of a number probability (``bernoulli_(1.5)`` raises, NaN too)."""
+    if func is aten.bernoulli_.float or func is aten.bernoulli.p:
+        p = args[1] if len(args) > 1 else kwargs.get("p", 0.5)
+        if isinstance(p, (int, float)) and not 0 <= p <= 1:
+            raise RuntimeError(f"bernoulli_ expects p to be in [0, 1], but got p={p}")
+
+
 def _random_(func, args, kwargs):
     """In-place random fills (normal_, uniform_, bernoulli_, random_, exponential_)."""
+    _check_bernoulli_p(func, args, kwargs)
     x = args[0]
     n = record(func, args, kwargs, extra_inputs=(("_rng", random.next_leaf()),))
     write(x, n)
@@ -1080,6 +1089,7 @@ def _random_(func, args, kwargs):
 
 
 def _random_functional(func, args, kwargs):
+    _check_bernoulli_p(func, args, kwargs)
     return _wrap(func, record(func, args, kwargs, extra_inputs=(("_rng", random.next_leaf()),)))
 
 

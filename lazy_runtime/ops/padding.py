@@ -188,13 +188,13 @@ for _op in ELEMENTWISE:
     pad_rule(_op)(pad_elementwise)
 pad_rule(aten.masked_fill.Scalar, aten.masked_fill.Tensor, aten._to_copy.default,
          aten.fill.Scalar, aten.fill.Tensor, aten.zero.default, aten.native_dropout.default,
-         aten.native_dropout_backward.default, aten.bernoulli.p, aten.bernoulli.default,
+         aten.native_dropout_backward.default, aten.bernoulli.p,
          # random fills (``randn_like``: ``normal_`` of an empty tensor), drawn for every
-         # element of the padded value (the samplers that check their parameters, poisson's
-         # rate, would check the padding too: exact)
+         # element of the padded value (the samplers that check a tensor of parameters,
+         # poisson's rate, bernoulli's probabilities, would check the padding too: exact)
          aten.normal_.default, aten.uniform_.default, aten.exponential_.default,
          aten.random_.default, getattr(aten.random_, "from"), aten.random_.to,
-         aten.bernoulli_.float, aten.bernoulli_.Tensor,
+         aten.bernoulli_.float,
          # complex values: built, conjugated or reinterpreted element by element
          aten._conj.default, aten._conj_physical.default, aten.view.dtype,
          aten.complex.default, aten.polar.default, aten.angle.default)(pad_elementwise)

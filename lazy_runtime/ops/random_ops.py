@@ -63,13 +63,22 @@ def lower_bernoulli_p(x, p=0.5, *, generator=None, _rng):
     return jax.random.bernoulli(key_from(_rng), p, x.shape)
 
 
+def _check_probabilities(p):
+    """torch's check of a tensor of probabilities (NaN fails it too)."""
+    from .registry import check
+    check(~((p >= 0) & (p <= 1)),
+          "Expected p_in >= 0 && p_in <= 1 to be true, but got false.")
+
+
 @lowering(aten.bernoulli_.Tensor)
 def lower_bernoulli_t(x, p, *, generator=None, _rng):
+    _check_probabilities(p)
     return jax.random.bernoulli(key_from(_rng), jnp.broadcast_to(p, x.shape))
 
 
 @lowering(aten.bernoulli.default)
 def lower_bernoulli(x, *, generator=None, _rng):
+    _check_probabilities(x)
     return jax.random.bernoulli(key_from(_rng), x)
 
 

@@ -366,3 +366,19 @@ def test_gamma_rsample_gradient_is_lowered_and_torchs():
     # E[d sample / d concentration] = 1 for Gamma(c, 1)
     assert abs(c.grad.cpu().mean().item() - 1.0) < 0.05
     assert lr.metrics()["fallback_ops"] == {}
+
+
+def test_bernoulli_refuses_probabilities_outside_zero_one_as_torch():
+    """A probability outside [0, 1] (or NaN), as a tensor or a number, raises torch's
+    message (the lazy draw answered 0 or 1 before); valid ones draw."""
+    for bad in (1.5, -0.1, float("nan")):
+        p = torch.tensor([0.2, bad, 0.3])
+        for fn in (lambda q: torch.bernoulli(q), lambda q: torch.zeros_like(q).bernoulli_(q)):
+            with pytest.raises(RuntimeError, match="Expected p_in >= 0 && p_in <= 1"):
+                fn(p.to(DEV)).cpu()
+        with pytest.raises(RuntimeError, match=r"expects p to be in \[0, 1\]"):
+            torch.bernoulli(torch.zeros(3).to(DEV), bad)
+        with pytest.raises(RuntimeError, match=r"expects p to be in \[0, 1\]"):
+            torch.zeros(3).to(DEV).bernoulli_(bad)
+    assert set(torch.bernoulli(torch.tensor([0.0, 1.0, 0.5]).to(DEV)).cpu()[:2].tolist()) \
+        == {0.0, 1.0}
