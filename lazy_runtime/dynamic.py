@@ -94,6 +94,11 @@ def is_sym(dim) -> bool:
     return False
 
 
+def sym_of(dim):
+    """The symbol dim ``dim`` is (one factor, a symbol), else None."""
+    return dim[0] if len(dim) == 1 and type(dim[0]) is str else None
+
+
 def layout_syms(layout) -> set:
     return {f for d in layout for f in d if type(f) is str}
 

@@ -827,8 +827,7 @@ def _may_follow(e):
         if i not in lays:
             return True
         lay = lays[i] or ()
-        return all(d < len(lay) and len(lay[d]) == 1 and type(lay[d][0]) is str
-                   for d in dims)
+        return all(d < len(lay) and dynamic.sym_of(lay[d]) is not None for d in dims)
     return may
 
 

@@ -75,7 +75,7 @@ import math
 import numpy as np
 import torch
 
-from . import dynamic
+from . import dynamic, replay_sizes
 from .traced_numbers import NUMBER, evaluate, guards_hold, plain
 
 MIN_ENVS = 3        # values a family is traced at before it vouches for others
@@ -249,7 +249,8 @@ class Family:
         self.arg_dims = tuple(
             (j, (t0.tape.env[j],) if lays[p[0]] is None else lays[p[0]][p[1]])
             for j, p in enumerate(t0.followed) if type(p) is tuple and p[0] in lays)
-        monos = _monomials(self.sizer, traces)
+        by_trace = [_sizes_at(self.sizer, t.tape.args()) for t in traces]
+        monos = _monomials(self.sizer, by_trace)
         reads = []
         for r in range(t0.tape.n_args, len(t0.tape.env)):
             fit = _fit([t.tape.env[r] for t in traces], monos)
@@ -265,8 +266,8 @@ class Family:
         # sibling's with this graph but for its buckets) keeps it: a literal int the
         # planner took for it (``view(B, 4, -1)`` beside ``H // 8`` of 4) would not
         # follow it.
-        evidence = own + [b for b in self.borrowed if b.shape_key == t0.shape_key]
-        at = [_sizes_at(self.sizer, t.tape.args()) for t in evidence]
+        at = [sz for k, (t, sz) in enumerate(zip(traces, by_trace))
+              if k < len(own) or t.shape_key == t0.shape_key]   # (own traces come first)
         self.steady = tuple((sym, at[0][sym]) for sym, how, _ in self.sizer
                             if how != "const" and all(a[sym] == at[0][sym] for a in at))
         return monos
@@ -335,11 +336,12 @@ class Family:
                 return None
             if offset is not None and sizes[offset] != raw[0]:
                 return None
-        if not _in_buckets(self.buckets, t0.syms, dict(zip(t0.syms, sizes))):
+        at = dict(zip(t0.syms, sizes))
+        if not _in_buckets(self.buckets, t0.syms, at):
             return None
         consts = ()
         if self.sizer is not None:
-            by_sym = dict(zip(t0.syms, sizes))
+            by_sym = at
             consts = self._consts(by_sym) if self.remade else ()
             if consts is None:
                 return None
@@ -360,8 +362,7 @@ class Family:
             if v is None:
                 if len(self.made) >= 64:
                     self.made.clear()
-                it = iter(ints)
-                args, kwargs = _refill(skeleton, it)
+                args, kwargs = replay_sizes.fill(skeleton, iter(ints))
                 node = maker(*args, **dict(kwargs))
                 v = self.made[key] = dynamic.settle(node) if lay is None else \
                     dynamic.padded_value(node, lay, by_sym, buckets)
@@ -395,8 +396,9 @@ def _sizer(traces):
     where = {}   # input symbol -> the argument dim it is
     for i, lay in t0.arg_pos:
         for d, dim in enumerate(lay or ()):
-            if len(dim) == 1 and type(dim[0]) is str:
-                where.setdefault(dim[0], (i, d))
+            sym = dynamic.sym_of(dim)
+            if sym is not None:
+                where.setdefault(sym, (i, d))
     followed = {p: j for j, p in enumerate(t0.followed)}
     rules = dict(t0.rules)
     steps = []
@@ -427,18 +429,17 @@ def _sizes_at(steps, env) -> dict:
     return out
 
 
-def _monomials(steps, traces) -> tuple:
+def _monomials(steps, by_trace) -> tuple:
     """The products of symbols' sizes a size read may be (a dim of one padded value is
     an int times some symbols' sizes): each symbol that is not constant, each product of
     two, and the product of several arguments' dims (a batch's numel); as ((symbols),
-    (its value in each trace))."""
+    (its value in each trace: ``by_trace``, each trace's sizes by symbol))."""
     moving = [sym for sym, how, _ in steps if how != "const"]
     inputs = [sym for sym, how, _ in steps if how == "env"]
     combos = {(s,) for s in moving}
     combos |= set(itertools.combinations_with_replacement(moving, 2))
     for r in range(3, len(inputs) + 1):
         combos |= set(itertools.combinations(inputs, r))
-    by_trace = [_sizes_at(steps, t.tape.args()) for t in traces]
     out = []
     for syms in sorted(combos):
         vals = tuple(math.prod(sz[s] for s in syms) for sz in by_trace)
@@ -531,7 +532,10 @@ def _remade(own, traces, monos):
         recipes = [t.slots[k][2] if t.slots[k][0] == "const" else None for t in traces]
         if recipes[0] is None or any(r is None or r[0] is not recipes[0][0] for r in recipes):
             return None
-        split = [_split_ints(r[1:]) for r in recipes]
+        split = []   # (a recipe's args and kwargs with their ints taken out, those ints)
+        for r in recipes:
+            ints: list = []
+            split.append((replay_sizes.split(r[1:], ints), ints))
         if any(sk != split[0][0] for sk, _ in split):
             return None
         fits = []
@@ -594,31 +598,6 @@ def _as_traced(raw: tuple, size: int, forms) -> bool:
         if form is not None and v != (form[1] if form[0] == "abs" else size - form[1]):
             return False
     return True
-
-
-_HOLE = object()
-
-
-def _split_ints(x):
-    """(``x`` with each int a hole, its ints in order)."""
-    ints = []
-
-    def walk(v):
-        if type(v) is int:
-            ints.append(v)
-            return _HOLE
-        if type(v) in (tuple, list):
-            return type(v)(walk(a) for a in v)
-        return v
-    return walk(x), ints
-
-
-def _refill(skeleton, it):
-    if skeleton is _HOLE:
-        return next(it)
-    if type(skeleton) in (tuple, list):
-        return type(skeleton)(_refill(a, it) for a in skeleton)
-    return skeleton
 
 
 def _in_buckets(buckets, syms, sizes: dict) -> bool:
