@@ -330,22 +330,60 @@ def _lowering(op):
     return low if low is not None else op.lowering  # a replay template (``replay.Template``)
 
 
+# Reductions that pick an element: their result is compared with their input for
+# equality (amax's gradient, ``x == x.max(1, keepdim=True).values``).
+_CHOOSERS = frozenset((torch.ops.aten.amax.default, torch.ops.aten.amin.default,
+                       torch.ops.aten.max.default, torch.ops.aten.min.default,
+                       torch.ops.aten.max.dim, torch.ops.aten.min.dim))
+
+
+def _chosen_from(entries, outputs) -> frozenset:
+    """The entries a choosing reduction reads that something else reads too (leaves
+    aside: already one value). XLA may compute such a value again inside each consumer's
+    fusion, each time rounded its own way (on the CPU a column reduction's fusion
+    contracts ``h - mean`` into an FMA where a loop fusion does not): amax's gradient then
+    compares the amax with a copy differing in the last bit, and rows lose their gradient
+    (a layer norm's output, 8 of 44 rows; ``jax.jit`` of ``jax.grad`` of a max does the
+    same). ``_run_plan`` makes each one value (``_computed_once``)."""
+    chosen = {entry[4][0] for entry in entries
+              if entry[4] and entry[5] is not None and entry[5].op in _CHOOSERS}
+    chosen = {i for i in chosen if entries[i][0] not in ir.LEAVES}
+    if not chosen:
+        return frozenset()
+    uses = collections.Counter(i for entry in entries if entry[4] for i in entry[4])
+    uses.update(outputs)
+    return frozenset(i for i in chosen if uses[i] > 1)
+
+
+def _computed_once(v):
+    """``v`` as one buffer every consumer reads: XLA duplicates a cheap producer into
+    each consumer's fusion (``optimization_barrier`` is expanded before fusion and does
+    not stop it), but not out of a conditional's branch. The branches are equal (a
+    negation is exact) and differ only for the simplifier, which would drop the
+    conditional. Float values only: integer arithmetic rounds nowhere."""
+    if not jnp.issubdtype(v.dtype, jnp.floating) or v.size == 0:
+        return v
+    return jax.lax.cond(jnp.isnan(v.ravel()[0]), lambda: v, lambda: -(-v))
+
+
 def _run_plan(entries, outputs, datas, scalars, rngs, apply_op):
     """Evaluate a plan: leaves come from the executable's inputs, every other entry from
     ``apply_op(entry, vals)``. Shared by the exact and the padded executables."""
     vals = []
-    for entry in entries:
+    shared = _chosen_from(entries, outputs)
+    for k, entry in enumerate(entries):
         kind = entry[0]
         if kind is ir.DATA:
-            vals.append(datas[entry[1]])
+            v = datas[entry[1]]
         elif kind is ir.SCALAR:
-            vals.append(scalars[entry[1]])
+            v = scalars[entry[1]]
         elif kind is ir.RNG:
-            vals.append(rngs[entry[1]])
+            v = rngs[entry[1]]
         elif kind is ir.GETITEM:
-            vals.append(vals[entry[4][0]][entry[1]])
+            v = vals[entry[4][0]][entry[1]]
         else:
-            vals.append(apply_op(entry, vals))
+            v = apply_op(entry, vals)
+        vals.append(_computed_once(v) if k in shared else v)
     return tuple(vals[o] for o in outputs)
 
 

@@ -771,7 +771,7 @@ def _check_scatter(op, x, dim, index, src) -> None:
         raise NoLowering(op, "a value out of the dtype's range (torch's error)")
 
 
-def _scatter(op, x, dim, index, src, how="set"):
+def scatter_along(op, x, dim, index, src, how="set"):
     """``x`` with ``src`` (a tensor or a number) written at ``index`` along ``dim``: set,
     or combined with what is there (``how``: "add", "multiply")."""
     _check_dim_index(op, x, dim, index)
@@ -799,12 +799,12 @@ def _scatter(op, x, dim, index, src, how="set"):
 
 @lowering(aten.scatter.src, aten.scatter.value)
 def lower_scatter(x, dim, index, src):
-    return _scatter("scatter", x, dim, index, src)
+    return scatter_along("scatter", x, dim, index, src)
 
 
 @lowering(aten.scatter_add.default)
 def lower_scatter_add(x, dim, index, src):
-    return _scatter("scatter_add", x, dim, index, src, "add")
+    return scatter_along("scatter_add", x, dim, index, src, "add")
 
 
 @rule(aten.scatter.reduce, aten.scatter.value_reduce, dynamic_scalars=True)
@@ -819,7 +819,7 @@ def scatter_reduce_arg_rule(x, dim, index, src, *, reduce):
 def lower_scatter_reduce_arg(x, dim, index, src, *, reduce):
     """``scatter(..., reduce="add"|"multiply")``: each written element combined with what
     is there (the older form of ``scatter_reduce``)."""
-    return _scatter("scatter", x, dim, index, src, reduce)
+    return scatter_along("scatter", x, dim, index, src, reduce)
 
 
 @rule(aten.index_add.default, dynamic_scalars=True)

@@ -9,7 +9,7 @@ multiplying by a mask, which would keep NaN). An op whose inputs carry no dynami
 needs no rule; an op with no rule that sees one makes the graph compile exactly.
 
 Rules by family:
-* elementwise (and dropout, masked_fill, copies; cumsum/cumprod and tril/triu where
+* elementwise (and dropout, masked_fill, copies; the prefix scans and tril/triu where
   the padding is at the dim's end, ``_end_padded``):
   padding passes through; broadcasting a dynamic dim against another size is refused.
 * views: view/reshape regroup the factors of the input dims in order (a dynamic factor is
@@ -32,7 +32,10 @@ Rules by family:
   LSTM, GRU and RNN layers: rows pass through, padded steps keep the carry; padding
   zeroed first.
 * contractions (mm, bmm, addmm, baddbmm) over a padded dim: both operands zeroed there.
-* sort and topk along a concrete dim: the other dims pass through.
+* sort, topk, kthvalue, median, nanmedian and mode: along a concrete dim the other dims
+  pass through; along a dim padded at its end the padding sorts last (k checked against
+  the true size in the graph). scatter along a padded dim from an index padded there as
+  well (a sort's gradient): padded positions write to themselves.
 * reductions: sum 0, prod 1, amax/max -inf, amin/min +inf, any False, all True,
   logsumexp -inf; mean, var and std divide by the true count.
 * softmax/log_softmax along a padded dim: -inf; their backward: 0.
@@ -65,15 +68,16 @@ from ..dynamic import (NoPadRule, Pad, Rebucket, SymSize, bucket, concrete, cut_
                        dsize, has_sym, is_sym, slice_bounds, sym_or_int)
 from .common import check_index, jdt, norm_dim, norm_dims, opmath, vjp
 from .layout import (_jnp_index, _out_of_bounds, lower_pad, mask_rows_put, masked_scatter_from,
-                     per_element_count)
+                     per_element_count, scatter_along)
 from .nn import (_add_at_argmax, _avg_pool, _batch_norm, _f32, _lowest, _max_pool, _tup,
                  adaptive_max, lower_convolution, lower_convolution_backward)
 from . import recurrent
 from .recurrent import layer_backward, layer_forward
-from .reduction import squared_magnitude, var_input
 from .resample import (NEAREST, _apply, _index_dtype, _nearest, linear_taps,
                        lower_upsample_bilinear, nearest_source)
-from .registry import ELEMENTWISE, pad_rule
+from .reduction import (kth_position, median_position, mode_position, pick_sorted,
+                        sorted_along, squared_magnitude, top_k, var_input)
+from .registry import ELEMENTWISE, check, pad_rule
 
 aten = torch.ops.aten
 
@@ -200,9 +204,11 @@ pad_rule(aten.masked_fill.Scalar, aten.masked_fill.Tensor, aten._to_copy.default
          aten.complex.default, aten.polar.default, aten.angle.default)(pad_elementwise)
 
 
-@pad_rule(aten.cumsum.default, aten.cumprod.default)
+@pad_rule(aten.cumsum.default, aten.cumprod.default, aten.logcumsumexp.default,
+          aten.cummax.default, aten.cummin.default)
 def pad_cumulative(node, ins, cx):
-    """Along a dim padded at its end the true positions come first: padding passes."""
+    """Along a dim padded at its end the true positions come first: padding passes (a
+    running max's indices point at true positions)."""
     if ins[0]:
         _end_padded(node.op, ins[0][norm_dim(node.args[1], len(ins[0]))])
     return pad_elementwise(node, ins, cx)
@@ -851,16 +857,73 @@ def _sort_dim(node):
 
 @pad_rule(aten.sort.default, aten.sort.stable, aten.topk.default)
 def pad_sort(node, ins, cx):
-    """Along a concrete dim the other dims' padding passes through; along a padded dim
-    the padding would sort in among the values (compiled exactly)."""
+    """Along a concrete dim the other dims' padding passes through. Along a dim padded at
+    its end the padding sorts after every true element (NaN too), so the true positions
+    hold torch's answer and its indices point at true positions; topk's k is checked
+    against the true size in the graph (a replay at a size never traced)."""
     lay = ins[0]
     if not lay:
         return Pad(((), ()))
     d = norm_dim(_sort_dim(node), len(lay))
-    if is_sym(lay[d]):
-        raise NoPadRule(node.op, "sort or topk along a padded dim", _syms(lay))
-    out = lay[:d] + ((node.shape[0][d],),) + lay[d + 1:]
-    return Pad((out, out))
+    out = lay[:d] + ((node.shape[0][d],),) + lay[d + 1:] if not is_sym(lay[d]) or \
+        node.op is aten.topk.default else lay
+    if not is_sym(lay[d]):
+        return Pad((out, out))
+    _end_padded(node.op, lay[d])
+    fn = _topk_padded_fn if node.op is aten.topk.default else _sort_padded_fn
+    return Pad((out, out), fn=functools.partial(fn, d), tag="sort along a padded dim")
+
+
+def _sort_padded_fn(d, ctx, env, in_lays, x, *args, stable=None, dim=-1, descending=False):
+    descending = args[1] if len(args) > 1 else descending
+    return sorted_along(x, d, descending, env.count(in_lays[0], (d,)))
+
+
+def _topk_padded_fn(d, ctx, env, in_lays, x, k, dim=-1, largest=True, sorted=True):
+    n = env.count(in_lays[0], (d,))
+    check(k > n, "selected index k out of range (a dynamic dim: checked against its true "
+                 "size)")
+    return top_k(x, k, d, largest, n)
+
+
+# op -> (the position of its dim argument, the dim's default)
+_PICKS = {aten.kthvalue.default: (2, -1), aten.median.dim: (1, None),
+          aten.nanmedian.dim: (1, None), aten.mode.default: (1, -1)}
+
+
+@pad_rule(*_PICKS)
+def pad_pick(node, ins, cx):
+    """kthvalue, median, nanmedian and mode along a dim: the others' padding passes
+    through; along a dim padded at its end the sort puts the padding after the true
+    elements and the answer's position counts only those (kthvalue's k checked against the
+    true size in the graph)."""
+    lay = ins[0]
+    if not lay:
+        return Pad(((), ()))
+    pos, default = _PICKS[node.op]
+    dim = _dims_of(node, pos)
+    d = norm_dim(default if dim is None else dim, len(lay))
+    out = _reduce_layout(lay, (d,), _keep(node, pos + 1))
+    if not is_sym(lay[d]):
+        return Pad((out, out))
+    _end_padded(node.op, lay[d])
+    return Pad((out, out), fn=functools.partial(_pick_padded_fn, node.op, d),
+               tag="pick along a padded dim")
+
+
+def _pick_padded_fn(op, d, ctx, env, in_lays, x, *args, **kwargs):
+    n = env.count(in_lays[0], (d,))
+    if op is aten.kthvalue.default:
+        k = args[0]
+        check(k > n, f"kthvalue(): selected number k out of range for dimension {d} (a "
+                     "dynamic dim: checked against its true size)")
+        position, rest = kth_position(k), args[2:]
+    elif op is aten.mode.default:
+        position, rest = mode_position, args[1:]
+    else:
+        position, rest = median_position(op is aten.nanmedian.dim), args[1:]
+    keepdim = rest[0] if rest else kwargs.get("keepdim", False)
+    return pick_sorted(x, d, keepdim, position, n)
 
 
 def _mean_fn(ctx, env, in_lays, x, dim=None, keepdim=False, *, dtype=None):
@@ -2079,18 +2142,35 @@ def _same_but(op, a, b, d):
 @pad_rule(aten.scatter.src, aten.scatter.value, aten.scatter_add.default)
 def pad_scatter(node, ins, cx):
     """Writes stay in their row: padded rows of the index write into padded rows of the
-    result. The index's own scatter dim must be concrete (its values point anywhere)."""
+    result. Along the scatter dim the index may be padded where x is, with the same
+    symbol (a sort's gradient: the sort's indices written back): its padded positions
+    then write to themselves, in x's padding, whatever they held."""
     x, dim, index = node.args[:3]
     xl, il = ins[_i(x)], ins[_i(index)]
     d = norm_dim(dim, len(xl))
-    if is_sym(il[d]):
-        raise NoPadRule(node.op, "scatter from a padded index dim", retry=False)
+    own = is_sym(il[d])
+    if own and not (len(il) == len(xl) and same_layout(cx, (il[d],), (xl[d],))):
+        raise NoPadRule(node.op, "scatter from a padded index dim into another",
+                        _syms(il, xl))
     _same_but(node.op, xl, il, d)
     _end_padded(node.op, xl[d])
     src = node.args[3] if len(node.args) > 3 else None
     if type(src).__name__ == "Input" and ins[_i(src)] != il and len(ins[_i(src)]):
         _same_but(node.op, ins[_i(src)], il, -1)
+    if own:
+        return Pad(xl, fn=functools.partial(_scatter_to_own_fn, node.op, il, d),
+                   tag="scatter to own")
     return Pad(xl)
+
+
+def _scatter_to_own_fn(op, index_layout, d, ctx, env, in_lays, x, dim, index, src):
+    """scatter (or scatter_add) where ``index`` is padded along the scatter dim ``d`` as
+    x is: a padded position writes at its own position, in x's padding."""
+    at = lax.broadcasted_iota(index.dtype, index.shape, d)
+    index = jnp.where(at < env.count(index_layout, (d,)), index, at)
+    if op is aten.scatter_add.default:
+        return scatter_along("scatter_add", x, dim, index, src, "add")
+    return scatter_along("scatter", x, dim, index, src)
 
 
 @pad_rule(aten.gather.default)
@@ -2212,6 +2292,9 @@ _INDEXED = {
     # concrete (a padded one has no rule)
     aten.nll_loss_forward.default: lambda node, ins: ((), ()),
     aten.nll_loss2d_forward.default: lambda node, ins: ((), ()),
+    # k checked against the true size by the rules' own lowerings (a dim padded at its end)
+    aten.topk.default: lambda node, ins: ((), ()),
+    aten.kthvalue.default: lambda node, ins: ((), ()),
 }
 
 

@@ -438,15 +438,18 @@ def _sort_keys(x, descending):
     return ((~x if descending else x),)
 
 
-def _sorted_along(x, dim, descending):
+def sorted_along(x, dim, descending, n=None):
     """(values, int64 indices) of ``x`` sorted along ``dim``, stably (ties keep their
-    order, as torch's stable sort does)."""
+    order, as torch's stable sort does). With ``n`` (a true length, traced, of a dim padded
+    at its end) the positions from ``n`` on sort after all others, whatever they hold."""
     if x.ndim == 0:
         return x, jnp.zeros((), jnp.int64)
     d = norm_dim(dim, x.ndim)
     xm = jnp.moveaxis(x, d, -1)
     idx = jax.lax.broadcasted_iota(jnp.int64, xm.shape, xm.ndim - 1)
     keys = _sort_keys(xm, descending)
+    if n is not None:
+        keys = ((idx >= n).astype(jnp.int8),) + keys
     order = jax.lax.sort(keys + (idx,), dimension=xm.ndim - 1, is_stable=True,
                          num_keys=len(keys))[-1]
     values = jnp.take_along_axis(xm, order, axis=-1)
@@ -455,22 +458,27 @@ def _sorted_along(x, dim, descending):
 
 @lowering(aten.sort.default)
 def lower_sort(x, dim=-1, descending=False):
-    return _sorted_along(x, dim, descending)
+    return sorted_along(x, dim, descending)
 
 
 @lowering(aten.sort.stable)
 def lower_sort_stable(x, *, stable=None, dim=-1, descending=False):
-    return _sorted_along(x, dim, descending)
+    return sorted_along(x, dim, descending)
 
 
-@lowering(aten.topk.default)
-def lower_topk(x, k, dim=-1, largest=True, sorted=True):
-    values, order = _sorted_along(x, dim, largest)
+def top_k(x, k, dim, largest, n=None):
+    """topk's (values, indices): the first ``k`` of the sort (``n``: ``sorted_along``'s)."""
+    values, order = sorted_along(x, dim, largest, n)
     if x.ndim == 0:
         return values, order
     d = norm_dim(dim, x.ndim)
     return (jax.lax.slice_in_dim(values, 0, k, axis=d),
             jax.lax.slice_in_dim(order, 0, k, axis=d))
+
+
+@lowering(aten.topk.default)
+def lower_topk(x, k, dim=-1, largest=True, sorted=True):
+    return top_k(x, k, dim, largest)
 
 
 # ---- order statistics: kthvalue, median, nanmedian, mode -------------------------------
@@ -519,68 +527,70 @@ def mode_rule(x, dim=-1, keepdim=False):
     return _selection_types("mode", x, dim, keepdim)
 
 
-def _pick_sorted(x, dim, keepdim, position):
+def pick_sorted(x, dim, keepdim, position, n=None):
     """Values and indices of ``x`` at a position of its ascending sort along ``dim``:
-    ``position(sorted, axis)`` gives it per row (keepdims shape). The sort is stable and
-    puts NaN last: equal values keep their original order."""
+    ``position(sorted, axis, length)`` gives it per row (keepdims shape), ``length`` the
+    dim's true one (``n``, of a dim padded at its end, else its size). The sort is stable
+    and puts NaN last: equal values keep their original order."""
     if x.ndim == 0:
         return x, jnp.zeros((), jnp.int64)
     d = norm_dim(dim, x.ndim)
-    values, order = _sorted_along(x, d, False)
-    pos = position(values, d)
+    values, order = sorted_along(x, d, False, n)
+    pos = position(values, d, x.shape[d] if n is None else n)
     v = jnp.take_along_axis(values, pos, axis=d)
     i = jnp.take_along_axis(order, pos, axis=d)
     return (v, i) if keepdim else (jnp.squeeze(v, d), jnp.squeeze(i, d))
 
 
-def _kth_position(k):
-    def position(s, d):
+def kth_position(k):
+    def position(s, d, n):
         return jnp.full(s.shape[:d] + (1,) + s.shape[d + 1:], k - 1, jnp.int64)
     return position
 
 
-def _median_position(ignore_nan):
+def median_position(ignore_nan):
     """The lower middle of the row; with NaN present, median takes the first NaN (sorted
     after the ``c`` numbers) and nanmedian the lower middle of the numbers (0 if none)."""
-    def position(s, d):
-        n = s.shape[d]
-        c = jnp.sum(~jnp.isnan(s), axis=d, keepdims=True, dtype=jnp.int64)
+    def position(s, d, n):
+        true = jax.lax.broadcasted_iota(jnp.int64, s.shape, d) < n
+        c = jnp.sum(~jnp.isnan(s) & true, axis=d, keepdims=True, dtype=jnp.int64)
         if ignore_nan:
             return jnp.maximum((c - 1) // 2, 0)
         return jnp.where(c < n, c, (n - 1) // 2)
     return position
 
 
-def _mode_position(s, d):
+def mode_position(s, d, n):
     """The last element of the first longest run of equal values: the smallest of the most
-    frequent values, at its last index (stable sort)."""
+    frequent values, at its last index (stable sort). A run counts the elements before
+    it, so the true positions' runs never reach into padding sorted after them."""
     iota = jax.lax.broadcasted_iota(jnp.int64, s.shape, d)
     prev = jnp.roll(s, 1, axis=d)
     starts = jnp.where((s != prev) | (iota == 0), iota, 0)
-    run = iota - jax.lax.cummax(starts, axis=d) + 1
+    run = jnp.where(iota < n, iota - jax.lax.cummax(starts, axis=d) + 1, 0)
     return jnp.argmax(run, axis=d, keepdims=True)
 
 
 @lowering(aten.kthvalue.default)
 def lower_kthvalue(x, k, dim=-1, keepdim=False):
     # torch's quickselect returns an unspecified index among equal values; ours is the first
-    return _pick_sorted(x, dim, keepdim, _kth_position(k))
+    return pick_sorted(x, dim, keepdim, kth_position(k))
 
 
 @lowering(aten.median.dim)
 def lower_median_dim(x, dim, keepdim=False):
-    return _pick_sorted(x, dim, keepdim, _median_position(False))
+    return pick_sorted(x, dim, keepdim, median_position(False))
 
 
 @lowering(aten.nanmedian.dim)
 def lower_nanmedian_dim(x, dim, keepdim=False):
-    return _pick_sorted(x, dim, keepdim, _median_position(True))
+    return pick_sorted(x, dim, keepdim, median_position(True))
 
 
 def _median_all(x, ignore_nan):
     if x.size == 0:
         return jnp.full((), jnp.nan, x.dtype)
-    return _pick_sorted(x.reshape(-1), 0, False, _median_position(ignore_nan))[0]
+    return pick_sorted(x.reshape(-1), 0, False, median_position(ignore_nan))[0]
 
 
 @lowering(aten.median.default)
@@ -597,7 +607,7 @@ def lower_nanmedian(x):
 def lower_mode(x, dim=-1, keepdim=False):
     # torch CPU sorts rows longer than 16 unstably: its index among equal values (and, with
     # NaN, which value wins) is then unspecified; ours is the last index
-    return _pick_sorted(x, dim, keepdim, _mode_position)
+    return pick_sorted(x, dim, keepdim, mode_position)
 
 
 # ---- searchsorted ---------------------------------------------------------------------

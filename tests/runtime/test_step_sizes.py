@@ -336,3 +336,39 @@ def test_a_transformers_causal_lm_replays_at_lengths_never_traced():
     assert all(torch.equal(a, b) for a, b in zip(p0, p1))
     assert all(abs(a - b) <= 1e-5 * abs(b) for (a, _), (b, _) in zip(whole, eager))
     assert m["exact_compiles"] == {} and sum(replayed) >= 5, (replayed, m)
+
+
+def test_a_topk_along_a_replayed_length_checks_k_against_it():
+    """topk along T runs padded (the padding sorts last); a step replayed at a length
+    never traced checks k against it in the graph, as torch's rule does at the call:
+    right where k fits, torch's error where it does not (with one bucket for every
+    length, the replay would otherwise pick padding)."""
+    old = lr.config.buckets
+    lr.config.buckets = [16]
+    try:
+        def make(model, opt, dev):
+            def step(x, y):
+                if dev is not None:
+                    x = lr.mark_dynamic(x.to(dev), 1, "T")
+                total = model(x).amax(-1).topk(4, dim=1).values.sum()
+                total.backward()
+                opt.step()
+                opt.zero_grad()
+                return total, total.detach() * 1.0
+            return step
+        lengths = [9, 10, 11, 12, 13, 14, 4]
+        whole, _, replayed, m = run_steps(Normed, make, lengths, "whole", net_batch)
+        eager, _, _, _ = run_steps(Normed, make, lengths, "eager", net_batch)
+        assert all(abs(a - b) <= 1e-5 * max(1.0, abs(b))
+                   for (a, _), (b, _) in zip(whole, eager))
+        assert replayed[5:] == [1, 1], (replayed, m["replay_misses"])
+        model = Normed().to(DEV)
+        step = make(model, lr.compile_optimizer(torch.optim.SGD(model.parameters(), lr=0.1)),
+                    DEV)
+        step = lr.compile_step(step, model)
+        for T in lengths[:-1]:
+            step(*net_batch(torch.Generator().manual_seed(T), T))[0].item()
+        with pytest.raises(RuntimeError, match="selected index k out of range.*true size"):
+            step(*net_batch(torch.Generator().manual_seed(3), 3))[0].item()
+    finally:
+        lr.config.buckets = old
