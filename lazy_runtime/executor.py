@@ -331,10 +331,20 @@ def _lowering(op):
 
 
 # Reductions that pick an element: their result is compared with their input for
-# equality (amax's gradient, ``x == x.max(1, keepdim=True).values``).
+# equality (amax's gradient, ``x == x.max(1, keepdim=True).values``; an infinity norm's
+# gradient compares it with ``x.abs()``).
 _CHOOSERS = frozenset((torch.ops.aten.amax.default, torch.ops.aten.amin.default,
                        torch.ops.aten.max.default, torch.ops.aten.min.default,
                        torch.ops.aten.max.dim, torch.ops.aten.min.dim))
+
+
+def _chooses(node) -> bool:
+    if node.op in _CHOOSERS:
+        return True
+    if node.op is torch.ops.aten.linalg_vector_norm.default:
+        order = node.args[1] if len(node.args) > 1 else dict(node.kwargs).get("ord", 2)
+        return order in (float("inf"), float("-inf"))
+    return False
 
 
 def _chosen_from(entries, outputs) -> frozenset:
@@ -346,7 +356,7 @@ def _chosen_from(entries, outputs) -> frozenset:
     (a layer norm's output, 8 of 44 rows; ``jax.jit`` of ``jax.grad`` of a max does the
     same). ``_run_plan`` makes each one value (``_computed_once``)."""
     chosen = {entry[4][0] for entry in entries
-              if entry[4] and entry[5] is not None and entry[5].op in _CHOOSERS}
+              if entry[4] and entry[5] is not None and _chooses(entry[5])}
     chosen = {i for i in chosen if entries[i][0] not in ir.LEAVES}
     if not chosen:
         return frozenset()

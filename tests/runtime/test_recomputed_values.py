@@ -19,13 +19,14 @@ def _normed(seed):
     return nn.Sequential(nn.Linear(6, 3), nn.LayerNorm(3))
 
 
-@pytest.mark.parametrize("reduce", ["amax", "max", "min dim values"])
+@pytest.mark.parametrize("reduce", ["amax", "max", "min dim values", "inf norm"])
 @pytest.mark.parametrize("shape", [(4, 11), (3, 7), (5, 13)])
 def test_the_gradient_of_a_max_of_a_layer_norm_reaches_every_row(reduce, shape):
     pick = {"amax": lambda y: y.amax(-1).sum(),
             "max": lambda y: y.max() + y.sum() * 0,
             "min dim values": lambda y: (y == y.min(-1, keepdim=True).values).float().mul(
-                y).sum()}[reduce]
+                y).sum(),
+            "inf norm": lambda y: torch.linalg.vector_norm(y, float("inf"), dim=-1).sum()}[reduce]
     model = _normed(sum(shape))
     lazy = copy.deepcopy(model).to(DEV)
     x = torch.randn(*shape, 6, generator=torch.Generator().manual_seed(len(reduce)))
