@@ -155,6 +155,10 @@ class Config:
         self.max_bucket: int = _env_int("LAZY_RUNTIME_MAX_BUCKET", 8192)
         # Make dims dynamic when a graph comes back with only some input sizes changed.
         self.automatic_dynamic: bool = True
+        # Fill the padding of inputs padded on the host with NaN (floats), a large number
+        # (ints) or True instead of zeros: a test of the padding rules (a value that
+        # reads the padding shows it), never needed otherwise (results are the same).
+        self.poison_padding: bool = env_flag("LAZY_RUNTIME_POISON_PADDING", False)
         # Read the ``info`` of inv, solve, cholesky & co. to raise torch's error for a singular
         # or non-positive-definite input: a device->host barrier inside each graph that uses
         # them. Off, their results hold inf/NaN instead, as on XLA devices.

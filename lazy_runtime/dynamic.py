@@ -230,11 +230,25 @@ def _factor_shape(layout, env):
 
 
 def pad_host(a: np.ndarray, layout, sizes: dict, buckets: dict) -> np.ndarray:
-    """Pad a true-shaped host array to ``layout``'s padded shape (zeros at the end)."""
+    """Pad a true-shaped host array to ``layout``'s padded shape (zeros at the end, or
+    ``poison`` where ``config.poison_padding`` asks)."""
     a = a.reshape(_factor_shape(layout, sizes))
-    out = np.zeros(_factor_shape(layout, buckets), a.dtype)   # (np.pad: 20x slower)
+    shape = _factor_shape(layout, buckets)
+    out = np.full(shape, poison(a.dtype), a.dtype) if config.poison_padding else \
+        np.zeros(shape, a.dtype)   # (np.pad: 20x slower)
     out[tuple(map(slice, a.shape))] = a
     return out.reshape(lsize(layout, buckets))
+
+
+def poison(dtype: np.dtype):
+    """What ``config.poison_padding`` fills padding with: NaN, True, or an int a quarter
+    of its type's range (an index out of bounds, a sum far off, without overflowing)."""
+    if dtype == np.bool_:
+        return True
+    if np.issubdtype(dtype, np.integer):
+        return 1 << (8 * dtype.itemsize - 2 - (1 if np.issubdtype(dtype, np.signedinteger)
+                                                else 0))
+    return np.nan
 
 
 def unpad_host(a: np.ndarray, layout, sizes: dict, buckets: dict) -> np.ndarray:

@@ -14,9 +14,14 @@ from conftest import DEV, assert_same, load_example
 
 @pytest.fixture(autouse=True)
 def _policy():
-    old = (lr.config.buckets, lr.config.max_bucket, lr.config.automatic_dynamic)
+    """Settings restored after each test; inputs' padding holds NaN (ints: a large
+    number), so a leak of padding into a value shows (zeros would hide it in a sum)."""
+    old = (lr.config.buckets, lr.config.max_bucket, lr.config.automatic_dynamic,
+           lr.config.poison_padding)
+    lr.config.poison_padding = True
     yield
-    lr.config.buckets, lr.config.max_bucket, lr.config.automatic_dynamic = old
+    (lr.config.buckets, lr.config.max_bucket, lr.config.automatic_dynamic,
+     lr.config.poison_padding) = old
 
 
 def kitchen_sink(x, ids, tgt, w, emb, mask):
