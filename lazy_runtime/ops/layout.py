@@ -498,9 +498,15 @@ def lower_index_put(x, indices, values, accumulate=False):
     given = [k for k, i in enumerate(indices) if i is not None]
     if len(given) == 1 and indices[given[0]].dtype == jnp.bool_:
         return _mask_put(x, given[0], indices[given[0]], values, accumulate)
-    values = values.astype(x.dtype)
     _check_indices("index_put", x, indices)
+    return put_at(x, indices, values, accumulate)
+
+
+def put_at(x, indices, values, accumulate):
+    """``x[indices] = values`` (``+=`` with ``accumulate``) for checked integer index
+    tensors, one per leading dim (None for a full one)."""
     idx = _jnp_index(indices, x.ndim)
+    values = values.astype(x.dtype)
     return _add_at(x.at[idx], values) if accumulate else x.at[idx].set(values)
 
 

@@ -47,8 +47,9 @@ Rules by family:
   padded (``x[mask] = y[mask]``): the count checked is the true one; padding rows write
   nowhere. masked_scatter from a source padded along its leading dim
   (``masked_select``'s gradient) likewise.
-* index_select, index_add and ``x[:, cols]``: a padded index gives padded rows; the
-  indexed dim padded at its end (index_select, index_add: indices point at true rows).
+* index_select, index_add, ``x[:, cols]`` and ``x[:, cols] = v``: a padded index gives
+  padded rows; the indexed dim padded at its end (indices point at true rows, a negative
+  one counts from the true size).
 * complex values: conj, polar, complex, angle and bitcasts are elementwise;
   view_as_real/view_as_complex add or drop the pair dim; the FFT along concrete dims
   passes the others' padding through (along a padded dim it compiles exactly).
@@ -68,7 +69,7 @@ from ..dynamic import (NoPadRule, Pad, Rebucket, SymSize, bucket, concrete, cut_
                        dsize, has_sym, is_sym, slice_bounds, sym_or_int)
 from .common import check_index, jdt, norm_dim, norm_dims, opmath, vjp
 from .layout import (_jnp_index, _out_of_bounds, lower_pad, mask_rows_put, masked_scatter_from,
-                     per_element_count, scatter_along)
+                     per_element_count, put_at, scatter_along)
 from .nn import (_add_at_argmax, _avg_pool, _batch_norm, _f32, _lowest, _max_pool, _tup,
                  adaptive_max, lower_convolution, lower_convolution_backward)
 from . import recurrent
@@ -2081,27 +2082,38 @@ def pad_index(node, ins, cx):
                tag="index true size")
 
 
-def _index_true_size_fn(padded, ctx, env, in_lays, x, indices):
-    """``x[i0, i1, ...]`` where the dims of x in ``padded`` are padded at their end: there
-    an index counts from the end of the true size, and is checked against it."""
+def _true_indices(op: str, padded: dict, env, x, indices) -> list:
+    """Index tensors into ``x``'s leading dims, where the dims in ``padded`` are padded at
+    their end: there an index counts from the end of the true size, and is checked
+    against it."""
     idx = []
     for d, i in enumerate(indices):
         if i is not None:
             n = env.count((padded[d],), (0,)) if d in padded else x.shape[d]
-            check_index(i, n, f"index: index out of bounds for dimension {d} (a dynamic "
+            check_index(i, n, f"{op}: index out of bounds for dimension {d} (a dynamic "
                         "dim: checked against its true size)" if d in padded
-                        else _out_of_bounds("index", d, n), wraps=True)
+                        else _out_of_bounds(op, d, n), wraps=True)
             if d in padded:
                 i = jnp.where(i < 0, i + n, i)
         idx.append(i)
-    return x[_jnp_index(idx, x.ndim)]
+    return idx
+
+
+def _index_true_size_fn(padded, ctx, env, in_lays, x, indices):
+    """``x[i0, i1, ...]`` into dims of x padded at their end."""
+    return x[_jnp_index(_true_indices("index", padded, env, x, indices), x.ndim)]
+
+
+def _index_put_true_size_fn(padded, ctx, env, in_lays, x, indices, values, accumulate=False):
+    """``x[i0, i1, ...] = values`` (or ``+=``) into dims of x padded at their end."""
+    return put_at(x, _true_indices("index_put", padded, env, x, indices), values, accumulate)
 
 
 @pad_rule(aten.index_put.default)
 def pad_index_put(node, ins, cx):
     x, indices, values = node.args[:3]
     xl = ins[_i(x)]
-    r = _leading_index(node, ins, xl, indices)
+    r = _leading_index(node, ins, xl, indices, into_padded=True)
     if r is None:
         raise NoPadRule(node.op, "index pattern", _syms(*ins))
     il, p, k = r
@@ -2114,10 +2126,29 @@ def pad_index_put(node, ins, cx):
     axes = tuple(p + a for a in range(len(il)) if is_sym(il[a]))
     if axes and len(vl) != len(il) + len(xl) - k:
         raise NoPadRule(node.op, "broadcast values", _syms(vl, il))
+    written = xl[:p] + il + xl[p + k:]   # (the values broadcast to it, from the right)
+    if len(vl) > len(written) or not all(
+            v == (1,) or same_layout(cx, (v,), (w,)) for v, w in zip(vl[::-1], written[::-1])):
+        raise NoPadRule(node.op, f"values {vl} written at {written}", _syms(vl, written))
     accumulate = node.args[3] if len(node.args) > 3 else dict(node.kwargs).get("accumulate")
     if axes and not accumulate:
         raise NoPadRule(node.op, "index_put without accumulate from padded rows", _syms(il))
-    return Pad(xl, pre=((_i(values), axes, 0),) if axes else ())
+    pre = ((_i(values), axes, 0),) if axes else ()
+    padded = tuple((d, xl[d]) for d in range(p, p + k) if is_sym(xl[d]))
+    if not padded:
+        return Pad(xl, pre=pre)
+    if masks:
+        raise NoPadRule(node.op, "a boolean mask over a padded dim", _syms(xl))
+    if node.inputs[_i(x)].op is ir.DATA:
+        # (a buffer kept between steps, written in place: a static cache whose length
+        # automatic dynamic marked would stay padded after the write, and the forward
+        # replayed on it next would be inlined at every call)
+        raise NoPadRule(node.op, "a write at positions of a padded dim of a graph input",
+                        _syms(xl))
+    for _, dim in padded:   # (a write at positions: ``y[:, cols] = v`` along a padded T)
+        _end_padded(node.op, dim)
+    return Pad(xl, pre=pre, fn=functools.partial(_index_put_true_size_fn, dict(padded)),
+               tag="index_put true size")
 
 
 def _pad_mask_rows_put(node, xl, ml, vl):
@@ -2260,17 +2291,11 @@ def _dim_indexed(node, ins):
 
 def _leading_indexed(node, ins):
     """x[i0, i1, ...] and its index_put: x's leading dims indexed (boolean masks are not
-    checked); into a padded dim of x, only ``x[...]`` (its rule checks against the true
-    size)."""
+    checked; into a padded dim of x the rules check against the true size)."""
     x, indices = node.args[:2]
-    xl = ins[_i(x)]
     pre = ()
-    for k, i in enumerate(indices):
-        if i is None:
-            continue
-        if k < len(xl) and is_sym(xl[k]) and node.op is not aten.index.Tensor:
-            return None
-        if node.inputs[_i(i)].dtype != torch.bool:
+    for i in indices:
+        if i is not None and node.inputs[_i(i)].dtype != torch.bool:
             pre += _zero_padded(i, ins[_i(i)])
     return pre, ()
 

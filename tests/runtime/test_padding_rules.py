@@ -557,6 +557,36 @@ def test_indexing_into_a_padded_dim_counts_from_its_true_size():
         x[torch.tensor([0, 1]).to(DEV), torch.tensor([2, 6]).to(DEV)].cpu()
 
 
+def _write_at_positions(x, v):
+    """Writes at positions of a padded T: columns set (one from the end), columns added
+    to (a repeated column adds twice), rows and columns by pairs; gradients reach x and
+    the values."""
+    T = x.shape[1]
+    cols = torch.tensor([0, 2, -1], device=x.device)
+    y = x * 1.0
+    y[:, cols] = v[:, :3] * 2
+    rows = torch.arange(x.shape[0], device=x.device)[:, None]
+    z = torch.index_put(x * 1.0, (rows, torch.tensor([[1, 1, T - 2]], device=x.device)),
+                        v[:, 3:6], accumulate=True)
+    w = x * 1.0
+    w[torch.tensor([0, 2], device=x.device), torch.tensor([T - 1, 1], device=x.device)] = \
+        v[0, :2]
+    return {"set": y, "added": z, "pairs": w}
+
+
+def test_writing_at_positions_of_a_padded_dim_counts_from_its_true_size():
+    sizes = _sizes(9, 16, 3, seed=6)
+    v = torch.randn(3, 6, generator=torch.Generator().manual_seed(6)).requires_grad_()
+    m = _check_padded(_write_at_positions, lambda T: [
+        torch.randn(3, T, generator=torch.Generator().manual_seed(T))], [(1, "T")], sizes,
+        params=(v,))
+    assert m["exact_compiles"] == {} and m["compiles"] == 1, m["recompile_reasons"]
+    y = lr.mark_dynamic(torch.zeros(2, 12).to(DEV), 1, "T") * 2   # (padded to 16)
+    with pytest.raises(Exception, match="index_put: index out of bounds.*true size"):
+        y[:, torch.tensor([3, 12]).to(DEV)] = 1.0
+        y.cpu()
+
+
 def test_padding_a_dynamic_dim_back_to_a_fixed_length():
     """``F.pad(mask, (0, L - T))`` (a static KV cache's mask): once automatic dynamic saw
     the result keep its size while T changed, one padded graph serves every T."""
