@@ -1275,21 +1275,17 @@ _POOL_DIMS = {aten.max_pool2d_with_indices.default: 2, aten.max_pool3d_with_indi
               aten.max_pool3d_with_indices_backward.default: 3}
 
 
-def _pool_layout(node, cx, xl, n, kernel, stride, padding, dilation, ceil_mode, shape,
-                     ceil_ok=False):
-    """(the pooled layout, extra -inf at the input's end per spatial axis). ``ceil_ok``: a
-    ceil_mode pool's strided dims are derived symbols sized by torch's rule at the true and
-    padded sizes (a max pool's last window may run past the true size into the -inf
-    padding, as torch's runs past the input; an average pool's divisor would not count
-    as torch's does there)."""
+def _pool_layout(node, cx, xl, n, kernel, stride, padding, dilation, ceil_mode, shape):
+    """(the pooled layout, extra -inf at the input's end per spatial axis). A ceil_mode
+    pool's strided dims are derived symbols sized by torch's rule at the true and padded
+    sizes: a max pool's last window may run past the true size into the -inf padding, as
+    torch's runs past the input; an average pool's into zeros, divided as torch divides
+    (``_ceil_divisor``)."""
     lead = len(xl) - n
     if not has_sym(xl[lead:]):
         return xl[:lead] + concrete(shape[lead:]), (0,) * n
     k, pd, dl = (_tup(v, n) for v in (kernel, padding, dilation))
     st = _tup(stride if stride not in (None, [], ()) else kernel, n)
-    if ceil_mode and not ceil_ok and any(st[a] > 1 and is_sym(xl[lead + a])
-                                         for a in range(n)):
-        raise NoPadRule(node.op, "ceil_mode pooling along a dynamic dim", retry=False)
     dims, extra = list(xl[:lead]), []
     for a in range(n):
         if ceil_mode and st[a] > 1 and is_sym(xl[lead + a]):
@@ -1359,7 +1355,7 @@ def pad_max_pool(node, ins, cx):
     (lay,) = ins
     n = _POOL_DIMS[node.op]
     args = (node.args + ((), 0, 1, False)[len(node.args) - 2:])[:6]
-    out, extra = _pool_layout(node, cx, lay, n, *args[1:], node.shape[0], ceil_ok=True)
+    out, extra = _pool_layout(node, cx, lay, n, *args[1:], node.shape[0])
     axes = _sym_axes(lay, range(len(lay) - n, len(lay)))
     if not axes:
         return Pad((out, out))
@@ -1375,8 +1371,7 @@ def pad_max_pool_backward(node, ins, cx):
     g, x, indices = node.args[0], node.args[1], node.args[7]
     n = _POOL_DIMS[node.op]
     xl = ins[_i(x)]
-    want, _ = _pool_layout(node, cx, xl, n, *node.args[2:7], node.inputs[_i(g)].shape,
-                               ceil_ok=True)
+    want, _ = _pool_layout(node, cx, xl, n, *node.args[2:7], node.inputs[_i(g)].shape)
     if not (same_layout(cx, ins[_i(g)], want) and same_layout(cx, ins[_i(indices)], want)):
         raise NoPadRule(node.op, "gradient or indices padded unlike the pooled output",
                         _syms(ins[_i(g)], ins[_i(indices)], xl))
@@ -1401,6 +1396,10 @@ def _avg_pool_padded(env, lay, x, kernel, stride, padding, ceil_mode, count_incl
                      divisor_override, n, extra):
     lead = x.ndim - n
     widths = [(0, 0)] * lead + [(0, e) for e in extra]
+    if count_include_pad and ceil_mode and not divisor_override:
+        total = _avg_pool(jnp.pad(x, widths) if any(extra) else x, n, kernel, stride,
+                          padding, ceil_mode, True, 1)
+        return total / _ceil_divisor(env, lay, total.shape[lead:], kernel, stride, padding)
     if divisor_override or count_include_pad:
         return _avg_pool(jnp.pad(x, widths) if any(extra) else x, n, kernel, stride, padding,
                          ceil_mode, count_include_pad, divisor_override)
@@ -1411,6 +1410,22 @@ def _avg_pool_padded(env, lay, x, kernel, stride, padding, ceil_mode, count_incl
     total = _avg_pool(x, n, kernel, stride, padding, ceil_mode, True, 1)
     cnt = _avg_pool(m.astype(total.dtype), n, kernel, stride, padding, ceil_mode, True, 1)
     return total / jnp.maximum(cnt, 1)
+
+
+def _ceil_divisor(env, lay, out_shape, kernel, stride, padding):
+    """A ceil_mode average pool's divisors where padding counts, as torch's: each window
+    from its start to the true size plus the padding at most (its overhang past that is
+    not counted), from the run-time true sizes. (At least 1: padded windows' divisors
+    would be 0 or less, and their zeroed gradients 0 / 0.)"""
+    n = len(out_shape)
+    k, p = _tup(kernel, n), _tup(padding, n)
+    s = _tup(stride if stride not in (None, [], ()) else kernel, n)
+    div = 1
+    for a, size in enumerate(_true_plane(env, lay, n)):
+        start = jnp.arange(out_shape[a]) * s[a] - p[a]
+        d = jnp.maximum(jnp.minimum(start + k[a], size + p[a]) - start, 1)
+        div = div * d.reshape((-1,) + (1,) * (n - 1 - a))
+    return div
 
 
 def _avg_pool_fn(ctx, env, in_lays, x, kernel, stride, padding, ceil_mode, count_include_pad,
@@ -1437,7 +1452,7 @@ def pad_avg_pool(node, ins, cx):
     n = _AVG_POOL_DIMS[node.op]
     args = _avg_pool_args(node, 0)
     out, extra = _pool_layout(node, cx, lay, n, args[1], args[2], args[3], 1, args[4],
-                                  node.shape)
+                              node.shape)
     axes = _sym_axes(lay, range(len(lay) - n, len(lay)))
     if not axes:
         return Pad(out)
@@ -1452,7 +1467,7 @@ def pad_avg_pool_backward(node, ins, cx):
     args = _avg_pool_args(node, 1)
     xl = ins[_i(x)]
     want, extra = _pool_layout(node, cx, xl, n, args[2], args[3], args[4], 1, args[5],
-                                   node.inputs[_i(g)].shape)
+                               node.inputs[_i(g)].shape)
     if not same_layout(cx, ins[_i(g)], want):
         raise NoPadRule(node.op, "gradient padded unlike the pooled output",
                         unlike(ins[_i(g)], want))

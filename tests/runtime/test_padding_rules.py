@@ -941,7 +941,7 @@ def test_bilinear_upsampling_of_a_padded_batch():
 def test_ceil_mode_max_pooling_along_a_padded_dim():
     """The output's size by torch's ceil_mode rule at the true and padded sizes (a derived
     symbol); the last window runs past the true size into the -inf padding, as torch's
-    runs past the input. Average pooling in ceil_mode compiles exactly (its divisor)."""
+    runs past the input."""
     w = torch.randn(1, 2, 1, 1, generator=torch.Generator().manual_seed(6)).requires_grad_()
 
     def pools(x, w):
@@ -956,9 +956,30 @@ def test_ceil_mode_max_pooling_along_a_padded_dim():
         m = _check_padded(fn, lambda H: (torch.randn(2, 2, H, 5, generator=torch.Generator(
             ).manual_seed(H)),), [(2, "H")], [9, 13, 15], params=(w,))
         assert m["exact_compiles"] == {} and m["compiles"] == 1, m["recompile_reasons"]
-    m = _check_padded(lambda x, w: {"avg": F.avg_pool2d(x * w, 3, 2, ceil_mode=True)},
-                      lambda H: (torch.randn(2, 2, H, 5),), [(2, "H")], [9], params=(w,))
-    assert set(m["exact_compiles"]) == {"aten.avg_pool2d.default"}, m
+
+
+@pytest.mark.parametrize("padding", [0, 1])
+@pytest.mark.parametrize("count_include_pad", [True, False])
+def test_ceil_mode_average_pooling_along_padded_dims(padding, count_include_pad):
+    """Average pooling in ceil_mode: the last window runs past the true size into zeros
+    and is divided as torch divides, counting the explicit padding (to the true size
+    plus the padding at most) or only the true positions; heights whose last window
+    overhangs and ones whose does not (odd ones: k3's windows fit, k2's overhang; even
+    ones would make the two outputs' sizes coincide), beside a concrete width."""
+    w = torch.randn(1, 2, 1, 1, generator=torch.Generator().manual_seed(7)).requires_grad_()
+
+    def pools(x, w):
+        h = x * w
+        return {"k3s2": F.avg_pool2d(h, 3, 2, padding, ceil_mode=True,
+                                     count_include_pad=count_include_pad),
+                "k2": F.avg_pool2d(h, 2, ceil_mode=True, padding=min(padding, 1),
+                                   count_include_pad=count_include_pad),
+                "k3s3": F.avg_pool2d(h, 3, 3, padding, ceil_mode=True,
+                                     count_include_pad=count_include_pad)}
+
+    m = _check_padded(pools, lambda H: (torch.randn(2, 2, H, 7, generator=torch.Generator(
+        ).manual_seed(H)),), [(2, "H")], [9, 11, 13, 15], params=(w,))
+    assert m["exact_compiles"] == {} and m["compiles"] == 1, m["recompile_reasons"]
 
 
 def test_dropout_along_a_padded_dim_runs_padded():
