@@ -662,7 +662,7 @@ def _build(g, fresh, auto, disabled, bump):
                 p = Pad(tuple(None if s is None else concrete(s) for s in n.shape)
                         if isinstance(n.dtype, tuple) else concrete(n.shape))
             else:
-                p = rule(n, ins, cx)
+                p = _apply_rule(rule, n, ins, cx)
             if p.args is None:
                 p.args = n.args
             if p.kwargs is None:
@@ -693,6 +693,19 @@ def _build(g, fresh, auto, disabled, bump):
     plan.n_ops = 0
     plan.rules = tuple(cx.rules.items())   # (in the order derived)
     return plan
+
+
+def _apply_rule(rule, n, ins, cx) -> Pad:
+    """``rule``'s answer for node ``n``; a rule that fails otherwise than by refusing (its
+    own bug, never the user's: argmax's along dim 0 of a 0-d tensor read a dim it lacks)
+    refuses, so the graph compiles at its exact shape, the reason saying so."""
+    try:
+        return rule(n, ins, cx)
+    except (NoPadRule, Rebucket):
+        raise
+    except Exception as e:
+        raise NoPadRule(n.op, f"its padding rule failed ({type(e).__name__}: {e})",
+                        retry=False) from e
 
 
 def _check_sizes(n, layout, sizes):

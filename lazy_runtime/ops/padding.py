@@ -837,6 +837,8 @@ def pad_arg_reduce(node, ins, cx):
         if has_sym(lay):
             raise NoPadRule(node.op, "flat index over a padded tensor", _syms(lay))
         return Pad(())
+    if not lay:   # (a 0-d input: dim 0 or -1 names the one element)
+        return Pad(((), ())) if isinstance(node.dtype, tuple) else Pad(())
     d = norm_dim(dim, len(lay))
     fill = "min" if node.op in (aten.max.dim, aten.argmax.default) else "max"
     out = _reduce_layout(lay, (d,), _keep(node))

@@ -265,6 +265,30 @@ def test_a_padded_lowering_that_fails_compiles_exactly_instead(monkeypatch):
     assert "padded lowering failed" in m["recompile_reasons"][-1], m["recompile_reasons"]
 
 
+def test_a_padding_rule_that_fails_compiles_exactly_instead(monkeypatch):
+    """A rule's own failure (not a refusal) is a refusal: the graph compiles exactly;
+    before, the barrier raised (argmax along dim 0 of a 0-d tensor did)."""
+    from lazy_runtime.ops.registry import PAD_RULES
+
+    def broken(node, ins, cx):
+        raise IndexError("a bug in a padding rule")
+    monkeypatch.setitem(PAD_RULES, torch.ops.aten.cos.default, broken)
+    lr.reset_metrics()
+    x = torch.randn(3, 5)
+    xl = lr.mark_dynamic(x.to(DEV), 0, "B")
+    assert_same(torch.cos(xl) * 2, torch.cos(x) * 2)
+    assert lr.metrics()["exact_compiles"] == {"aten.cos.default": 1}
+
+
+def test_a_choosing_reduction_of_a_0d_tensor_beside_a_padded_one():
+    one, x = torch.tensor(2.5), torch.randn(5, 3)
+    xl = lr.mark_dynamic(x.to(DEV), 0, "B")
+    lr.reset_metrics()
+    got = (one.to(DEV).argmax(0, keepdim=True), one.to(DEV).max(-1), xl.amax(0))
+    assert_same(got, (one.argmax(0, keepdim=True), one.max(-1), x.amax(0)))
+    assert lr.metrics()["exact_compiles"] == {}, lr.metrics()["recompile_reasons"]
+
+
 def test_a_padded_result_feeds_a_graph_that_compiles_exactly():
     """The exact graph is traced at the leaf's true shape, not at its padded buffer's."""
     x = torch.randn(3, 2)
