@@ -66,7 +66,7 @@ from jax import lax
 
 from .. import ir
 from ..dynamic import (NoPadRule, Pad, Rebucket, SymSize, bucket, concrete, cut_at, dnorm,
-                       dsize, has_sym, is_sym, slice_bounds, sym_or_int)
+                       dsize, has_sym, is_sym, sanitize, slice_bounds, sym_or_int)
 from .common import check_index, jdt, norm_dim, norm_dims, opmath, vjp
 from .layout import (_jnp_index, _out_of_bounds, lower_pad, mask_rows_put, masked_scatter_from,
                      per_element_count, put_at, scatter_along)
@@ -76,8 +76,8 @@ from . import recurrent
 from .recurrent import layer_backward, layer_forward
 from .resample import (NEAREST, _apply, _index_dtype, _nearest, linear_taps,
                        lower_upsample_bilinear, nearest_source)
-from .reduction import (kth_position, median_position, mode_position, pick_sorted,
-                        sorted_along, squared_magnitude, top_k, var_input)
+from .reduction import (kth_position, lower_logsumexp, median_position, mode_position,
+                        pick_sorted, sorted_along, squared_magnitude, top_k, var_input)
 from .registry import ELEMENTWISE, check, pad_rule
 
 aten = torch.ops.aten
@@ -819,7 +819,17 @@ def pad_logsumexp(node, ins, cx):
     """Padding holds -inf (for complex values -inf + 0j: ``fill_value`` knows no complex
     "min"), whose exp adds nothing."""
     fill = complex(-jnp.inf, 0) if node.dtype.is_complex else "min"
-    return _reduction(fill)(node, ins, cx)
+    p = _reduction(fill)(node, ins, cx)
+    if p.pre and node.inputs[0].dtype == torch.bool:   # (False, bool's "min", adds e^0)
+        p.fn = functools.partial(_logsumexp_of_bools_fn, p.pre[0][1])
+        p.tag, p.pre = "logsumexp of bools", ()
+    return p
+
+
+def _logsumexp_of_bools_fn(axes, ctx, env, in_lays, x, dim, keepdim=False):
+    """Bools as the result's floats first, the padding -inf among them."""
+    x = sanitize(env, x.astype(jdt(opmath(ctx.dtype))), in_lays[0], axes, "min")
+    return lower_logsumexp(ctx, x, dim, keepdim)
 
 
 @pad_rule(aten.max.default, aten.min.default)

@@ -289,6 +289,16 @@ def test_a_choosing_reduction_of_a_0d_tensor_beside_a_padded_one():
     assert lr.metrics()["exact_compiles"] == {}, lr.metrics()["recompile_reasons"]
 
 
+@pytest.mark.parametrize("dtype", [torch.bool, torch.int64, torch.float32])
+def test_logsumexp_along_a_padded_dim_of_any_dtype(dtype):
+    """The padding adds nothing: -inf among the values as floats (bool's own lowest,
+    False, added e^0 per padded element)."""
+    m = _check_padded(lambda x: {"lse": torch.logsumexp(x, 1)}, lambda T: [
+        (torch.randn(3, T, generator=torch.Generator().manual_seed(T)) * 3).to(dtype)],
+        [(1, "T")], _sizes(9, 16, 3, seed=7))
+    assert m["exact_compiles"] == {} and m["compiles"] == 1, m["recompile_reasons"]
+
+
 def test_a_padded_result_feeds_a_graph_that_compiles_exactly():
     """The exact graph is traced at the leaf's true shape, not at its padded buffer's."""
     x = torch.randn(3, 2)
