@@ -188,13 +188,13 @@ def _weighted_grads(op, sample, device, variant: str = "op"):
             return x
         y = x.detach().clone().to(device)
         if padded:
-            y = padded_copy(y)
+            y = padded_copy(y, PADDED_DIM[variant])
         if x.requires_grad:
             leaves.append(y.requires_grad_(True))
         return strided_copy(y, device)[1] if variant == "noncontig" else y
-    variant_of_call = "op" if variant in ("noncontig", "padded") else variant
+    variant_of_call = "op" if variant in ("noncontig",) + PADDED else variant
     # (padded: the sample's input marked, its other tensors as they are)
-    first = tree_map(lambda x: prep(x, variant == "padded"), sample.input)
+    first = tree_map(lambda x: prep(x, variant in PADDED), sample.input)
     out = _apply_variant(op, first, tree_map(prep, sample.args),
                          tree_map(prep, sample.kwargs), device, variant_of_call)
     total = weighted_total(out)
@@ -219,7 +219,9 @@ def weighted_total(out):
     return total
 
 
-VARIANTS = ("op", "noncontig", "inplace", "inplace_view", "out", "padded")
+PADDED_DIM = {"padded": 0, "padded_last": -1}   # the dim each padded variant marks
+PADDED = tuple(PADDED_DIM)
+VARIANTS = ("op", "noncontig", "inplace", "inplace_view", "out") + PADDED
 
 
 def _variant_call(op, sample, device, variant: str):
@@ -241,12 +243,12 @@ def _variant_call(op, sample, device, variant: str):
             return x
         if variant == "noncontig":
             return strided_copy(x, device)[1]
-        return x.to(device) if variant in ("op", "padded") else x.clone().to(device)
+        return x.to(device) if variant in ("op",) + PADDED else x.clone().to(device)
 
     x, args, kwargs = tree_map(to_dev, (sample.input, sample.args, sample.kwargs))
-    if variant == "padded":
-        x = tree_map(padded_copy, x)
-    variant = "op" if variant in ("noncontig", "padded") else variant
+    if variant in PADDED:
+        x = tree_map(lambda t: padded_copy(t, PADDED_DIM[variant]), x)
+    variant = "op" if variant in ("noncontig",) + PADDED else variant
     if variant == "out" and "device" in kwargs:   # (a factory's samples name the CPU)
         kwargs = dict(kwargs, device=device)
     want = op(sample.input, *sample.args, **sample.kwargs) if variant == "out" else None
@@ -256,18 +258,18 @@ def _variant_call(op, sample, device, variant: str):
 _PADDED = [0]   # symbols named so far (each marked dim a symbol of its own)
 
 
-def padded_copy(t):
-    """``t`` (already on the lazy device) with its first dim marked dynamic, so that graphs
+def padded_copy(t, dim: int):
+    """``t`` (already on the lazy device) with dim ``dim`` marked dynamic, so that graphs
     run it padded to its bucket, or compile exactly where an op has no padding rule; a
-    first dim of 0 or 1 stays concrete, as the runtime keeps it. Other tensors of the
-    sample whose dims have that size are read as the same symbol by the runtime."""
+    dim of 0 or 1 stays concrete, as the runtime keeps it. Other tensors of the sample
+    whose dims have that size are read as the same symbol by the runtime."""
     import torch
     import lazy_runtime as lr
     if not isinstance(t, torch.Tensor) or t.device != lr.device() or t.ndim == 0 or \
-            t.shape[0] < 2:
+            t.shape[dim] < 2:
         return t
     _PADDED[0] += 1
-    return lr.mark_dynamic(t, 0, f"P{_PADDED[0]}")
+    return lr.mark_dynamic(t, dim % t.ndim, f"P{_PADDED[0]}")
 
 
 def strided_copy(t, device):
@@ -342,7 +344,7 @@ def _run_op(op, dtype, grad: bool, n_samples: int, variant: str = "op",
         return rec
     diffs = [d for d in (_compare(w, g) for w, g in pairs) if d]
     fallbacks = dict(lr.metrics()["fallback_ops"])
-    if variant == "padded":   # (how the graphs ran: padded, or exactly for want of a rule)
+    if variant in PADDED:   # (how the graphs ran: padded, or exactly for want of a rule)
         rec.update(padded_runs=lr.metrics()["padded_executions"],
                    exact=sorted(lr.metrics()["exact_compiles"]))
     if computed:
@@ -396,7 +398,7 @@ def worker(dtype_name: str, start: int, stop: int, a) -> None:
     only = [s for s in a.only.split(",") if s]
     grad, variant = a.grad, a.variant
     dtype = getattr(torch, dtype_name)
-    if variant == "padded":
+    if variant in PADDED:
         import lazy_runtime as lr
         lr.config.poison_padding = True   # (a value that reads the padding shows it)
     for i in range(start, min(stop, len(ops))):
@@ -526,8 +528,9 @@ def main(argv=None) -> int:
                    help="how each op is called: the function (op) on the samples or on "
                         "non-contiguous copies of them (noncontig), its in-place method on "
                         "the input (inplace) or on a strided view (inplace_view), with "
-                        "out= tensors torch resizes (out), or with the first dim of its "
-                        "input marked dynamic, its padding NaN (padded)")
+                        "out= tensors torch resizes (out), or with the first (padded) or "
+                        "last (padded_last) dim of its input marked dynamic, its padding "
+                        "NaN")
     p.add_argument("--db", choices=("op", "foreach"), default="op",
                    help="torch's op database (op_db) or its _foreach_* ops' (foreach)")
     p.add_argument("--refused", action="store_true",

@@ -31,7 +31,8 @@ Rules by family:
   the vjp of that. LSTM cell: rows pass through; its backward zeroes padded rows.
   LSTM, GRU and RNN layers: rows pass through, padded steps keep the carry; padding
   zeroed first.
-* contractions (mm, bmm, addmm, baddbmm) over a padded dim: both operands zeroed there.
+* contractions (mm, bmm, addmm, baddbmm, dot, vdot, mv, addmv) over a padded dim: both
+  operands zeroed there.
 * sort, topk, kthvalue, median, nanmedian and mode: along a concrete dim the other dims
   pass through; along a dim padded at its end the padding sorts last (k checked against
   the true size in the graph). scatter along a padded dim from an index padded there as
@@ -749,6 +750,32 @@ def pad_mm(node, ins, cx):
     return Pad((a[0], b[1]), pre=pre)
 
 
+def _operands(node, ins, k: int) -> tuple:
+    """The layouts of ``node``'s first ``k`` arguments (one input may be two of them)."""
+    return tuple(ins[_i(node.args[j])] for j in range(k))
+
+
+@pad_rule(aten.dot.default, aten.vdot.default)
+def pad_dot(node, ins, cx):
+    a, b = _operands(node, ins, 2)
+    return Pad((), pre=_contract(node.op, a, b, 0, 0, _i(node.args[0]), _i(node.args[1])))
+
+
+@pad_rule(aten.mv.default)
+def pad_mv(node, ins, cx):
+    a, v = _operands(node, ins, 2)
+    return Pad((a[0],), pre=_contract(node.op, a, v, 1, 0, _i(node.args[0]),
+                                      _i(node.args[1])))
+
+
+@pad_rule(aten.addmv.default)
+def pad_addmv(node, ins, cx):
+    x, a, v = _operands(node, ins, 3)
+    pre = _contract(node.op, a, v, 1, 0, _i(node.args[1]), _i(node.args[2]))
+    broadcast_layouts(node.op, [(a[0],), x], 1)
+    return Pad((a[0],), pre=pre)
+
+
 @pad_rule(aten.bmm.default)
 def pad_bmm(node, ins, cx):
     a, b = ins
@@ -760,7 +787,7 @@ def pad_bmm(node, ins, cx):
 
 @pad_rule(aten.addmm.default, aten.baddbmm.default)
 def pad_addmm(node, ins, cx):
-    x, a, b = (ins[_i(node.args[k])] for k in range(3))
+    x, a, b = _operands(node, ins, 3)
     nd = len(a)
     if nd == 3 and a[0] != b[0]:
         raise NoPadRule(node.op, "baddbmm batch layouts differ", _syms(a, b))

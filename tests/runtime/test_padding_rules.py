@@ -1084,3 +1084,21 @@ def test_constant_pad_of_a_padded_dim_grows_or_crops_it(pad):
     m = _check_padded(fn, lambda n: [torch.randn(2, 3, n).transpose(1, 2)], [(1, "T")],
                       _sizes(9, 14))
     assert m["exact_compiles"] == {} and m["compiles"] == 1, m
+
+
+def test_vector_contractions_over_a_padded_dim():
+    """dot, vdot, mv and addmv over a padded length: both operands' padding zeroed (NaN
+    there would reach the sum); their gradients."""
+    w = torch.randn(4, generator=torch.Generator().manual_seed(8)).requires_grad_()
+
+    def contract(a, b, m, w):
+        return {"dot": torch.dot(a, b), "vdot": torch.vdot(a, a * 2), "mv": m @ a,
+                "addmv": torch.addmv(w, m, b, beta=0.5, alpha=2.0)}
+
+    def inputs(T):
+        g = torch.Generator().manual_seed(T)
+        return [torch.randn(T, generator=g), torch.randn(T, generator=g),
+                torch.randn(4, T, generator=g)]
+    m = _check_padded(contract, inputs, [(0, "T"), (0, "T"), (1, "T")], _sizes(9, 16, 3, 9),
+                      params=(w,), rtol=1e-4, atol=1e-4)
+    assert m["exact_compiles"] == {} and m["compiles"] == 1, m["recompile_reasons"]
