@@ -197,15 +197,18 @@ def _weighted_grads(op, sample, device, variant: str = "op"):
     first = tree_map(lambda x: prep(x, variant in PADDED), sample.input)
     out = _apply_variant(op, first, tree_map(prep, sample.args),
                          tree_map(prep, sample.kwargs), device, variant_of_call)
-    total = weighted_total(out)
+    total = weighted_total(out, variant in PADDED)
     if total is None or not leaves:
         return None
     return torch.autograd.grad(total, leaves, allow_unused=True)
 
 
-def weighted_total(out):
+def weighted_total(out, from_ones: bool = False):
     """sum(out_i * (w + i)) over the tensors of ``out`` that require grad (complex ones as
-    real pairs), ``w`` a fixed ramp from -1 to 1; None if there are none."""
+    real pairs), ``w`` a fixed ramp from -1 to 1; None if there are none. ``from_ones``:
+    ``w`` made from the output itself (``ones_like`` summed along each dim), so that it
+    runs padded where the output does (a ramp copied in is a tensor of the output's true
+    sizes, which a square output's padded graph could not tell apart)."""
     import torch
     from torch.utils._pytree import tree_flatten
     outs = [t for t in tree_flatten(out)[0] if isinstance(t, torch.Tensor) and t.requires_grad]
@@ -214,7 +217,11 @@ def weighted_total(out):
     total = 0
     for i, t in enumerate(outs):
         t = torch.view_as_real(t) if t.is_complex() else t
-        w = torch.linspace(-1, 1, t.numel(), dtype=t.dtype).reshape(t.shape).to(t.device)
+        if from_ones:
+            ones = torch.ones_like(t).detach()
+            w = sum((ones.cumsum(d) for d in range(t.ndim)), ones * 0) * 0.1 - 1
+        else:
+            w = torch.linspace(-1, 1, t.numel(), dtype=t.dtype).reshape(t.shape).to(t.device)
         total = total + (t * (w + i)).sum()
     return total
 
