@@ -2224,7 +2224,8 @@ def _same_but(op, a, b, d):
         raise NoPadRule(op, f"layouts {a} and {b} differ", _syms(a, b))
 
 
-@pad_rule(aten.scatter.src, aten.scatter.value, aten.scatter_add.default)
+@pad_rule(aten.scatter.src, aten.scatter.value, aten.scatter_add.default,
+          aten.scatter_reduce.two)
 def pad_scatter(node, ins, cx):
     """Writes stay in their row: padded rows of the index write into padded rows of the
     result. Along the scatter dim the index may be padded where x is, with the same
@@ -2234,6 +2235,8 @@ def pad_scatter(node, ins, cx):
     xl, il = ins[_i(x)], ins[_i(index)]
     d = norm_dim(dim, len(xl))
     own = is_sym(il[d])
+    if own and node.op is aten.scatter_reduce.two:
+        raise NoPadRule(node.op, "scatter_reduce from a padded index dim", _syms(il))
     if own and not (len(il) == len(xl) and same_layout(cx, (il[d],), (xl[d],))):
         raise NoPadRule(node.op, "scatter from a padded index dim into another",
                         _syms(il, xl))
@@ -2363,6 +2366,7 @@ _INDEXED = {
     aten.index.Tensor: _leading_indexed, aten.index_put.default: _leading_indexed,
     aten.gather.default: _dim_indexed, aten.scatter.src: _dim_indexed,
     aten.scatter.value: _dim_indexed, aten.scatter_add.default: _dim_indexed,
+    aten.scatter_reduce.two: _dim_indexed,
     aten.embedding.default: _embedding_indexed,
     aten.index_select.default: _dim_indexed, aten.index_add.default: _dim_indexed,
     # the rule checks against the source's true count; x and the mask are concrete

@@ -1102,3 +1102,20 @@ def test_vector_contractions_over_a_padded_dim():
     m = _check_padded(contract, inputs, [(0, "T"), (0, "T"), (1, "T")], _sizes(9, 16, 3, 9),
                       params=(w,), rtol=1e-4, atol=1e-4)
     assert m["exact_compiles"] == {} and m["compiles"] == 1, m["recompile_reasons"]
+
+
+@pytest.mark.parametrize("reduce", ["sum", "prod", "mean", "amax", "amin"])
+def test_scatter_reduce_with_padded_rows(reduce):
+    """Rows of a padded batch reduce into their own rows; the index points at true
+    positions of a concrete dim (include_self both ways); gradients where torch has them."""
+    def scattered(x, idx):
+        base = torch.ones(x.shape[0], 4, device=x.device)
+        return {"self": base.scatter_reduce(1, idx, x, reduce),
+                "no self": (base * 2).scatter_reduce(1, idx, x, reduce, include_self=False)}
+
+    def inputs(B):
+        g = torch.Generator().manual_seed(B)
+        return [torch.randn(B, 6, generator=g), torch.randint(0, 4, (B, 6), generator=g)]
+    m = _check_padded(scattered, inputs, [(0, "B"), (0, "B")], _sizes(9, 16, 3, 10),
+                      rtol=1e-4, atol=1e-4)
+    assert m["exact_compiles"] == {} and m["compiles"] == 1, m["recompile_reasons"]
