@@ -68,7 +68,7 @@ from jax import lax
 from .. import ir
 from ..dynamic import (NoPadRule, Pad, Rebucket, SymSize, bucket, concrete, cut_at, dnorm,
                        dsize, has_sym, is_sym, sanitize, slice_bounds, sym_or_int)
-from .common import check_index, jdt, norm_dim, norm_dims, opmath, vjp
+from .common import check_index, divide, jdt, norm_dim, norm_dims, opmath, vjp
 from .layout import (_jnp_index, _out_of_bounds, lower_pad, mask_rows_put, masked_scatter_from,
                      per_element_count, put_at, scatter_along)
 from .nn import (_add_at_argmax, _avg_pool, _batch_norm, _f32, _lowest, _max_pool, _tup,
@@ -1760,14 +1760,18 @@ def pad_upsample_nearest_backward(node, ins, cx):
 # depend on the size), but for the last true element, which torch pairs with itself (its
 # second tap clamped) and the padded size with the first padding element, the padding is
 # first filled with the last true element, so both give it; its gradient, the fill's,
-# flows back to that element. Elsewhere (align_corners, sizes not a whole multiple): exact.
+# flows back to that element. With align_corners the taps depend on the size: made on the
+# device from the true sizes (``_device_taps``). Sizes not a whole multiple: exact.
 
 
 def _linear_factor(op, cx, sym, n_out, align_corners, scale, dt) -> int:
     """``_whole_factor`` for linear interpolation: the true size's taps are the padded
-    size's first ones, but for the last true element's clamped second tap."""
+    size's first ones, but for the last true element's clamped second tap. With
+    align_corners they depend on the size: made on the device (``_device_taps``)."""
     n, big = cx.sizes[sym], cx.buckets[sym]
     f = _factor_of(op, cx, sym, n_out)
+    if align_corners:
+        return f
     t0, t1, tw = linear_taps(n, f * n, align_corners, scale, dt)
     p0, p1, pw = (a[:f * n] for a in linear_taps(big, f * big, align_corners, scale, dt))
     if not (np.array_equal(t0, p0) and np.array_equal(tw, pw) and np.all(
@@ -1785,18 +1789,51 @@ def _fill_from_last(env, x, lay, axes):
     return x
 
 
+def _device_taps(n_in, n_out, size_out, dt):
+    """align_corners linear taps (first, second, the second's weight) of ``size_out``
+    outputs from the run-time true sizes, as torch computes them (the scale ``(n_in - 1) /
+    (n_out - 1)`` divided exactly, times the output's position, floored); outputs past
+    ``n_out`` read true elements too (their values are padding)."""
+    dst = jnp.arange(size_out, dtype=dt)
+    scale = jnp.where(n_out > 1, divide(jnp.asarray(n_in - 1, dt),
+                                        jnp.asarray(jnp.maximum(n_out - 1, 1), dt)), 0)
+    src = scale.astype(dt) * dst
+    x0 = jnp.minimum(jnp.floor(src).astype(jnp.int32), n_in - 1)
+    return x0, jnp.minimum(x0 + 1, n_in - 1), jnp.clip(src - x0.astype(dt), 0, 1)
+
+
+def _bilinear_align_corners(env, lay, x, out_lay):
+    """Bilinear interpolation with align_corners of ``x`` (layout ``lay``) to the layout
+    ``out_lay``: along a padded dim the taps come from the true sizes (``_device_taps``);
+    they never read the padding."""
+    xf = _f32(x)
+    dt = _index_dtype(xf.dtype)
+    for axis in (-1, -2):
+        d_in, d_out = lay[axis], out_lay[axis]
+        n_in = dsize(d_in, env.n) if is_sym(d_in) else d_in[0]
+        n_out = dsize(d_out, env.n) if is_sym(d_out) else d_out[0]
+        x0, x1, w1 = _device_taps(n_in, n_out, env.dsize(d_out), dt)
+        w1 = w1.astype(xf.dtype).reshape((-1,) + (1,) * (-axis - 1))
+        xf = jnp.take(xf, x0, axis=axis) * (1 - w1) + jnp.take(xf, x1, axis=axis) * w1
+    return xf.astype(x.dtype)
+
+
 def _bilinear_fn(ctx, env, in_lays, x, output_size, align_corners, *scales):
     lay = in_lays[0]
+    if align_corners:
+        return _bilinear_align_corners(env, lay, x, scales[-1])
     x = _fill_from_last(env, x, lay, _sym_axes(lay, range(len(lay) - 2, len(lay))))
     return lower_upsample_bilinear(x, output_size, align_corners, *scales)
 
 
 def _bilinear_backward_fn(ctx, env, in_lays, g, output_size, input_size, align_corners,
                           *rest):
-    *scales, lay = rest
+    *scales, lay, out_lay = rest
     axes = _sym_axes(lay, range(len(lay) - 2, len(lay)))
 
     def fwd(x):
+        if align_corners:
+            return _bilinear_align_corners(env, lay, x, out_lay)
         return lower_upsample_bilinear(_fill_from_last(env, x, lay, axes), output_size,
                                        align_corners, *scales)
     gf = _f32(g)
@@ -1813,8 +1850,10 @@ def pad_upsample_bilinear(node, ins, cx):
     dt = _index_dtype(jdt(node.dtype))
     out = _upsampled_layout(node.op, cx, lay, size, lambda sym, k: _linear_factor(
         node.op, cx, sym, size[k], align_corners, scales[k], dt))
-    return Pad(out, args=(x, tuple(sym_or_int(d) for d in out[2:]), align_corners) + scales,
-               fn=_bilinear_fn, tag="bilinear")
+    # (align_corners: the output layout rides last, for the taps made on the device)
+    extra = (out,) if align_corners else ()
+    return Pad(out, args=(x, tuple(sym_or_int(d) for d in out[2:]), align_corners) + scales
+               + extra, fn=_bilinear_fn, tag="bilinear")
 
 
 @pad_rule(aten.upsample_bilinear2d_backward.default)
@@ -1828,7 +1867,7 @@ def pad_upsample_bilinear_backward(node, ins, cx):
         node.op, cx, base, out_size[k], align_corners, scales[k], dt))
     axes = _sym_axes(gl, range(2, 4))
     return Pad(xl, args=(g, tuple(sym_or_int(d) for d in gl[2:]),
-                         tuple(sym_or_int(d) for d in xl), align_corners) + scales + (xl,),
+                         tuple(sym_or_int(d) for d in xl), align_corners) + scales + (xl, gl),
                pre=((_i(g), axes, 0),) if axes else (), fn=_bilinear_backward_fn,
                tag="bilinear_backward")
 

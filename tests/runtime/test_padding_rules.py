@@ -790,15 +790,24 @@ class TinyUNet(nn.Module):
     def forward(self, x):
         e = F.relu(self.enc(x))
         m = F.relu(self.mid(F.max_pool2d(e, self.scale)))
-        u = F.interpolate(m, scale_factor=self.scale, mode=self.mode)
+        u = F.interpolate(m, scale_factor=self.scale, mode=self.mode,
+                          **({"align_corners": True} if self.corners else {}))
         return {"out": self.dec(torch.cat([u, e], 1)), "up": u}
+
+    corners = False
 
 
 class BilinearUNet(TinyUNet):
     mode = "bilinear"
 
 
-@pytest.mark.parametrize("cls", ["TinyUNet", "BilinearUNet", "TransposedUNet"])
+class CornersUNet(BilinearUNet):
+    """Up as the common U-Net's ``nn.Upsample(scale_factor=2, mode="bilinear",
+    align_corners=True)``: taps that depend on the size."""
+    corners = True
+
+
+@pytest.mark.parametrize("cls", ["TinyUNet", "BilinearUNet", "CornersUNet", "TransposedUNet"])
 def test_a_unet_runs_padded_at_varying_image_sizes(cls):
     """Up by nearest or bilinear upsampling (``2*((H+0)//2)``: true 2 * (h // 2), padded
     2 * (N // 2)) or by a transposed convolution (``2*((H+0)//2)+0``), meeting the skip's ``H`` where the
@@ -942,10 +951,14 @@ def test_adaptive_pooling_over_a_dim_padded_inside_compiles_exactly():
     assert set(lr.metrics()["exact_compiles"]) == {"aten._adaptive_avg_pool2d.default"}
 
 
-@pytest.mark.parametrize("how", ["scale 2", "size 2H", "align_corners", "scale 1.5"])
+@pytest.mark.parametrize("how", ["scale 2", "size 2H", "align_corners", "align_corners 3",
+                                 "scale 1.5"])
 def test_bilinear_upsampling_along_padded_dims(how):
     """By a whole factor with size-free taps: padded (the last true element's clamped tap
-    made by filling the padding with it); align_corners or a factor of 1.5: exact."""
+    made by filling the padding with it); with align_corners (taps that depend on the
+    size, a U-Net's ``nn.Upsample(scale_factor=2, mode="bilinear", align_corners=True)``)
+    padded too, the taps made on the device from the true sizes; a factor of 1.5:
+    exact."""
     w = torch.randn(1, 2, 1, 1, generator=torch.Generator().manual_seed(3)).requires_grad_()
 
     def up(x, w):
@@ -956,13 +969,15 @@ def test_bilinear_upsampling_along_padded_dims(how):
             y = F.interpolate(h, size=(2 * h.shape[2], 2 * h.shape[3]), mode="bilinear")
         elif how == "align_corners":
             y = F.interpolate(h, scale_factor=2, mode="bilinear", align_corners=True)
+        elif how == "align_corners 3":
+            y = F.interpolate(h, size=(3 * h.shape[2], 7), mode="bilinear", align_corners=True)
         else:
             y = F.interpolate(h, scale_factor=1.5, mode="bilinear")
         return {"up": y}
 
     m = _check_padded(up, lambda H: (torch.randn(2, 2, H, 5, generator=torch.Generator(
         ).manual_seed(H)),), [(2, "H")], [9, 13, 16], params=(w,), rtol=1e-5, atol=1e-6)
-    if how in ("scale 2", "size 2H"):
+    if how != "scale 1.5":
         assert m["exact_compiles"] == {} and m["compiles"] == 1, m["recompile_reasons"]
     else:
         assert set(m["exact_compiles"]) == {"aten.upsample_bilinear2d.default"}, m
