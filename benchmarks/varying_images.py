@@ -1,14 +1,15 @@
 """Images of varying size: the CNN example trained on batches whose height and width
 change every step, eager torch against torch.compile and lazy_runtime.
 
-    python benchmarks/varying_images.py [--model cnn|unet] [--steps 60]
+    python benchmarks/varying_images.py [--model cnn|unet|unet-bilinear] [--steps 60]
         [--cap-per-shape 12] [--write]
 
 ``cnn``: the model of examples/train_cnn.py (conv, batch norm, max pool, adaptive average
 pool) with 16 and 32 channels, batches of 16 images whose height and width are drawn
 uniform in [17, 64] each step (seed 0; square and oblong). ``unet``: a U-Net (``UNet``:
 max pools down, nearest upsampling up, skips concatenated) classifying each pixel, sizes
-multiples of 4 in [16, 64]. Adam; each step ends with the loss read. Contenders: eager torch (and, as a control, eager torch with the first conv's
+multiples of 4 in [16, 64]; ``unet-bilinear``: the same, upsampling bilinearly with
+``align_corners=True``. Adam; each step ends with the loss read. Contenders: eager torch (and, as a control, eager torch with the first conv's
 bias moved by one part in 10^7: that bias, before a batch norm, has a gradient of
 rounding noise only, which Adam scales up, so losses part after some steps whatever
 computes them); torch.compile with ``dynamic=True``; lazy_runtime with
@@ -25,6 +26,7 @@ a loss from eager torch's. The per-shape runtime is capped (``--cap-per-shape`` 
 from __future__ import annotations
 
 import argparse
+import datetime
 import os
 import random
 import statistics
@@ -47,8 +49,10 @@ import lazy_runtime as lr  # noqa: E402
 import train_cnn as CNN  # noqa: E402
 
 HEADINGS = {"cnn": "## Images of varying size: the CNN trained with H and W dynamic",
-            "unet": "## Images of varying size: a U-Net trained with H and W dynamic"}
-DATE = "2026-11-28"
+            "unet": "## Images of varying size: a U-Net trained with H and W dynamic",
+            "unet-bilinear": "## Images of varying size: a U-Net with bilinear upsampling "
+                             "(align_corners) trained with H and W dynamic"}
+DATE = datetime.date.today().isoformat()
 WHOLE = "lazy_runtime, H and W dynamic, whole step"
 
 
@@ -56,8 +60,9 @@ class UNet(nn.Module):
     """Two levels down (conv, max pool) and up (nearest upsampling, skip concatenated), a
     per-pixel class head: segmentation at whatever size the image has (a multiple of 4)."""
 
-    def __init__(self, classes=2):
+    def __init__(self, classes=2, up=None):
         super().__init__()
+        self.up = up or {}   # interpolate's mode (nearest by default)
         def block(i, o):
             return nn.Sequential(nn.Conv2d(i, o, 3, padding=1), nn.BatchNorm2d(o), nn.ReLU())
         self.enc1, self.enc2, self.mid = block(1, 16), block(16, 32), block(32, 32)
@@ -68,8 +73,8 @@ class UNet(nn.Module):
         e1 = self.enc1(x)
         e2 = self.enc2(F.max_pool2d(e1, 2))
         m = self.mid(F.max_pool2d(e2, 2))
-        d2 = self.dec2(torch.cat([F.interpolate(m, scale_factor=2), e2], 1))
-        d1 = self.dec1(torch.cat([F.interpolate(d2, scale_factor=2), e1], 1))
+        d2 = self.dec2(torch.cat([F.interpolate(m, scale_factor=2, **self.up), e2], 1))
+        d1 = self.dec1(torch.cat([F.interpolate(d2, scale_factor=2, **self.up), e1], 1))
         return self.head(d1)
 
 
@@ -77,7 +82,7 @@ def sizes(steps: int, model: str) -> list:
     """(H, W) per step: uniform in [17, 64] (the CNN), multiples of 4 in [16, 64] (the
     U-Net, whose skips need sizes its pools halve evenly)."""
     rng = random.Random(0)
-    if model == "unet":
+    if model.startswith("unet"):
         return [(4 * rng.randint(4, 16), 4 * rng.randint(4, 16)) for _ in range(steps)]
     return [(rng.randint(17, 64), rng.randint(17, 64)) for _ in range(steps)]
 
@@ -85,15 +90,16 @@ def sizes(steps: int, model: str) -> list:
 def batch(step: int, H: int, W: int, model: str):
     x, y = CNN.make_batch(step, batch=16, size=max(H, W))
     x = x[:, :, :H, :W].contiguous()
-    if model == "unet":   # each pixel: inside the bright square or not
+    if model.startswith("unet"):   # each pixel: inside the bright square or not
         y = (x[:, 0] > 0.5).long()
     return x, y
 
 
 def make_model(model: str, nudge: float):
     torch.manual_seed(0)
-    m = UNet() if model == "unet" else CNN.SmallCNN(channels=(16, 32))
-    first = m.enc1[0] if model == "unet" else m.conv1
+    m = UNet(up=_UPSAMPLE.get(model)) if model.startswith("unet") else \
+        CNN.SmallCNN(channels=(16, 32))
+    first = m.enc1[0] if model.startswith("unet") else m.conv1
     with torch.no_grad():   # (the control: a change the size of one rounding)
         first.bias.mul_(1 + nudge)
     return m
@@ -154,7 +160,13 @@ _WHAT = {"cnn": "the CNN of examples/train_cnn.py with 16 and 32 channels, Adam,
          "unet": "a U-Net (two max pools down, two nearest upsamplings up, the skips "
                  "concatenated, batch norm; `UNet` in the script), per-pixel cross entropy, "
                  "Adam, batches of 16 images whose height and width are each a multiple of 4 "
-                 "in [16, 64]"}
+                 "in [16, 64]",
+         "unet-bilinear": "the U-Net of `--model unet` upsampling as the common U-Net does, "
+                          "`F.interpolate(scale_factor=2, mode=\"bilinear\", "
+                          "align_corners=True)` (taps that depend on the size), per-pixel "
+                          "cross entropy, Adam, batches of 16 images whose height and width "
+                          "are each a multiple of 4 in [16, 64]"}
+_UPSAMPLE = {"unet-bilinear": {"mode": "bilinear", "align_corners": True}}
 
 
 def table(rows: dict, steps: int, cap: int, model: str) -> str:
