@@ -170,9 +170,38 @@ def _end_padded(op, dim) -> None:
         raise NoPadRule(op, f"positions along a dim padded inside ({dim})", retry=False)
 
 
+# Elementwise ops whose lowering loops until a value says stop: the operand that says it
+# (by argument position) and what its padding holds instead, so that padding never drives
+# a loop (a polynomial's degree of 2**61 ran for ever; zeta's shift of a q of -1e18 too).
+_LOOP_OPERANDS = {
+    **{getattr(aten, f"special_{name}").default: (1, 0) for name in (
+        "chebyshev_polynomial_t", "chebyshev_polynomial_u", "chebyshev_polynomial_v",
+        "chebyshev_polynomial_w", "shifted_chebyshev_polynomial_t",
+        "shifted_chebyshev_polynomial_u", "shifted_chebyshev_polynomial_v",
+        "shifted_chebyshev_polynomial_w", "hermite_polynomial_h", "hermite_polynomial_he",
+        "laguerre_polynomial_l", "legendre_polynomial_p")},
+    aten.special_zeta.default: (1, 1), torch.ops.prims.zeta.default: (1, 1),
+    aten.polygamma.default: (1, 1),
+}
+
+
+def _loop_operand(node, ins) -> tuple:
+    """The sanitizing ``_LOOP_OPERANDS`` asks of ``node``'s padded operand, if any."""
+    at = _LOOP_OPERANDS.get(node.op)
+    if at is None or len(node.args) <= at[0] or type(node.args[at[0]]).__name__ != "Input":
+        return ()
+    j = _i(node.args[at[0]])
+    axes = _sym_axes(ins[j], range(len(ins[j]))) if ins[j] is not None else ()
+    return ((j, axes, at[1]),) if axes else ()
+
+
 def pad_elementwise(node, ins, cx):
     # (a random op's key, an input of its own, is not broadcast with its values)
     lays = [l for l, x in zip(ins, node.inputs) if l is not None and x.op is not ir.RNG]
+    if node.op in _LOOP_OPERANDS:
+        p = pad_elementwise_layout(node, lays, cx)
+        p.pre = _loop_operand(node, ins)
+        return p
     if node.op in _SIZE_ARGS and any(type(a) is int and a > 1 for a in node.args):
         if _syms(*lays):
             args = tuple(cx.runtime_int(a, lays) if type(a) is int and a > 1 else a

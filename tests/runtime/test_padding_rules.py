@@ -1134,3 +1134,17 @@ def test_scatter_reduce_with_padded_rows(reduce):
     m = _check_padded(scattered, inputs, [(0, "B"), (0, "B")], _sizes(9, 16, 3, 10),
                       rtol=1e-4, atol=1e-4)
     assert m["exact_compiles"] == {} and m["compiles"] == 1, m["recompile_reasons"]
+
+
+def test_a_loop_bounded_by_values_never_runs_on_padding():
+    """A polynomial's recurrence runs until the degree n: the padding of n (poisoned here:
+    2**61, as garbage could be) is 0 first, else the loop ran for ever (at an x broadcast
+    into the padding, |x| < 1, whose values stay finite)."""
+    def polys(n):
+        x = torch.full((1,), 0.3, device=n.device)
+        return {"legendre": torch.special.legendre_polynomial_p(x, n),
+                "laguerre": torch.special.laguerre_polynomial_l(x, n)}
+
+    m = _check_padded(polys, lambda T: [torch.randint(0, 6, (T,), generator=torch.Generator(
+        ).manual_seed(T))], [(0, "T")], _sizes(9, 16, 3, 11))
+    assert m["exact_compiles"] == {} and m["compiles"] == 1, m["recompile_reasons"]
