@@ -698,7 +698,7 @@ def _build(g, fresh, auto, disabled, bump):
 def _apply_rule(rule, n, ins, cx) -> Pad:
     """``rule``'s answer for node ``n``; a rule that fails otherwise than by refusing (its
     own bug, never the user's: argmax's along dim 0 of a 0-d tensor read a dim it lacks)
-    refuses, so the graph compiles at its exact shape, the reason saying so."""
+    refuses, so the graph compiles at its exact shape (counted in ``exact_compiles``)."""
     try:
         return rule(n, ins, cx)
     except (NoPadRule, Rebucket):
