@@ -455,6 +455,16 @@ class Cx:
         return v if best is None else best
 
 
+class Refusal(str):
+    """A plan's answer where the graph compiles exactly: the op's name (``exact_compiles``
+    counts by it) and why its rule refused (``reason``, for the recompile reason)."""
+
+    def __new__(cls, op: str, reason: str):
+        self = super().__new__(cls, op)
+        self.reason = reason
+        return self
+
+
 class Rebucket(Exception):
     """A padding rule's request: input symbol ``sym`` padded to at least ``size`` (a value
     grown from it, ``cat([ids, new])``, entered a bucket it had not: padding the base
@@ -513,7 +523,7 @@ def build_plan(g: ir.Graph, fresh: frozenset, auto: dict):
             before, suspects = choices.pop()
             choices.append((before, suspects[:-1]))
             disabled = before | {suspects[-1]}
-    return str(last.op) if last is not None else "?"
+    return Refusal(str(last.op), last.reason) if last is not None else "?"
 
 
 _DERIVED = re.compile(r"[-+*/()'~]")   # in a derived symbol's name (``Cx.derive``)

@@ -803,7 +803,7 @@ def _sync(reason: str) -> None:
                 plan = dynamic.refuse_plan(g, str(e.op))
                 exact_why = f"its padded lowering failed: {e}"
         if not isinstance(plan, dynamic.SymPlan):
-            exe = _lookup(g, plan, exact_why)
+            exe = _lookup(g, plan, exact_why or getattr(plan, "reason", None))
             plan = None
             t0 = time.perf_counter()
             with _x64(True):

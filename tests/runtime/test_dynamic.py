@@ -268,6 +268,9 @@ def test_op_without_padding_rule_compiles_exactly_and_is_counted():
     assert_same(torch.fft.rfft(xl, dim=1).abs() + 1, torch.fft.rfft(x, dim=1).abs() + 1,
                 rtol=1e-5, atol=1e-5)
     assert lr.metrics()["exact_compiles"] == {"aten._fft_r2c.default": 1}
+    # (the reason is the rule's: a refusal, not a missing rule)
+    assert lr.metrics()["recompile_reasons"][-1].startswith(
+        "exact shape (an FFT along a padded dim: aten._fft_r2c.default)")
 
 
 def test_bucket_policies_off_list_and_maximum():

@@ -271,8 +271,9 @@ def test_a_padded_lowering_that_fails_compiles_exactly_instead(monkeypatch):
 
 
 def test_a_padding_rule_that_fails_compiles_exactly_instead(monkeypatch):
-    """A rule's own failure (not a refusal) is a refusal: the graph compiles exactly;
-    before, the barrier raised (argmax along dim 0 of a 0-d tensor did)."""
+    """A rule's own failure (not a refusal) is a refusal: the graph compiles exactly, the
+    reason naming it; before, the barrier raised (argmax along dim 0 of a 0-d tensor
+    did)."""
     from lazy_runtime.ops.registry import PAD_RULES
 
     def broken(node, ins, cx):
@@ -282,7 +283,11 @@ def test_a_padding_rule_that_fails_compiles_exactly_instead(monkeypatch):
     x = torch.randn(3, 5)
     xl = lr.mark_dynamic(x.to(DEV), 0, "B")
     assert_same(torch.cos(xl) * 2, torch.cos(x) * 2)
-    assert lr.metrics()["exact_compiles"] == {"aten.cos.default": 1}
+    m = lr.metrics()
+    assert m["exact_compiles"] == {"aten.cos.default": 1}
+    assert m["recompile_reasons"][-1].startswith(
+        "exact shape (its padding rule failed (IndexError: a bug in a padding rule): "
+        "aten.cos.default)"), m["recompile_reasons"]
 
 
 def test_a_choosing_reduction_of_a_0d_tensor_beside_a_padded_one():
