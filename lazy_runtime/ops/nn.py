@@ -41,6 +41,12 @@ def _tup(v, n):
     return v * n if len(v) == 1 else v
 
 
+def pool_strides(stride, kernel, n):
+    """A pool's strides per spatial dim: the kernel's where none are given (torch's
+    default: ``None`` or empty)."""
+    return _tup(stride if stride not in (None, [], ()) else kernel, n)
+
+
 @rule(aten.convolution.default, pure=True)
 def convolution_rule(x, w, b, stride, padding, dilation, transposed, output_padding, groups):
     if transposed and not (x.dtype.is_floating_point or x.dtype.is_complex):
@@ -112,7 +118,7 @@ def lower_convolution_backward(g, x, w, bias_sizes, stride, padding, dilation, t
 
 def _pool_geometry(x_shape, kernel, stride, padding, dilation, ceil_mode, n=2):
     k = _tup(kernel, n)
-    s = _tup(stride if stride not in (None, [], ()) else kernel, n)
+    s = pool_strides(stride, kernel, n)
     p, d = _tup(padding, n), _tup(dilation, n)
     out = sf.pool_shape(tuple(x_shape), k, s, p, d, ceil_mode, n)[-n:]
     spatial = x_shape[-n:]

@@ -72,7 +72,7 @@ from .common import check_index, divide, jdt, norm_dim, norm_dims, opmath, vjp
 from .layout import (_jnp_index, _out_of_bounds, lower_pad, mask_rows_put, masked_scatter_from,
                      per_element_count, put_at, scatter_along)
 from .nn import (_add_at_argmax, _avg_pool, _batch_norm, _f32, _lowest, _max_pool, _tup,
-                 adaptive_max, lower_convolution, lower_convolution_backward)
+                 adaptive_max, lower_convolution, lower_convolution_backward, pool_strides)
 from . import recurrent
 from .recurrent import layer_backward, layer_forward
 from .resample import (NEAREST, _apply, _index_dtype, _nearest, linear_taps,
@@ -1353,7 +1353,7 @@ def _pool_layout(node, cx, xl, n, kernel, stride, padding, dilation, ceil_mode, 
     if not has_sym(xl[lead:]):
         return xl[:lead] + concrete(shape[lead:]), (0,) * n
     k, pd, dl = (_tup(v, n) for v in (kernel, padding, dilation))
-    st = _tup(stride if stride not in (None, [], ()) else kernel, n)
+    st = pool_strides(stride, kernel, n)
     dims, extra = list(xl[:lead]), []
     for a in range(n):
         if ceil_mode and st[a] > 1 and is_sym(xl[lead + a]):
@@ -1487,7 +1487,7 @@ def _ceil_divisor(env, lay, out_shape, kernel, stride, padding):
     would be 0 or less, and their zeroed gradients 0 / 0.)"""
     n = len(out_shape)
     k, p = _tup(kernel, n), _tup(padding, n)
-    s = _tup(stride if stride not in (None, [], ()) else kernel, n)
+    s = pool_strides(stride, kernel, n)
     div = 1
     for a, size in enumerate(_true_plane(env, lay, n)):
         start = jnp.arange(out_shape[a]) * s[a] - p[a]

@@ -253,19 +253,24 @@ def test_max_pool_backward_when_automatic_dynamic_pads_the_gradient_only():
     assert not any("padded lowering failed" in r for r in m["recompile_reasons"]), m
 
 
-def test_a_padded_lowering_that_fails_compiles_exactly_instead(monkeypatch):
-    from lazy_runtime.dynamic import Pad
+def _with_rule(monkeypatch, fn, rule):
+    """``fn(x) * 2`` of a padded x, its op's padding rule replaced by ``rule``: the
+    metrics after its values were checked against eager's."""
     from lazy_runtime.ops.registry import PAD_RULES
-
-    def broken(ctx, env, in_lays, x):
-        raise ValueError("a bug in a padding rule")
-    monkeypatch.setitem(PAD_RULES, torch.ops.aten.sin.default,
-                        lambda node, ins, cx: Pad(ins[0], fn=broken))
+    monkeypatch.setitem(PAD_RULES, getattr(torch.ops.aten, fn.__name__).default, rule)
     lr.reset_metrics()
     x = torch.randn(3, 5)
     xl = lr.mark_dynamic(x.to(DEV), 0, "B")
-    assert_same(torch.sin(xl) * 2, torch.sin(x) * 2)
-    m = lr.metrics()
+    assert_same(fn(xl) * 2, fn(x) * 2)
+    return lr.metrics()
+
+
+def test_a_padded_lowering_that_fails_compiles_exactly_instead(monkeypatch):
+    from lazy_runtime.dynamic import Pad
+
+    def broken(ctx, env, in_lays, x):
+        raise ValueError("a bug in a padding rule")
+    m = _with_rule(monkeypatch, torch.sin, lambda node, ins, cx: Pad(ins[0], fn=broken))
     assert m["exact_compiles"] == {"aten.sin.default": 1}
     assert "padded lowering failed" in m["recompile_reasons"][-1], m["recompile_reasons"]
 
@@ -274,16 +279,9 @@ def test_a_padding_rule_that_fails_compiles_exactly_instead(monkeypatch):
     """A rule's own failure (not a refusal) is a refusal: the graph compiles exactly, the
     reason naming it; before, the barrier raised (argmax along dim 0 of a 0-d tensor
     did)."""
-    from lazy_runtime.ops.registry import PAD_RULES
-
     def broken(node, ins, cx):
         raise IndexError("a bug in a padding rule")
-    monkeypatch.setitem(PAD_RULES, torch.ops.aten.cos.default, broken)
-    lr.reset_metrics()
-    x = torch.randn(3, 5)
-    xl = lr.mark_dynamic(x.to(DEV), 0, "B")
-    assert_same(torch.cos(xl) * 2, torch.cos(x) * 2)
-    m = lr.metrics()
+    m = _with_rule(monkeypatch, torch.cos, broken)
     assert m["exact_compiles"] == {"aten.cos.default": 1}
     assert m["recompile_reasons"][-1].startswith(
         "exact shape (its padding rule failed (IndexError: a bug in a padding rule): "
