@@ -46,6 +46,7 @@ from __future__ import annotations
 import collections
 import re
 import time
+import weakref
 
 import jax.numpy as jnp
 import numpy as np
@@ -223,6 +224,25 @@ def leaf_pad(node):
 def leaf_marks(node):
     a = node.aux
     return a[1] if a is not None and a[0] == "mark" else ()
+
+
+# Data leaves a graph laid out by automatic marks -> those marks, for the graphs after it.
+# A step cut by a read in its middle (``nn.Transformer``'s decoder compares its causal
+# mask) leaves the ids it embedded to a later graph, beside activations the earlier one
+# left padded: without their marks the ids were exact there, and the embedding's gradient
+# met padded rows with exact ids (every such graph compiled exactly).
+_LAID: "weakref.WeakKeyDictionary" = weakref.WeakKeyDictionary()
+
+
+def laid_marks(node) -> tuple:
+    """The automatic marks an earlier graph gave DATA leaf ``node``, or ()."""
+    return _LAID.get(node, ()) if _LAID else ()
+
+
+def _remember_laid(g: ir.Graph, plan) -> None:
+    for k in plan.laid_by_marks:
+        _LAID[g.data_nodes[k]] = tuple((d, dim[0]) for d, dim in
+                                       enumerate(plan.data_layouts[k]) if type(dim[0]) is str)
 
 
 def _factor_shape(layout, env):
@@ -476,8 +496,9 @@ class Rebucket(Exception):
 
 
 class SymPlan:
+    # laid_by_marks: the data leaves laid out by automatic marks (``laid_marks``)
     __slots__ = ("key", "layouts", "syms", "sizes", "buckets", "pads", "data_layouts",
-                 "exe", "n_ops", "rules")
+                 "laid_by_marks", "exe", "n_ops", "rules")
 
 
 MAX_RETRIES = 48
@@ -557,7 +578,7 @@ def _leaf_layouts(g, fresh, auto):
                             for d in lay)
             layouts[i] = lay
         else:
-            marks = dict(leaf_marks(n))
+            marks = dict(leaf_marks(n) or laid_marks(n))
             for (di, d), s in auto.items():
                 if di == k:
                     marks.setdefault(d, s)
@@ -697,6 +718,9 @@ def _build(g, fresh, auto, disabled, bump):
     plan.layouts = layouts
     plan.pads = pads
     plan.data_layouts = data_layouts
+    data_at = [i for i, n in enumerate(g.nodes) if n.op is ir.DATA]
+    plan.laid_by_marks = tuple(k for k, i in enumerate(data_at) if i in marked and
+                               g.nodes[i].aux is None and has_sym(data_layouts[k]))
     plan.key = ir.intern_key(("padded", tuple(entries), g.outputs,
                               tuple(zip(syms, plan.buckets))))
     plan.exe = None
@@ -963,7 +987,8 @@ def _learnt(fam, auto: dict, new: dict) -> dict:
 
 def _dynamic_inputs(g: ir.Graph) -> tuple:
     """(whether a data leaf is marked or padded, the automatic marks of ``g``'s family)."""
-    has_dyn = any(n.aux is not None for n in g.data_nodes)
+    has_dyn = any(n.aux is not None for n in g.data_nodes) or \
+        bool(_LAID) and any(n in _LAID for n in g.data_nodes)
     if not config.automatic_dynamic:
         return has_dyn, {}
     auto = _auto_marks(g, cuts_only=has_dyn)
@@ -1071,6 +1096,7 @@ def padded_inputs(g: ir.Graph, plan: SymPlan):
     sizes = dict(zip(plan.syms, plan.sizes))
     buckets = dict(zip(plan.syms, plan.buckets))
     leaves = g.data_nodes
+    _remember_laid(g, plan)
     return [padded_value(n, lay, sizes, buckets) for n, lay in zip(leaves, plan.data_layouts)]
 
 

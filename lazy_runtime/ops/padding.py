@@ -144,8 +144,14 @@ def _alike(cx, a, b) -> bool:
     for x, y in zip(a, b):
         if x == y:
             continue
-        if type(x) is not str or type(y) is not str or cx.sizes[x] != cx.sizes[y] or \
-                cx.buckets[x] != cx.buckets[y]:
+        if type(x) is not str or type(y) is not str or cx.sizes[x] != cx.sizes[y]:
+            return False
+        if cx.buckets[x] != cx.buckets[y]:
+            # one length padded two ways (a mask of T made at T's bucket, the ids'
+            # T+1-1 at T+1's): the input symbol padded less is padded as the other
+            low, high = (x, y) if cx.buckets[x] < cx.buckets[y] else (y, x)
+            if low in cx.inputs:
+                raise Rebucket(low, cx.buckets[high])
             return False
     return True
 
@@ -2161,6 +2167,9 @@ def pad_embedding(node, ins, cx):
 def pad_embedding_backward(node, ins, cx):
     g, idx = node.args[0], node.args[1]
     gl, il = ins[_i(g)], ins[_i(idx)]
+    if not same_layout(cx, gl[:len(il)], il):   # (a guess took the 6 ids for a 6-long T)
+        raise NoPadRule(node.op, f"gradient {gl} padded unlike the indices {il}",
+                        unlike(gl[:len(il)], il))
     axes = tuple(a for a in range(len(il)) if is_sym(il[a]))
     pre = ((_i(g), axes, 0), (_i(idx), axes, 0)) if axes else ()
     return Pad(((node.shape[0],),) + gl[len(il):], pre=pre)
