@@ -9,8 +9,9 @@ value is computed here by torch's own CPU kernels from the data (ints and bools:
 what the graph would compute), and the recorded graph goes on uncut.
 
 Floating-point results are left to the graph (XLA's and torch's kernels may round
-differently, and a value read must be the value the graph goes on with), as are random
-ops, large values and long chains. Each fold is counted (``host_folds``): a whole-step or
+differently, and a value read must be the value the graph goes on with), except those of
+ops that never round (``_EXACT_ON_FLOATS``: triangles, views, negation) inside the cone of
+an integer or boolean read. Random ops, large values and long chains are left too. Each fold is counted (``host_folds``): a whole-step or
 forward replay refuses a call that folds, as it refuses one that reads (the value could
 steer Python control flow that a replay would not run again).
 """
@@ -31,6 +32,25 @@ _CPU = torch.device("cpu")
 def _foldable_type(dtype) -> bool:
     return isinstance(dtype, torch.dtype) and not (dtype.is_floating_point or
                                                    dtype.is_complex)
+
+
+_a = torch.ops.aten
+# Ops whose floating-point results are exact (they move, pick or negate values and never
+# round): folded as integers are, where a read's cone passes through them (the triangle
+# ``nn.Transformer``'s decoder compares with one of its own every call, ``(mask ==
+# causal).all()``: a read that cut every seq2seq step in two)
+_EXACT_ON_FLOATS = frozenset((
+    _a.triu.default, _a.tril.default, _a.clone.default, _a.alias.default,
+    _a.view.default, _a._unsafe_view.default, _a.expand.default, _a.permute.default,
+    _a.t.default, _a.transpose.int, _a.unsqueeze.default, _a.squeeze.dim,
+    _a.squeeze.dims, _a.select.int, _a.slice.Tensor, _a.flip.default, _a.cat.default,
+    _a.neg.default, _a.abs.default, _a.where.self, _a.masked_fill.Scalar,
+    _a.maximum.default, _a.minimum.default))
+
+
+def _folds_as(op, dtype) -> bool:
+    return _foldable_type(dtype) or op in _EXACT_ON_FLOATS and dtype in (
+        torch.float16, torch.bfloat16, torch.float32, torch.float64)
 
 
 def _cone(node: ir.Node):
@@ -55,8 +75,8 @@ def _cone(node: ir.Node):
         types = n.dtype if isinstance(n.dtype, tuple) else (n.dtype,)
         shapes = n.shape if isinstance(n.dtype, tuple) else (n.shape,)
         if len(order) >= MAX_NODES or not all(
-                t is None or (_foldable_type(t) and int(np.prod(s)) <= MAX_ELEMENTS)
-                for t, s in zip(types, shapes)):
+                t is None or (_folds_as(n.op, t) if n is not node else _foldable_type(t))
+                and int(np.prod(s)) <= MAX_ELEMENTS for t, s in zip(types, shapes)):
             return None
         if n.op is not ir.GETITEM and not isinstance(n.op, torch._ops.OpOverload):
             return None

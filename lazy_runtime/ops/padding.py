@@ -770,8 +770,10 @@ def pad_flip(node, ins, cx):
 # ---- contractions -------------------------------------------------------------------
 
 
-def _contract(op, a, b, ka, kb, pos_a, pos_b):
-    if a[ka] != b[kb]:
+def _contract(op, a, b, ka, kb, pos_a, pos_b, cx):
+    """Both operands zeroed along a padded contracted dim, which must be one padded length
+    in both (two symbols alike: a slice's learnt length and the T-1 derived beside it)."""
+    if a[ka] != b[kb] and not _alike(cx, a[ka], b[kb]):
         raise NoPadRule(op, f"contraction of {a[ka]} with {b[kb]}", _syms((a[ka], b[kb])))
     if is_sym(a[ka]):
         return ((pos_a, (ka,), 0), (pos_b, (kb,), 0))
@@ -781,7 +783,7 @@ def _contract(op, a, b, ka, kb, pos_a, pos_b):
 @pad_rule(aten.mm.default)
 def pad_mm(node, ins, cx):
     a, b = ins
-    pre = _contract(node.op, a, b, 1, 0, _i(node.args[0]), _i(node.args[1]))
+    pre = _contract(node.op, a, b, 1, 0, _i(node.args[0]), _i(node.args[1]), cx)
     return Pad((a[0], b[1]), pre=pre)
 
 
@@ -793,30 +795,30 @@ def _operands(node, ins, k: int) -> tuple:
 @pad_rule(aten.dot.default, aten.vdot.default)
 def pad_dot(node, ins, cx):
     a, b = _operands(node, ins, 2)
-    return Pad((), pre=_contract(node.op, a, b, 0, 0, _i(node.args[0]), _i(node.args[1])))
+    return Pad((), pre=_contract(node.op, a, b, 0, 0, _i(node.args[0]), _i(node.args[1]), cx))
 
 
 @pad_rule(aten.mv.default)
 def pad_mv(node, ins, cx):
     a, v = _operands(node, ins, 2)
     return Pad((a[0],), pre=_contract(node.op, a, v, 1, 0, _i(node.args[0]),
-                                      _i(node.args[1])))
+                                      _i(node.args[1]), cx))
 
 
 @pad_rule(aten.addmv.default)
 def pad_addmv(node, ins, cx):
     x, a, v = _operands(node, ins, 3)
-    pre = _contract(node.op, a, v, 1, 0, _i(node.args[1]), _i(node.args[2]))
-    broadcast_layouts(node.op, [(a[0],), x], 1)
+    pre = _contract(node.op, a, v, 1, 0, _i(node.args[1]), _i(node.args[2]), cx)
+    broadcast_layouts(node.op, [(a[0],), x], 1, cx)
     return Pad((a[0],), pre=pre)
 
 
 @pad_rule(aten.bmm.default)
 def pad_bmm(node, ins, cx):
     a, b = ins
-    if a[0] != b[0]:
+    if not same_layout(cx, a[:1], b[:1]):
         raise NoPadRule(node.op, "bmm batch layouts differ", _syms(a, b))
-    pre = _contract(node.op, a, b, 2, 1, _i(node.args[0]), _i(node.args[1]))
+    pre = _contract(node.op, a, b, 2, 1, _i(node.args[0]), _i(node.args[1]), cx)
     return Pad((a[0], a[1], b[2]), pre=pre)
 
 
@@ -824,11 +826,11 @@ def pad_bmm(node, ins, cx):
 def pad_addmm(node, ins, cx):
     x, a, b = _operands(node, ins, 3)
     nd = len(a)
-    if nd == 3 and a[0] != b[0]:
+    if nd == 3 and not same_layout(cx, a[:1], b[:1]):
         raise NoPadRule(node.op, "baddbmm batch layouts differ", _syms(a, b))
-    pre = _contract(node.op, a, b, nd - 1, nd - 2, _i(node.args[1]), _i(node.args[2]))
+    pre = _contract(node.op, a, b, nd - 1, nd - 2, _i(node.args[1]), _i(node.args[2]), cx)
     out = a[:-1] + (b[-1],)
-    broadcast_layouts(node.op, [out, x], nd)
+    broadcast_layouts(node.op, [out, x], nd, cx)
     return Pad(out, pre=pre)
 
 

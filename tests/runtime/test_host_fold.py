@@ -215,3 +215,25 @@ def test_bincount_reads_its_length_and_counts_on_the_device(seed):
         torch.testing.assert_close(a.cpu(), b, rtol=1e-6, atol=1e-6)
     with pytest.raises(RuntimeError, match="non-negative"):
         torch.bincount((ll - 20).cpu().to(DEV)).cpu()   # torch's own error
+
+
+def test_a_read_through_float_ops_that_never_round_is_folded():
+    """``nn.Transformer``'s decoder checks its causal mask against one it makes (``(mask ==
+    causal).all()`` through float triangles of -inf): computed on the host, no barrier.
+    A read through float arithmetic, which may round otherwise, is still a barrier."""
+    from torch.nn.modules.transformer import _detect_is_causal_mask
+    x = torch.randn(6, 6)
+    _fresh()
+    mask = nn.Transformer.generate_square_subsequent_mask(6, device=DEV)
+    xl = x.to(DEV)
+    got = [_detect_is_causal_mask(mask, None, 6),
+           (mask.t().neg().abs().tril(-1) == mask.t().abs()).all().item(),
+           (torch.where(xl > 0, xl, -xl) == xl.abs()).all().item(),
+           (torch.maximum(xl, xl.flip(0)) >= xl).sum().item()]
+    want = [True, True, True, 36]
+    m = lr.metrics()
+    assert got == want
+    assert m["syncs"] == 0 and m["graphs_executed"] == 0, m["sync_reasons"]
+    assert m["host_folds"] == len(got)
+    assert ((xl * 0.1 + 1) > 1).sum().item() == ((x * 0.1 + 1) > 1).sum().item()
+    assert lr.metrics()["sync_reasons"] == {"read": 1}
