@@ -11,9 +11,10 @@ what the graph would compute), and the recorded graph goes on uncut.
 Floating-point results are left to the graph (XLA's and torch's kernels may round
 differently, and a value read must be the value the graph goes on with), except those of
 ops that never round (``_EXACT_ON_FLOATS``: triangles, views, negation) inside the cone of
-an integer or boolean read. Random ops, large values and long chains are left too. Each fold is counted (``host_folds``): a whole-step or
-forward replay refuses a call that folds, as it refuses one that reads (the value could
-steer Python control flow that a replay would not run again).
+an integer or boolean read. Random ops, large values and long chains are left too. Each
+fold is counted (``host_folds``): a whole-step or forward replay refuses a call that
+folds, as it refuses one that reads (the value could steer Python control flow that a
+replay would not run again).
 """
 
 from __future__ import annotations
