@@ -255,7 +255,8 @@ def test_position_reading_ops_compile_exactly_along_a_dim_padded_inside():
     for name in ("gather", "argmax"):
         for length in (5, 6):
             x = lr.mark_dynamic(torch.randn(2, 3, length).to(DEV), 2, "T")
-            INSIDE[name](x.reshape(2, -1)).cpu()
+            # (a float result: argmax's ints read alone are computed on the host)
+            (INSIDE[name](x.reshape(2, -1)) * 1.5).cpu()
     assert lr.metrics()["exact_compiles"].get("aten.gather.default") == 2
     assert lr.metrics()["exact_compiles"].get("aten.argmax.default") == 2
 
