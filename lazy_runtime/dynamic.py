@@ -377,6 +377,18 @@ class Cx:
         self.offsets: dict = {}   # name -> this trace's start (``offset``)
         self.fixed_pads: frozenset = frozenset()   # node indices: pads to a fixed length
         self.inputs = frozenset(sizes)   # the input symbols (their buckets chosen)
+        # true size -> the merged dims of that size in layouts so far (the (2, T) of
+        # ``x.reshape(-1, C)``): candidates where an expand's size has no symbol's size
+        self.merged: dict = {}
+
+    def note_merged(self, layout) -> None:
+        """Remember the merged dynamic dims (several factors, a symbol among them) of a
+        layout just made."""
+        for d in layout:
+            if type(d) is tuple and len(d) > 1 and any(type(f) is str for f in d):
+                seen = self.merged.setdefault(dsize(d, self.sizes), [])
+                if d not in seen:
+                    seen.append(d)
 
     def offset(self, node):
         """The start of cut ``node`` (slice, select or their scatter, of a concrete dim)
@@ -430,21 +442,27 @@ class Cx:
         self.shrunk[name] = (base, k0 + k)
         return name
 
-    def symbolize(self, v: int, site):
+    def symbolize(self, v: int, site, merged: bool = False):
         """The dim for size ``v`` of an op argument: a symbol of size v, or v itself.
         Symbols derived in this graph (the T-1 of ``x[:, 1:]``) are candidates only when
         no other is; a candidate withdrawn at this site lets the next one be tried. Where
         two symbols have size v (a batch of 8 beside a prompt of 8, a square image's H
         and W), v itself is tried first (16 labels beside a 16 x 16 image), then each
-        symbol in turn where a contradicting symbol has size v. Any guess is right for
+        symbol in turn where a contradicting symbol has size v. Last, where ``merged``
+        (an expand's size), a merged dim of size v (the (2, T) of ``x.reshape(-1, C)``:
+        its sum's gradient expanded to 2T rows).
+        Any guess is right for
         this trace, whose sizes the padded graph is checked against; a wrong one meets a
         contradiction, or keys an executable that only traces guessing alike share (a
         coincidence can cost an executable of its own, never a wrong value)."""
         if v <= 1:
             return (v,)
         at = (self.site, site)
-        for tier in (sorted(set(self.sizes) - self.derived), sorted(self.derived)):
-            cands = [s for s in tier if self.sizes[s] == v]
+        merged = self.merged.get(v, ()) if merged else ()
+        for tier in (sorted(set(self.sizes) - self.derived), sorted(self.derived), merged):
+            # (a merged dim from an earlier try may hold a symbol not derived yet here)
+            cands = [s for s in tier if self.sizes[s] == v] if tier is not merged else \
+                [d for d in tier if all(type(f) is not str or f in self.sizes for f in d)]
             if len(cands) > 1 and (at, None) not in self.disabled:
                 self.guesses.append((at, None))
                 self.kept[at] = v
@@ -452,7 +470,7 @@ class Cx:
             cands = [s for s in cands if (at, s) not in self.disabled]
             if cands:
                 self.guesses.append((at, cands[0]))
-                return (cands[0],)
+                return cands[0] if type(cands[0]) is tuple else (cands[0],)
         return (v,)
 
     def runtime_int(self, v: int, layouts):
@@ -515,9 +533,12 @@ def build_plan(g: ir.Graph, fresh: frozenset, auto: dict):
     choices: list = []
     last = None
     bump: dict = {}   # input symbol -> the bucket a value grown from it asked for
+    # merged dims an earlier try made: candidates from the start (an expand placed before
+    # the view that merges B and T: a sum's gradient, ``x.reshape(-1, C).sum()``)
+    merged: dict = {}
     for _ in range(MAX_RETRIES):
         try:
-            return _build(g, fresh, auto, disabled, bump)
+            return _build(g, fresh, auto, disabled, bump, merged)
         except Rebucket as r:
             bump[r.sym] = r.size
             continue
@@ -525,12 +546,16 @@ def build_plan(g: ir.Graph, fresh: frozenset, auto: dict):
             last = e
             if not e.retry:
                 break
+            if any(d not in merged.get(v, ()) for v, ds in e.cx.merged.items() for d in ds):
+                merged = {v: list(ds) for v, ds in e.cx.merged.items()}
+                continue
             syms = e.cx.origins(e.syms)
             # (a size kept concrete is a suspect where a contradicting symbol has it)
             seen = {e.cx.sizes[s] for s in syms if s in e.cx.sizes}
             blame = sorted(((site, s) for site, s in e.cx.guesses
                             if site in e.prov and (site, s) not in disabled
-                            and (not syms or s in syms
+                            and (not syms or s in syms or type(s) is tuple
+                                 and any(f in syms for f in s)
                                  or s is None and e.cx.kept[site] in seen)),
                            key=lambda t: t[0][0])
             if blame:   # withdraw the latest guess the contradicting values came from
@@ -617,7 +642,7 @@ def _lockstep(sizes: dict, buckets: dict) -> None:
                     buckets[s] = buckets[t]
 
 
-def _build(g, fresh, auto, disabled, bump):
+def _build(g, fresh, auto, disabled, bump, merged):
     from .ops.registry import PAD_RULES
     sizes, marked = _leaf_layouts(g, fresh, auto)
     slice_marks = {k[1]: s for k, s in auto.items() if k[0] == "slice"}
@@ -627,6 +652,7 @@ def _build(g, fresh, auto, disabled, bump):
     buckets = {s: max(bucket(v, s), bump.get(s, 0)) for s, v in sizes.items()}
     _lockstep(sizes, buckets)
     cx = Cx(sizes, buckets, disabled)
+    cx.merged = {v: list(ds) for v, ds in merged.items()}
     cx.slice_marks = slice_marks
     cx.offset_marks = offset_marks
     cx.fixed_pads = frozenset(k[1] for k in auto if k[0] == "fixed")
@@ -700,6 +726,8 @@ def _build(g, fresh, auto, disabled, bump):
                 p.kwargs = n.kwargs
             _check_sizes(n, p.layout, sizes)
             layouts.append(p.layout)
+            if not isinstance(n.dtype, tuple):
+                cx.note_merged(p.layout)
             pads.append(p)
             entries.append((n.sig[0], p.args, p.kwargs, p.layout, n.sig[4], n.sig[5], p.pre,
                             p.tag, in_idx))

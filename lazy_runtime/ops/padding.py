@@ -13,7 +13,8 @@ Rules by family:
   the padding is at the dim's end, ``_end_padded``):
   padding passes through; broadcasting a dynamic dim against another size is refused.
 * views: view/reshape regroup the factors of the input dims in order (a dynamic factor is
-  never split); permute permutes; expand/slice read sizes through ``Cx.symbolize``.
+  never split); permute permutes; expand/slice read sizes through ``Cx.symbolize``;
+  repeat makes r copies of a padded dim the merged dim (r, T).
 * slice/select/narrow/split/cat *inside* a padded dim: positions are read from the front
   or from the end (the true size at run time); ``x[:, 1:]``/``x[:, :-1]`` get the derived
   symbol ``T-1`` (``Cx.shrink``: padded like T, no copy); their backward (slice/select
@@ -342,6 +343,20 @@ def pad_permute(node, ins, cx):
     return Pad(tuple(lay[d % n] for d in node.args[1]) if n else ())
 
 
+@pad_rule(aten.repeat.default)
+def pad_repeat(node, ins, cx):
+    """A padded dim repeated r times is r copies of its padded length, one after another:
+    the flattened dim (r, T), padded inside as a merge of a batch of r with T is (its
+    gradient views it as (r, T) again and sums the copies)."""
+    (lay,) = ins
+    reps = tuple(node.args[1])
+    lead = len(reps) - len(lay)
+    out = [(r,) for r in reps[:lead]]
+    for d, r in zip(lay, reps[lead:]):
+        out.append(d if r == 1 else (r,) + d if is_sym(d) else (r * dsize(d, cx.sizes),))
+    return Pad(tuple(out))
+
+
 @pad_rule(aten.expand.default)
 def pad_expand(node, ins, cx):
     (lay,) = ins
@@ -351,7 +366,7 @@ def pad_expand(node, ins, cx):
     for k, s in enumerate(shape):
         j = k - lead
         if j < 0 or (lay[j] == (1,) and s != 1):
-            out.append(cx.symbolize(s, k))
+            out.append(cx.symbolize(s, k, merged=True))
         else:
             out.append(lay[j])
     out = tuple(out)

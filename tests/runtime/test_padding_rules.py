@@ -195,6 +195,42 @@ def test_sorts_and_order_statistics_along_a_padded_dim_run_padded():
     assert m["compiles"] == 1 and m["padded_executions"] == len(sizes), m["recompile_reasons"]
 
 
+def repeated(x, w):
+    """x (B, T, C) repeated along its padded T and its batch: the (r, T) dim reduced,
+    normalized along, contracted over and viewed back into its copies."""
+    y = x.repeat(2, 3, 1)                              # (2B, 3T, C)
+    z = x.repeat(2, 1, 1, 1)                           # a new leading dim
+    return {"sum_T": y.sum(1), "softmax_T": y.softmax(1), "mean": y.mean((0, 1)),
+            # (scaled: the weighted sum's sine of a sum of ~100 products of ~1 turns its
+            # rounding into gradients that differ)
+            "contract": y.transpose(1, 2) @ y @ w * 0.01,
+            "copies": y.view(2, -1, 3, *x.shape[1:])[1, :, 2],
+            "lead": z.sum(0) * w[0, 0], "max_T": y.amax(1)}
+
+
+def test_repeat_along_a_padded_dim_runs_padded():
+    """``x.repeat`` along a dim padded at its end: r copies of the padded length, one
+    flattened (r, T) dim (before: an exact compile at every length)."""
+    w = torch.randn(4, 4).requires_grad_()
+    sizes = _sizes(9, 16, 3, seed=5)
+    m = _check_padded(repeated, lambda T: [torch.randn(2, T, 4, generator=torch.Generator(
+        ).manual_seed(T))], [(1, "T")], sizes, params=(w,), rtol=1e-4, atol=1e-4)
+    assert m["exact_compiles"] == {}, m["recompile_reasons"]
+    assert m["compiles"] == 1 and m["padded_executions"] == len(sizes), m["recompile_reasons"]
+
+
+def test_a_sum_of_a_merged_padded_dim_differentiates_padded():
+    """``x.reshape(-1, C).sin().sum()``: the sum's gradient is expanded to 2T rows before
+    the view that merges B and T comes in the graph; the plan is tried again knowing the
+    merged dims (``Cx.merged``), and the expand is laid out as the view (before: the
+    graph compiled exactly at every length)."""
+    m = _check_padded(lambda x: {"flat": x.reshape(-1, x.shape[-1])},
+                      lambda T: [torch.randn(2, T, 4, generator=torch.Generator().manual_seed(T))],
+                      [(1, "T")], _sizes(9, 16, 3, seed=6))
+    assert m["exact_compiles"] == {}, m["recompile_reasons"]
+    assert m["compiles"] == 1, m["recompile_reasons"]
+
+
 def test_running_max_min_and_logcumsumexp_along_a_padded_dim_run_padded():
     """Prefix scans keep their true positions before the padding: values, the running
     max's and min's indices, and their gradients (scattered back along the padded dim)."""
