@@ -52,6 +52,8 @@ Rules by family:
 * index_select, index_add, ``x[:, cols]`` and ``x[:, cols] = v``: a padded index gives
   padded rows; the indexed dim padded at its end (indices point at true rows, a negative
   one counts from the true size).
+* resampling a concrete size to a padded length (a ViT's position grid to the patch
+  grid): taps tabulated on the host for every length of the bucket, picked at run time.
 * complex values: conj, polar, complex, angle and bitcasts are elementwise;
   view_as_real/view_as_complex add or drop the pair dim; the FFT along concrete dims
   passes the others' padding through (along a padded dim it compiles exactly).
@@ -76,8 +78,9 @@ from .nn import (_add_at_argmax, _avg_pool, _batch_norm, _f32, _lowest, _max_poo
                  adaptive_max, lower_convolution, lower_convolution_backward, pool_strides)
 from . import recurrent
 from .recurrent import layer_backward, layer_forward
-from .resample import (NEAREST, _apply, _index_dtype, _nearest, linear_taps,
-                       lower_upsample_bilinear, nearest_source)
+from .resample import (NEAREST, TAPS_TABLE_MAX, _apply, _index_dtype, _nearest,
+                       _one_length_taps, linear_taps, lower_upsample_bilinear,
+                       nearest_source, resample_axis, taps_table)
 from .reduction import (kth_position, lower_logsumexp, median_position, mode_position,
                         pick_sorted, sorted_along, squared_magnitude, top_k, var_input)
 from .registry import ELEMENTWISE, check, pad_rule
@@ -1709,7 +1712,10 @@ def pad_adaptive_max_pool_backward(node, ins, cx):
 
 _NEAREST_BACKWARD_OPS = {aten.upsample_nearest1d_backward.default: (1, False),
                          aten.upsample_nearest2d_backward.default: (2, False),
-                         aten.upsample_nearest3d_backward.default: (3, False)}
+                         aten.upsample_nearest3d_backward.default: (3, False),
+                         aten._upsample_nearest_exact1d_backward.default: (1, True),
+                         aten._upsample_nearest_exact2d_backward.default: (2, True),
+                         aten._upsample_nearest_exact3d_backward.default: (3, True)}
 
 
 def _factor_of(op, cx, sym, n_out) -> int:
@@ -1760,6 +1766,10 @@ def pad_upsample_nearest(node, ins, cx):
     x, size = node.args[:2]
     scales = tuple(node.args[2:]) + (None,) * (n - len(node.args[2:]))
     lead = len(lay) - n
+    to_run_time = _to_run_time_lengths(node, cx, lay, size, scales,
+                                       "nearest_exact" if exact else "nearest", False)
+    if to_run_time is not None:
+        return to_run_time
     if not has_sym(lay[lead:]):
         return Pad(lay[:lead] + concrete(node.shape[lead:]))
     out = _upsampled_layout(node.op, cx, lay, size, lambda sym, k: _whole_factor(
@@ -1798,8 +1808,15 @@ def pad_upsample_nearest_backward(node, ins, cx):
     gl = ins[_i(g)]
     lead = len(gl) - n
     dt = _index_dtype(jdt(node.dtype))
-    xl = _upsampled_input(node, cx, gl, out_size, in_size, lambda base, k: _whole_factor(
-        node.op, cx, base, out_size[k], scales[k], exact, dt))
+    try:
+        xl = _upsampled_input(node, cx, gl, out_size, in_size, lambda base, k: _whole_factor(
+            node.op, cx, base, out_size[k], scales[k], exact, dt))
+    except NoPadRule:
+        back = _from_run_time_lengths(node, gl, in_size, scales,
+                                      "nearest_exact" if exact else "nearest", False)
+        if back is None:
+            raise
+        return back
     axes = _sym_axes(gl, range(lead, len(gl)))
     return Pad(xl, args=(g, tuple(sym_or_int(d) for d in gl[lead:]),
                          tuple(sym_or_int(d) for d in xl)) + node.args[3:],
@@ -1892,11 +1909,21 @@ def _bilinear_backward_fn(ctx, env, in_lays, g, output_size, input_size, align_c
     return vjp(fwd, (jnp.zeros(input_size, gf.dtype),), gf)[0]
 
 
+def _resampling_2d(node, ins, cx, kind):
+    """(layout, size, align_corners, scales, its ``_to_run_time_lengths`` or None) of a
+    bilinear or bicubic resampling."""
+    (lay,) = ins
+    size, align_corners = node.args[1:3]
+    scales = tuple(node.args[3:]) + (None,) * (2 - len(node.args[3:]))
+    return lay, size, align_corners, scales, _to_run_time_lengths(node, cx, lay, size, scales,
+                                                                  kind, align_corners)
+
+
 @pad_rule(aten.upsample_bilinear2d.default)
 def pad_upsample_bilinear(node, ins, cx):
-    (lay,) = ins
-    x, size, align_corners = node.args[:3]
-    scales = tuple(node.args[3:]) + (None,) * (2 - len(node.args[3:]))
+    lay, size, align_corners, scales, to_run_time = _resampling_2d(node, ins, cx, "linear")
+    if to_run_time is not None:
+        return to_run_time
     if not has_sym(lay[2:]):
         return Pad(lay[:2] + concrete(node.shape[2:]))
     dt = _index_dtype(jdt(node.dtype))
@@ -1904,8 +1931,8 @@ def pad_upsample_bilinear(node, ins, cx):
         node.op, cx, sym, size[k], align_corners, scales[k], dt))
     # (align_corners: the output layout rides last, for the taps made on the device)
     extra = (out,) if align_corners else ()
-    return Pad(out, args=(x, tuple(sym_or_int(d) for d in out[2:]), align_corners) + scales
-               + extra, fn=_bilinear_fn, tag="bilinear")
+    return Pad(out, args=(node.args[0], tuple(sym_or_int(d) for d in out[2:]), align_corners)
+               + scales + extra, fn=_bilinear_fn, tag="bilinear")
 
 
 @pad_rule(aten.upsample_bilinear2d_backward.default)
@@ -1915,13 +1942,116 @@ def pad_upsample_bilinear_backward(node, ins, cx):
     scales = tuple(node.args[4:]) + (None,) * (2 - len(node.args[4:]))
     gl = ins[_i(g)]
     dt = _index_dtype(jdt(node.dtype))
-    xl = _upsampled_input(node, cx, gl, out_size, in_size, lambda base, k: _linear_factor(
-        node.op, cx, base, out_size[k], align_corners, scales[k], dt))
+    try:
+        xl = _upsampled_input(node, cx, gl, out_size, in_size, lambda base, k: _linear_factor(
+            node.op, cx, base, out_size[k], align_corners, scales[k], dt))
+    except NoPadRule:
+        back = _from_run_time_lengths(node, gl, in_size, scales, "linear", align_corners)
+        if back is None:
+            raise
+        return back
     axes = _sym_axes(gl, range(2, 4))
     return Pad(xl, args=(g, tuple(sym_or_int(d) for d in gl[2:]),
                          tuple(sym_or_int(d) for d in xl), align_corners) + scales + (xl, gl),
                pre=((_i(g), axes, 0),) if axes else (), fn=_bilinear_backward_fn,
                tag="bilinear_backward")
+
+
+# A fixed size resampled to a length known at run time (a ViT's grid of position
+# embeddings interpolated to the patch grid of an image of varying size): the output's
+# length is a symbol's, guessed from its size (``Cx.symbolize``); its taps are made on the
+# host for every length of the bucket and the executable picks the run-time length's row
+# (``resample.taps_table``). Bucket past ``TAPS_TABLE_MAX``, or a scale given: exact.
+
+
+def _resampled_to(env, x, kind, align_corners, out_lay, fused):
+    n = 2 if kind in ("linear", "cubic") else len(out_lay) - 2
+    xf = x if kind.startswith("nearest") else _f32(x)
+    dt = _index_dtype(xf.dtype)
+    for axis in range(-1, -n - 1, -1):   # (the width first: torch's separable sum)
+        d = out_lay[axis]
+        if is_sym(d):
+            cols, weights = taps_table(kind, xf.shape[axis], env.dsize(d), align_corners, dt,
+                                       fused)
+            row = dsize(d, env.n) - 1
+            cols, weights = jnp.asarray(cols)[row], jnp.asarray(weights)[row]
+        else:
+            cols, weights = _one_length_taps(kind, xf.shape[axis], d[0], align_corners, dt,
+                                             fused)
+        xf = resample_axis(xf, axis, cols, weights)
+    return xf.astype(x.dtype)
+
+
+def _to_run_time_lengths_fn(ctx, env, in_lays, x, kind, align_corners, out_lay):
+    return _resampled_to(env, x, kind, align_corners, out_lay, kind == "cubic")
+
+
+def _from_run_time_lengths_fn(ctx, env, in_lays, g, kind, align_corners, out_lay,
+                              input_size):
+    gf = _f32(g)
+    return vjp(lambda x: _resampled_to(env, x, kind, align_corners, out_lay, False),
+               (jnp.zeros(input_size, gf.dtype),), gf)[0]
+
+
+def _tabulated(node, cx, out):
+    for d in out:
+        if is_sym(d) and dsize(d, cx.buckets) > TAPS_TABLE_MAX:
+            raise NoPadRule(node.op, f"resampling to a length padded past {TAPS_TABLE_MAX}",
+                            retry=False)
+
+
+def _to_run_time_lengths(node, cx, lay, size, scales, kind, align_corners):
+    """The resampling of concrete spatial dims to sizes guessed to be symbols' (their taps
+    tabulated), or None where no output size is a symbol's or the input is padded there."""
+    lead = len(lay) - len(size)
+    if has_sym(lay[lead:]) or any(s is not None for s in scales):
+        return None
+    out = tuple(cx.symbolize(v, ("out", k)) for k, v in enumerate(size))
+    if not has_sym(out):
+        return None
+    _tabulated(node, cx, out)
+    full = lay[:lead] + out
+    return Pad(full, args=(node.args[0], kind, align_corners, full),
+               fn=_to_run_time_lengths_fn, tag="resample to a run-time length")
+
+
+def _from_run_time_lengths(node, gl, in_size, scales, kind, align_corners):
+    """The gradient of ``_to_run_time_lengths``'s resampling: to the concrete input's size,
+    the gradient's padding zeroed first; None where it does not apply."""
+    n = len(in_size) - 2 if kind.startswith("nearest") else 2
+    lead = len(gl) - n
+    if not has_sym(gl[lead:]) or any(s is not None for s in scales) or len(gl) != len(in_size):
+        return None
+    xl = gl[:lead] + concrete(tuple(in_size[lead:]))
+    axes = _sym_axes(gl, range(lead, len(gl)))
+    return Pad(xl, args=(node.args[0], kind, align_corners, gl, tuple(
+        sym_or_int(d) for d in xl)), pre=((_i(node.args[0]), axes, 0),),
+        fn=_from_run_time_lengths_fn, tag="resample from a run-time length")
+
+
+@pad_rule(aten.upsample_bicubic2d.default)
+def pad_upsample_bicubic(node, ins, cx):
+    """Batch dims pass; concrete spatial dims to run-time lengths (above); along a padded
+    spatial dim: exact (the taps depend on the size)."""
+    lay, _, _, _, to_run_time = _resampling_2d(node, ins, cx, "cubic")
+    if to_run_time is not None:
+        return to_run_time
+    if has_sym(lay[2:]):
+        raise NoPadRule(node.op, "bicubic resampling of a padded dim", _syms(lay[2:]))
+    return Pad(lay[:2] + concrete(node.shape[2:]))
+
+
+@pad_rule(aten.upsample_bicubic2d_backward.default)
+def pad_upsample_bicubic_backward(node, ins, cx):
+    g, out_size, in_size, align_corners = node.args[:4]
+    scales = tuple(node.args[4:]) + (None,) * (2 - len(node.args[4:]))
+    gl = ins[_i(g)]
+    if not has_sym(gl[2:]):
+        return Pad(gl[:2] + concrete(tuple(in_size[2:])))
+    back = _from_run_time_lengths(node, gl, in_size, scales, "cubic", align_corners)
+    if back is None:
+        raise NoPadRule(node.op, "bicubic resampling of a padded dim", _syms(gl[2:]))
+    return back
 
 
 # ---- recurrent cells ----------------------------------------------------------------

@@ -634,3 +634,51 @@ for _op, _cubic_mode in _AA.items():
     lowering(_op)(_lower_aa(_cubic_mode))
 for _op, _cubic_mode in _AA_BACKWARD.items():
     lowering(_op)(_lower_aa_backward(_cubic_mode))
+
+
+# ---- resampling a fixed size to a length known at run time -------------------------------
+#
+# A ViT's position embeddings (a fixed grid) interpolated to the patch grid of an image whose
+# size varies (``interpolate_pos_encoding``): the output's length is a padded dim's, known
+# only at run time. Its taps are made on the host, as torch's kernels compute them, for
+# every length the bucket can hold, and the executable picks the row of the run-time length
+# (no coordinate is computed on the device: see bicubic above).
+
+TAPS_TABLE_MAX = 256   # the longest padded length tabulated (else: an exact compile)
+
+
+def _one_length_taps(kind, n_in, m, align_corners, dt, fused):
+    """(cols [m, k], weights [m, k]) of resampling ``n_in`` to ``m`` along one axis."""
+    if kind in ("nearest", "nearest_exact"):
+        src = nearest_source(n_in, m, None, kind == "nearest_exact")
+        return src[:, None], np.ones((m, 1), dt)
+    if kind == "linear":
+        x0, x1, w1 = linear_taps(n_in, m, align_corners, None, dt)
+        return np.stack([x0, x1], -1), np.stack([dt(1) - w1, w1], -1)
+    return _cubic_taps(n_in, m, align_corners, None, dt, fused)
+
+
+@functools.lru_cache(maxsize=64)
+def taps_table(kind, n_in, padded, align_corners, dt, fused=False):
+    """For each length m in 1..``padded``: the taps of resampling ``n_in`` to m, padded to
+    ``padded`` outputs (those past m read input 0 with weight 0): (cols [padded, padded,
+    k] int32, weights [padded, padded, k])."""
+    k = {"nearest": 1, "nearest_exact": 1, "linear": 2}.get(kind, 4)
+    cols = np.zeros((padded, padded, k), np.int32)
+    weights = np.zeros((padded, padded, k), dt)
+    for m in range(1, padded + 1):
+        c, w = _one_length_taps(kind, n_in, m, align_corners, dt, fused)
+        cols[m - 1, :m] = c
+        weights[m - 1, :m] = w
+    return cols, weights
+
+
+def resample_axis(x, axis, cols, weights):
+    """``x`` resampled along ``axis`` by taps (cols [out, k], weights [out, k]), summed in
+    tap order (torch's)."""
+    w = weights.astype(x.dtype)
+    shape = (-1,) + (1,) * (x.ndim - 1 - axis % x.ndim)
+    y = jnp.take(x, cols[:, 0], axis=axis) * w[:, 0].reshape(shape)
+    for j in range(1, cols.shape[1]):
+        y = y + jnp.take(x, cols[:, j], axis=axis) * w[:, j].reshape(shape)
+    return y

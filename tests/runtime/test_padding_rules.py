@@ -231,6 +231,36 @@ def test_a_sum_of_a_merged_padded_dim_differentiates_padded():
     assert m["compiles"] == 1, m["recompile_reasons"]
 
 
+_RESAMPLE_MODES = {"bilinear": dict(mode="bilinear", align_corners=False),
+                   "bilinear-corners": dict(mode="bilinear", align_corners=True),
+                   "bicubic": dict(mode="bicubic", align_corners=False),
+                   "bicubic-corners": dict(mode="bicubic", align_corners=True),
+                   "nearest": dict(mode="nearest"), "nearest-exact": dict(mode="nearest-exact")}
+
+
+@pytest.mark.parametrize("mode", sorted(_RESAMPLE_MODES))
+def test_a_fixed_grid_resampled_to_a_padded_grid(mode):
+    """A ViT's position embeddings (a fixed 5 x 6 grid) interpolated to the patch grid of
+    an image whose H and W vary (``interpolate_pos_encoding``): the output's lengths are
+    the patch grid's symbols, the taps tabulated on the host for every length of the
+    bucket; values and the embeddings' gradient equal eager's. Before: an exact compile at
+    every image size."""
+    def vit_grid(x, w, pos):
+        h = F.conv2d(x, w, stride=4)                                  # (B, 3, H//4, W//4)
+        grid = F.interpolate(pos, size=h.shape[-2:], **_RESAMPLE_MODES[mode])
+        return {"tokens": h + grid, "grid": grid * 1.0}
+
+    def images(n):
+        g = torch.Generator().manual_seed(n)
+        return [torch.randn(2, 3, n, 28, generator=g)]
+
+    w, pos = torch.randn(3, 3, 4, 4).requires_grad_(), torch.randn(1, 3, 5, 6).requires_grad_()
+    m = _check_padded(vit_grid, images, [(2, "H")], [36, 44, 52], params=(w, pos),
+                      rtol=1e-4, atol=1e-5)
+    assert m["exact_compiles"] == {}, m["recompile_reasons"]
+    assert m["compiles"] == 1, m["recompile_reasons"]
+
+
 def test_running_max_min_and_logcumsumexp_along_a_padded_dim_run_padded():
     """Prefix scans keep their true positions before the padding: values, the running
     max's and min's indices, and their gradients (scattered back along the padded dim)."""
