@@ -450,11 +450,10 @@ class Cx:
         and W), v itself is tried first (16 labels beside a 16 x 16 image), then each
         symbol in turn where a contradicting symbol has size v. Last, where ``merged``
         (an expand's size), a merged dim of size v (the (2, T) of ``x.reshape(-1, C)``:
-        its sum's gradient expanded to 2T rows).
-        Any guess is right for
-        this trace, whose sizes the padded graph is checked against; a wrong one meets a
-        contradiction, or keys an executable that only traces guessing alike share (a
-        coincidence can cost an executable of its own, never a wrong value)."""
+        its sum's gradient expanded to 2T rows). Any guess is right for this trace, whose
+        sizes the padded graph is checked against; a wrong one meets a contradiction, or
+        keys an executable that only traces guessing alike share (a coincidence can cost
+        an executable of its own, never a wrong value)."""
         if v <= 1:
             return (v,)
         at = (self.site, site)
@@ -1014,15 +1013,17 @@ def _learnt(fam, auto: dict, new: dict) -> dict:
 
 
 def _dynamic_inputs(g: ir.Graph) -> tuple:
-    """(whether a data leaf is marked or padded, the automatic marks of ``g``'s family)."""
-    has_dyn = any(n.aux is not None for n in g.data_nodes) or \
-        bool(_LAID) and any(n in _LAID for n in g.data_nodes)
+    """(whether a data leaf is marked, padded or laid out by an earlier graph's automatic
+    marks, the automatic marks of ``g``'s family)."""
+    has_dyn = any(n.aux is not None for n in g.data_nodes)
+    laid = not has_dyn and bool(_LAID) and any(n in _LAID for n in g.data_nodes)
     if not config.automatic_dynamic:
-        return has_dyn, {}
+        return has_dyn or laid, {}
     auto = _auto_marks(g, cuts_only=has_dyn)
     if has_dyn:   # marks and padding give the sizes; offsets and fixed pads are learnt
         auto = {k: s for k, s in auto.items() if k[0] == "offset" or k[0] == "fixed"}
-    return has_dyn, auto
+    # (laid leaves are marked as an earlier graph marked them; the others learnt as ever)
+    return has_dyn or laid, auto
 
 
 def may_run_padded(g: ir.Graph) -> bool:

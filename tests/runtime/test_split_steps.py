@@ -149,3 +149,38 @@ def test_one_length_padded_at_two_buckets_is_padded_alike():
     m = lr.metrics()
     assert m["exact_compiles"] == {}, m["recompile_reasons"]
     assert m["buckets"]["M"] == [8], m["buckets"]
+
+
+def _read_then_loss(emb, ids, labels, device):
+    """A read of the ids' mean cuts the step; after it, only the ids (laid out by the first
+    graph's automatic marks) and the labels (copied in before the cut, unused before it)
+    enter the second graph: no padded result of the first."""
+    scale = 1.0 + float(ids.float().mean().item()) / 100
+    loss = F.cross_entropy((emb(ids) * scale).transpose(1, 2), labels)
+    loss.backward()
+    if device is DEV:
+        lr.mark_step()
+    return loss.detach()
+
+
+def test_a_graph_after_a_read_learns_its_other_inputs_lengths():
+    """The labels' length is learnt by the second graph's family as it would be without
+    the laid ids beside them (marks of an earlier graph do not stop the learning, as a
+    user's marks or padded results do)."""
+    torch.manual_seed(3)
+    emb = nn.Embedding(11, 5)
+    emb_l = copy.deepcopy(emb).to(DEV)
+    lr.mark_step()
+    lr.reset_metrics()
+    for T in (9, 10, 13, 12):
+        g = torch.Generator().manual_seed(T)
+        ids, labels = torch.randint(0, 11, (2, T), generator=g), torch.randint(0, 5, (2, T),
+                                                                               generator=g)
+        want = _read_then_loss(emb, ids, labels, "cpu")
+        got = _read_then_loss(emb_l, ids.to(DEV), labels.to(DEV), DEV)
+        assert_same(got, want, 1e-5, 1e-6, what=f"loss at T={T}")
+        assert_same(emb_l.weight.grad, emb.weight.grad, 1e-5, 1e-6, what=f"gradient at T={T}")
+        emb.weight.grad = emb_l.weight.grad = None
+    m = lr.metrics()
+    assert m["exact_compiles"] == {}, m["recompile_reasons"]
+    assert m["padded_executions"] >= 5, m["recompile_reasons"]
