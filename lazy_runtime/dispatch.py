@@ -31,7 +31,7 @@ import torch
 import torch._decomp
 from shapeinfer.shape_fns import ShapeError
 
-from . import dtypes as D, executor, ir, random
+from . import dtypes as D, dynamic, executor, ir, random
 from .dynamic import slice_bounds
 from .backend import errors_cross_backward
 from .config import config
@@ -991,6 +991,8 @@ def _factory_like(func, args, kwargs):
         if not number_fits(fill, dtype):   # torch's checked conversion: its error or value
             fill = torch.full((), fill, dtype=dtype).item()
     out = host_constant(shape, dtype, fill)
+    if name.endswith("_like"):   # (padded as x is, where x is: ``dynamic.note_like``)
+        dynamic.note_like(node_of(out), node_of(x))
     laid = _in_torch_layout(func, args, kwargs, node_of(out)) if name.endswith("_like") \
         else None   # (torch keeps a permuted input's layout)
     return out if laid is None else laid

@@ -245,6 +245,29 @@ def _remember_laid(g: ir.Graph, plan) -> None:
                                        enumerate(plan.data_layouts[k]) if type(dim[0]) is str)
 
 
+# Constants made in a tensor's likeness (``ones_like(x)``, ``zeros_like(h)``) -> a weak
+# reference to x's node: laid out as x where x's layout is known when the constant is
+# reached, not guessed dim by dim (a square output's 5 x 5 ones read as (T, T) where only
+# one 5 was T; the graph compiled exactly once the guesses ran out).
+_LIKE: "weakref.WeakKeyDictionary" = weakref.WeakKeyDictionary()
+
+
+def note_like(const: ir.Node, source: ir.Node) -> None:
+    """``const`` (a fresh DATA leaf) was made in the likeness of ``source``."""
+    if const.shape and tuple(const.shape) == tuple(source.shape):
+        _LIKE[const] = weakref.ref(source)
+
+
+def _like_layout(n: ir.Node, index: dict, layouts: list):
+    """The layout of the value constant ``n`` was made like, where it is known here."""
+    ref = _LIKE.get(n) if _LIKE else None
+    src = ref() if ref is not None else None
+    j = index.get(id(src)) if src is not None else None
+    if j is None or j >= len(layouts) or isinstance(src.dtype, tuple):
+        return None
+    return layouts[j]
+
+
 def _factor_shape(layout, env):
     return [env[f] if type(f) is str else f for d in layout for f in d]
 
@@ -682,8 +705,9 @@ def _build(g, fresh, auto, disabled, bump, merged):
                 lay = marked.get(i)
                 if lay is None:
                     if k in fresh:
-                        lay = tuple(cx.symbolize(v, ("leaf", d)) if v > 1 else (v,)
-                                    for d, v in enumerate(n.shape))
+                        lay = _like_layout(n, index, layouts) or tuple(
+                            cx.symbolize(v, ("leaf", d)) if v > 1 else (v,)
+                            for d, v in enumerate(n.shape))
                     else:
                         lay = concrete(n.shape)
                 layouts.append(lay)

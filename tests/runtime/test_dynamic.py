@@ -515,3 +515,22 @@ def test_a_slice_to_a_length_read_from_a_value_compiles_once_per_bucket():
     # the step at its first length, then once per bucket (16, 32) of the others
     buckets = {min(1 << (n - 1).bit_length(), 32) for n in longest[1:]}
     assert m["compiles"] - 1 <= 1 + len(buckets), (longest, m["recompile_reasons"])
+
+
+def test_constants_made_like_a_padded_value_are_laid_out_as_it():
+    """``ones_like(y)`` of a (4, T) value at T = 4: laid out as y, not guessed dim by dim
+    (eight such constants, each read as (T, T) first, ran the guess withdrawals out: an
+    exact compile at the square size)."""
+    def f(t):
+        y = t * 2
+        acc = y
+        for k in range(8):
+            acc = acc + torch.ones_like(y).cumsum(1) * (k + 1)
+        return acc
+    lr.reset_metrics()
+    for T in (4, 3):
+        x = torch.randn(4, T)
+        assert_same(f(lr.mark_dynamic(x.to(DEV), 1, "T")), f(x), rtol=1e-6, atol=1e-6)
+    m = lr.metrics()
+    assert m["exact_compiles"] == {}, m["recompile_reasons"]
+    assert m["compiles"] == 1, m["recompile_reasons"]
