@@ -35,12 +35,9 @@ import time
 import warnings
 from pathlib import Path
 
-# torch.compile must compile for real: no FX-graph/Inductor caches from earlier runs.
-os.environ.setdefault("TORCHINDUCTOR_FORCE_DISABLE_CACHES", "1")
-
-import torch  # noqa: E402
-import torch.nn as nn  # noqa: E402
-import torch.nn.functional as F  # noqa: E402
+import torch
+import torch.nn as nn
+import torch.nn.functional as F
 
 ROOT = Path(__file__).resolve().parents[1]
 sys.path.insert(0, str(ROOT))
@@ -53,11 +50,15 @@ VOCAB, BATCH = 100, 16
 
 
 class Seq2Seq(nn.Module):
-    def __init__(self, d=64):
+    """Token embeddings (padding id 0), ``nn.Transformer`` with ``layers`` encoder and
+    decoder layers, a vocabulary head; the masks as the tutorials make them (also the
+    model of ``tests/runtime/test_split_steps.py``, smaller)."""
+
+    def __init__(self, vocab=VOCAB, d=64, heads=4, layers=2, ff=128):
         super().__init__()
-        self.emb = nn.Embedding(VOCAB, d, padding_idx=0)
-        self.t = nn.Transformer(d, 4, 2, 2, 128, dropout=0.0, batch_first=True)
-        self.out = nn.Linear(d, VOCAB)
+        self.emb = nn.Embedding(vocab, d, padding_idx=0)
+        self.t = nn.Transformer(d, heads, layers, layers, ff, dropout=0.0, batch_first=True)
+        self.out = nn.Linear(d, vocab)
 
     def forward(self, src, tgt):
         mask = nn.Transformer.generate_square_subsequent_mask(tgt.shape[1], device=tgt.device)
@@ -159,6 +160,9 @@ def main():
                    help="steps of torch.compile (0: all)")
     p.add_argument("--write", action="store_true")
     a = p.parse_args()
+    # torch.compile must compile for real: no FX-graph/Inductor caches from earlier runs
+    # (set here, not at import: the tests import the model; Inductor reads it when loaded)
+    os.environ.setdefault("TORCHINDUCTOR_FORCE_DISABLE_CACHES", "1")
     warnings.simplefilter("ignore")   # (torch's note on mixed mask types, every step)
     torch.set_num_threads(1)
     lr.config.compile_cache = None   # cold compiles: their count and time are the point

@@ -991,10 +991,10 @@ def _factory_like(func, args, kwargs):
         if not number_fits(fill, dtype):   # torch's checked conversion: its error or value
             fill = torch.full((), fill, dtype=dtype).item()
     out = host_constant(shape, dtype, fill)
-    if name.endswith("_like"):   # (padded as x is, where x is: ``dynamic.note_like``)
-        dynamic.note_like(node_of(out), node_of(x))
-    laid = _in_torch_layout(func, args, kwargs, node_of(out)) if name.endswith("_like") \
-        else None   # (torch keeps a permuted input's layout)
+    if not name.endswith("_like"):
+        return out
+    dynamic.note_like(node_of(out), node_of(x))   # (padded as x is, where x is)
+    laid = _in_torch_layout(func, args, kwargs, node_of(out))  # (a permuted input's kept)
     return out if laid is None else laid
 
 

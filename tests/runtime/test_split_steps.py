@@ -4,7 +4,9 @@ the second graph, beside activations the first one left padded). Lengths vary wi
 marks (automatic dynamic) or with them, and no graph may compile exactly."""
 
 import copy
+import sys
 import warnings
+from pathlib import Path
 
 import pytest
 import torch
@@ -14,6 +16,9 @@ import torch.nn.functional as F
 import lazy_runtime as lr
 from conftest import DEV, assert_same
 
+sys.path.insert(0, str(Path(__file__).resolve().parents[2] / "benchmarks"))
+from varying_seq2seq import Seq2Seq  # noqa: E402
+
 
 @pytest.fixture(autouse=True)
 def _poisoned():
@@ -22,20 +27,6 @@ def _poisoned():
     lr.config.poison_padding = True
     yield
     lr.config.poison_padding = old
-
-
-class Seq2Seq(nn.Module):
-    def __init__(self, vocab=20, d=16):
-        super().__init__()
-        self.emb = nn.Embedding(vocab, d, padding_idx=0)
-        self.t = nn.Transformer(d, 2, 1, 1, 32, dropout=0.0, batch_first=True)
-        self.out = nn.Linear(d, vocab)
-
-    def forward(self, src, tgt):
-        mask = nn.Transformer.generate_square_subsequent_mask(tgt.shape[1], device=tgt.device)
-        h = self.t(self.emb(src), self.emb(tgt), tgt_mask=mask, src_key_padding_mask=src == 0,
-                   tgt_key_padding_mask=tgt == 0, memory_key_padding_mask=src == 0)
-        return self.out(h)
 
 
 def _seq2seq_losses(model, opt, device, sizes):
@@ -65,7 +56,7 @@ def test_a_transformer_seq2seq_whose_lengths_vary_runs_padded():
     T-1 derived beside it are one padded length in the weights' gradients. Before: two
     graphs per step, the second compiled exactly at nearly every step."""
     torch.manual_seed(0)
-    eager = Seq2Seq()
+    eager = Seq2Seq(vocab=20, d=16, heads=2, layers=1, ff=32)
     lazy = copy.deepcopy(eager).to(DEV)
     # (SGD: Adam would turn the key bias's gradient, zero but for rounding, into steps
     # of lr in either direction)
