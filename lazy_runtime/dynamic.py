@@ -263,7 +263,7 @@ def _like_layout(n: ir.Node, index: dict, layouts: list):
     ref = _LIKE.get(n) if _LIKE else None
     src = ref() if ref is not None else None
     j = index.get(id(src)) if src is not None else None
-    if j is None or j >= len(layouts) or isinstance(src.dtype, tuple):
+    if j is None or isinstance(src.dtype, tuple):
         return None
     return layouts[j]
 
@@ -390,6 +390,8 @@ class Cx:
         self.shrunk: dict = {}    # derived symbol -> (its base symbol, k): size n(base) - k
         # derived symbol -> its pieces in order (symbols and ints): a cat of dynamic pieces
         self.sums: dict = {}
+        # derived symbol -> the merged dim it flattens (a cat piece: ``padding._flat``)
+        self.flats: dict = {}
         self.bases: dict = {}     # derived symbol -> the symbol it follows from
         # derived symbol -> its true size as a function of the sizes of those before it
         # (a replay at sizes never traced computes them: ``sizes_at``); none for a length
@@ -679,56 +681,64 @@ def _build(g, fresh, auto, disabled, bump, merged):
     cx.offset_marks = offset_marks
     cx.fixed_pads = frozenset(k[1] for k in auto if k[0] == "fixed")
     index = {id(n): i for i, n in enumerate(g.nodes)}
-    layouts: list = []
-    pads: list = []
-    entries: list = []
-    data_layouts: list = []
-    prov: list = []   # guess sites each value's layout depends on
-    k = -1
+    count = len(g.nodes)
+    layouts: list = [None] * count
+    pads: list = [None] * count
+    entries: list = [None] * count
     empty = frozenset()
+    prov: list = [empty] * count   # guess sites each value's layout depends on
+    data_at = [i for i, n in enumerate(g.nodes) if n.op is ir.DATA]
+    ordinal = {i: k for k, i in enumerate(data_at)}
+    # constants made in this graph are laid out at their first use, when the symbols
+    # derived before it are known (a gradient's zeros of a cat's length: the sum symbol)
+    waiting = {i for i, k in ordinal.items() if k in fresh and i not in marked}
+
+    def lay_leaf(i, n):
+        cx.site = i
+        ng = len(cx.guesses)
+        lay = marked.get(i)
+        if lay is None:
+            if ordinal[i] in fresh:
+                lay = _like_layout(n, index, layouts) or tuple(
+                    cx.symbolize(v, ("leaf", d)) if v > 1 else (v,)
+                    for d, v in enumerate(n.shape))
+            else:
+                lay = concrete(n.shape)
+        layouts[i] = lay
+        entries[i] = (ir.DATA, lay, n.dtype)
+        if len(cx.guesses) > ng:
+            prov[i] = frozenset(site for site, _ in cx.guesses[ng:])
+
+    ng = 0
     try:
         for i, n in enumerate(g.nodes):
-            cx.site = i
-            ng = len(cx.guesses)
-            if n.inputs:
-                p_in = empty
-                for x in n.inputs:
-                    px = prov[index[id(x)]]
-                    if px:
-                        p_in = p_in | px
-            else:
-                p_in = empty
-            prov.append(p_in)
             op = n.op
             if op is ir.DATA:
-                k += 1
-                lay = marked.get(i)
-                if lay is None:
-                    if k in fresh:
-                        lay = _like_layout(n, index, layouts) or tuple(
-                            cx.symbolize(v, ("leaf", d)) if v > 1 else (v,)
-                            for d, v in enumerate(n.shape))
-                    else:
-                        lay = concrete(n.shape)
-                layouts.append(lay)
-                pads.append(None)
-                data_layouts.append(lay)
-                entries.append((ir.DATA, lay, n.dtype))
-                if len(cx.guesses) > ng:
-                    prov[i] = frozenset(site for site, _ in cx.guesses[ng:])
+                if i not in waiting:
+                    lay_leaf(i, n)
                 continue
+            for x in n.inputs:
+                j = index[id(x)]
+                if j in waiting:
+                    waiting.discard(j)
+                    lay_leaf(j, x)
+            cx.site = i
+            ng = len(cx.guesses)
+            p_in = empty
+            for x in n.inputs:
+                px = prov[index[id(x)]]
+                if px:
+                    p_in = p_in | px
+            prov[i] = p_in
             if op is ir.SCALAR or op is ir.RNG:
-                layouts.append(concrete(n.shape))
-                pads.append(None)
-                entries.append((op,))
+                layouts[i] = concrete(n.shape)
+                entries[i] = (op,)
                 continue
             ins = tuple(layouts[index[id(x)]] for x in n.inputs)
             in_idx = tuple(index[id(x)] for x in n.inputs)
             if op is ir.GETITEM:
-                lay = ins[0][n.args[0]]
-                layouts.append(lay)
-                pads.append(None)
-                entries.append((ir.GETITEM, n.args[0], in_idx))
+                layouts[i] = ins[0][n.args[0]]
+                entries[i] = (ir.GETITEM, n.args[0], in_idx)
                 continue
             rule = PAD_RULES.get(op)
             if rule is None:
@@ -748,14 +758,16 @@ def _build(g, fresh, auto, disabled, bump, merged):
             if p.kwargs is None:
                 p.kwargs = n.kwargs
             _check_sizes(n, p.layout, sizes)
-            layouts.append(p.layout)
+            layouts[i] = p.layout
             if not isinstance(n.dtype, tuple):
                 cx.note_merged(p.layout)
-            pads.append(p)
-            entries.append((n.sig[0], p.args, p.kwargs, p.layout, n.sig[4], n.sig[5], p.pre,
-                            p.tag, in_idx))
+            pads[i] = p
+            entries[i] = (n.sig[0], p.args, p.kwargs, p.layout, n.sig[4], n.sig[5], p.pre,
+                          p.tag, in_idx)
             if len(cx.guesses) > ng:
                 prov[i] = prov[i] | frozenset(site for site, _ in cx.guesses[ng:])
+        for j in sorted(waiting):   # (constants no op reads: outputs)
+            lay_leaf(j, g.nodes[j])
     except NoPadRule as e:
         e.cx = cx
         e.prov = prov[cx.site] | frozenset(site for site, _ in cx.guesses[ng:])
@@ -768,8 +780,7 @@ def _build(g, fresh, auto, disabled, bump, merged):
     plan.buckets = tuple(buckets[s] for s in syms[:len(sizes)]) + (0,) * len(cx.offsets)
     plan.layouts = layouts
     plan.pads = pads
-    plan.data_layouts = data_layouts
-    data_at = [i for i, n in enumerate(g.nodes) if n.op is ir.DATA]
+    plan.data_layouts = data_layouts = [layouts[i] for i in data_at]
     plan.laid_by_marks = tuple(k for k, i in enumerate(data_at) if i in marked and
                                g.nodes[i].aux is None and has_sym(data_layouts[k]))
     plan.key = ir.intern_key(("padded", tuple(entries), g.outputs,

@@ -22,7 +22,9 @@ Rules by family:
   the true positions; flip flips and rolls back.
 * cat of two or more dynamic pieces: the sum symbol ``(P+A)`` (``Cx.sums``), padded to the
   sum of the pieces' padded sizes; a slice (or its scatter) that is one piece has that
-  piece's symbol, at the true size before it (``_piece``).
+  piece's symbol, at the true size before it (``_piece``). A merged piece (a ViT's patch
+  grid flattened, its class token put before it) is a symbol of its own (``_flat``), its
+  true elements gathered to its front; cut out again, it has the merged layout back.
 * slice/select and their scatter of a *concrete* dim at a moving start (``Cx.offset``):
   ``lax.dynamic_slice``/``dynamic_update_slice`` at a start read at run time.
 * convolution (and its backward): batch dims pass through; a padded spatial dim is zeroed
@@ -416,8 +418,8 @@ def _window(x, axis, start, length):
     return jnp.take(x, idx, axis=axis)
 
 
-def _slice_fn(ctx, env, in_lays, x, d, start):
-    return _window(x, d, _at(env, start), ctx.shape[d])
+def _slice_fn(ctx, env, in_lays, x, d, start, merged=None):
+    return _compact(env, _window(x, d, _at(env, start), ctx.shape[d]), d, merged, True)
 
 
 def _select_fn(ctx, env, in_lays, x, d, index):
@@ -432,8 +434,10 @@ def _place(base, src, d, st, n):
     return jnp.where((pos >= st) & (pos < st + n), placed.astype(base.dtype), base)
 
 
-def _place_fn(ctx, env, in_lays, base, src, d, start, size):
-    """The backward of slicing (or, ``size`` None, selecting from) a padded dim."""
+def _place_fn(ctx, env, in_lays, base, src, d, start, size, merged=None):
+    """The backward of slicing (or, ``size`` None, selecting from) a padded dim; ``src``
+    laid out as merged dim ``merged`` (a piece of a cat) is compacted first."""
+    src = _compact(env, src, d, merged)
     if size is None:
         src, size = jnp.expand_dims(src, d), 1
     return _place(base, src, d, _at(env, start), _at(env, size))
@@ -486,7 +490,60 @@ def _piece(cx, sym, lo, hi):
         elif start is not None:
             start = start + p if type(start) is int else (start[0], start[1] - p)
         at += n
-    return None if found is None else found[:2]
+    if found is None:
+        return None
+    return cx.flats.get(found[0][0], found[0]), found[1]
+
+
+def _flat(cx, dim):
+    """The symbol of dynamic dim ``dim`` as a cat's piece (None for a concrete dim): its
+    own for one factor; for a merged dim (a ViT's patch grid flattened to tokens, the
+    class token put before it) a derived symbol of the product's size, padded to the
+    product of the buckets, its true elements first (``_compact``). ``Cx.flats`` keeps
+    the merged dim, so a slice that cuts that piece out again has its layout."""
+    if not is_sym(dim):
+        return None
+    if len(dim) == 1:
+        return dim[0]
+    syms = [f for f in dim if type(f) is str]
+    name = cx.derive(f"({'*'.join(map(str, dim))})", dsize(dim, cx.sizes),
+                     dsize(dim, cx.buckets), syms[0],
+                     rule=lambda n, dim=dim: dsize(dim, n))
+    cx.flats[name] = dim
+    return name
+
+
+def _inside_padded(dim) -> bool:
+    """Whether merged dim ``dim`` has padding between true elements (a symbol after its
+    first factor), so that its true elements are not its first ones."""
+    return any(type(f) is str for f in dim[1:])
+
+
+def _flat_index(n, src_sizes, dst_sizes):
+    """For positions 0..n-1 of a merged dim in the layout of factor sizes ``dst_sizes``,
+    the positions in the layout of ``src_sizes`` that hold the same element (sizes may be
+    traced; positions past the true elements land anywhere inside)."""
+    rem, coords = jnp.arange(n), []
+    for f in reversed(dst_sizes):
+        coords.append(rem % f)
+        rem = rem // f
+    at = 0
+    for f, c in zip(src_sizes, reversed(coords)):
+        at = at * f + c
+    return at
+
+
+def _compact(env, x, d, dim, back=False):
+    """``x`` with the true elements of merged dim ``d`` (layout ``dim``) first, in order
+    (a piece of a cat along it); the rest is padding. ``back``: the inverse, true
+    elements at the front laid out as ``dim`` again (that piece cut out)."""
+    if dim is None or not _inside_padded(dim):
+        return x
+    true = [env.n[f] if type(f) is str else f for f in dim]
+    padded = [env.buckets[f] if type(f) is str else f for f in dim]
+    at = _flat_index(x.shape[d], true, padded) if back else \
+        _flat_index(x.shape[d], padded, true)
+    return jnp.take(x, jnp.clip(at, 0, x.shape[d] - 1), axis=d)
 
 
 @pad_rule(aten.slice.Tensor)
@@ -532,6 +589,8 @@ def pad_slice(node, ins, cx):
     piece = _piece(cx, sym, lo, hi)
     if piece is not None:   # one piece of a cat of dynamic pieces (that cat's backward)
         out[d], start = piece
+        if len(out[d]) > 1 and _inside_padded(out[d]):
+            return Pad(tuple(out), args=(x, d, start, out[d]), fn=_slice_fn, tag="slice")
         if start == 0:
             return Pad(tuple(out), args=(x, d, 0, SymSize(out[d]), 1))
         return Pad(tuple(out), args=(x, d, start), fn=_slice_fn, tag="slice")
@@ -574,8 +633,8 @@ def pad_slice_scatter(node, ins, cx):
     base, src = ins[_i(x)], ins[_i(y)]
     d = norm_dim((node.args + (0,))[2] or 0, len(base))
     _scatter_dims(node.op, base, src, d, cx)
-    sym, src_sym = _lone_sym(node.op, base[d]), _lone_sym(node.op, src[d])
-    if sym is None and src_sym is None:
+    sym = _lone_sym(node.op, base[d])
+    if sym is None and not is_sym(src[d]):
         start = cx.offset(node)
         return Pad(base) if start is None else Pad(
             base, args=(x, y, d, start, cut_at(node)[3]), fn=_offset_place_fn,
@@ -585,8 +644,11 @@ def pad_slice_scatter(node, ins, cx):
         raise NoPadRule(node.op, "slice_scatter of step > 1 into a dynamic dim", retry=False)
     piece = _piece(cx, sym, lo, hi) if sym is not None else None
     if piece is not None and piece[0] == src[d]:   # a piece of a cat of dynamic pieces
-        start, size = piece[1], (src_sym, 0) if src_sym is not None else hi - lo
-    elif src_sym is not None:   # a dynamic slice starts where the forward slice started
+        merged = src[d] if len(src[d]) > 1 else None
+        size = (_flat(cx, src[d]), 0) if is_sym(src[d]) else hi - lo
+        return Pad(base, args=(x, y, d, piece[1], size, merged), fn=_place_fn, tag="place")
+    src_sym = _lone_sym(node.op, src[d])
+    if src_sym is not None:   # a dynamic slice starts where the forward slice started
         start, size = lo, (src_sym, 0)
     else:
         start, size = _pos_spec(lo, cx.sizes[sym], sym), hi - lo
@@ -611,12 +673,12 @@ def pad_select_scatter(node, ins, cx):
     return Pad(base, args=(x, y, d, spec, None), fn=_place_fn, tag="place")
 
 
-def _cat_fn(ctx, env, in_lays, parts, d, sizes):
+def _cat_fn(ctx, env, in_lays, parts, d, sizes, merged=None):
     out = jnp.zeros(ctx.shape, jdt(ctx.dtype))
     st = 0
-    for part, size in zip(parts, sizes):
+    for k, (part, size) in enumerate(zip(parts, sizes)):
         n = _at(env, size)
-        out = _place(out, part, d, st, n)
+        out = _place(out, _compact(env, part, d, merged and merged[k]), d, st, n)
         st = st + n
     return out
 
@@ -708,7 +770,7 @@ def pad_cat(node, ins, cx):
             raise NoPadRule(node.op, "cat of different layouts",
                             unlike(lay[:d] + lay[d + 1:], first[:d] + first[d + 1:]))
     out = list(first)
-    syms = [_lone_sym(node.op, lay[d]) for _, lay in parts]
+    syms = [_flat(cx, lay[d]) for _, lay in parts]
     if not any(syms):
         out[d] = (node.shape[d],)
         return Pad(tuple(out))
@@ -716,7 +778,8 @@ def pad_cat(node, ins, cx):
     # each piece's symbol, or its concrete size
     pieces = tuple(s if s is not None else lay[d][0] for s, (_, lay) in zip(syms, parts))
     sizes = tuple((p, 0) if type(p) is str else p for p in pieces)
-    if len(dyn) > 1:
+    merged = tuple(lay[d] if len(lay[d]) > 1 else None for _, lay in parts)
+    if len(dyn) > 1 or any(merged):
         # (prompt and answer): a symbol of its own, the sum of the pieces' true sizes,
         # padded to the sum of their padded sizes (one executable per bucket of each)
         padded = sum(cx.buckets[p] if type(p) is str else p for p in pieces)
@@ -725,8 +788,10 @@ def pad_cat(node, ins, cx):
                                                        for p in ps))
         cx.sums[name] = pieces
         out[d] = (name,)
-        return Pad(tuple(out), args=(tuple(t for t, _ in parts), d, sizes), fn=_cat_fn,
-                   tag="cat")
+        return Pad(tuple(out), args=(tuple(t for t, _ in parts), d, sizes,
+                                     merged if any(merged) else None), fn=_cat_fn, tag="cat")
+    # (a merged piece, the flattened patch grid, takes the sum's way too: its padding
+    # comes from the buckets of its factors, not the bucket of its size)
     # one dynamic piece of a symbol shrunk by k, k or fewer concrete elements around it
     rest = node.shape[d] - cx.sizes[dyn[0]]
     base, k = cx.shrunk.get(dyn[0], (dyn[0], 0))

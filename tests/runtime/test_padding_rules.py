@@ -47,9 +47,17 @@ def _backward(total) -> None:
         total.backward()
 
 
+def _marked(x, marks):
+    """``x`` with ``marks`` (one (dim, name) pair, or a list of them) marked dynamic."""
+    for d, name in [marks] if type(marks[0]) is int else marks:
+        x = lr.mark_dynamic(x, d, name)
+    return x
+
+
 def _check_padded(fn, make_inputs, dims, sizes, params=(), rtol=1e-5, atol=1e-5):
-    """Run ``fn`` eagerly and lazily (inputs' ``dims`` marked dynamic) at each size;
-    compare every output and the gradients of the inputs and ``params``."""
+    """Run ``fn`` eagerly and lazily (inputs' ``dims`` marked dynamic: one (dim, name)
+    pair per input, or a list of them) at each size; compare every output and the
+    gradients of the inputs and ``params``."""
     lazy_params = [p.detach().to(DEV).requires_grad_() for p in params]
     lr.mark_step()
     lr.reset_metrics()
@@ -59,8 +67,8 @@ def _check_padded(fn, make_inputs, dims, sizes, params=(), rtol=1e-5, atol=1e-5)
             x.requires_grad_(x.is_floating_point())
         want = fn(*xs, *params)
         _backward(_weighted_sum(want))
-        xls = [lr.mark_dynamic(x.detach().to(DEV), d, s).requires_grad_(x.requires_grad)
-               for x, (d, s) in zip(xs, dims)]
+        xls = [_marked(x.detach(), marks).to(DEV).requires_grad_(x.requires_grad)
+               for x, marks in zip(xs, dims)]
         got = fn(*xls, *lazy_params)
         _backward(_weighted_sum(got))
         lr.mark_step()
@@ -257,6 +265,61 @@ def test_a_fixed_grid_resampled_to_a_padded_grid(mode):
     w, pos = torch.randn(3, 3, 4, 4).requires_grad_(), torch.randn(1, 3, 5, 6).requires_grad_()
     m = _check_padded(vit_grid, images, [(2, "H")], [36, 44, 52], params=(w, pos),
                       rtol=1e-4, atol=1e-5)
+    assert m["exact_compiles"] == {}, m["recompile_reasons"]
+    assert m["compiles"] == 1, m["recompile_reasons"]
+
+
+def _vit_tokens(x, w, cls, reg):
+    """A ViT's tokens: the patch grid flattened (a merged dim: padded at its end where only
+    H varies, inside where W varies too), a class token before it, register tokens after."""
+    h = F.conv2d(x, w, stride=4).flatten(2).transpose(1, 2)           # (B, H/4 * W/4, 3)
+    t = torch.cat([cls.expand(x.shape[0], -1, -1), h, reg.expand(x.shape[0], -1, -1)], 1)
+    t = (t * 0.1).softmax(1) * t                                       # across the tokens
+    return {"cls": t[:, 0], "patches": t[:, 1:-2].transpose(1, 2).unflatten(
+        2, (x.shape[2] // 4, x.shape[3] // 4)) * 1.0, "pooled": t[:, 1:].mean(1)}
+
+
+def _vit_token_params():
+    g = torch.Generator().manual_seed(3)
+    return [torch.randn(*s, generator=g).requires_grad_() for s in [(3, 3, 4, 4), (1, 1, 3),
+                                                                    (1, 2, 3)]]
+
+
+_GRIDS = {"H": [(36, 28), (44, 28), (52, 28)], "HW": [(36, 28), (44, 20), (52, 32)]}
+_GRID_MARKS = {"H": [(2, "H")], "HW": [(2, "H"), (3, "W")]}
+
+
+@pytest.mark.parametrize("marks", sorted(_GRIDS))
+def test_tokens_of_a_padded_patch_grid_cat_with_class_and_register_tokens(marks):
+    """The cat's dim is a symbol of its own, the true tokens first; the class token, the
+    patch tokens cut out again (their layout the grid's) and the gradients of all three
+    equal eager's. Before: an exact compile at every size."""
+    def images(n):
+        return [torch.randn(2, 3, *n, generator=torch.Generator().manual_seed(n[0]))]
+
+    m = _check_padded(_vit_tokens, images, [_GRID_MARKS[marks]], _GRIDS[marks],
+                      params=_vit_token_params(), rtol=1e-4)
+    assert m["exact_compiles"] == {}, m["recompile_reasons"]
+    assert m["compiles"] == 1, m["recompile_reasons"]
+
+
+def test_gradients_of_patch_grid_tokens_alone_run_padded():
+    """Only the gradients leave the graph, so the gradient's zeros of the cat's length
+    come first in it, before the cat derives that length's symbol: a constant is laid out
+    at its first use (before: a concrete length, an exact compile at every size)."""
+    params = _vit_token_params()
+    lazy = [p.detach().to(DEV).requires_grad_() for p in params]
+    lr.mark_step()
+    lr.reset_metrics()
+    for n in _GRIDS["HW"]:
+        x = torch.randn(2, 3, *n, generator=torch.Generator().manual_seed(n[0]))
+        _weighted_sum(_vit_tokens(x, *params)).backward()
+        _weighted_sum(_vit_tokens(_marked(x, _GRID_MARKS["HW"]).to(DEV), *lazy)).backward()
+        lr.mark_step()
+        for i, (pl, p) in enumerate(zip(lazy, params)):
+            assert_same(pl.grad, p.grad, 1e-4, 1e-5, what=f"grad of param {i} at {n}")
+            p.grad = pl.grad = None
+    m = lr.metrics()
     assert m["exact_compiles"] == {}, m["recompile_reasons"]
     assert m["compiles"] == 1, m["recompile_reasons"]
 
