@@ -17,7 +17,9 @@ with the loss read. torch uses one intra-op thread.
 
 Contenders: eager torch; torch.compile with ``dynamic=True``; lazy_runtime with one
 executable per shape (buckets off, as torch_xla compiles; capped); lazy_runtime as it
-is (automatic dynamic learns the lengths from the second step on, power-of-two buckets).
+is (automatic dynamic learns the lengths from the second step on, power-of-two buckets);
+the same under ``lr.compile_step`` (the step replayed whole once traces agree, at
+lengths never traced too).
 Reported: compiles (XLA's for the runtime, graphs for torch.compile), the exact-shape
 compiles among them, graphs run per step, total and median step time, the largest
 relative difference of a loss from eager torch's.
@@ -82,26 +84,33 @@ def batch(step: int, S: int, T: int):
     return src, tgt
 
 
-def run(name, steps, device=None, prepare=None, counter=None):
+def run(name, steps, device=None, prepare=None, counter=None, whole=False):
+    """``steps`` training steps; ``whole``: under ``lr.compile_step``."""
     torch.manual_seed(0)
     model = Seq2Seq()
     if device is not None:
         model = model.to(device)
     fwd = prepare(model) if prepare else model
     opt = torch.optim.SGD(model.parameters(), lr=0.05, momentum=0.9)
-    times, losses = [], []
-    for step, (S, T) in enumerate(lengths(steps)):
-        src, tgt = batch(step, S, T)
-        t0 = time.perf_counter()
-        if device is not None:
-            src, tgt = src.to(device), tgt.to(device)
+
+    def train_step(src, tgt):
         logits = fwd(src, tgt[:, :-1])
         loss = F.cross_entropy(logits.reshape(-1, VOCAB), tgt[:, 1:].reshape(-1),
                                ignore_index=0)
         loss.backward()
         opt.step()
         opt.zero_grad()
-        if device is not None:
+        return loss
+
+    step_fn = lr.compile_step(train_step, model, opt) if whole else train_step
+    times, losses = [], []
+    for step, (S, T) in enumerate(lengths(steps)):
+        src, tgt = batch(step, S, T)
+        t0 = time.perf_counter()
+        if device is not None and not whole:
+            src, tgt = src.to(device), tgt.to(device)
+        loss = step_fn(src, tgt)
+        if device is not None and not whole:
             lr.mark_step()
         losses.append(loss.item())
         times.append(time.perf_counter() - t0)
@@ -149,6 +158,10 @@ def table(rows: dict, steps: int, cap: int, cap_compile: int) -> str:
     dyn = rows.get("lazy_runtime, automatic dynamic", {})
     if "buckets" in dyn:
         lines += ["", f"Buckets: {dyn['buckets']}."]
+    for name, r in rows.items():
+        if "replays" in r:
+            lines += ["", f"{name}: {r['replays'][0]} of {len(r['times'])} steps replayed "
+                      f"whole, {r['replays'][1]} of them at sizes never traced."]
     return "\n".join(lines) + "\n"
 
 
@@ -172,14 +185,18 @@ def main():
     rows["torch.compile (dynamic=True)"] = run(
         "torch.compile", a.cap_compile or a.steps,
         prepare=lambda m: torch.compile(m, dynamic=True), counter=dynamo_graphs)
-    for name, policy, steps in (("lazy_runtime, one executable per shape", "off",
-                                 a.cap_per_shape),
-                                ("lazy_runtime, automatic dynamic", "pow2", a.steps)):
+    for name, policy, steps, whole in (
+            ("lazy_runtime, one executable per shape", "off", a.cap_per_shape, False),
+            ("lazy_runtime, automatic dynamic", "pow2", a.steps, False),
+            ("lazy_runtime, automatic dynamic, compile_step", "pow2", a.steps, True)):
         lr.config.buckets = policy
         lr.clear_cache()
         lr.reset_metrics()
-        rows[name] = run(name.split(", ")[1][:14], steps, dev,
-                         counter=lambda: lr.metrics()["compiles"])
+        rows[name] = run(name.split(", ")[-1][:14], steps, dev,
+                         counter=lambda: lr.metrics()["compiles"], whole=whole)
+        if whole:
+            m = lr.metrics()
+            rows[name]["replays"] = (m["step_replays"], m["step_replays_across_sizes"])
     sys.path.insert(0, str(ROOT / "benchmarks"))
     from results_file import emit
     emit(HEADING, table(rows, a.steps, a.cap_per_shape, a.cap_compile), a.write)

@@ -12,9 +12,10 @@ Floating-point results are left to the graph (XLA's and torch's kernels may roun
 differently, and a value read must be the value the graph goes on with), except those of
 ops that never round (``_EXACT_ON_FLOATS``: triangles, views, negation) inside the cone of
 an integer or boolean read. Random ops, large values and long chains are left too. Each
-fold is counted (``host_folds``): a whole-step or forward replay refuses a call that
-folds, as it refuses one that reads (the value could steer Python control flow that a
-replay would not run again).
+fold is counted (``host_folds``): a forward replay refuses a call that folds, as it
+refuses one that reads (the value could steer Python control flow that a replay would
+not run again); a whole-step replay keeps a fold of host-made constants (its
+``program`` and leaves' ``recipes``) and runs it again where sizes change.
 """
 
 from __future__ import annotations
@@ -115,6 +116,78 @@ def _fits(out, shape, dtype) -> bool:
         tuple(out.shape) == tuple(shape) and out.dtype == dtype
 
 
+def program(order, leaves) -> tuple:
+    """Cone ``order`` (over ``leaves``) as data: ((op, args, kwargs, inputs), ...), each
+    input a position among the leaves' values and then the ops' (what ``run`` takes, and
+    what a whole-step replay keeps to compute the value again for other sizes)."""
+    pos = {id(n): i for i, n in enumerate(leaves)}
+    for k, n in enumerate(order):
+        pos[id(n)] = len(leaves) + k
+    return tuple((n.op, n.args, n.kwargs, tuple(pos[id(i)] for i in n.inputs))
+                 for n in order)
+
+
+def run(prog, values, types=None):
+    """The last value of program ``prog`` (``program``) on the leaves' ``values`` (CPU
+    tensors, or numbers for scalars), by torch's CPU kernels; None where one of its ops
+    cannot run there. ``types``: each op's (shape, dtype) as recorded, checked."""
+    vals = list(values)
+    for k, (op, args, kwargs, inputs) in enumerate(prog):
+        ins = [vals[i] for i in inputs]
+        if op is ir.GETITEM:
+            vals.append(ins[0][args[0]])
+            continue
+        filled = ir.fill(args, ins)
+        if _may_trap(op, filled):
+            return None
+        try:
+            out = op(*filled,
+                     **{key: _CPU if key == "device" else ir.fill(v, ins) for key, v in kwargs})
+        except Exception:   # not what torch's CPU kernel takes: the graph computes it
+            return None
+        shape, dtype = types[k] if types is not None else (None, None)
+        if isinstance(out, (tuple, list)):
+            if dtype is not None and (not isinstance(dtype, tuple) or len(out) != len(dtype)
+                                      or not all(d is None or _fits(o, s, d) for o, s, d in
+                                                 zip(out, shape, dtype))):
+                return None
+        elif not (_fits(out, shape, dtype) if dtype is not None else
+                  isinstance(out, torch.Tensor) and out.device.type == "cpu"):
+            return None
+        vals.append(out)
+    return vals[-1] if prog else None
+
+
+def value_key(a: np.ndarray) -> tuple:
+    """A folded value as compared across traces and replays (``-0.0`` is not ``0.0``)."""
+    return a.shape, str(a.dtype), a.tobytes()
+
+
+def recipes(leaves):
+    """How each of a fold's leaves is made again: a host factory's recipe (maker, args,
+    kwargs), or (None, value, ()) for a scalar; None where one was not made on the host
+    (an argument, the model's state, a value computed on the device)."""
+    out = []
+    for n in leaves:
+        r = (None, n.value, ()) if n.op is ir.SCALAR else ir.HOST_RECIPES.get(n)
+        if r is None:
+            return None
+        out.append(r)
+    return tuple(out)
+
+
+def remade(recipes) -> list:
+    """The leaves' values made again from their ``recipes`` (what ``run`` takes)."""
+    return [value if maker is None else
+            dtypes.numpy_to_tensor(np.asarray(maker(*value, **dict(kwargs)).value))
+            for maker, value, kwargs in recipes]
+
+
+# Called with each fold: (its ``program``, its leaves, its value): ``compile_step`` keeps
+# the folds of a step whose leaves are host-made constants.
+OBSERVERS: list = []
+
+
 def fold(node: ir.Node, read_leaf):
     """Pending ``node``'s value as a numpy array computed on the host (``read_leaf``
     gives a DATA leaf's), or None where it cannot be (see the module's docstring)."""
@@ -122,33 +195,20 @@ def fold(node: ir.Node, read_leaf):
     if cone is None:
         return None
     order, leaves = cone
-    vals = {}
+    vals = []
     for n in leaves:
         if n.op is ir.SCALAR:
-            vals[id(n)] = n.value
+            vals.append(n.value)
         elif n.value is None or n.shape is None:
             return None
         else:
-            vals[id(n)] = dtypes.numpy_to_tensor(read_leaf(n))
-    for n in order:
-        ins = [vals[id(i)] for i in n.inputs]
-        if n.op is ir.GETITEM:
-            vals[id(n)] = ins[0][n.args[0]]
-            continue
-        args = ir.fill(n.args, ins)
-        if _may_trap(n.op, args):
-            return None
-        try:
-            out = n.op(*args,
-                       **{k: _CPU if k == "device" else ir.fill(v, ins) for k, v in n.kwargs})
-        except Exception:   # not what torch's CPU kernel takes: the graph computes it
-            return None
-        if isinstance(n.dtype, tuple):
-            if not isinstance(out, (tuple, list)) or len(out) != len(n.dtype) or not all(
-                    d is None or _fits(o, s, d) for o, s, d in zip(out, n.shape, n.dtype)):
-                return None
-        elif not _fits(out, n.shape, n.dtype):
-            return None
-        vals[id(n)] = out
+            vals.append(dtypes.numpy_to_tensor(read_leaf(n)))
+    prog = program(order, leaves)
+    out = run(prog, vals, [(n.shape, n.dtype) for n in order])
+    if not isinstance(out, torch.Tensor):
+        return None
     METRICS.host_folds += 1
-    return dtypes.tensor_to_numpy(vals[id(node)])
+    value = dtypes.tensor_to_numpy(out)
+    for observe in OBSERVERS:
+        observe(prog, leaves, value)
+    return value

@@ -18,7 +18,10 @@ What makes that sound is checked, not assumed:
   middle (either would be a second barrier); its only barrier is at its end (``fn`` may
   call ``mark_step`` last, or ``compile_step`` does). No value may be read at all, even
   one whose read is the step's only barrier (a read at the end, or one that leaves
-  nothing pending after it): Python may use it. Nor may it draw from a generator on
+  nothing pending after it): Python may use it. A value computed on the host (``fold``)
+  from constants made on the host and Python numbers alone (``nn.Transformer``'s
+  causal-mask check) is kept with the trace (``_folds``): the same for a signature, and
+  computed again by a replay at sizes never traced (``step_numbers._refolds``). Nor may it draw from a generator on
   the host (Python's ``random``, numpy's, torch's CPU one: an augmentation's coin).
 * **Every input accounted for.** Each tensor the graph reads is an argument, a tensor
   the model or optimizer owns, or a constant: one made by a device factory with the same
@@ -101,8 +104,8 @@ import numpy as np
 import torch
 import torch.utils._pytree as pytree
 
-from . import (dtypes, dynamic, executor, heap, ir, log, random, step_numbers, tensor,
-               traced_numbers)
+from . import (dtypes, dynamic, executor, fold, heap, ir, log, random, replay_sizes,
+               step_numbers, tensor, traced_numbers)
 from .config import config
 from .metrics import METRICS
 from .replay import (AttributeReads, NotReplayable, call_mode, check_host_rngs,
@@ -133,7 +136,7 @@ class _Trace:
                  "sizes_on_device", "state_writes", "shared_writes", "host_buffers",
                  "state_aliases", "other_aliases", "state_refs", "tape", "cuts", "syms",
                  "size_list", "bucket_list", "out_same", "arg_writes", "arg_bases",
-                 "grad_sets", "rules", "followed", "shape_key")
+                 "grad_sets", "rules", "followed", "shape_key", "folds")
 
 
 class _Entry:
@@ -450,8 +453,9 @@ class StepReplayer:
         rng0 = random.position()
         host_rngs = host_rng_states()
         syncs0, folds0, reads0 = METRICS.syncs, METRICS.host_folds, METRICS.transfers_to_host
-        seen = []
+        seen, folds = [], []
         executor.BARRIER_OBSERVERS.append(lambda *a: seen.append(a))
+        fold.OBSERVERS.append(lambda *a: folds.append(a))
         try:
             args, kwargs = pytree.tree_unflatten(lazy, spec)
             with heap.paused():   # (its objects live until its barrier: kept young)
@@ -462,6 +466,7 @@ class StepReplayer:
                     executor.sync("step")
         finally:
             executor.BARRIER_OBSERVERS.pop()
+            fold.OBSERVERS.pop()
         e.traces += 1
         try:
             if set_inside or stamp.places and not _same_numbers(stamp.numbers() or (),
@@ -471,10 +476,12 @@ class StepReplayer:
             if METRICS.syncs - syncs0 != 1 or len(seen) != 1:
                 raise NotWholeStep("the step has more than one barrier (a value read, an "
                                    "eager fallback, or mark_step before its end)")
-            if METRICS.host_folds != folds0:
+            folded = _folds(folds)
+            if METRICS.host_folds - folds0 != len(folds):
                 raise NotWholeStep("the step reads a value (computed on the host: a replay "
                                    "would not read it again)")
-            if METRICS.transfers_to_host != reads0:
+            if METRICS.transfers_to_host - reads0 != sum(n.op is ir.DATA for f in folds
+                                                         for n in f[1]):
                 # (one computed before the read needs no barrier of its own, and one read
                 # at the step's end leaves nothing for a second: Python may use either)
                 raise NotWholeStep("the step reads a value (.item(), .cpu(), printing: a "
@@ -491,6 +498,7 @@ class StepReplayer:
             new_grads = _new_grads(params, grads0)
             tr, temps = _record(seen.pop(), slot_of, also, owned, out, rng0, arg_values,
                                 args_in, tape, new_grads)
+            tr.folds = folded
             if _kept(temps):
                 # The autograd graph of a result may hold them (an input the step made
                 # require grad, for a gradient penalty): the result then comes back as a
@@ -894,6 +902,26 @@ def _new_grads(params, grads0) -> dict:
     return out
 
 
+def _folds(folds) -> tuple:
+    """The values the step computed on the host (``fold``: the causal-mask test of
+    ``nn.Transformer``'s decoder, ``(mask == causal).all()``) as a replay checks them: each
+    (the makers of its constants and its program with every int taken out, those ints,
+    its value). Each must be computed from constants made on the host alone (a factory's
+    recipe: the same for a signature, made again for other sizes) and Python numbers; one
+    that reads an argument or the model's state refuses the step (Python may branch on
+    it, and a replay would not read it again)."""
+    out = []
+    for prog, leaves, value in folds:
+        recipes = fold.recipes(leaves)
+        if recipes is None:
+            raise NotWholeStep("the step reads a value computed on the host from its "
+                               "arguments or state (a replay would not read it again)")
+        ints: list = []
+        skeleton = replay_sizes.split((recipes, prog), ints)
+        out.append((skeleton, tuple(ints), fold.value_key(value)))
+    return tuple(out)
+
+
 def _record(seen, slot_of, also, owned, out, rng0, arg_values, args_in, tape=None,
             new_grads=None):
     """The trace of one barrier, and weak references to the values it stored that are
@@ -1088,6 +1116,11 @@ def _agree(a: _Trace, b: _Trace, across_sizes: bool = False, numbers: bool = Tru
             and a.rng_offsets == b.rng_offsets and a.rng_count == b.rng_count
             and a.layouts == b.layouts and len(a.slots) == len(b.slots)
             and (not numbers or _same_numbers(a.scalars, b.scalars))):
+        return False
+    # values computed on the host: the same, and at other sizes the same program and value
+    # (its ints linked to the sizes by a family, ``step_numbers._refolds``)
+    if [f if not across_sizes else (f[0], f[2]) for f in a.folds] != \
+            [f if not across_sizes else (f[0], f[2]) for f in b.folds]:
         return False
     for x, y in zip(a.slots, b.slots):
         if x[0] != "const":

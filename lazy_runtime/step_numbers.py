@@ -55,6 +55,9 @@ executable then says how everything follows the call's sizes:
 * each cut of a dim whose size moved starts and runs where the executable takes it:
   at a fixed position or a fixed distance from the end (``_cut_forms``);
 * each host constant whose value moved is made again by its recipe (``_remade``);
+* each value the step computed on the host from such constants (``step._folds``: the
+  causal-mask check) is computed again from them, its ints linked as a recipe's are,
+  and must come out as traced (``_refolds``, ``Family._folds_hold``);
 * each symbol whose size never changed in the traces of this executable keeps it
   (``steady``): a literal int the planner took for that symbol would not follow it.
 
@@ -75,7 +78,7 @@ import math
 import numpy as np
 import torch
 
-from . import dynamic, replay_sizes
+from . import dtypes, dynamic, fold, replay_sizes
 from .traced_numbers import NUMBER, evaluate, guards_hold, plain
 
 MIN_ENVS = 3        # values a family is traced at before it vouches for others
@@ -136,13 +139,14 @@ class Family:
 
     __slots__ = ("traces", "trace", "guards", "links", "cuts", "buckets", "envs", "fixed",
                  "returned", "borrowed", "n_envs", "sizer", "reads", "remade", "made",
-                 "steady", "cut_forms", "arg_dims")
+                 "steady", "cut_forms", "arg_dims", "refolds", "folded")
 
     def __init__(self, traces, borrowed=()):
         self.traces = list(traces)
         self.trace = self.traces[0]
         self.borrowed = list(borrowed)
         self.made: dict = {}   # (constant, its recipe's ints) -> its padded value
+        self.folded: dict = {}   # (host-computed value, its ints) -> whether it is as traced
 
     def relink(self) -> bool:
         """Link every number over the family's traces; False where one cannot be."""
@@ -152,7 +156,7 @@ class Family:
         self.n_envs = len(self.envs | {t.tape.args() for t in self.borrowed})
         t0 = traces[0]
         self.sizer, self.reads, self.remade, self.steady, self.cut_forms = None, (), (), (), ()
-        self.arg_dims = ()
+        self.arg_dims, self.refolds = (), ()
         monos = None
         if t0.tape.sized is not None:
             monos = self._link_sizes(own, traces)
@@ -260,7 +264,8 @@ class Family:
         self.reads = tuple(reads)
         self.remade = _remade(own, traces, monos)
         self.cut_forms = _cut_forms(traces, monos)
-        if self.remade is None or self.cut_forms is None:
+        self.refolds = _refolds(traces, monos)
+        if self.remade is None or self.cut_forms is None or self.refolds is None:
             return None
         # A symbol whose size never changed in the traces of this executable (or of a
         # sibling's with this graph but for its buckets) keeps it: a literal int the
@@ -343,7 +348,7 @@ class Family:
         if self.sizer is not None:
             by_sym = at
             consts = self._consts(by_sym) if self.remade else ()
-            if consts is None:
+            if consts is None or not traced and not self._folds_hold(by_sym):
                 return None
         return Prediction(np.asarray(scalars, np.float64), np.asarray(sizes, np.int64), env,
                           by_sym, consts)
@@ -368,6 +373,26 @@ class Family:
                     dynamic.padded_value(node, lay, by_sym, buckets)
             out.append((q, v))
         return tuple(out)
+
+
+    def _folds_hold(self, by_sym: dict) -> bool:
+        """Whether each value the step computed on the host (``_refolds``) comes out as
+        traced at sizes ``by_sym``: its constants made again and its program run."""
+        for k, (skeleton, fits, value) in enumerate(self.refolds):
+            ints = tuple(_fit_value(f, by_sym) for f in fits)
+            if None in ints:
+                return False
+            ok = self.folded.get((k, ints))
+            if ok is None:
+                if len(self.folded) >= 256:
+                    self.folded.clear()
+                recipes, prog = replay_sizes.fill(skeleton, iter(ints))
+                out = fold.run(prog, fold.remade(recipes))
+                ok = self.folded[(k, ints)] = out is not None and \
+                    fold.value_key(dtypes.tensor_to_numpy(out)) == value
+            if not ok:
+                return False
+        return True
 
 
 @dataclasses.dataclass(frozen=True, slots=True)
@@ -545,6 +570,27 @@ def _remade(own, traces, monos):
                 return None
             fits.append(fit)
         out.append((q, recipes[0][0], split[0][0], tuple(fits), lay))
+    return tuple(out)
+
+
+def _refolds(traces, monos):
+    """Each value the step computed on the host (``step._folds``) as a replay at other
+    sizes computes it again: (its skeleton, how each of its ints follows the sizes
+    (``_fit``), its value); None where one's ints fit no sizes or its value changed
+    between the traces (a replay could not tell which it takes)."""
+    t0 = traces[0]
+    out = []
+    for k, (skeleton, ints, value) in enumerate(t0.folds):
+        rows = [t.folds[k] for t in traces]
+        if any(r[0] != skeleton or r[2] != value for r in rows):
+            return None
+        fits = []
+        for j in range(len(ints)):
+            fit = _fit([r[1][j] for r in rows], monos)
+            if fit is None:
+                return None
+            fits.append(fit)
+        out.append((skeleton, tuple(fits), value))
     return tuple(out)
 
 

@@ -80,6 +80,46 @@ def test_a_transformer_seq2seq_whose_lengths_vary_runs_padded():
     assert m["padded_executions"] == len(sizes) - 2 and m["compiles"] == 4, m
 
 
+def test_a_transformer_seq2seq_step_replays_whole_at_lengths_never_traced():
+    """Under ``compile_step`` the decoder's causal-mask check (a value computed on the
+    host from constants made for T) no longer refuses the step: the traces keep it, and a
+    replay at lengths never traced makes those constants again and checks it comes out
+    as traced. Losses and parameters as eager torch's. Before: every step traced."""
+    torch.manual_seed(0)
+    eager = Seq2Seq(vocab=20, d=16, heads=2, layers=1, ff=32)
+    lazy = copy.deepcopy(eager).to(DEV)
+    opt_e = torch.optim.SGD(eager.parameters(), 0.1, momentum=0.9)
+    opt_l = torch.optim.SGD(lazy.parameters(), 0.1, momentum=0.9)
+
+    def step(model, opt, src, tgt):
+        logits = model(src, tgt[:, :-1])
+        loss = F.cross_entropy(logits.reshape(-1, 20), tgt[:, 1:].reshape(-1), ignore_index=0)
+        loss.backward()
+        opt.step()
+        opt.zero_grad()
+        return loss
+
+    whole = lr.compile_step(lambda src, tgt: step(lazy, opt_l, src, tgt), lazy, opt_l)
+    sizes = [(9, 5), (10, 6), (11, 7), (12, 5), (13, 6), (14, 7), (15, 6), (16, 7),
+             (10, 5), (12, 7), (11, 6), (15, 7)]   # (S, T): buckets 16 and 8
+    lr.mark_step()
+    lr.reset_metrics()
+    with warnings.catch_warnings():
+        warnings.simplefilter("ignore")
+        for i, (S, T) in enumerate(sizes):
+            g = torch.Generator().manual_seed(i)
+            src = torch.randint(1, 20, (3, S), generator=g)
+            src[0, -2:] = 0
+            tgt = torch.randint(1, 20, (3, T + 1), generator=g)
+            want = step(eager, opt_e, src, tgt).item()
+            assert whole(src, tgt).item() == pytest.approx(want, rel=1e-4, abs=1e-5), i
+    for p, q in zip(lazy.parameters(), eager.parameters()):
+        assert_same(p.detach(), q.detach(), 1e-4, 1e-5, what="parameters")
+    m = lr.metrics()
+    assert m["step_replays_across_sizes"] >= 4, m["replay_misses"]
+    assert m["exact_compiles"] == {}, m["recompile_reasons"]
+
+
 def _split_step(emb, head, ids, device):
     """Embeds ``ids``, reads a value (the cut), then uses ``ids`` again: the targets of a
     loss and, in the backward, the embedding's indices."""

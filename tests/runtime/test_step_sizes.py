@@ -74,19 +74,29 @@ def net_batch(g, T):
     return torch.randn(4, T, 6, generator=g), torch.randint(0, 3, (4, T), generator=g)
 
 
+def _as_traced_and_eager(make_model, lengths):
+    """``net_step`` on ``make_model`` under ``compile_step``: every loss, returned value
+    and final parameter as traced op by op (bit for bit) and as eager torch's. Returns
+    the replays across sizes at each length and the metrics, whole and traced."""
+    traced, p_traced, _, m_traced = run_steps(make_model, net_step, lengths, "traced",
+                                              net_batch)
+    whole, p_whole, replayed, m = run_steps(make_model, net_step, lengths, "whole",
+                                            net_batch)
+    eager, _, _, _ = run_steps(make_model, net_step, lengths, "eager", net_batch)
+    for (a, va), (b, vb), (c, vc) in zip(traced, whole, eager):
+        assert a == b and torch.equal(va, vb)
+        assert abs(b - c) < 1e-5 and torch.allclose(vb, vc, atol=1e-5)
+    assert all(torch.equal(a, b) for a, b in zip(p_traced, p_whole))
+    return replayed, m, m_traced
+
+
 def test_a_step_replays_at_lengths_never_traced():
     """T in one bucket (16): after the step is traced at three lengths, each new length
     is replayed: its arguments padded at their own length, the position constant made
     again for it, the number computed from T linked, the result returned at T rows;
     bit for bit what tracing gives. A new bucket replays from its second length."""
     lengths = [9, 9, 9, 10, 11, 12, 13, 14, 15, 16, 9, 5, 6, 7]
-    traced, p_traced, _, m_traced = run_steps(Net, net_step, lengths, "traced", net_batch)
-    whole, p_whole, replayed, m = run_steps(Net, net_step, lengths, "whole", net_batch)
-    eager, p_eager, _, _ = run_steps(Net, net_step, lengths, "eager", net_batch)
-    for (a, va), (b, vb), (c, vc) in zip(traced, whole, eager):
-        assert a == b and torch.equal(va, vb)
-        assert abs(b - c) < 1e-5 and torch.allclose(vb, vc, atol=1e-5)
-    assert all(torch.equal(a, b) for a, b in zip(p_traced, p_whole))
+    replayed, m, m_traced = _as_traced_and_eager(Net, lengths)
     # 9 is traced three times (the optimizer's first step, then two that agree), 10 and
     # 11 start the family of lengths (12 is its third), 13-16 and 9 are replayed by it;
     # 5 opens bucket 8 (traced), 6 and 7 replay from the family of bucket 16
@@ -94,6 +104,24 @@ def test_a_step_replays_at_lengths_never_traced():
     assert m["compiles"] == m_traced["compiles"] - 1   # (the traced loop's 1st step: 2)
     assert m["exact_compiles"] == {}
     assert "across sizes" in lr.metrics_report()
+
+
+class Gated(Net):
+    """A branch on a value computed on the host (``fold``) from a constant made for T:
+    ``(arange(T) < 14).all()``, true up to T = 14."""
+
+    def forward(self, x):
+        out = super().forward(x)
+        return out if bool((torch.arange(x.shape[1], device=x.device) < 14).all()) else -out
+
+
+def test_a_value_computed_on_the_host_for_the_length_is_checked_at_each_replay():
+    """The step's Python branches on a value computed on the host from a constant made
+    for T: a family traced at 10-12 (true) replays 13 and 14, where the constant made
+    again gives true too, and traces 15 and 16, where it gives false (the other branch,
+    as eager torch takes it)."""
+    replayed, m, _ = _as_traced_and_eager(Gated, [9, 9, 9, 10, 11, 12, 15, 13, 16, 14])
+    assert replayed == [0] * 7 + [1, 0, 1], (replayed, m["replay_misses"])
 
 
 @pytest.mark.parametrize("dropout", [0.0, 0.2])
