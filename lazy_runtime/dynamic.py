@@ -456,6 +456,17 @@ class Cx:
                 todo.append(b)
         return frozenset(out)
 
+    def follow(self, root: str, v: int) -> dict:
+        """The sizes of ``root`` and of the symbols derived from it alone (by their
+        rules) where ``root`` has size ``v``."""
+        n = {root: v}
+        for name, rule in self.rules.items():
+            try:
+                n[name] = rule(n)
+            except (KeyError, ArithmeticError):   # (another symbol's, or none at v)
+                pass
+        return n
+
     def shrink(self, sym: str, k: int) -> str:
         """The symbol of size ``n(sym) - k`` (``x[:, 1:]``, ``x[:, :-1]``, a valid conv),
         padded like ``sym``: its elements keep their positions, so it costs no copy."""

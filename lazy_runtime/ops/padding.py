@@ -55,7 +55,9 @@ Rules by family:
   padded rows; the indexed dim padded at its end (indices point at true rows, a negative
   one counts from the true size).
 * resampling a concrete size to a padded length (a ViT's position grid to the patch
-  grid): taps tabulated on the host for every length of the bucket, picked at run time.
+  grid): taps tabulated on the host for every length of the bucket, picked at run time;
+  a padded length to another that follows the same input symbol (a feature pyramid's
+  levels): tabulated for every size of that symbol up to its bucket.
 * complex values: conj, polar, complex, angle and bitcasts are elementwise;
   view_as_real/view_as_complex add or drop the pair dim; the FFT along concrete dims
   passes the others' padding through (along a padded dim it compiles exactly).
@@ -82,7 +84,7 @@ from . import recurrent
 from .recurrent import layer_backward, layer_forward
 from .resample import (NEAREST, TAPS_TABLE_MAX, _apply, _index_dtype, _nearest,
                        _one_length_taps, linear_taps, lower_upsample_bilinear,
-                       nearest_source, resample_axis, taps_table)
+                       nearest_source, pairs_table, resample_axis, taps_table)
 from .reduction import (kth_position, lower_logsumexp, median_position, mode_position,
                         pick_sorted, sorted_along, squared_magnitude, top_k, var_input)
 from .registry import ELEMENTWISE, check, pad_rule
@@ -1837,8 +1839,13 @@ def pad_upsample_nearest(node, ins, cx):
         return to_run_time
     if not has_sym(lay[lead:]):
         return Pad(lay[:lead] + concrete(node.shape[lead:]))
-    out = _upsampled_layout(node.op, cx, lay, size, lambda sym, k: _whole_factor(
-        node.op, cx, sym, size[k], scales[k], exact))
+    try:
+        _to_other_symbols(node.op, cx, lay, size, scales)
+        out = _upsampled_layout(node.op, cx, lay, size, lambda sym, k: _whole_factor(
+            node.op, cx, sym, size[k], scales[k], exact))
+    except NoPadRule:
+        return _between_or_refuse(node, cx, lay, size, scales,
+                                  "nearest_exact" if exact else "nearest", False)
     return Pad(out, args=(x, tuple(sym_or_int(d) for d in out[lead:])) + node.args[2:])
 
 
@@ -1877,7 +1884,7 @@ def pad_upsample_nearest_backward(node, ins, cx):
         xl = _upsampled_input(node, cx, gl, out_size, in_size, lambda base, k: _whole_factor(
             node.op, cx, base, out_size[k], scales[k], exact, dt))
     except NoPadRule:
-        back = _from_run_time_lengths(node, gl, in_size, scales,
+        back = _from_run_time_lengths(node, cx, gl, in_size, scales,
                                       "nearest_exact" if exact else "nearest", False)
         if back is None:
             raise
@@ -1992,8 +1999,12 @@ def pad_upsample_bilinear(node, ins, cx):
     if not has_sym(lay[2:]):
         return Pad(lay[:2] + concrete(node.shape[2:]))
     dt = _index_dtype(jdt(node.dtype))
-    out = _upsampled_layout(node.op, cx, lay, size, lambda sym, k: _linear_factor(
-        node.op, cx, sym, size[k], align_corners, scales[k], dt))
+    try:
+        _to_other_symbols(node.op, cx, lay, size, scales)
+        out = _upsampled_layout(node.op, cx, lay, size, lambda sym, k: _linear_factor(
+            node.op, cx, sym, size[k], align_corners, scales[k], dt))
+    except NoPadRule:
+        return _between_or_refuse(node, cx, lay, size, scales, "linear", align_corners)
     # (align_corners: the output layout rides last, for the taps made on the device)
     extra = (out,) if align_corners else ()
     return Pad(out, args=(node.args[0], tuple(sym_or_int(d) for d in out[2:]), align_corners)
@@ -2011,7 +2022,7 @@ def pad_upsample_bilinear_backward(node, ins, cx):
         xl = _upsampled_input(node, cx, gl, out_size, in_size, lambda base, k: _linear_factor(
             node.op, cx, base, out_size[k], align_corners, scales[k], dt))
     except NoPadRule:
-        back = _from_run_time_lengths(node, gl, in_size, scales, "linear", align_corners)
+        back = _from_run_time_lengths(node, cx, gl, in_size, scales, "linear", align_corners)
         if back is None:
             raise
         return back
@@ -2029,13 +2040,21 @@ def pad_upsample_bilinear_backward(node, ins, cx):
 # (``resample.taps_table``). Bucket past ``TAPS_TABLE_MAX``, or a scale given: exact.
 
 
-def _resampled_to(env, x, kind, align_corners, out_lay, fused):
+def _resampled_to(env, x, kind, align_corners, out_lay, fused, follow=()):
+    """``x`` resampled to ``out_lay``'s spatial dims. ``follow``: ((axis, root, pairs), ...)
+    for padded input dims (``_between_run_time_lengths``)."""
     n = 2 if kind in ("linear", "cubic") else len(out_lay) - 2
     xf = x if kind.startswith("nearest") else _f32(x)
     dt = _index_dtype(xf.dtype)
+    rows = {axis: (root, pairs) for axis, root, pairs in follow}
     for axis in range(-1, -n - 1, -1):   # (the width first: torch's separable sum)
         d = out_lay[axis]
-        if is_sym(d):
+        if axis in rows:
+            root, pairs = rows[axis]
+            cols, weights = pairs_table(kind, pairs, env.dsize(d), align_corners, dt, fused)
+            row = env.n[root] - 1
+            cols, weights = jnp.asarray(cols)[row], jnp.asarray(weights)[row]
+        elif is_sym(d):
             cols, weights = taps_table(kind, xf.shape[axis], env.dsize(d), align_corners, dt,
                                        fused)
             row = dsize(d, env.n) - 1
@@ -2047,14 +2066,15 @@ def _resampled_to(env, x, kind, align_corners, out_lay, fused):
     return xf.astype(x.dtype)
 
 
-def _to_run_time_lengths_fn(ctx, env, in_lays, x, kind, align_corners, out_lay):
-    return _resampled_to(env, x, kind, align_corners, out_lay, kind == "cubic")
+def _to_run_time_lengths_fn(ctx, env, in_lays, x, kind, align_corners, out_lay,
+                            follow=()):
+    return _resampled_to(env, x, kind, align_corners, out_lay, kind == "cubic", follow)
 
 
 def _from_run_time_lengths_fn(ctx, env, in_lays, g, kind, align_corners, out_lay,
-                              input_size):
+                              input_size, follow=()):
     gf = _f32(g)
-    return vjp(lambda x: _resampled_to(env, x, kind, align_corners, out_lay, False),
+    return vjp(lambda x: _resampled_to(env, x, kind, align_corners, out_lay, False, follow),
                (jnp.zeros(input_size, gf.dtype),), gf)[0]
 
 
@@ -2080,29 +2100,133 @@ def _to_run_time_lengths(node, cx, lay, size, scales, kind, align_corners):
                fn=_to_run_time_lengths_fn, tag="resample to a run-time length")
 
 
-def _from_run_time_lengths(node, gl, in_size, scales, kind, align_corners):
-    """The gradient of ``_to_run_time_lengths``'s resampling: to the concrete input's size,
-    the gradient's padding zeroed first; None where it does not apply."""
+# A padded length resampled to another (a feature pyramid's top-down path,
+# ``interpolate(p4, size=c3.shape[-2:])``; a segmentation head back to the image's size)
+# or to a fixed one: where both lengths follow one input symbol (the image's H), the
+# taps are made on the host as torch computes them for every size of that symbol up to
+# its bucket (``Cx.follow``: each size's pair of lengths), and the executable picks the
+# run-time size's row. Lengths of two input symbols, one read from a value, a bucket past
+# ``TAPS_TABLE_MAX``, or a scale given: exact.
+
+
+def _followed_pairs(op, cx, a, b):
+    """(the input symbol that symbol ``a`` and ``b`` (a symbol or an int) follow, the
+    pair of their sizes at each size 1..bucket of it (None where either has none)), or
+    refuse."""
+    syms = {a} | ({b} if type(b) is str else set())
+    roots = [r for r in sorted(cx.inputs) if syms <= cx.follow(r, cx.sizes[r]).keys()]
+    if len(roots) != 1:
+        # (retried: a guess may have taken b for another symbol of its size, W for H)
+        raise NoPadRule(op, f"resampling {a} to {b}: lengths not ruled by one input's",
+                        syms)
+    (root,) = roots
+    if cx.buckets[root] > TAPS_TABLE_MAX:
+        raise NoPadRule(op, f"resampling {a}: {root} padded past {TAPS_TABLE_MAX}",
+                        retry=False)
+    pairs = []
+    for v in range(1, cx.buckets[root] + 1):
+        n = cx.follow(root, v)
+        pair = (n.get(a), n[b] if type(b) is str and b in n else b if type(b) is int
+                else None)
+        ok = None not in pair and pair[0] >= 1 and pair[1] >= 1
+        if ok and (pair[0] > cx.buckets[a] or type(b) is str and pair[1] > cx.buckets[b]):
+            ok = False   # (a size past this bucket: never run with this executable)
+        pairs.append(pair if ok else None)
+    now = (cx.sizes[a], cx.sizes[b] if type(b) is str else b)
+    if pairs[cx.sizes[root] - 1] != now:
+        raise NoPadRule(op, f"resampling {a} to {b}: sizes not ruled by {root}", syms)
+    return root, tuple(pairs)
+
+
+def _kin(cx, sym, v, site):
+    """The dim of size ``v`` for a length resampled from or to symbol ``sym``: the one
+    symbol of that size that follows the input symbol ``sym`` follows (no guess: a square
+    image's H and W have levels of equal sizes), else ``Cx.symbolize``'s guess."""
+    if v > 1:
+        roots = [r for r in sorted(cx.inputs) if sym in cx.follow(r, cx.sizes[r])]
+        if len(roots) == 1:
+            kin = [t for t, n in cx.follow(roots[0], cx.sizes[roots[0]]).items() if n == v]
+            if len(kin) == 1:
+                return (kin[0],)
+    return cx.symbolize(v, site)
+
+
+def _between_run_time_lengths(node, cx, lay, size, scales, kind, align_corners):
+    """The resampling of padded spatial dims to lengths of symbols (guessed from the
+    sizes) or to fixed ones, the taps tabulated for each size of the input symbol they
+    follow; None where a scale is given."""
+    lead = len(lay) - len(size)
+    if any(s is not None for s in scales):
+        return None
+    out, follow = list(lay[:lead]), []
+    for k, v in enumerate(size):
+        d = lay[lead + k]
+        nd = _kin(cx, d[0], v, ("out", k)) if is_sym(d) else cx.symbolize(v, ("out", k))
+        out.append(nd)
+        if is_sym(d):
+            follow.append((k - len(size), *_followed_pairs(
+                node.op, cx, _lone_sym(node.op, d), nd[0])))
+    out = tuple(out)
+    _tabulated(node, cx, out[lead:])
+    return Pad(out, args=(node.args[0], kind, align_corners, out, tuple(follow)),
+               fn=_to_run_time_lengths_fn, tag="resample between run-time lengths")
+
+
+def _to_other_symbols(op, cx, lay, size, scales) -> None:
+    """Refuse the whole-factor way where a padded dim is resampled, at no given scale, to
+    the size of another symbol (``interpolate(p4, size=c3.shape[-2:])``): tabulated then
+    at every size, so that sizes where the factor happens to be whole key alike."""
+    lead = len(lay) - len(size)
+    if all(v is None for v in scales) and any(
+            is_sym(d) and any(cx.sizes[t] == v for t in cx.sizes if (t,) != d)
+            for d, v in zip(lay[lead:], size)):
+        raise NoPadRule(op, "resampling to another symbol's size", retry=False)
+
+
+def _between_or_refuse(node, cx, lay, size, scales, kind, align_corners):
+    """``_between_run_time_lengths``, or the reason it does not apply (exact)."""
+    between = _between_run_time_lengths(node, cx, lay, size, scales, kind, align_corners)
+    if between is None:
+        raise NoPadRule(node.op, f"resampling {kind} of a padded dim at a given scale",
+                        _syms(lay), retry=False)
+    return between
+
+
+def _from_run_time_lengths(node, cx, gl, in_size, scales, kind, align_corners):
+    """The gradient of a resampling to run-time lengths (``_to_run_time_lengths``,
+    ``_between_run_time_lengths``): to the input's size, each input dim a symbol's where
+    its size is (guessed, as the forward's output was) and then tabulated as the forward
+    was, the gradient's padding zeroed first; None where it does not apply."""
     n = len(in_size) - 2 if kind.startswith("nearest") else 2
     lead = len(gl) - n
     if not has_sym(gl[lead:]) or any(s is not None for s in scales) or len(gl) != len(in_size):
         return None
-    xl = gl[:lead] + concrete(tuple(in_size[lead:]))
+    xl, follow = list(gl[:lead]), []
+    for k in range(n):
+        out = gl[lead + k]
+        d = _kin(cx, out[0], in_size[lead + k], ("in", k)) if is_sym(out) else \
+            cx.symbolize(in_size[lead + k], ("in", k))
+        xl.append(d)
+        if is_sym(d):
+            follow.append((k - n, *_followed_pairs(
+                node.op, cx, d[0], _lone_sym(node.op, out) if is_sym(out) else out[0])))
+    xl = tuple(xl)
     axes = _sym_axes(gl, range(lead, len(gl)))
     return Pad(xl, args=(node.args[0], kind, align_corners, gl, tuple(
-        sym_or_int(d) for d in xl)), pre=((_i(node.args[0]), axes, 0),),
+        sym_or_int(d) for d in xl), tuple(follow)), pre=((_i(node.args[0]), axes, 0),),
         fn=_from_run_time_lengths_fn, tag="resample from a run-time length")
 
 
 @pad_rule(aten.upsample_bicubic2d.default)
 def pad_upsample_bicubic(node, ins, cx):
-    """Batch dims pass; concrete spatial dims to run-time lengths (above); along a padded
-    spatial dim: exact (the taps depend on the size)."""
-    lay, _, _, _, to_run_time = _resampling_2d(node, ins, cx, "cubic")
+    """Batch dims pass; concrete spatial dims to run-time lengths (above); padded ones to
+    lengths that follow the same input symbol, tabulated (``_between_run_time_lengths``);
+    at a given scale: exact."""
+    lay, size, align_corners, scales, to_run_time = _resampling_2d(node, ins, cx, "cubic")
     if to_run_time is not None:
         return to_run_time
     if has_sym(lay[2:]):
-        raise NoPadRule(node.op, "bicubic resampling of a padded dim", _syms(lay[2:]))
+        return _between_or_refuse(node, cx, lay, size, scales, "cubic", align_corners)
     return Pad(lay[:2] + concrete(node.shape[2:]))
 
 
@@ -2113,7 +2237,7 @@ def pad_upsample_bicubic_backward(node, ins, cx):
     gl = ins[_i(g)]
     if not has_sym(gl[2:]):
         return Pad(gl[:2] + concrete(tuple(in_size[2:])))
-    back = _from_run_time_lengths(node, gl, in_size, scales, "cubic", align_corners)
+    back = _from_run_time_lengths(node, cx, gl, in_size, scales, "cubic", align_corners)
     if back is None:
         raise NoPadRule(node.op, "bicubic resampling of a padded dim", _syms(gl[2:]))
     return back

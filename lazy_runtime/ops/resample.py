@@ -658,18 +658,27 @@ def _one_length_taps(kind, n_in, m, align_corners, dt, fused):
     return _cubic_taps(n_in, m, align_corners, None, dt, fused)
 
 
-@functools.lru_cache(maxsize=64)
 def taps_table(kind, n_in, padded, align_corners, dt, fused=False):
     """For each length m in 1..``padded``: the taps of resampling ``n_in`` to m, padded to
     ``padded`` outputs (those past m read input 0 with weight 0): (cols [padded, padded,
     k] int32, weights [padded, padded, k])."""
+    return pairs_table(kind, tuple((n_in, m) for m in range(1, padded + 1)), padded,
+                       align_corners, dt, fused)
+
+
+@functools.lru_cache(maxsize=64)
+def pairs_table(kind, pairs, padded, align_corners, dt, fused=False):
+    """For each (n_in, m) of ``pairs`` (None: a row never read): the taps of resampling
+    n_in to m, padded to ``padded`` outputs as ``taps_table``'s rows are."""
     k = {"nearest": 1, "nearest_exact": 1, "linear": 2}.get(kind, 4)
-    cols = np.zeros((padded, padded, k), np.int32)
-    weights = np.zeros((padded, padded, k), dt)
-    for m in range(1, padded + 1):
-        c, w = _one_length_taps(kind, n_in, m, align_corners, dt, fused)
-        cols[m - 1, :m] = c
-        weights[m - 1, :m] = w
+    cols = np.zeros((len(pairs), padded, k), np.int32)
+    weights = np.zeros((len(pairs), padded, k), dt)
+    for r, pair in enumerate(pairs):
+        if pair is not None:
+            n_in, m = pair
+            c, w = _one_length_taps(kind, n_in, m, align_corners, dt, fused)
+            cols[r, :m] = c
+            weights[r, :m] = w
     return cols, weights
 
 

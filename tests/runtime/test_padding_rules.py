@@ -269,6 +269,35 @@ def test_a_fixed_grid_resampled_to_a_padded_grid(mode):
     assert m["compiles"] == 1, m["recompile_reasons"]
 
 
+@pytest.mark.parametrize("mode", sorted(_RESAMPLE_MODES))
+def test_a_feature_pyramid_resamples_each_level_to_the_next_ones_size(mode):
+    """A feature pyramid's top-down path (``interpolate(p4, size=c3.shape[-2:])``) and a
+    head back to the image's size, H and W varying, odd ones included: each level's
+    length a symbol derived from H (``(H+1)//2`` of a stride-2 conv), the factor between
+    levels 2 at some sizes and not at others. The taps are tabulated for every size of H
+    up to its bucket, so every size runs one executable; values and gradients equal
+    eager's. Before: an exact compile at every size where a factor was not whole."""
+    def pyramid(x, w2, w3, w4):
+        c2 = F.conv2d(x, w2, stride=2, padding=1)                      # (H+1)//2
+        c3 = F.conv2d(torch.tanh(c2), w3, stride=2, padding=1)         # ((H+1)//2+1)//2
+        c4 = F.conv2d(torch.tanh(c3), w4, stride=2, padding=1)
+        p3 = c3 + F.interpolate(c4, size=c3.shape[-2:], **_RESAMPLE_MODES[mode])
+        p2 = c2 + F.interpolate(p3, size=c2.shape[-2:], **_RESAMPLE_MODES[mode])
+        return {"p3": p3, "out": F.interpolate(p2, size=x.shape[-2:], **_RESAMPLE_MODES[mode])}
+
+    def images(n):
+        return [torch.randn(2, 3, *n, generator=torch.Generator().manual_seed(n[0]))]
+
+    g = torch.Generator().manual_seed(4)
+    ws = [(torch.randn(3, 3, 3, 3, generator=g) * 0.3).requires_grad_() for _ in range(3)]
+    # (the weights' gradients sum thousands of products: eager's float32 ones are 3e-4
+    # from float64's, the padded graph's as far)
+    m = _check_padded(pyramid, images, [[(2, "H"), (3, "W")]], [(19, 26), (30, 21), (32, 32)],
+                      params=ws, rtol=1e-4, atol=1e-3)
+    assert m["exact_compiles"] == {}, m["recompile_reasons"]
+    assert m["compiles"] == 1, m["recompile_reasons"]
+
+
 def _vit_tokens(x, w, cls, reg):
     """A ViT's tokens: the patch grid flattened (a merged dim: padded at its end where only
     H varies, inside where W varies too), a class token before it, register tokens after."""
