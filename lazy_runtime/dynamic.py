@@ -478,27 +478,36 @@ class Cx:
         self.shrunk[name] = (base, k0 + k)
         return name
 
-    def symbolize(self, v: int, site, merged: bool = False):
+    def symbolize(self, v: int, site, merged=False):
         """The dim for size ``v`` of an op argument: a symbol of size v, or v itself.
         Symbols derived in this graph (the T-1 of ``x[:, 1:]``) are candidates only when
         no other is; a candidate withdrawn at this site lets the next one be tried. Where
         two symbols have size v (a batch of 8 beside a prompt of 8, a square image's H
         and W), v itself is tried first (16 labels beside a 16 x 16 image), then each
         symbol in turn where a contradicting symbol has size v. Last, where ``merged``
-        (an expand's size), a merged dim of size v (the (2, T) of ``x.reshape(-1, C)``:
-        its sum's gradient expanded to 2T rows). Any guess is right for this trace, whose
-        sizes the padded graph is checked against; a wrong one meets a contradiction, or
+        (an expand's size, a constant's dim), a merged dim of size v (the (2, T) of
+        ``x.reshape(-1, C)``: its sum's gradient expanded to 2T rows); where ``merged``
+        is "after", v itself first and the merged dim once that is withdrawn (a
+        constant's dim: the (H, W) pixels of attention over an image, the gradient's
+        zeros of a packed projection; but 16 embedding rows beside 2 x 8 tokens). Any
+        guess is right for this trace, whose sizes the padded graph is checked against; a
+        wrong one meets a contradiction, or
         keys an executable that only traces guessing alike share (a coincidence can cost
         an executable of its own, never a wrong value)."""
         if v <= 1:
             return (v,)
         at = (self.site, site)
+        after = merged == "after"
         merged = self.merged.get(v, ()) if merged else ()
         for tier in (sorted(set(self.sizes) - self.derived), sorted(self.derived), merged):
             # (a merged dim from an earlier try may hold a symbol not derived yet here)
             cands = [s for s in tier if self.sizes[s] == v] if tier is not merged else \
                 [d for d in tier if all(type(f) is not str or f in self.sizes for f in d)]
             if len(cands) > 1 and (at, None) not in self.disabled:
+                self.guesses.append((at, None))
+                self.kept[at] = v
+                return (v,)
+            if cands and tier is merged and after and (at, None) not in self.disabled:
                 self.guesses.append((at, None))
                 self.kept[at] = v
                 return (v,)
@@ -587,6 +596,9 @@ def build_plan(g: ir.Graph, fresh: frozenset, auto: dict):
             syms = e.cx.origins(e.syms)
             # (a size kept concrete is a suspect where a contradicting symbol has it)
             seen = {e.cx.sizes[s] for s in syms if s in e.cx.sizes}
+            # (or a merged dim of them has: a constant's (H, W) pixels kept at H * W)
+            seen |= {v for v, ds in e.cx.merged.items()
+                     if any(f in syms for d in ds for f in d)}
             blame = sorted(((site, s) for site, s in e.cx.guesses
                             if site in e.prov and (site, s) not in disabled
                             and (not syms or s in syms or type(s) is tuple
@@ -711,7 +723,7 @@ def _build(g, fresh, auto, disabled, bump, merged):
         if lay is None:
             if ordinal[i] in fresh:
                 lay = _like_layout(n, index, layouts) or tuple(
-                    cx.symbolize(v, ("leaf", d)) if v > 1 else (v,)
+                    cx.symbolize(v, ("leaf", d), merged="after") if v > 1 else (v,)
                     for d, v in enumerate(n.shape))
             else:
                 lay = concrete(n.shape)
