@@ -583,11 +583,12 @@ def pad_slice(node, ins, cx):
                     raise NoPadRule(node.op, "bucket larger than the sliced dim", _syms((nd,)))
                 out[d] = nd
                 return Pad(tuple(out), args=(x, d, 0, SymSize(nd), 1))
-        out[d] = (m,)
+        out[d] = (node.shape[d],)   # (of any step)
         return Pad(tuple(out))
     if step != 1 or m == 0:
+        # (retried: the dim may be a guess, ``arange(8)`` read as an 8-pixel H)
         raise NoPadRule(node.op, f"slice of step {step} or empty inside a dynamic dim",
-                        retry=False)
+                        {sym})
     piece = _piece(cx, sym, lo, hi)
     if piece is not None:   # one piece of a cat of dynamic pieces (that cat's backward)
         out[d], start = piece

@@ -344,6 +344,41 @@ def test_attention_over_the_pixels_of_a_padded_image():
     assert m["compiles"] == 1, m["recompile_reasons"]
 
 
+def _sine_positions(x, w):
+    """DETR's sine position embedding of an image's feature map (from a mask of the
+    padded pixels: none here), feature pairs interleaved by step-2 slices of a concrete
+    dim (``arange(8)`` long: a size H takes too)."""
+    B, _, H, W = x.shape
+    not_mask = ~torch.zeros(B, H, W, dtype=torch.bool, device=x.device)
+    y = not_mask.cumsum(1, dtype=torch.float32)
+    xe = not_mask.cumsum(2, dtype=torch.float32)
+    y = y / (y[:, -1:, :] + 1e-6) * 6.28
+    xe = xe / (xe[:, :, -1:] + 1e-6) * 6.28
+    dim_t = 100 ** (2 * (torch.arange(8, device=x.device) // 2) / 8)
+    py, px = y[..., None] / dim_t, xe[..., None] / dim_t
+    py = torch.stack((py[..., 0::2].sin(), py[..., 1::2].cos()), 4).flatten(3)
+    px = torch.stack((px[..., 0::2].sin(), px[..., 1::2].cos()), 4).flatten(3)
+    pos = torch.cat((py, px), 3).permute(0, 3, 1, 2)
+    return {"pos": pos * 1.0, "out": torch.tanh(F.conv2d(x + pos, w, padding=1))}
+
+
+def test_a_sine_position_embedding_with_step_two_slices_of_a_concrete_dim():
+    """Step-2 slices of a concrete dim beside padded ones run padded (their length was
+    taken as the slice's span, not its count: the graph compiled exactly), and where the
+    dim's length equals a symbol's (8 = H), the guess that read it as H is withdrawn (the
+    refusal of a step-2 slice inside a padded dim is retried). Before: an exact compile
+    at every size."""
+    def images(n):
+        return [torch.randn(2, 16, *n, generator=torch.Generator().manual_seed(n[0]))]
+
+    w = (torch.randn(4, 16, 3, 3, generator=torch.Generator().manual_seed(1)) * 0.1)
+    m = _check_padded(_sine_positions, images, [[(2, "H"), (3, "W")]],
+                      [(8, 12), (7, 10), (13, 9), (16, 16)], params=(w.requires_grad_(),),
+                      rtol=1e-4, atol=1e-5)
+    assert m["exact_compiles"] == {}, m["recompile_reasons"]
+    assert m["compiles"] == 2, m["recompile_reasons"]   # H's buckets 8 and 16
+
+
 def _vit_tokens(x, w, cls, reg):
     """A ViT's tokens: the patch grid flattened (a merged dim: padded at its end where only
     H varies, inside where W varies too), a class token before it, register tokens after."""
