@@ -392,6 +392,8 @@ class Cx:
         self.sums: dict = {}
         # derived symbol -> the merged dim it flattens (a cat piece: ``padding._flat``)
         self.flats: dict = {}
+        # derived symbol -> (symbol, k): the outer part of a split (``padding.regroup``)
+        self.splits: dict = {}
         self.bases: dict = {}     # derived symbol -> the symbol it follows from
         # derived symbol -> its true size as a function of the sizes of those before it
         # (a replay at sizes never traced computes them: ``sizes_at``); none for a length

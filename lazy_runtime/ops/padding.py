@@ -12,8 +12,8 @@ Rules by family:
 * elementwise (and dropout, masked_fill, copies; the prefix scans and tril/triu where
   the padding is at the dim's end, ``_end_padded``):
   padding passes through; broadcasting a dynamic dim against another size is refused.
-* views: view/reshape regroup the factors of the input dims in order (a dynamic factor is
-  never split); permute permutes; expand/slice read sizes through ``Cx.symbolize``;
+* views: view/reshape regroup the factors of the input dims in order (a dynamic factor T
+  splits only into (T//k, k), its bucket a multiple of k); permute permutes; expand/slice read sizes through ``Cx.symbolize``;
   repeat makes r copies of a padded dim the merged dim (r, T).
 * slice/select/narrow/split/cat *inside* a padded dim: positions are read from the front
   or from the end (the true size at run time); ``x[:, 1:]``/``x[:, :-1]`` get the derived
@@ -292,9 +292,13 @@ def pad_fft(node, ins, cx):
 # ---- views --------------------------------------------------------------------------
 
 
-def regroup(op, layout, shape, sizes):
+def regroup(op, layout, shape, cx):
     """Output dims for viewing ``layout`` as ``shape``: input factors, in order, grouped
-    into the output dims. Concrete factors may be split; dynamic ones never."""
+    into the output dims. Concrete factors may be split; a dynamic one only into (T//k,
+    k) (a patch grid's rows and each patch's, ``view(B, C, H // p, p, W // p, p)``), its
+    bucket a multiple of k: the padding is then T//k's trailing rows. The two merge back
+    into T."""
+    sizes = cx.sizes
     items = [f for d in layout for f in d if not (type(f) is int and f == 1)]
     q = list(reversed(items))
     out = []
@@ -309,7 +313,13 @@ def regroup(op, layout, shape, sizes):
             if type(f) is str:
                 v = sizes[f]
                 if o % (acc * v):
-                    raise NoPadRule(op, f"view splits dynamic dim {f}", {f})
+                    k = v // o if acc == 1 and o > 1 and v % o == 0 else 0
+                    if k < 2 or cx.buckets[f] % k:
+                        raise NoPadRule(op, f"view splits dynamic dim {f}", {f})
+                    q[-1] = k
+                    fac.append(_split(cx, f, k))
+                    acc = o
+                    continue
                 acc *= v
                 fac.append(q.pop())
             else:
@@ -325,10 +335,30 @@ def regroup(op, layout, shape, sizes):
                     fac.append(need)
                 else:
                     raise NoPadRule(op, f"view {layout} as {shape}", _syms(layout))
-        out.append(dnorm(fac))
+        out.append(dnorm(_unsplit(cx, fac)))
     if q:
         raise NoPadRule(op, f"view {layout} as {shape}: factors left", _syms(layout))
     return tuple(out)
+
+
+def _split(cx, sym, k) -> str:
+    """The symbol ``sym//k`` of the outer part of ``sym`` split into (sym//k, k)."""
+    name = cx.derive(f"{sym}//{k}", cx.sizes[sym] // k, cx.buckets[sym] // k, sym,
+                     rule=lambda n, s=sym, k=k: n[s] // k)
+    cx.splits[name] = (sym, k)
+    return name
+
+
+def _unsplit(cx, fac) -> list:
+    """Factors with each (sym//k, k) of a split merged back into sym."""
+    out = []
+    for f in fac:
+        split = cx.splits.get(out[-1]) if out and type(out[-1]) is str else None
+        if split is not None and split[1] == f:
+            out[-1] = split[0]
+        else:
+            out.append(f)
+    return out
 
 
 @pad_rule(aten.view.default, aten._unsafe_view.default, aten._reshape_alias.default)
@@ -336,7 +366,7 @@ def pad_view(node, ins, cx):
     (lay,) = ins
     if not has_sym(lay):
         return Pad(tuple((s,) for s in node.shape))
-    out = regroup(node.op, lay, node.shape, cx.sizes)
+    out = regroup(node.op, lay, node.shape, cx)
     args = (node.args[0], tuple(sym_or_int(d) for d in out))
     if len(node.args) > 2:
         args += (None,)

@@ -379,6 +379,38 @@ def test_a_sine_position_embedding_with_step_two_slices_of_a_concrete_dim():
     assert m["compiles"] == 2, m["recompile_reasons"]   # H's buckets 8 and 16
 
 
+def _patches(x, w, p):
+    """Patchify by views (MAE, DiT): (B, C, H, W) to (B, H/p * W/p, p * p * C) tokens, a
+    linear map, and back to an image."""
+    B, C, H, W = x.shape
+    t = x.reshape(B, C, H // p, p, W // p, p).permute(0, 2, 4, 3, 5, 1).reshape(
+        B, (H // p) * (W // p), p * p * C)
+    h = torch.tanh(t @ w)
+    y = (h @ w.t()).reshape(B, H // p, W // p, p, p, C).permute(0, 5, 1, 3, 2, 4).reshape(
+        B, C, H, W)
+    return {"tokens": h, "image": y - x}
+
+
+@pytest.mark.parametrize("p", [4, 3])
+def test_patchify_by_views_splits_a_padded_dim(p):
+    """``view(B, C, H // p, p, W // p, p)`` splits padded H into (H//p, p): the padding is
+    H//p's trailing rows where H's bucket is a multiple of p (p = 4 and power-of-two
+    buckets: one executable for the sizes of a bucket); the two merge back into H. With
+    p = 3 no power-of-two bucket is: exact, and still right."""
+    def images(n):
+        return [torch.randn(2, 3, *n, generator=torch.Generator().manual_seed(n[0]))]
+
+    w = torch.randn(3 * p * p, 8, generator=torch.Generator().manual_seed(2)) * 0.2
+    sizes = [(20, 8 * p), (28, 8 * p), (32, 4 * p)] if p == 4 else [(9, 12), (15, 12)]
+    m = _check_padded(lambda x, w: _patches(x, w, p), images, [[(2, "H"), (3, "W")]],
+                      sizes, params=(w.requires_grad_(),), rtol=1e-4, atol=1e-5)
+    if p == 4:
+        assert m["exact_compiles"] == {}, m["recompile_reasons"]
+        assert m["compiles"] == 2, m["recompile_reasons"]   # W's buckets 32 and 16
+    else:
+        assert "view splits dynamic dim" in m["recompile_reasons"][0], m["recompile_reasons"]
+
+
 def _vit_tokens(x, w, cls, reg):
     """A ViT's tokens: the patch grid flattened (a merged dim: padded at its end where only
     H varies, inside where W varies too), a class token before it, register tokens after."""
