@@ -30,7 +30,8 @@ looked into (``object_state``): its types, attribute names, plain values and ten
 layouts join the signature, its tensors are read and written in place as parameters
 are, and a call may hand it back. A capture is dropped, and the signature traced from
 then on, when the forward is not a function of those: it synchronizes (``.item()``, an
-eager fallback), draws from a generator on the host (``host_rng_states``), reads a
+eager fallback; a value folded on the host from constants the call made is allowed, the
+same at every call of the signature, but such an entry never serves across sizes), draws from a generator on the host (``host_rng_states``), reads a
 device tensor that is neither an argument, a parameter nor a buffer, changes a module's
 attributes or an argument object's (an attribute given
 another tensor: a cache grown by ``cat``), returns an argument or a non-contiguous view,
@@ -61,7 +62,7 @@ import torch
 import torch.nn.modules.module as _nn_module
 import torch.utils._pytree as pytree
 
-from . import autocast, ir, random, replay_sizes, traced_numbers
+from . import autocast, fold, ir, random, replay_sizes, traced_numbers
 from .dynamic import leaf_marks, put_host
 from .metrics import METRICS
 from .ops.registry import Lowering
@@ -306,10 +307,19 @@ class _Mark:
                                 "or buffer")
         raise NotReplayable(f"a {op} value")
 
-    def check_no_sync(self):
-        # (a read of a computed value needs no barrier, but Python may branch on it)
-        if METRICS.syncs != self.syncs or METRICS.host_folds != self.folds or \
-                METRICS.transfers_to_host != self.reads:
+    def check_no_sync(self, folds=()):
+        """Refuse a call that synchronized or read a value (Python may branch on it), but
+        for ``folds`` (``fold.OBSERVERS``' records) computed on the host from constants
+        the call made on the host and Python numbers alone (nn.Transformer's causal-mask
+        check): the same at every call of the signature, whose template holds those
+        constants as traced."""
+        made = all(fold.recipes(leaves) is not None and all(
+            n.op is not ir.DATA or n.serial >= self.serial for n in leaves)
+            for _, leaves, _ in folds)
+        reads = sum(n.op is ir.DATA for _, leaves, _ in folds for n in leaves)
+        if METRICS.syncs != self.syncs or not made or \
+                METRICS.host_folds - self.folds != len(folds) or \
+                METRICS.transfers_to_host - self.reads != reads:
             raise NotReplayable("synchronizes or reads a value inside the call (.item(), "
                                 "printing, or an eager fallback)")
 
@@ -338,6 +348,9 @@ class _Entry:
         self.synthesized = False    # made by replay_sizes, not traced
         self.scalars = None         # the template's Python scalars at other values
         self.view_writes = ()       # positions of views written (their storage their own)
+        # its forward computed a value on the host (``_Mark.check_no_sync``): replayed at
+        # its own signature only, never as a family's trace across sizes
+        self.folds = False
 
     def fail(self, reason: str) -> None:
         self.state = "never"
@@ -450,10 +463,16 @@ class _Capture:
         mark = self.mark = _Mark()
         snap0 = self.snapshot_of()
         rngs = host_rng_states()
-        out = self.forward(*self.args, **self.kwargs)
+        folds: list = []
+        fold.OBSERVERS.append(lambda *a: folds.append(a))
+        try:
+            out = self.forward(*self.args, **self.kwargs)
+        finally:
+            fold.OBSERVERS.pop()
         flat, spec = pytree.tree_flatten(out)
         try:
-            mark.check_no_sync()
+            mark.check_no_sync(folds)
+            self.entry.folds = bool(folds)
             check_host_rngs(rngs, "the call")
             snap1 = self.snapshot_of()
             if snap1[0] != snap0[0]:
@@ -774,7 +793,8 @@ class Replayer:
     def _from_family(self, family, tensors):
         """A ready entry for a new size of a family traced at other sizes, or None."""
         fkey, sizes = family
-        seen = [(s, e) for s, e in self.families.get(fkey, ()) if e.state == "ready"]
+        seen = [(s, e) for s, e in self.families.get(fkey, ())
+                if e.state == "ready" and not e.folds]
         if len(seen) < 2:
             return None
         groups: dict = {}

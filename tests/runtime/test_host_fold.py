@@ -237,3 +237,44 @@ def test_a_read_through_float_ops_that_never_round_is_folded():
     assert m["host_folds"] == len(got)
     assert ((xl * 0.1 + 1) > 1).sum().item() == ((x * 0.1 + 1) > 1).sum().item()
     assert lr.metrics()["sync_reasons"] == {"read": 1}
+
+
+class _Gated(nn.Module):
+    """A forward that branches on a value folded on the host: from a mask it makes
+    itself (``generate_square_subsequent_mask``, as nn.Transformer's decoder checks it),
+    or from its argument."""
+
+    def __init__(self, of_argument: bool):
+        super().__init__()
+        self.lin = nn.Linear(4, 4)
+        self.of_argument = of_argument
+
+    def forward(self, x):
+        T = x.shape[1]
+        mask = nn.Transformer.generate_square_subsequent_mask(T, device=x.device)
+        causal = (mask == torch.triu(torch.full((T, T), float("-inf"), device=x.device),
+                                     1)).all()
+        positive = (x > -3).all()
+        return self.lin(x) * (2.0 if bool(positive if self.of_argument else causal) else -1.0)
+
+
+@pytest.mark.parametrize("of_argument", [False, True])
+def test_a_forward_that_folds_a_read_replays_only_from_constants_it_made(of_argument):
+    """``lr.compile(replay=True)``: a fold of constants the call made on the host (the
+    causal-mask check) is the same at every call of the signature, so the forward
+    replays; a fold of its argument refuses the replay (each call takes its branch)."""
+    torch.manual_seed(6)
+    eager = _Gated(of_argument)
+    lazy = _Gated(of_argument)
+    lazy.load_state_dict(eager.state_dict())
+    lr.compile(lazy.to(DEV), replay=True)
+    _fresh()
+    with torch.no_grad():
+        for i in range(5):
+            x = torch.randn(2, 5, 4) - (4.0 if i == 3 else 0.0)   # (one call fails positive)
+            assert_same(lazy(x.to(DEV)).cpu(), eager(x), 1e-5, 1e-6, what=f"call {i}")
+    m = lr.metrics()
+    if of_argument:
+        assert m["replays"] == 0 and m["replay_misses"], m
+    else:
+        assert m["replays"] >= 3, m["replay_misses"]
