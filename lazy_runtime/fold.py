@@ -183,6 +183,13 @@ def remade(recipes) -> list:
             for maker, value, kwargs in recipes]
 
 
+def holds(recipes, prog, value) -> bool:
+    """Whether a fold (its leaves' ``recipes`` and its ``program``) computes ``value``
+    (``value_key``) with its constants made again (a replay at other sizes)."""
+    out = run(prog, remade(recipes))
+    return out is not None and value_key(dtypes.tensor_to_numpy(out)) == value
+
+
 # Called with each fold: (its ``program``, its leaves, its value): ``compile_step`` keeps
 # the folds of a step whose leaves are host-made constants.
 OBSERVERS: list = []

@@ -31,7 +31,7 @@ layouts join the signature, its tensors are read and written in place as paramet
 are, and a call may hand it back. A capture is dropped, and the signature traced from
 then on, when the forward is not a function of those: it synchronizes (``.item()``, an
 eager fallback; a value folded on the host from constants the call made is allowed, the
-same at every call of the signature, but such an entry never serves across sizes), draws from a generator on the host (``host_rng_states``), reads a
+same at every call of the signature, and computed again by a replay across sizes), draws from a generator on the host (``host_rng_states``), reads a
 device tensor that is neither an argument, a parameter nor a buffer, changes a module's
 attributes or an argument object's (an attribute given
 another tensor: a cache grown by ``cat``), returns an argument or a non-contiguous view,
@@ -348,9 +348,8 @@ class _Entry:
         self.synthesized = False    # made by replay_sizes, not traced
         self.scalars = None         # the template's Python scalars at other values
         self.view_writes = ()       # positions of views written (their storage their own)
-        # its forward computed a value on the host (``_Mark.check_no_sync``): replayed at
-        # its own signature only, never as a family's trace across sizes
-        self.folds = False
+        # the values its forward computed on the host (``_Mark.check_no_sync``)
+        self.folds = ()
 
     def fail(self, reason: str) -> None:
         self.state = "never"
@@ -472,7 +471,10 @@ class _Capture:
         flat, spec = pytree.tree_flatten(out)
         try:
             mark.check_no_sync(folds)
-            self.entry.folds = bool(folds)
+            # (each: its leaves' recipes and its program, its value; a replay across sizes
+            # runs it again, ``replay_sizes.rebuild``)
+            self.entry.folds = tuple(((fold.recipes(leaves), prog), fold.value_key(value))
+                                     for prog, leaves, value in folds)
             check_host_rngs(rngs, "the call")
             snap1 = self.snapshot_of()
             if snap1[0] != snap0[0]:
@@ -793,8 +795,7 @@ class Replayer:
     def _from_family(self, family, tensors):
         """A ready entry for a new size of a family traced at other sizes, or None."""
         fkey, sizes = family
-        seen = [(s, e) for s, e in self.families.get(fkey, ())
-                if e.state == "ready" and not e.folds]
+        seen = [(s, e) for s, e in self.families.get(fkey, ()) if e.state == "ready"]
         if len(seen) < 2:
             return None
         groups: dict = {}
@@ -806,6 +807,8 @@ class Replayer:
             if ints is None:
                 continue
             e = replay_sizes.rebuild(obs[-1][2], skel, ints, _Entry, Template)
+            if e is None:   # (a value computed on the host would come out otherwise)
+                continue
             if _fits(e, tensors):
                 return e
             METRICS.replay_miss("a replay across sizes predicted shapes the call does "

@@ -61,7 +61,7 @@ import numpy as np
 import sympy
 import torch
 
-from . import ir
+from . import fold, ir
 
 _HOLE = object()   # where an int was taken out of a skeleton
 _LIST = "__list__"
@@ -230,7 +230,8 @@ def parts(entry):
         ints: list = []
         key = (_template_key(entry.fwd, ints), _template_key(entry.bwd, ints),
                _slots_key(entry.fwd_slots, ints), _slots_key(entry.bwd_slots, ints),
-               tuple(getattr(entry, f) for f in _STRUCTURAL))
+               tuple(getattr(entry, f) for f in _STRUCTURAL),
+               tuple((split(program, ints), value) for program, value in entry.folds))
         skel = _SKELETONS.get(key)
         if skel is None:
             skel = _SKELETONS[key] = Skeleton(key)
@@ -444,6 +445,13 @@ class _Plan:
                 else:
                     out.append(None)
             self.slots.append(out)
+        # values the forward computed on the host (``fold``): each run again at the new
+        # ints and required to come out as traced
+        self.folds = []
+        for program, value in skel[5]:
+            n = _count(program)
+            self.folds.append((pos, n, _filler(program), value))
+            pos += n
         assert pos == len(self.ints)
 
 
@@ -514,7 +522,8 @@ def _rebuild_slots(slots, plan, ints, base):
 
 def rebuild(like, skel, ints, entry_cls, template_cls):
     """A ready entry like ``like`` (a traced one of the family, whose skeleton is
-    ``skel``) with ``ints`` put back: parts whose ints did not change are ``like``'s own."""
+    ``skel``) with ``ints`` put back: parts whose ints did not change are ``like``'s own;
+    None where a value the forward computed on the host would come out otherwise."""
     plan = _PLANS.get(like)
     if plan is None:
         plan = _PLANS[like] = _Plan(like)
@@ -527,7 +536,11 @@ def rebuild(like, skel, ints, entry_cls, template_cls):
             plan.programs.clear()
         acts = plan.programs[changed] = (_program(like.fwd, plan.templates[0], changed),
                                          _program(like.bwd, plan.templates[1], changed))
+    for start, k, filler, value in plan.folds:
+        if not fold.holds(*filler(ints[start:start + k]), value):
+            return None
     e = entry_cls()
+    e.folds = like.folds
     e.fwd = _rebuild_template(like.fwd, acts[0], ints, template_cls)
     e.bwd = _rebuild_template(like.bwd, acts[1], ints, template_cls)
     e.fwd_slots = _rebuild_slots(like.fwd_slots, plan.slots[0], ints, base)

@@ -78,7 +78,7 @@ import math
 import numpy as np
 import torch
 
-from . import dtypes, dynamic, fold, replay_sizes
+from . import dynamic, fold, replay_sizes
 from .traced_numbers import NUMBER, evaluate, guards_hold, plain
 
 MIN_ENVS = 3        # values a family is traced at before it vouches for others
@@ -386,10 +386,8 @@ class Family:
             if ok is None:
                 if len(self.folded) >= 256:
                     self.folded.clear()
-                recipes, prog = replay_sizes.fill(skeleton, iter(ints))
-                out = fold.run(prog, fold.remade(recipes))
-                ok = self.folded[(k, ints)] = out is not None and \
-                    fold.value_key(dtypes.tensor_to_numpy(out)) == value
+                ok = self.folded[(k, ints)] = fold.holds(
+                    *replay_sizes.fill(skeleton, iter(ints)), value)
             if not ok:
                 return False
         return True

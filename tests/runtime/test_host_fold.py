@@ -278,3 +278,36 @@ def test_a_forward_that_folds_a_read_replays_only_from_constants_it_made(of_argu
         assert m["replays"] == 0 and m["replay_misses"], m
     else:
         assert m["replays"] >= 3, m["replay_misses"]
+
+
+class _Short(nn.Module):
+    """A branch on a value folded from a constant made for T: ``(arange(T) < 14).all()``."""
+
+    def __init__(self):
+        super().__init__()
+        self.lin = nn.Linear(4, 4)
+
+    def forward(self, x):
+        short = (torch.arange(x.shape[1], device=x.device) < 14).all()
+        return self.lin(x) * (2.0 if bool(short) else -1.0)
+
+
+def test_a_forward_replayed_across_sizes_computes_its_fold_again():
+    """Replay across sizes (a plan vouching for the size arithmetic): the fold is made
+    again for the new length and must come out as traced. Traced at 9-13 (true), a call
+    at 15 would give false: traced, the other branch taken; at 14, true: replayed."""
+    import shapeinfer
+    torch.manual_seed(0)
+    base = _Short()
+    plan = shapeinfer.analyze(base, args=(torch.randn(2, 7, 4),), dims={"x": ("B", "T", None)})
+    lazy = lr.compile(_Short().to(DEV), shapes=plan, replay=True)
+    lazy.load_state_dict(base.state_dict())
+    _fresh()
+    across = []
+    with torch.no_grad():
+        for T in [9, 10, 11, 12, 13, 15, 14]:
+            x = torch.randn(2, T, 4)
+            before = lr.metrics()["replays_across_sizes"]
+            assert_same(lazy(x.to(DEV)).cpu(), base(x), 1e-5, 1e-6, what=f"T={T}")
+            across.append(lr.metrics()["replays_across_sizes"] - before)
+    assert across[-2:] == [0, 1], (across, lr.metrics()["replay_misses"])
