@@ -487,15 +487,15 @@ class Cx:
         two symbols have size v (a batch of 8 beside a prompt of 8, a square image's H
         and W), v itself is tried first (16 labels beside a 16 x 16 image), then each
         symbol in turn where a contradicting symbol has size v. Last, where ``merged``
-        (an expand's size, a constant's dim), a merged dim of size v (the (2, T) of
+        (an expand's size), a merged dim of size v (the (2, T) of
         ``x.reshape(-1, C)``: its sum's gradient expanded to 2T rows); where ``merged``
         is "after", v itself first and the merged dim once that is withdrawn (a
         constant's dim: the (H, W) pixels of attention over an image, the gradient's
         zeros of a packed projection; but 16 embedding rows beside 2 x 8 tokens). Any
         guess is right for this trace, whose sizes the padded graph is checked against; a
-        wrong one meets a contradiction, or
-        keys an executable that only traces guessing alike share (a coincidence can cost
-        an executable of its own, never a wrong value)."""
+        wrong one meets a contradiction, or keys an executable that only traces guessing
+        alike share (a coincidence can cost an executable of its own, never a wrong
+        value)."""
         if v <= 1:
             return (v,)
         at = (self.site, site)

@@ -31,15 +31,15 @@ layouts join the signature, its tensors are read and written in place as paramet
 are, and a call may hand it back. A capture is dropped, and the signature traced from
 then on, when the forward is not a function of those: it synchronizes (``.item()``, an
 eager fallback; a value folded on the host from constants the call made is allowed, the
-same at every call of the signature, and computed again by a replay across sizes), draws from a generator on the host (``host_rng_states``), reads a
-device tensor that is neither an argument, a parameter nor a buffer, changes a module's
-attributes or an argument object's (an attribute given
-another tensor: a cache grown by ``cat``), returns an argument or a non-contiguous view,
-writes into a view argument in part or into one whose storage another of its tensors
-shares, or runs hooks. A view argument written whole is written back through the view at
-a replay; which arguments share a storage (and their view chains) is part of the
-signature. Random ops draw from the
-lazy stream exactly as tracing would, so a replayed run equals a traced one bit for bit.
+same at every call of the signature, and computed again by a replay across sizes),
+draws from a generator on the host (``host_rng_states``), reads a device tensor that is
+neither an argument, a parameter nor a buffer, changes a module's attributes or an
+argument object's (an attribute given another tensor: a cache grown by ``cat``),
+returns an argument or a non-contiguous view, writes into a view argument in part or
+into one whose storage another of its tensors shares, or runs hooks. A view argument
+written whole is written back through the view at a replay; which arguments share a
+storage (and their view chains) is part of the signature. Random ops draw from the lazy
+stream exactly as tracing would, so a replayed run equals a traced one bit for bit.
 
 Replay is for forwards whose control flow depends only on shapes and constant attributes
 (``shapeinfer`` says so in ``control_flow.shape_only``); ``lr.compile`` turns it on from

@@ -21,8 +21,9 @@ What makes that sound is checked, not assumed:
   nothing pending after it): Python may use it. A value computed on the host (``fold``)
   from constants made on the host and Python numbers alone (``nn.Transformer``'s
   causal-mask check) is kept with the trace (``_folds``): the same for a signature, and
-  computed again by a replay at sizes never traced (``step_numbers._refolds``). Nor may it draw from a generator on
-  the host (Python's ``random``, numpy's, torch's CPU one: an augmentation's coin).
+  computed again by a replay at sizes never traced (``step_numbers._refolds``). Nor
+  may it draw from a generator on the host (Python's ``random``, numpy's, torch's CPU
+  one: an augmentation's coin).
 * **Every input accounted for.** Each tensor the graph reads is an argument, a tensor
   the model or optimizer owns, or a constant: one made by a device factory with the same
   arguments in both traces (``arange(T)``, ``zeros``), or a constant of a replayed

@@ -13,8 +13,9 @@ Rules by family:
   the padding is at the dim's end, ``_end_padded``):
   padding passes through; broadcasting a dynamic dim against another size is refused.
 * views: view/reshape regroup the factors of the input dims in order (a dynamic factor T
-  splits only into (T//k, k), its bucket a multiple of k); permute permutes; expand/slice read sizes through ``Cx.symbolize``;
-  repeat makes r copies of a padded dim the merged dim (r, T).
+  splits only into (T//k, k), its bucket a multiple of k); permute permutes;
+  expand/slice read sizes through ``Cx.symbolize``; repeat makes r copies of a padded dim
+  the merged dim (r, T).
 * slice/select/narrow/split/cat *inside* a padded dim: positions are read from the front
   or from the end (the true size at run time); ``x[:, 1:]``/``x[:, :-1]`` get the derived
   symbol ``T-1`` (``Cx.shrink``: padded like T, no copy); their backward (slice/select
