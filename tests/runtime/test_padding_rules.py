@@ -9,6 +9,8 @@ holds NaN), with one compile per bucket."""
 import copy
 import functools
 import random
+import sys
+from pathlib import Path
 
 import pytest
 import torch
@@ -17,6 +19,9 @@ import torch.nn.functional as F
 
 import lazy_runtime as lr
 from conftest import DEV, assert_same, load_example
+
+sys.path.insert(0, str(Path(__file__).resolve().parents[2] / "benchmarks"))
+from varying_vision import Attention  # noqa: E402
 
 
 @pytest.fixture(autouse=True)
@@ -298,29 +303,6 @@ def test_a_feature_pyramid_resamples_each_level_to_the_next_ones_size(mode):
     assert m["compiles"] == 1, m["recompile_reasons"]
 
 
-class _SpatialAttention(nn.Module):
-    """A diffusion U-Net's attention block: group norm, a 1x1 conv to q, k, v, attention
-    over the H * W pixels (``scaled_dot_product_attention``), then ``nn.MultiheadAttention``
-    (its packed projection: a (3, H * W, B, C) tensor whose gradient is three
-    select_scatters into zeros)."""
-
-    def __init__(self, c=8):
-        super().__init__()
-        self.conv = nn.Conv2d(3, c, 3, padding=1)
-        self.norm = nn.GroupNorm(2, c)
-        self.qkv = nn.Conv2d(c, 3 * c, 1)
-        self.mha = nn.MultiheadAttention(c, 2, batch_first=True)
-
-    def forward(self, x):
-        h = self.conv(x)
-        B, C, H, W = h.shape
-        q, k, v = (t.reshape(B, 2, C // 2, H * W).transpose(-1, -2)
-                   for t in self.qkv(self.norm(h)).chunk(3, 1))
-        h = h + F.scaled_dot_product_attention(q, k, v).transpose(-1, -2).reshape(B, C, H, W)
-        t = h.flatten(2).transpose(1, 2)
-        return {"out": t + self.mha(t, t, t, need_weights=False)[0]}
-
-
 def test_attention_over_the_pixels_of_a_padded_image():
     """Attention over the flattened (H, W) grid of an image whose H and W vary: the
     gradient's zeros of the packed projection's length (H * W) are laid out as that
@@ -328,12 +310,12 @@ def test_attention_over_the_pixels_of_a_padded_image():
     dim of that size). Values and gradients equal eager's, one compile. Before: an exact
     compile at every size."""
     torch.manual_seed(0)
-    block = _SpatialAttention()
+    block = Attention()   # (benchmarks/varying_vision.py's: a diffusion U-Net's block)
     params = [p.detach().clone().requires_grad_() for p in block.parameters()]
 
     def attention(x, *ps):
-        return torch.func.functional_call(block, dict(zip(
-            [n for n, _ in block.named_parameters()], ps)), (x,))
+        return {"out": torch.func.functional_call(block, dict(zip(
+            [n for n, _ in block.named_parameters()], ps)), (x,))}
 
     def images(n):
         return [torch.randn(2, 3, *n, generator=torch.Generator().manual_seed(n[0]))]
