@@ -20,6 +20,8 @@ not run again); a whole-step replay keeps a fold of host-made constants (its
 
 from __future__ import annotations
 
+import contextlib
+
 import numpy as np
 import torch
 
@@ -190,9 +192,25 @@ def holds(recipes, prog, value) -> bool:
     return out is not None and value_key(dtypes.tensor_to_numpy(out)) == value
 
 
-# Called with each fold: (its ``program``, its leaves, its value): ``compile_step`` keeps
-# the folds of a step whose leaves are host-made constants.
+# Called with each fold: (its ``program``, its leaves, its value): the replays keep the
+# folds of a call whose leaves are host-made constants (``observed``).
 OBSERVERS: list = []
+
+
+@contextlib.contextmanager
+def observed():
+    """Within: the list of the folds made, as ``OBSERVERS`` are told of them."""
+    folds: list = []
+    OBSERVERS.append(lambda *record: folds.append(record))
+    try:
+        yield folds
+    finally:
+        OBSERVERS.pop()
+
+
+def leaf_reads(folds) -> int:
+    """The host reads (``transfers_to_host``) ``folds`` made: one per data leaf."""
+    return sum(n.op is ir.DATA for _, leaves, _ in folds for n in leaves)
 
 
 def fold(node: ir.Node, read_leaf):

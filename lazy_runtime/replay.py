@@ -316,10 +316,9 @@ class _Mark:
         made = all(fold.recipes(leaves) is not None and all(
             n.op is not ir.DATA or n.serial >= self.serial for n in leaves)
             for _, leaves, _ in folds)
-        reads = sum(n.op is ir.DATA for _, leaves, _ in folds for n in leaves)
         if METRICS.syncs != self.syncs or not made or \
                 METRICS.host_folds - self.folds != len(folds) or \
-                METRICS.transfers_to_host - self.reads != reads:
+                METRICS.transfers_to_host - self.reads != fold.leaf_reads(folds):
             raise NotReplayable("synchronizes or reads a value inside the call (.item(), "
                                 "printing, or an eager fallback)")
 
@@ -462,12 +461,8 @@ class _Capture:
         mark = self.mark = _Mark()
         snap0 = self.snapshot_of()
         rngs = host_rng_states()
-        folds: list = []
-        fold.OBSERVERS.append(lambda *a: folds.append(a))
-        try:
+        with fold.observed() as folds:
             out = self.forward(*self.args, **self.kwargs)
-        finally:
-            fold.OBSERVERS.pop()
         flat, spec = pytree.tree_flatten(out)
         try:
             mark.check_no_sync(folds)

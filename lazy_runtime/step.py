@@ -454,12 +454,11 @@ class StepReplayer:
         rng0 = random.position()
         host_rngs = host_rng_states()
         syncs0, folds0, reads0 = METRICS.syncs, METRICS.host_folds, METRICS.transfers_to_host
-        seen, folds = [], []
+        seen = []
         executor.BARRIER_OBSERVERS.append(lambda *a: seen.append(a))
-        fold.OBSERVERS.append(lambda *a: folds.append(a))
         try:
             args, kwargs = pytree.tree_unflatten(lazy, spec)
-            with heap.paused():   # (its objects live until its barrier: kept young)
+            with heap.paused(), fold.observed() as folds:   # (its objects: kept young)
                 with traced_numbers.recording(tape), \
                         step_numbers.hyper_parameters(stamp.reads, hyper) as set_inside:
                     out = self.fn(*args, **kwargs)
@@ -467,7 +466,6 @@ class StepReplayer:
                     executor.sync("step")
         finally:
             executor.BARRIER_OBSERVERS.pop()
-            fold.OBSERVERS.pop()
         e.traces += 1
         try:
             if set_inside or stamp.places and not _same_numbers(stamp.numbers() or (),
@@ -481,8 +479,7 @@ class StepReplayer:
             if METRICS.host_folds - folds0 != len(folds):
                 raise NotWholeStep("the step reads a value (computed on the host: a replay "
                                    "would not read it again)")
-            if METRICS.transfers_to_host - reads0 != sum(n.op is ir.DATA for f in folds
-                                                         for n in f[1]):
+            if METRICS.transfers_to_host - reads0 != fold.leaf_reads(folds):
                 # (one computed before the read needs no barrier of its own, and one read
                 # at the step's end leaves nothing for a second: Python may use either)
                 raise NotWholeStep("the step reads a value (.item(), .cpu(), printing: a "

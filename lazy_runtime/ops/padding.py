@@ -2121,15 +2121,10 @@ def _to_run_time_lengths(node, cx, lay, size, scales, kind, align_corners):
     """The resampling of concrete spatial dims to sizes guessed to be symbols' (their taps
     tabulated), or None where no output size is a symbol's or the input is padded there."""
     lead = len(lay) - len(size)
-    if has_sym(lay[lead:]) or any(s is not None for s in scales):
+    if has_sym(lay[lead:]):
         return None
-    out = tuple(cx.symbolize(v, ("out", k)) for k, v in enumerate(size))
-    if not has_sym(out):
-        return None
-    _tabulated(node, cx, out)
-    full = lay[:lead] + out
-    return Pad(full, args=(node.args[0], kind, align_corners, full),
-               fn=_to_run_time_lengths_fn, tag="resample to a run-time length")
+    p = _between_run_time_lengths(node, cx, lay, size, scales, kind, align_corners)
+    return p if p is not None and has_sym(p.layout[lead:]) else None
 
 
 # A padded length resampled to another (a feature pyramid's top-down path,
@@ -2184,9 +2179,9 @@ def _kin(cx, sym, v, site):
 
 
 def _between_run_time_lengths(node, cx, lay, size, scales, kind, align_corners):
-    """The resampling of padded spatial dims to lengths of symbols (guessed from the
-    sizes) or to fixed ones, the taps tabulated for each size of the input symbol they
-    follow; None where a scale is given."""
+    """The resampling of spatial dims to lengths of symbols (guessed from the sizes) or to
+    fixed ones, the taps tabulated for each run-time length (a concrete input dim) or for
+    each size of the input symbol a padded one follows; None where a scale is given."""
     lead = len(lay) - len(size)
     if any(s is not None for s in scales):
         return None
@@ -2201,7 +2196,7 @@ def _between_run_time_lengths(node, cx, lay, size, scales, kind, align_corners):
     out = tuple(out)
     _tabulated(node, cx, out[lead:])
     return Pad(out, args=(node.args[0], kind, align_corners, out, tuple(follow)),
-               fn=_to_run_time_lengths_fn, tag="resample between run-time lengths")
+               fn=_to_run_time_lengths_fn, tag="resample to run-time lengths")
 
 
 def _to_other_symbols(op, cx, lay, size, scales) -> None:
