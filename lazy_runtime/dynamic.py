@@ -742,25 +742,23 @@ def _build(g, fresh, auto, disabled, bump, merged):
                 if i not in waiting:
                     lay_leaf(i, n)
                 continue
-            for x in n.inputs:
-                j = index[id(x)]
+            in_idx = tuple(index[id(x)] for x in n.inputs)
+            for j, x in zip(in_idx, n.inputs):
                 if j in waiting:
                     waiting.discard(j)
                     lay_leaf(j, x)
             cx.site = i
             ng = len(cx.guesses)
             p_in = empty
-            for x in n.inputs:
-                px = prov[index[id(x)]]
-                if px:
-                    p_in = p_in | px
+            for j in in_idx:
+                if prov[j]:
+                    p_in = p_in | prov[j]
             prov[i] = p_in
             if op is ir.SCALAR or op is ir.RNG:
                 layouts[i] = concrete(n.shape)
                 entries[i] = (op,)
                 continue
-            ins = tuple(layouts[index[id(x)]] for x in n.inputs)
-            in_idx = tuple(index[id(x)] for x in n.inputs)
+            ins = tuple(layouts[j] for j in in_idx)
             if op is ir.GETITEM:
                 layouts[i] = ins[0][n.args[0]]
                 entries[i] = (ir.GETITEM, n.args[0], in_idx)
