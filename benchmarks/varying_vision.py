@@ -3,7 +3,7 @@ at an exact shape, and whether the losses are eager torch's.
 
     python benchmarks/varying_vision.py [--steps 8] [--only vit,fpn,...] [--write]
 
-Five small models as their papers' code writes them, trained unmodified with SGD on
+Seven small models as their papers' code writes them, trained unmodified with SGD on
 batches of 2 images whose height and width change every step (drawn uniform in [24, 64],
 seed 0; H and W marked dynamic with ``lr.mark_dynamic``, power-of-two buckets):
 
@@ -18,7 +18,13 @@ seed 0; H and W marked dynamic with ``lr.mark_dynamic``, power-of-two buckets):
 * ``detr``: two stride-2 convolutions, DETR's sine position embedding from a mask,
   ``nn.Transformer`` over the pixels with five learned queries;
 * ``mae``: patchify by views (``reshape(B, C, H // 4, 4, W // 4, 4)``), a linear map,
-  unpatchify, reconstruction loss (sizes multiples of 4).
+  unpatchify, reconstruction loss (sizes multiples of 4);
+* ``unet``: the image padded right and below up to a multiple of 8 (``F.pad(x, (0, (8 -
+  W % 8) % 8, ...))``, as U-Nets do), two stride-2 convolutions, two transposed ones,
+  the output cropped back to the image (``y[..., :H, :W]``), a per-pixel loss;
+* ``swin``: a Swin block's core: patch embedding (stride 2), tokens padded up to a
+  multiple of the window (4), split into windows, ``nn.MultiheadAttention`` inside each,
+  merged back, cropped to the grid and added to the tokens.
 
 Reported per model: steps, compiles, exact-shape compiles among them, the largest relative
 difference of a loss from eager torch's, and the median step of each (lazy_runtime's
@@ -153,6 +159,42 @@ class MAE(nn.Module):
             B, C, H, W)
 
 
+class UNet(nn.Module):
+    def __init__(self, c=8, classes=2):
+        super().__init__()
+        self.d1, self.d2 = nn.Conv2d(3, c, 3, 2, 1), nn.Conv2d(c, c, 3, 2, 1)
+        self.u1, self.u2 = nn.ConvTranspose2d(c, c, 2, 2), nn.ConvTranspose2d(c, classes, 2, 2)
+
+    def forward(self, x):
+        H, W = x.shape[-2:]
+        x = F.pad(x, (0, (8 - W % 8) % 8, 0, (8 - H % 8) % 8))
+        h = F.relu(self.d2(F.relu(self.d1(x))))
+        return self.u2(F.relu(self.u1(h)))[..., :H, :W]
+
+
+class Swin(nn.Module):
+    def __init__(self, c=16, ws=4, classes=3):
+        super().__init__()
+        self.ws = ws
+        self.embed = nn.Conv2d(3, c, 2, 2)
+        self.norm = nn.LayerNorm(c)
+        self.attn = nn.MultiheadAttention(c, 2, batch_first=True)
+        self.head = nn.Linear(c, classes)
+
+    def forward(self, x):
+        h = self.embed(x).permute(0, 2, 3, 1)
+        B, H, W, C = h.shape
+        ws = self.ws
+        t = F.pad(self.norm(h), (0, 0, 0, (ws - W % ws) % ws, 0, (ws - H % ws) % ws))
+        Hp, Wp = t.shape[1], t.shape[2]
+        w = t.view(B, Hp // ws, ws, Wp // ws, ws, C).permute(0, 1, 3, 2, 4, 5).reshape(
+            -1, ws * ws, C)
+        w = self.attn(w, w, w, need_weights=False)[0]
+        t = w.view(B, Hp // ws, Wp // ws, ws, ws, C).permute(0, 1, 3, 2, 4, 5).reshape(
+            B, Hp, Wp, C)
+        return self.head((h + t[:, :H, :W]).mean((1, 2)))
+
+
 MODELS = {   # name: (model, the loss of its output given the image)
     "vit": (ViT, lambda out, x, y: F.cross_entropy(out, y)),
     "fpn": (FPN, lambda out, x, y: F.cross_entropy(out, (x[:, 0] > 0).long())),
@@ -160,6 +202,8 @@ MODELS = {   # name: (model, the loss of its output given the image)
     "detr": (DETR, lambda out, x, y: F.cross_entropy(out.reshape(-1, 4),
                                                      y.repeat_interleave(5) % 4)),
     "mae": (MAE, lambda out, x, y: (out - x).square().mean()),
+    "unet": (UNet, lambda out, x, y: F.cross_entropy(out, (x[:, 0] > 0).long())),
+    "swin": (Swin, lambda out, x, y: F.cross_entropy(out, y % 3)),
 }
 
 
@@ -209,7 +253,7 @@ def run(name: str, steps: int) -> dict:
 
 def table(rows: dict, steps: int) -> str:
     lines = [f"{HEADING} ({DATE})", "",
-             f"`python benchmarks/varying_vision.py --steps {steps} --write`: five small "
+             f"`python benchmarks/varying_vision.py --steps {steps} --write`: seven small "
              "vision models trained unmodified (SGD, batches of 2) at image sizes drawn "
              "uniform in [24, 64] each step, H and W marked dynamic (power-of-two buckets); "
              "each against eager torch in the same loop. See the script's docstring for "

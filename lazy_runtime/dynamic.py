@@ -384,6 +384,7 @@ class Cx:
         self.buckets = buckets
         self.disabled = disabled
         self.guesses: list = []   # (site, symbol) in order
+        self.firm: set = set()    # sites whose guess is withdrawn last (``adopt``)
         self.kept: dict = {}      # site -> the size kept concrete there (symbol None)
         self.site = None
         self.derived: set = set()  # symbols made by ``derive`` in this pass
@@ -403,6 +404,9 @@ class Cx:
         self.offset_marks: dict = {}  # node index -> name: a cut whose start varies
         self.offsets: dict = {}   # name -> this trace's start (``offset``)
         self.fixed_pads: frozenset = frozenset()   # node indices: pads to a fixed length
+        # node index -> 1 (-1 where it crops: a pad's gradient): pads by varying amounts
+        self.grown_pads: dict = {}
+        self.grown: set = set()   # the symbols those pads made (``padding._grown_dim``)
         self.inputs = frozenset(sizes)   # the input symbols (their buckets chosen)
         # true size -> the merged dims of that size in layouts so far (the (2, T) of
         # ``x.reshape(-1, C)``): candidates where an expand's size has no symbol's size
@@ -519,6 +523,22 @@ class Cx:
                 return cands[0] if type(cands[0]) is tuple else (cands[0],)
         return (v,)
 
+    def adopt(self, v: int, site, dim, firm=False):
+        """``dim`` for size ``v`` at ``site`` where it is a dim of that size (a dynamic
+        one is a guess, withdrawn like ``symbolize``'s; a ``firm`` one after every other
+        suspect); else None."""
+        if dim is None or dsize(dim, self.sizes) != v:
+            return None
+        if not is_sym(dim):
+            return dim
+        at = (self.site, site)
+        if (at, dim) in self.disabled:
+            return None
+        self.guesses.append((at, dim))
+        if firm:
+            self.firm.add(at)
+        return dim
+
     def runtime_int(self, v: int, layouts):
         """``v`` as c * (product of some symbols' true sizes) when it is the element count
         of some of ``layouts``' factors (a mean's divisor): the subset with the most
@@ -601,12 +621,15 @@ def build_plan(g: ir.Graph, fresh: frozenset, auto: dict):
             # (or a merged dim of them has: a constant's (H, W) pixels kept at H * W)
             seen |= {v for v, ds in e.cx.merged.items()
                      if any(f in syms for d in ds for f in d)}
+            # (in the order guessed: constants are laid out at their first use, so a
+            # later node's may be guessed first; firm guesses are withdrawn last)
+            firm = e.cx.firm
             blame = sorted(((site, s) for site, s in e.cx.guesses
                             if site in e.prov and (site, s) not in disabled
                             and (not syms or s in syms or type(s) is tuple
                                  and any(f in syms for f in s)
                                  or s is None and e.cx.kept[site] in seen)),
-                           key=lambda t: t[0][0])
+                           key=lambda t: t[0] not in firm)
             if blame:   # withdraw the latest guess the contradicting values came from
                 choices.append((disabled, blame[:-1]))
                 disabled = disabled | {blame[-1]}
@@ -705,6 +728,7 @@ def _build(g, fresh, auto, disabled, bump, merged):
     cx.slice_marks = slice_marks
     cx.offset_marks = offset_marks
     cx.fixed_pads = frozenset(k[1] for k in auto if k[0] == "fixed")
+    cx.grown_pads = {k[1]: v for k, v in auto.items() if k[0] == "grow"}
     index = {id(n): i for i, n in enumerate(g.nodes)}
     count = len(g.nodes)
     layouts: list = [None] * count
@@ -717,15 +741,17 @@ def _build(g, fresh, auto, disabled, bump, merged):
     # constants made in this graph are laid out at their first use, when the symbols
     # derived before it are known (a gradient's zeros of a cat's length: the sum symbol)
     waiting = {i for i, k in ordinal.items() if k in fresh and i not in marked}
+    cut_inputs: dict = {}   # (op, where it cuts, the input's shape) -> the input's index
 
-    def lay_leaf(i, n):
+    def lay_leaf(i, n, hint=None, firm=False):
         cx.site = i
         ng = len(cx.guesses)
         lay = marked.get(i)
         if lay is None:
             if ordinal[i] in fresh:
                 lay = _like_layout(n, index, layouts) or tuple(
-                    cx.symbolize(v, ("leaf", d), merged="after") if v > 1 else (v,)
+                    (hint and cx.adopt(v, ("like", d), hint[d], firm))
+                    or (cx.symbolize(v, ("leaf", d), merged="after") if v > 1 else (v,))
                     for d, v in enumerate(n.shape))
             else:
                 lay = concrete(n.shape)
@@ -746,7 +772,10 @@ def _build(g, fresh, auto, disabled, bump, merged):
             for j, x in zip(in_idx, n.inputs):
                 if j in waiting:
                     waiting.discard(j)
-                    lay_leaf(j, x)
+                    hint, firm = _scatter_hint(n, j, in_idx, layouts, cut_inputs)
+                    lay_leaf(j, x, hint, firm)
+                    if hint:
+                        prov[j] = prov[j] | prov[in_idx[1]]
             cx.site = i
             ng = len(cx.guesses)
             p_in = empty
@@ -781,6 +810,8 @@ def _build(g, fresh, auto, disabled, bump, merged):
             if p.kwargs is None:
                 p.kwargs = n.kwargs
             _check_sizes(n, p.layout, sizes)
+            if op in _FORWARD_CUTS:
+                cut_inputs.setdefault((op, cut_at(n), n.inputs[0].shape), in_idx[0])
             layouts[i] = p.layout
             if not isinstance(n.dtype, tuple):
                 cx.note_merged(p.layout)
@@ -812,6 +843,26 @@ def _build(g, fresh, auto, disabled, bump, merged):
     plan.n_ops = 0
     plan.rules = tuple(cx.rules.items())   # (in the order derived)
     return plan
+
+
+def _scatter_hint(n: ir.Node, j: int, in_idx: tuple, layouts: list, cut_inputs: dict):
+    """Where constant ``j`` is the base a slice or select of ``n`` scatters into (a cut's
+    gradient: zeros of the uncut size), the likeliest reading of its dims and whether it
+    is firm: the layout of what a cut alike of that size cut (the forward's: firm), else
+    the dims its source has beside the cut one (None there). Else (None, False)."""
+    if n.op not in _SCATTERS or in_idx[0] != j or layouts[in_idx[1]] is None:
+        return None, False
+    where = cut_at(n)
+    cut = cut_inputs.get((_SCATTERS[n.op], where, n.shape))
+    if cut is not None and layouts[cut] is not None:
+        return layouts[cut], True
+    d = where[0]
+    src = list(layouts[in_idx[1]])
+    if n.op is _aten.select_scatter.default:
+        src.insert(d, None)
+    else:
+        src[d] = None
+    return (tuple(src) if len(src) == len(n.shape) else None), False
 
 
 def _apply_rule(rule, n, ins, cx) -> Pad:
@@ -916,6 +967,10 @@ def sanitize(env, x, layout, axes, fill):
 _FAMILIES: "collections.OrderedDict" = collections.OrderedDict()
 _AUTO: dict = {}
 _PLANS: "collections.OrderedDict" = collections.OrderedDict()
+# The structure up to a pad seen padding by varying amounts: the graphs of other families
+# with that pad grow there too (a crop back, ``y[..., :H, :W]``, is no op where the pad
+# added nothing to a dim, so the amounts make families of their own)
+_GROWN: "collections.OrderedDict" = collections.OrderedDict()
 
 
 def _family(g: ir.Graph):
@@ -935,6 +990,10 @@ _SLICE = _aten.slice.Tensor
 CUTS = frozenset((_SLICE, _aten.select.int, _aten.slice_scatter.default,
                   _aten.select_scatter.default))
 _PAD = _aten.constant_pad_nd.default
+# a scatter -> the cut whose gradient it is
+_SCATTERS = {_aten.slice_scatter.default: _SLICE,
+             _aten.select_scatter.default: _aten.select.int}
+_FORWARD_CUTS = frozenset(_SCATTERS.values())
 
 
 def slice_bounds(args, n: int) -> tuple:
@@ -984,8 +1043,8 @@ def _cuts(g: ir.Graph) -> tuple:
             cuts.append((i, (n.op, d, length, step), lo))
             if n.op is _SLICE:
                 slices.append((i, (d, lo, step), length))
-        elif n.op is _PAD:   # (its sizes: one that pads back to a fixed length, below)
-            cuts.append((i, (_PAD, n.shape), n.inputs[0].shape))
+        elif n.op is _PAD:   # (its sizes and amounts: ``_offset_marks``)
+            cuts.append((i, (_PAD,), (n.inputs[0].shape, n.shape, tuple(n.args[1]))))
     return tuple(slices), tuple(cuts)
 
 
@@ -994,14 +1053,21 @@ def _offset_marks(seen_cuts, cuts, known) -> dict:
     first seen, with the same dim, length and step (a length that changes too is the
     slices' business), and is not in ``known``; ``{("fixed", node index): True}`` for
     each ``constant_pad_nd`` whose input changed size while its result did not (padding
-    back to a fixed length: ``F.pad(mask, (0, L - T))``)."""
+    back to a fixed length: ``F.pad(mask, (0, L - T))``), ``{("grow", node index):
+    1}`` for each whose result changed size too, by other amounts (padding up to a
+    multiple: ``F.pad(x, (0, (8 - W % 8) % 8))``; -1 where an amount was negative: that
+    pad's gradient crops)."""
     out = {}
     for (i, how, a), (_, how2, b) in zip(seen_cuts, cuts):
         if a == b or how != how2:
             continue
         if how[0] is _PAD:
-            if ("fixed", i) not in known:
-                out[("fixed", i)] = True
+            (in_a, res_a, pad_a), (in_b, res_b, pad_b) = a, b
+            if in_a == in_b or len(in_a) != len(in_b):
+                continue
+            kind = "fixed" if res_a == res_b else "grow" if pad_a != pad_b else None
+            if kind is not None and (kind, i) not in known:
+                out[(kind, i)] = -1 if kind == "grow" and min(pad_a + pad_b) < 0 else True
         elif how[2] != 0 and ("offset", i) not in known:
             out[("offset", i)] = f"@{i}"
     return out
@@ -1011,17 +1077,18 @@ def _auto_marks(g: ir.Graph, cuts_only: bool = False) -> dict:
     """Automatic dynamic: the marks of ``g``'s family, learnt when a graph of the same
     structure comes back with only some input sizes, slices' lengths or cuts' starts
     changed: ``{(input, dim): symbol}``, ``{("slice", node index): symbol}``,
-    ``{("offset", node index): name}`` and ``{("fixed", node index): True}`` (a pad back
-    to a fixed length). Input dims are learnt from the first change;
+    ``{("offset", node index): name}``, ``{("fixed", node index): True}`` (a pad back
+    to a fixed length) and ``{("grow", node index): 1 or -1}`` (a pad or crop by an
+    amount that varies). Input dims are learnt from the first change;
     slices and offsets also later (a cache read ``k[:, :pos + 1]`` is first seen with
     length 1, which says nothing, and the write at ``pos`` moves from the start).
-    ``cuts_only``: only offsets and fixed pads are learnt (``g`` has marked or padded
+    ``cuts_only``: only offsets and pads are learnt (``g`` has marked or padded
     inputs: its symbols explain its sizes)."""
     fam = _family(g)
     shapes = [n.shape for n in g.data_nodes]
-    auto = _AUTO.get(fam)
-    seen = _FAMILIES.get(fam)
     slices, cuts = _cuts(g)
+    auto = _grown_before(fam, cuts, _AUTO.get(fam))
+    seen = _FAMILIES.get(fam)
     if seen is None or len(seen[0]) != len(shapes):
         _FAMILIES[fam] = (shapes, slices, cuts)
         while len(_FAMILIES) > 256:
@@ -1055,8 +1122,22 @@ def _auto_marks(g: ir.Graph, cuts_only: bool = False) -> dict:
     return _learnt(fam, {**known, **new}, new)
 
 
+def _grown_before(fam, cuts, auto):
+    """``auto`` with ``("grow", i)`` for each pad whose structure up to it (``fam``'s
+    first i + 1 entries) was seen growing by varying amounts in another family."""
+    extra = {("grow", i): _GROWN[fam[0][:i + 1]] for i, how, _ in cuts
+             if how[0] is _PAD and fam[0][:i + 1] in _GROWN
+             and ("grow", i) not in (auto or ())}
+    return {**auto, **extra} if auto and extra else extra or auto
+
+
 def _learnt(fam, auto: dict, new: dict) -> dict:
     """``auto`` becomes the marks of family ``fam``; ``new`` of them are reported."""
+    for k in new:
+        if k[0] == "grow":
+            _GROWN[fam[0][:k[1] + 1]] = new[k]
+            while len(_GROWN) > 256:
+                _GROWN.popitem(last=False)
     _AUTO[fam] = auto
     _PLANS.clear()  # graphs of this family planned as static are dynamic from now on
     _OFFSET_PLANS.clear()
@@ -1064,6 +1145,7 @@ def _learnt(fam, auto: dict, new: dict) -> dict:
         f"slice at node {k[1]} -> {s}" if k[0] == "slice" else
         f"offset at node {k[1]}" if k[0] == "offset" else
         f"pad to a fixed size at node {k[1]}" if k[0] == "fixed" else
+        f"pad by a varying amount at node {k[1]}" if k[0] == "grow" else
         f"input {k[0]} dim {k[1]} -> {s}"
         for k, s in new.items()))
     log.made_dynamic(METRICS.automatic_dynamic[-1])
@@ -1078,8 +1160,8 @@ def _dynamic_inputs(g: ir.Graph) -> tuple:
     if not config.automatic_dynamic:
         return has_dyn or laid, {}
     auto = _auto_marks(g, cuts_only=has_dyn)
-    if has_dyn:   # marks and padding give the sizes; offsets and fixed pads are learnt
-        auto = {k: s for k, s in auto.items() if k[0] == "offset" or k[0] == "fixed"}
+    if has_dyn:   # marks and padding give the sizes; offsets and pads are learnt
+        auto = {k: s for k, s in auto.items() if k[0] in ("offset", "fixed", "grow")}
     # (laid leaves are marked as an earlier graph marked them; the others learnt as ever)
     return has_dyn or laid, auto
 
@@ -1171,6 +1253,7 @@ def refuse_plan(g: ir.Graph, why: str) -> str:
 def reset() -> None:
     _FAMILIES.clear()
     _AUTO.clear()
+    _GROWN.clear()
     _PLANS.clear()
     _OFFSET_PLANS.clear()
 

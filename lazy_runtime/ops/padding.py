@@ -628,6 +628,13 @@ def pad_slice(node, ins, cx):
         if start == 0:
             return Pad(tuple(out), args=(x, d, 0, SymSize(out[d]), 1))
         return Pad(tuple(out), args=(x, d, start), fn=_slice_fn, tag="slice")
+    if lo == 0 and cx.grown & cx.origins((sym,)):
+        # a crop of what a varying pad grew (or of what was computed from it) back to a
+        # symbol's size (``y[..., :H, :W]``), not by the amount it grew this time
+        nd = cx.symbolize(m, "end")
+        if is_sym(nd) and nd != src and dsize(nd, cx.buckets) <= dsize(src, cx.buckets):
+            out[d] = nd
+            return Pad(tuple(out), args=(x, d, 0, SymSize(nd), 1))
     n = cx.sizes[sym]
     start = _pos_spec(lo, n, sym)
     if type(start) is int and _pos_spec(hi, n, sym) != hi:
@@ -725,7 +732,11 @@ def pad_constant_pad(node, ins, cx):
     input's changed), its true elements first and ``value`` after them. Otherwise a
     padded dim grows (``F.pad(labels, (0, 1), value=-100)`` of a causal LM's loss: the
     symbol ``T+1``, padded as a cat that grows it) or shrinks (that pad's gradient: a
-    crop) by constants, its true elements shifted by the left pad."""
+    crop) by constants, its true elements shifted by the left pad; one grown at its end
+    by an amount that varies (automatic dynamic saw it change: ``F.pad(x, (0, (8 - W %
+    8) % 8))`` before windows or strided convolutions) has a symbol of its own, whatever
+    the amount, and its crop back (that pad's gradient) is the prefix of a symbol's
+    size."""
     (lay,) = ins
     x, pad = node.args[:2]
     value = node.args[2] if len(node.args) > 2 else dict(node.kwargs).get("value", 0)
@@ -743,6 +754,16 @@ def pad_constant_pad(node, ins, cx):
             continue
         lo, hi = pad[2 * j], pad[2 * j + 1]
         static[2 * j] = static[2 * j + 1] = 0
+        # (grown first: a pad up to a multiple may also have looked like a fixed one)
+        if lo == 0 and cx.site in cx.grown_pads and len(lay[d]) == 1:
+            sym = lay[d][0]
+            # (no amount this time: a crop where the site crops, else a pad by nothing)
+            crop = hi < 0 or hi == 0 and cx.grown_pads[cx.site] < 0
+            grown = _grown_dim(cx, sym, crop, node.shape[d], d)
+            if grown is not None:
+                out[d] = grown
+                (crops.append((d, grown)) if crop else moves.append((d, sym, 0)))
+                continue
         if lo == 0 and cx.site in cx.fixed_pads:
             _end_padded(node.op, lay[d])
             out[d] = (node.shape[d],)
@@ -761,6 +782,23 @@ def pad_constant_pad(node, ins, cx):
     return Pad(tuple(out), args=(x, tuple(static), value, tuple(fixed), tuple(crops),
                                  tuple(moves)),
                fn=_fixed_pad_fn, tag="pad to a fixed length")
+
+
+def _grown_dim(cx, sym, crop, size, d):
+    """The dim of a dynamic dim ``sym`` padded at its end (or cropped) to ``size`` at a
+    pad whose amount varies: a symbol named for the pad's site, not for the amount (every
+    amount keys one executable; the symbol's size enters it at run time, and no rule gives
+    it: a replay at sizes never traced does not follow it), padded like ``sym``; a crop's
+    is the symbol of ``size`` it keeps. None where a crop's size has no symbol."""
+    if crop:
+        dim = cx.symbolize(size, ("crop", d))
+        return dim if is_sym(dim) else None
+    need = bucket(size, sym)
+    if need > cx.buckets[sym] and sym in cx.inputs:
+        raise Rebucket(sym, need)
+    grown = cx.derive(f"{sym}+pad{cx.site}", size, max(need, cx.buckets[sym]), sym)
+    cx.grown.add(grown)
+    return (grown,)
 
 
 def _moved_sym(op, cx, sym, g):
@@ -1348,7 +1386,7 @@ def _spatial_dim(op, cx, dim, k, s, p, dl):
         return (cx.shrink(sym, -c),), -c
     c += s - 1
     name = f"({sym}{c:+d})//{s}"
-    return (cx.derive(name, (cx.sizes[sym] + c) // s, (cx.buckets[sym] + c) // s,
+    return (cx.derive(name, (cx.sizes[sym] + c) // s, (cx.buckets[sym] + c) // s, sym,
                       rule=lambda n: (n[sym] + c) // s),), 0
 
 

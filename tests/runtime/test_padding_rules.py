@@ -21,7 +21,7 @@ import lazy_runtime as lr
 from conftest import DEV, assert_same, load_example
 
 sys.path.insert(0, str(Path(__file__).resolve().parents[2] / "benchmarks"))
-from varying_vision import Attention  # noqa: E402
+from varying_vision import Attention, Swin  # noqa: E402
 
 
 @pytest.fixture(autouse=True)
@@ -1404,3 +1404,68 @@ def test_a_loop_bounded_by_values_never_runs_on_padding():
     m = _check_padded(polys, lambda T: [torch.randint(0, 6, (T,), generator=torch.Generator(
         ).manual_seed(T))], [(0, "T")], _sizes(9, 16, 3, 11))
     assert m["exact_compiles"] == {} and m["compiles"] == 1, m["recompile_reasons"]
+
+
+def _to_multiple(x, w, k):
+    """A sequence padded at its end up to a multiple of ``k`` (the amount a function of
+    T), cut into windows of ``k``, each window's mean broadcast back over it, a strided
+    conv, then cropped back to T (``y[..., :T]``)."""
+    B, C, T = x.shape
+    h = F.pad(x, (0, (k - T % k) % k))
+    win = h.reshape(B, C, h.shape[-1] // k, k)
+    h = h + (win - win.mean(-1, keepdim=True)).reshape(B, C, -1)
+    y = F.conv_transpose1d(F.conv1d(h, w, stride=2), w, stride=2)
+    return {"y": y[..., :T] * 1.0, "windows": win.amax(-1)}
+
+
+# amounts 3, 7, 2, 5, 1: the first trace pads by a constant (nothing learnt yet); 33
+# and 35 both pad to 40, which looks like a pad to a fixed length until 42 pads to 48
+_MULTIPLES = {"amounts": ([37, 41, 46, 51, 63], 2), "fixed_first": ([33, 35, 42, 46, 38], 3)}
+
+
+@pytest.mark.parametrize("case", sorted(_MULTIPLES))
+def test_padding_up_to_a_multiple_is_one_graph_for_every_amount(case):
+    """``F.pad(x, (0, (8 - T % 8) % 8))``: an amount that changes with T. Once automatic
+    dynamic saw it change, the padded dim is a symbol of the pad's own whatever the
+    amount, and the crop back to T (and that pad's gradient, a crop by an amount that
+    changes) takes T's symbol: one executable for every T of a bucket, values and
+    gradients eager's. Before: one compile per amount."""
+    w = torch.randn(4, 4, 2, generator=torch.Generator().manual_seed(5)) * 0.3
+
+    def inputs(n):
+        return [torch.randn(2, 4, n, generator=torch.Generator().manual_seed(n))]
+
+    sizes, compiles = _MULTIPLES[case]
+    lr.clear_cache()   # (what the other case learnt and compiled)
+    m = _check_padded(lambda x, w: _to_multiple(x, w, 8), inputs, [(2, "T")], sizes,
+                      params=(w.requires_grad_(),), rtol=1e-4, atol=1e-5)
+    assert m["exact_compiles"] == {}, m["recompile_reasons"]
+    assert m["compiles"] == compiles, m["recompile_reasons"]
+    assert any("pad by a varying amount" in line for line in m["automatic_dynamic"]), m
+
+
+def test_a_window_attention_block_padded_up_to_its_window():
+    """A Swin block's core (tokens padded right and below up to a multiple of the window,
+    split into windows, attention inside each, merged back, cropped to the grid: ``t[:,
+    :H, :W]``) at image sizes whose pads differ: values and gradients eager's,
+    no exact compile (before: every size compiled exactly, the windows' merged batch
+    of attention and the crop's gradient read as other symbols of their sizes), and
+    fewer compiles than sizes: a size whose pad adds nothing to a dim has no crop there,
+    a graph of its own."""
+    torch.manual_seed(0)
+    block = Swin(c=8)   # (benchmarks/varying_vision.py's)
+    names = [n for n, _ in block.named_parameters()]
+    params = [p.detach().clone().requires_grad_() for p in block.parameters()]
+
+    def run(x, *ps):
+        return {"out": torch.func.functional_call(block, dict(zip(names, ps)), (x,))}
+
+    def images(n):
+        return [torch.randn(2, 3, *n, generator=torch.Generator().manual_seed(n[0]))]
+
+    # (H/2, W/2) padded by (1, 2), (3, 1), (2, 3), (1, 1), (3, 2): all within one bucket
+    sizes = [(38, 36), (34, 46), (36, 42), (54, 62), (50, 52)]
+    m = _check_padded(run, images, [[(2, "H"), (3, "W")]], sizes, params=params,
+                      rtol=1e-4, atol=1e-5)
+    assert m["exact_compiles"] == {}, m["recompile_reasons"]
+    assert m["compiles"] == 2, m["recompile_reasons"]
