@@ -1469,3 +1469,43 @@ def test_a_window_attention_block_padded_up_to_its_window():
                       rtol=1e-4, atol=1e-5)
     assert m["exact_compiles"] == {}, m["recompile_reasons"]
     assert m["compiles"] == 2, m["recompile_reasons"]
+
+
+def _windowed_lm(ids, mask, emb, qkv, out, w=8):
+    """Longformer's ``_pad_to_window_size``: ids (with a pad id) and mask padded up to a
+    multiple of the window inside the forward, attention inside each window (keys the
+    mask leaves out filled), the output cropped back with ``h[:, :-pad]``."""
+    B, T = ids.shape
+    pad = (w - T % w) % w
+    if pad > 0:
+        ids = F.pad(ids, (0, pad), value=1)
+        mask = F.pad(mask, (0, pad), value=0)
+    h = F.embedding(ids, emb)
+    Tp = h.shape[1]
+    q, k, v = (h @ qkv).view(B, Tp // w, w, 3, -1).unbind(3)
+    a = (q @ k.transpose(-1, -2) / 4.0).masked_fill(mask.view(B, Tp // w, 1, w) == 0, -1e4)
+    h = h + (a.softmax(-1) @ v).reshape(B, Tp, -1)
+    if pad > 0:
+        h = h[:, :-pad]
+    return {"logits": h @ out}
+
+
+def test_a_sequence_padded_up_to_its_attention_window_inside_the_forward():
+    """Ids and their mask padded up to a multiple of the window (8) inside the forward, as
+    Longformer does, and the output cropped back by the amount: one executable for every
+    length of a bucket once the pad's amount was seen to change; values and gradients
+    eager's. Before: a compile per amount, exact where the crop's length met the
+    loss's."""
+    g = torch.Generator().manual_seed(6)
+    params = [torch.randn(*s, generator=g) * 0.3 for s in [(20, 8), (8, 24), (8, 20)]]
+
+    def inputs(n):
+        gi = torch.Generator().manual_seed(n)
+        return [torch.randint(2, 20, (2, n), generator=gi),
+                (torch.rand(2, n, generator=gi) > 0.2).long()]
+
+    # pads 7, 5, 3, 2, 1: the first graph pads by a constant, the others share one
+    m = _check_padded(_windowed_lm, inputs, [(1, "T"), (1, "T")], [41, 35, 45, 38, 63],
+                      params=[p.requires_grad_() for p in params], rtol=1e-4, atol=1e-5)
+    assert m["exact_compiles"] == {}, m["recompile_reasons"]
+    assert m["compiles"] == 2, m["recompile_reasons"]
