@@ -178,6 +178,27 @@ def lower_unfold(x, dim, size, step):
     return jnp.moveaxis(g, d + 1, -1)
 
 
+@rule(aten.unfold_backward.default)
+def unfold_backward_rule(grad, input_sizes, dim, size, step):
+    return tuple(input_sizes), grad.dtype
+
+
+@lowering(aten.unfold_backward.default)
+def lower_unfold_backward(grad, input_sizes, dim, size, step):
+    """Each window's gradient added back at the positions it was cut from (windows
+    overlap where ``step < size``)."""
+    sizes = tuple(input_sizes)
+    if not sizes:
+        return grad.reshape(())
+    d = norm_dim(dim, len(sizes))
+    n = grad.shape[d]
+    idx = (np.arange(n)[:, None] * step + np.arange(size)[None, :]).reshape(-1)
+    g = jnp.moveaxis(grad, -1, d + 1)   # [..., n, size, ...]
+    g = g.reshape(g.shape[:d] + (n * size,) + g.shape[d + 2:])
+    out = jnp.zeros(sizes, grad.dtype)
+    return out.at[(slice(None),) * d + (jnp.asarray(idx),)].add(g, mode="drop")
+
+
 @rule(aten.view.dtype)
 def view_dtype_rule(x, dtype):
     """``x.view(dtype)``: the same bits read as another dtype of the same size (a
@@ -901,3 +922,85 @@ def lower_index_add(x, dim, index, source, *, alpha=1):
     if not (isinstance(alpha, (int, float)) and alpha == 1):
         src = src * cast(alpha, x.dtype)
     return _add_at(x.at[tuple(idx)], src)
+
+
+# ---- reflection padding -------------------------------------------------------------
+# Written as slices, flips and a cat (torch's decomposition gathers with indices made on
+# the host at the input's size): a padded dim is then cut and joined by their padding
+# rules (``torch.stft``'s centring, ``nn.ReflectionPad2d``, ``padding_mode="reflect"``
+# at sizes that vary), and the backward folds the edges' gradients back in place.
+
+_REFLECTIONS = {aten.reflection_pad1d.default: 1, aten.reflection_pad2d.default: 2,
+                aten.reflection_pad3d.default: 3}
+_REFLECTION_BACKWARDS = {aten.reflection_pad1d_backward.default: 1,
+                         aten.reflection_pad2d_backward.default: 2,
+                         aten.reflection_pad3d_backward.default: 3}
+
+
+def _reflection_ok(x, padding, k: int) -> bool:
+    """Whether the pads are what torch's kernel takes without complaint: each in [0,
+    size - 1] of its dim, over a non-empty input of k + 1 or k + 2 dims (otherwise the op
+    runs eagerly: torch's kernel raises its errors, or decides an odd case)."""
+    return x.ndim in (k + 1, k + 2) and x.numel() > 0 and len(padding) == 2 * k and all(
+        0 <= padding[2 * j + e] < x.shape[-1 - j] for j in range(k) for e in (0, 1))
+
+
+def _reflect(x, d: int, lo: int, hi: int):
+    """``x`` reflected ``lo`` elements before and ``hi`` after along dim ``d`` (the edge
+    itself not repeated)."""
+    n = x.shape[d]
+    parts = [aten.flip.default(aten.slice.Tensor(x, d, 1, lo + 1), [d])] if lo else []
+    parts.append(x)
+    if hi:
+        parts.append(aten.flip.default(aten.slice.Tensor(x, d, n - hi - 1, n - 1), [d]))
+    return aten.cat.default(parts, d) if len(parts) > 1 else x
+
+
+def _fold_back(g, d: int, lo: int, hi: int, n: int):
+    """The gradient of ``_reflect`` along dim ``d`` (true size ``n``): the middle, with the
+    reflected edges' gradients added where they were read."""
+    out = aten.slice.Tensor(g, d, lo, lo + n)
+    for edge, start in ((aten.slice.Tensor(g, d, 0, lo), 1) if lo else (None, 0),
+                        (aten.slice.Tensor(g, d, lo + n, lo + n + hi), n - hi - 1)
+                        if hi else (None, 0)):
+        if edge is None:
+            continue
+        width = edge.shape[d]
+        at = aten.slice.Tensor(out, d, start, start + width)
+        out = aten.slice_scatter.default(out, at + aten.flip.default(edge, [d]), d, start,
+                                         start + width)
+    return out
+
+
+def _reflection_pad(op):
+    k = _REFLECTIONS[op]
+
+    def decompose(x, padding):
+        if not _reflection_ok(x, padding, k):
+            raise NoLowering(op, "pads torch refuses or an odd case (its kernel decides)")
+        out = x
+        for j in range(k):
+            out = _reflect(out, x.ndim - 1 - j, padding[2 * j], padding[2 * j + 1])
+        return aten.clone.default(out) if out is x else out   # (never the input itself)
+    return decompose
+
+
+def _reflection_pad_backward(op):
+    k = _REFLECTION_BACKWARDS[op]
+
+    def decompose(grad, x, padding):
+        if not _reflection_ok(x, padding, k):
+            raise NoLowering(op, "pads torch refuses or an odd case (its kernel decides)")
+        out = grad
+        for j in reversed(range(k)):
+            d = x.ndim - 1 - j
+            out = _fold_back(out, d, padding[2 * j], padding[2 * j + 1], x.shape[d])
+        # (no pad at all: a view of the gradient, which a kernel's result never is)
+        return aten.clone.default(out) if not any(padding) else out
+    return decompose
+
+
+for _op in _REFLECTIONS:
+    decomposition(_op)(_reflection_pad(_op))
+for _op in _REFLECTION_BACKWARDS:
+    decomposition(_op)(_reflection_pad_backward(_op))

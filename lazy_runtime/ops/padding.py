@@ -67,6 +67,7 @@ Rules by family:
 from __future__ import annotations
 
 import functools
+import math
 
 import jax.numpy as jnp
 import numpy as np
@@ -77,7 +78,8 @@ from .. import ir
 from ..dynamic import (NoPadRule, Pad, Rebucket, SymSize, bucket, concrete, cut_at, dnorm,
                        dsize, has_sym, is_sym, sanitize, slice_bounds, sym_or_int)
 from .common import check_index, divide, jdt, norm_dim, norm_dims, opmath, vjp
-from .layout import (_jnp_index, _out_of_bounds, lower_pad, mask_rows_put, masked_scatter_from,
+from .layout import (_jnp_index, _out_of_bounds, lower_pad, lower_unfold,
+                     lower_unfold_backward, mask_rows_put, masked_scatter_from,
                      per_element_count, put_at, scatter_along)
 from .nn import (_add_at_argmax, _avg_pool, _batch_norm, _f32, _lowest, _max_pool, _tup,
                  adaptive_max, lower_convolution, lower_convolution_backward, pool_strides)
@@ -372,6 +374,97 @@ def pad_view(node, ins, cx):
     if len(node.args) > 2:
         args += (None,)
     return Pad(out, args=args)
+
+
+def _unfold_fn(ctx, env, in_lays, x, d, size, step, extra):
+    widths = [(0, 0)] * x.ndim
+    widths[d] = (0, extra)
+    return lower_unfold(jnp.pad(x, widths) if extra else x, d, size, step)
+
+
+@pad_rule(aten.unfold.default)
+def pad_unfold(node, ins, cx):
+    """Windows of ``size`` every ``step`` along a padded dim (framing a signal): their
+    count is a convolution's output dim (``(T-size)//step+1``, ``T-size+1``); windows past
+    it read padding, and are padding."""
+    (lay,) = ins
+    x, dim, size, step = node.args
+    d = norm_dim(dim, len(lay)) if lay else 0
+    if not lay or not is_sym(lay[d]):
+        return Pad(tuple(lay[:d]) + ((node.shape[d],),) + tuple(lay[d + 1:]) + ((size,),)
+                   if lay else concrete(node.shape))
+    out, extra = _spatial_dim(node.op, cx, lay[d], size, step, 0, 1)
+    return Pad(tuple(lay[:d]) + (out,) + tuple(lay[d + 1:]) + ((size,),),
+               args=(x, d, size, step, extra), fn=_unfold_fn, tag="unfold")
+
+
+def _unfold_backward_fn(ctx, env, in_lays, g, d, size, step):
+    return lower_unfold_backward(g, ctx.shape, d, size, step)
+
+
+@pad_rule(aten.unfold_backward.default)
+def pad_unfold_backward(node, ins, cx):
+    """The windows' gradient added back along the padded dim they were cut from (the base
+    of the window count's symbol), windows past the count zeroed first."""
+    g, sizes, dim, size, step = node.args
+    (lay,) = ins
+    d = norm_dim(dim, len(sizes)) if sizes else 0
+    if not sizes or not is_sym(lay[d]):   # (other dims padded: the output at their sizes)
+        return Pad(tuple(lay[:d]) + ((sizes[d],),) + tuple(lay[d + 1:-1]),
+                   args=(g, d, size, step), fn=_unfold_backward_fn, tag="unfold backward") \
+            if has_sym(lay) else Pad(concrete(node.shape))
+    if lay[-1] != (size,):   # (a guess: an expand's size read as a symbol of that size)
+        raise NoPadRule(node.op, f"windows of {lay[-1]}, not {size}", _syms(lay[-1:]))
+    frames = _lone_sym(node.op, lay[d])
+    base = cx.shrunk.get(frames, (cx.bases.get(frames),))[0]
+    if base is None or cx.sizes.get(base) != sizes[d]:
+        raise NoPadRule(node.op, f"windows {frames} of no padded dim of size {sizes[d]}",
+                        {frames})
+    return Pad(tuple(lay[:d]) + ((base,),) + tuple(lay[d + 1:-1]), args=(g, d, size, step),
+               pre=((_i(g), (d,), 0),), fn=_unfold_backward_fn, tag="unfold backward")
+
+
+def _framing(shape, size, stride, offset):
+    """(window, step) where ``as_strided(size, stride, offset)`` of a row-major tensor of
+    ``shape`` cuts its last dim into windows (``torch.stft``'s frames: the leading dims
+    merged and laid out again as ``size[:-2]``); else None."""
+    if len(size) < 2 or offset or not shape or stride[-1] != 1 or stride[-2] < 1:
+        return None
+    n, (frames, window), lead = shape[-1], size[-2:], size[:-2]
+    if math.prod(lead) != math.prod(shape[:-1]) or window > n or \
+            frames != (n - window) // stride[-2] + 1:
+        return None
+    row = n
+    for k in reversed(range(len(lead))):
+        if lead[k] != 1 and stride[k] != row:
+            return None
+        row *= lead[k]
+    return window, stride[-2]
+
+
+def _frames_fn(ctx, env, in_lays, x, lead, window, step, extra):
+    rows = x.reshape(-1, x.shape[-1])
+    out = _unfold_fn(ctx, env, in_lays, rows, 1, window, step, extra)
+    return out.reshape(tuple(lead) + out.shape[1:])
+
+
+@pad_rule(aten.as_strided.default)
+def pad_as_strided(node, ins, cx):
+    """Only framing: windows along a padded last dim (``torch.stft``), as ``unfold``."""
+    (lay,) = ins
+    x, size, stride = node.args[:3]
+    offset = node.args[3] if len(node.args) > 3 else None
+    if not has_sym(lay):
+        return Pad(concrete(node.shape))
+    how = _framing(node.inputs[0].shape, tuple(size), tuple(stride), offset or 0)
+    if how is None or has_sym(lay[:-1]) or len(lay[-1]) != 1:
+        raise NoPadRule(node.op, "as_strided of a padded dim (other than windows along "
+                        "the last)", _syms(lay))
+    window, step = how
+    out, extra = _spatial_dim(node.op, cx, lay[-1], window, step, 0, 1)
+    lead = tuple(size[:-2])
+    return Pad(tuple((n,) for n in lead) + (out, (window,)),
+               args=(x, lead, window, step, extra), fn=_frames_fn, tag="frames")
 
 
 @pad_rule(aten.permute.default)

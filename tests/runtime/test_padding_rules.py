@@ -59,17 +59,18 @@ def _marked(x, marks):
     return x
 
 
-def _check_padded(fn, make_inputs, dims, sizes, params=(), rtol=1e-5, atol=1e-5):
+def _check_padded(fn, make_inputs, dims, sizes, params=(), rtol=1e-5, atol=1e-5,
+                  input_grads=True):
     """Run ``fn`` eagerly and lazily (inputs' ``dims`` marked dynamic: one (dim, name)
     pair per input, or a list of them) at each size; compare every output and the
-    gradients of the inputs and ``params``."""
+    gradients of the inputs (floating ones, unless not ``input_grads``) and ``params``."""
     lazy_params = [p.detach().to(DEV).requires_grad_() for p in params]
     lr.mark_step()
     lr.reset_metrics()
     for n in sizes:
         xs = make_inputs(n)
         for x in xs:
-            x.requires_grad_(x.is_floating_point())
+            x.requires_grad_(input_grads and x.is_floating_point())
         want = fn(*xs, *params)
         _backward(_weighted_sum(want))
         xls = [_marked(x.detach(), marks).to(DEV).requires_grad_(x.requires_grad)
@@ -1509,3 +1510,103 @@ def test_a_sequence_padded_up_to_its_attention_window_inside_the_forward():
                       params=[p.requires_grad_() for p in params], rtol=1e-4, atol=1e-5)
     assert m["exact_compiles"] == {}, m["recompile_reasons"]
     assert m["compiles"] == 2, m["recompile_reasons"]
+
+
+def _spectrogram(wav, w, center):
+    """A log power spectrogram (``torch.stft``: reflect-padded when centred, framed by
+    ``as_strided``), a conv over its frames and their mean."""
+    s = torch.stft(wav, 32, 8, window=torch.hann_window(32, device=wav.device),
+                   center=center, return_complex=True)
+    feats = (s.abs() ** 2 + 1e-6).log()
+    return {"feats": feats, "out": F.conv1d(feats, w, padding=1).tanh().mean(-1)}
+
+
+@pytest.mark.parametrize("center", [True, False])
+def test_a_spectrogram_of_signals_of_varying_length(center):
+    """``torch.stft`` of a padded signal (a spectrogram front end: the signal is data,
+    needing no gradient): its frames are windows along the padded dim (a symbol counting
+    them, as a strided convolution's output), the centring reflection is cut and joined
+    by slices, flips and a cat; values and gradients eager's, one compile. Before: an
+    exact compile at every length. (The signal's own gradient, autograd's ``as_strided``
+    backward, an ``index_add`` of host-made positions, still compiles exactly.)"""
+    w = torch.randn(4, 17, 3, generator=torch.Generator().manual_seed(7)) * 0.2
+
+    def signals(n):
+        return [torch.randn(2, n, generator=torch.Generator().manual_seed(n))]
+
+    # (T + 32, the centred signal, stays in T's bucket: one compile)
+    m = _check_padded(lambda x, w: _spectrogram(x, w, center), signals, [(1, "T")],
+                      [150, 181, 201, 224], params=(w.requires_grad_(),), rtol=1e-4,
+                      atol=1e-4, input_grads=False)
+    assert m["exact_compiles"] == {}, m["recompile_reasons"]
+    assert m["compiles"] == 1, m["recompile_reasons"]
+
+
+class _ReflectNet(nn.Module):
+    """An image-to-image generator's edges (CycleGAN's ResNet blocks): reflection padding
+    before each convolution, by ``nn.ReflectionPad2d`` and by ``padding_mode``."""
+
+    def __init__(self):
+        super().__init__()
+        self.pad = nn.ReflectionPad2d((3, 2, 1, 3))
+        self.c1 = nn.Conv2d(3, 4, (5, 6))
+        self.c2 = nn.Conv2d(4, 3, 3, padding=1, padding_mode="reflect")
+
+    def forward(self, x):
+        return {"out": x + self.c2(torch.tanh(self.c1(self.pad(x))))}
+
+
+def test_reflection_padding_of_images_of_varying_size():
+    """Reflection padding of padded H and W (slices near each end, flipped, joined by a
+    cat; its backward folds the edges' gradients back): values and gradients eager's,
+    one compile for the sizes of a bucket. Before: torch's decomposition gathered with
+    indices made on the host at each size, an executable per size."""
+    torch.manual_seed(0)
+    net = _ReflectNet()
+    names = [n for n, _ in net.named_parameters()]
+    params = [p.detach().clone().requires_grad_() for p in net.parameters()]
+
+    def run(x, *ps):
+        return torch.func.functional_call(net, dict(zip(names, ps)), (x,))
+
+    def images(n):
+        return [torch.randn(2, 3, *n, generator=torch.Generator().manual_seed(n[0]))]
+
+    m = _check_padded(run, images, [[(2, "H"), (3, "W")]], [(9, 11), (12, 9), (11, 10)],
+                      params=params, rtol=1e-4, atol=1e-5)
+    assert m["exact_compiles"] == {}, m["recompile_reasons"]
+    assert m["compiles"] == 1, m["recompile_reasons"]
+
+
+def _frames(x, w):
+    """Frames of a signal by ``Tensor.unfold`` (windows of 8 every 4, and of 5 every 1),
+    weighted and summed."""
+    return {"hop4": x.unfold(-1, 8, 4) @ w, "hop1": x.unfold(1, 5, 1).sum(-1) * 1.0}
+
+
+def test_unfolding_a_padded_dim_into_windows():
+    """``x.unfold(dim, size, step)`` along a padded dim: the window count is a symbol
+    (a convolution's output dim); values and gradients eager's, one compile."""
+    w = torch.randn(8, 3, generator=torch.Generator().manual_seed(8))
+
+    def signals(n):
+        return [torch.randn(2, n, generator=torch.Generator().manual_seed(n))]
+
+    m = _check_padded(_frames, signals, [(1, "T")], [19, 26, 32],
+                      params=(w.requires_grad_(),))
+    assert m["exact_compiles"] == {}, m["recompile_reasons"]
+    assert m["compiles"] == 1, m["recompile_reasons"]
+
+
+def test_unfolding_a_concrete_dim_beside_a_padded_batch():
+    """Windows along a concrete dim of a batch whose size varies: the padded batch passes
+    through, and the gradient is laid out at the padded batch's size."""
+    w = torch.randn(4, 2, generator=torch.Generator().manual_seed(9))
+
+    def batches(n):
+        return [torch.randn(n, 11, generator=torch.Generator().manual_seed(n))]
+
+    m = _check_padded(lambda x, w: {"y": x.unfold(1, 4, 3) @ w}, batches, [(0, "B")],
+                      [5, 7, 8], params=(w.requires_grad_(),))
+    assert m["exact_compiles"] == {}, m["recompile_reasons"]
+    assert m["compiles"] == 1, m["recompile_reasons"]
