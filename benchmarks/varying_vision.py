@@ -213,8 +213,10 @@ def sizes(steps: int, multiple: int) -> list:
              rng.randint(24 // multiple, 64 // multiple) * multiple) for _ in range(steps)]
 
 
-def run(name: str, steps: int) -> dict:
-    make, loss_of = MODELS[name]
+def side_by_side(make, loss_of, batches, mark) -> dict:
+    """A model from ``make()`` and its lazy copy trained with SGD on ``batches`` ((x, y)
+    pairs), ``mark(x)`` the lazy step's input: compiles, exact ones, the largest loss
+    difference and the median steps (``varying_audio.py`` too)."""
     torch.manual_seed(0)
     eager = make()
     dev = lr.device()
@@ -224,17 +226,11 @@ def run(name: str, steps: int) -> dict:
     lr.reset_metrics()
     times = {"eager": [], "lazy": []}
     worst = 0.0
-    for step, (H, W) in enumerate(sizes(steps, 4 if name in ("mae", "vit") else 1)):
-        g = torch.Generator().manual_seed(step)
-        x = torch.randn(2, 3, H, W, generator=g)
-        y = torch.randint(0, 5, (2,), generator=g)
+    for x, y in batches:
         losses = []
         for kind, model, opt in (("eager", eager, opts[0]), ("lazy", lazy, opts[1])):
             t0 = time.perf_counter()
-            xx, yy = x, y
-            if kind == "lazy":
-                xx = lr.mark_dynamic(lr.mark_dynamic(x, 2, "H"), 3, "W").to(dev)
-                yy = y.to(dev)
+            xx, yy = (mark(x).to(dev), y.to(dev)) if kind == "lazy" else (x, y)
             loss = loss_of(model(xx), xx, yy)
             loss.backward()
             opt.step()
@@ -245,19 +241,26 @@ def run(name: str, steps: int) -> dict:
             times[kind].append(time.perf_counter() - t0)
         worst = max(worst, abs(losses[1] - losses[0]) / max(abs(losses[0]), 1e-12))
     m = lr.metrics()
-    return {"steps": steps, "compiles": m["compiles"],
+    return {"steps": len(batches), "compiles": m["compiles"],
             "exact": sum(m["exact_compiles"].values()), "worst": worst,
             "eager": statistics.median(times["eager"]), "lazy": statistics.median(times["lazy"]),
             "why": sorted(m["exact_compiles"])}
 
 
-def table(rows: dict, steps: int) -> str:
-    lines = [f"{HEADING} ({DATE})", "",
-             f"`python benchmarks/varying_vision.py --steps {steps} --write`: seven small "
-             "vision models trained unmodified (SGD, batches of 2) at image sizes drawn "
-             "uniform in [24, 64] each step, H and W marked dynamic (power-of-two buckets); "
-             "each against eager torch in the same loop. See the script's docstring for "
-             "the models.", "",
+def run(name: str, steps: int) -> dict:
+    make, loss_of = MODELS[name]
+    batches = []
+    for step, (H, W) in enumerate(sizes(steps, 4 if name in ("mae", "vit") else 1)):
+        g = torch.Generator().manual_seed(step)
+        batches.append((torch.randn(2, 3, H, W, generator=g),
+                        torch.randint(0, 5, (2,), generator=g)))
+    return side_by_side(make, loss_of, batches,
+                        lambda x: lr.mark_dynamic(lr.mark_dynamic(x, 2, "H"), 3, "W"))
+
+
+def table(heading: str, intro: str, rows: dict) -> str:
+    """The section: ``intro``, then a row per model (``run``'s answers)."""
+    lines = [f"{heading} ({DATE})", "", intro, "",
              "| model | steps | compiles | exact among them | ops compiled exactly "
              "| largest loss difference | median step, eager (ms) "
              "| median step, lazy_runtime, compiles included (ms) |",
@@ -269,10 +272,17 @@ def table(rows: dict, steps: int) -> str:
     return "\n".join(lines) + "\n"
 
 
-def main():
-    p = argparse.ArgumentParser(description=__doc__.splitlines()[0])
-    p.add_argument("--steps", type=int, default=8)
-    p.add_argument("--only", default=",".join(MODELS))
+def main(doc=__doc__, models=MODELS, run=run, steps=8, heading=HEADING,
+         intro=lambda steps: f"`python benchmarks/varying_vision.py --steps {steps} --write`: "
+         "seven small vision models trained unmodified (SGD, batches of 2) at image sizes "
+         "drawn uniform in [24, 64] each step, H and W marked dynamic (power-of-two "
+         "buckets); each against eager torch in the same loop. See the script's docstring "
+         "for the models."):
+    """Run ``models`` (``run(name, steps)`` each) and print or write their section (the
+    command line of this script and of ``varying_audio.py``)."""
+    p = argparse.ArgumentParser(description=doc.splitlines()[0])
+    p.add_argument("--steps", type=int, default=steps)
+    p.add_argument("--only", default=",".join(models))
     p.add_argument("--write", action="store_true")
     a = p.parse_args()
     warnings.simplefilter("ignore")
@@ -284,7 +294,7 @@ def main():
         print(name, rows[name], file=sys.stderr)
     sys.path.insert(0, str(ROOT / "benchmarks"))
     from results_file import emit
-    emit(HEADING, table(rows, a.steps), a.write)
+    emit(heading, table(heading, intro(a.steps), rows), a.write)
 
 
 if __name__ == "__main__":
