@@ -1125,6 +1125,8 @@ def _auto_marks(g: ir.Graph, cuts_only: bool = False) -> dict:
 def _grown_before(fam, cuts, auto):
     """``auto`` with ``("grow", i)`` for each pad whose structure up to it (``fam``'s
     first i + 1 entries) was seen growing by varying amounts in another family."""
+    if not _GROWN:
+        return auto
     extra = {("grow", i): _GROWN[fam[0][:i + 1]] for i, how, _ in cuts
              if how[0] is _PAD and fam[0][:i + 1] in _GROWN
              and ("grow", i) not in (auto or ())}

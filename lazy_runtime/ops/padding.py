@@ -26,6 +26,11 @@ Rules by family:
   piece's symbol, at the true size before it (``_piece``). A merged piece (a ViT's patch
   grid flattened, its class token put before it) is a symbol of its own (``_flat``), its
   true elements gathered to its front; cut out again, it has the merged layout back.
+* constant_pad_nd at a padded dim's end: by constants ``T+k``; back to a fixed length;
+  by an amount that varies (up to a multiple, learnt) a symbol of the pad's own
+  (``_grown_dim``), a crop back to a symbol's size taking that symbol.
+* unfold and its backward, as_strided cutting windows along a padded last dim
+  (``torch.stft``): the window count is a strided convolution's output dim.
 * slice/select and their scatter of a *concrete* dim at a moving start (``Cx.offset``):
   ``lax.dynamic_slice``/``dynamic_update_slice`` at a start read at run time.
 * convolution (and its backward): batch dims pass through; a padded spatial dim is zeroed
