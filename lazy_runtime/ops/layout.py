@@ -960,11 +960,12 @@ def _fold_back(g, d: int, lo: int, hi: int, n: int):
     """The gradient of ``_reflect`` along dim ``d`` (true size ``n``): the middle, with the
     reflected edges' gradients added where they were read."""
     out = aten.slice.Tensor(g, d, lo, lo + n)
-    for edge, start in ((aten.slice.Tensor(g, d, 0, lo), 1) if lo else (None, 0),
-                        (aten.slice.Tensor(g, d, lo + n, lo + n + hi), n - hi - 1)
-                        if hi else (None, 0)):
-        if edge is None:
-            continue
+    edges = []   # (an edge's gradient, where its reflection was read from)
+    if lo:
+        edges.append((aten.slice.Tensor(g, d, 0, lo), 1))
+    if hi:
+        edges.append((aten.slice.Tensor(g, d, lo + n, lo + n + hi), n - hi - 1))
+    for edge, start in edges:
         width = edge.shape[d]
         at = aten.slice.Tensor(out, d, start, start + width)
         out = aten.slice_scatter.default(out, at + aten.flip.default(edge, [d]), d, start,
