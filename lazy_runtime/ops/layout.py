@@ -924,84 +924,129 @@ def lower_index_add(x, dim, index, source, *, alpha=1):
     return _add_at(x.at[tuple(idx)], src)
 
 
-# ---- reflection padding -------------------------------------------------------------
-# Written as slices, flips and a cat (torch's decomposition gathers with indices made on
-# the host at the input's size): a padded dim is then cut and joined by their padding
-# rules (``torch.stft``'s centring, ``nn.ReflectionPad2d``, ``padding_mode="reflect"``
-# at sizes that vary), and the backward folds the edges' gradients back in place.
+# ---- reflection and replication padding ---------------------------------------------
+# Written as slices, flips (or an edge expanded) and a cat (torch's decompositions gather
+# with indices made on the host at the input's size): a padded dim is then cut and joined
+# by their padding rules (``torch.stft``'s centring, ``nn.ReflectionPad2d``,
+# ``padding_mode="reflect"`` or ``"replicate"`` at sizes that vary), and the backward
+# adds the edges' gradients back in place.
 
-_REFLECTIONS = {aten.reflection_pad1d.default: 1, aten.reflection_pad2d.default: 2,
-                aten.reflection_pad3d.default: 3}
-_REFLECTION_BACKWARDS = {aten.reflection_pad1d_backward.default: 1,
-                         aten.reflection_pad2d_backward.default: 2,
-                         aten.reflection_pad3d_backward.default: 3}
-
-
-def _reflection_ok(x, padding, k: int) -> bool:
-    """Whether the pads are what torch's kernel takes without complaint: each in [0,
-    size - 1] of its dim, over a non-empty input of k + 1 or k + 2 dims (otherwise the op
-    runs eagerly: torch's kernel raises its errors, or decides an odd case)."""
-    return x.ndim in (k + 1, k + 2) and x.numel() > 0 and len(padding) == 2 * k and all(
-        0 <= padding[2 * j + e] < x.shape[-1 - j] for j in range(k) for e in (0, 1))
+_EDGE_PADS = {}   # op -> (dims padded, reflect: else replicate), forward and backward
+for _k in (1, 2, 3):
+    for _name, _reflect_mode in (("reflection", True), ("replication", False)):
+        _EDGE_PADS[getattr(aten, f"{_name}_pad{_k}d").default] = (_k, _reflect_mode)
+        _EDGE_PADS[getattr(aten, f"{_name}_pad{_k}d_backward").default] = (_k, _reflect_mode)
 
 
-def _reflect(x, d: int, lo: int, hi: int):
-    """``x`` reflected ``lo`` elements before and ``hi`` after along dim ``d`` (the edge
-    itself not repeated)."""
+def _edge_pads_ok(x, padding, k: int, reflect: bool) -> bool:
+    """Whether the runtime's decomposition takes the pads: over a non-empty input of k + 1
+    or k + 2 dims, reflecting by 0 to size - 1 of each dim, replicating by any amount (a
+    negative one crops, leaving something of each dim). Elsewhere the op runs eagerly:
+    torch's kernel raises its errors or decides the odd case (torch's decomposition of a
+    reflection by negative pads gave other values than its kernel)."""
+    if x.ndim not in (k + 1, k + 2) or x.numel() == 0 or len(padding) != 2 * k:
+        return False
+    sizes = [x.shape[-1 - j] for j in range(k)]
+    if reflect:
+        return all(0 <= padding[2 * j + e] < n for j, n in enumerate(sizes) for e in (0, 1))
+    return all(n + padding[2 * j] + padding[2 * j + 1] > 0 for j, n in enumerate(sizes))
+
+
+def _one_edge(n: int, lo: int, hi: int):
+    """Where a replication crops a whole side of a dim of size ``n`` (every output then
+    reads one element, torch's positions being clamped to the dim): that element's
+    position; else None."""
+    if n + min(lo, 0) <= 0:
+        return n - 1
+    if n + min(hi, 0) <= 0:
+        return 0
+    return None
+
+
+def _extend(x, d: int, lo: int, hi: int, reflect: bool):
+    """``x`` with ``lo`` elements before and ``hi`` after along dim ``d``: its edge
+    reflected (the edge itself not repeated), or repeated."""
     n = x.shape[d]
-    parts = [aten.flip.default(aten.slice.Tensor(x, d, 1, lo + 1), [d])] if lo else []
+
+    def edge(start, width):
+        if reflect:
+            return aten.flip.default(aten.slice.Tensor(x, d, start, start + width), [d])
+        sizes = [-1] * x.ndim
+        sizes[d] = width
+        return aten.expand.default(aten.slice.Tensor(x, d, start, start + 1), sizes)
+    parts = [edge(1 if reflect else 0, lo)] if lo else []
     parts.append(x)
     if hi:
-        parts.append(aten.flip.default(aten.slice.Tensor(x, d, n - hi - 1, n - 1), [d]))
+        parts.append(edge(n - hi - 1 if reflect else n - 1, hi))
     return aten.cat.default(parts, d) if len(parts) > 1 else x
 
 
-def _fold_back(g, d: int, lo: int, hi: int, n: int):
-    """The gradient of ``_reflect`` along dim ``d`` (true size ``n``): the middle, with the
-    reflected edges' gradients added where they were read."""
+def _fold_back(g, d: int, lo: int, hi: int, n: int, reflect: bool):
+    """The gradient of ``_extend`` along dim ``d`` (true size ``n``): the middle, with the
+    edges' gradients added where they were read (flipped, or summed into the edge)."""
     out = aten.slice.Tensor(g, d, lo, lo + n)
-    edges = []   # (an edge's gradient, where its reflection was read from)
+    edges = []   # (an edge's gradient, where it was read from)
     if lo:
-        edges.append((aten.slice.Tensor(g, d, 0, lo), 1))
+        edges.append((aten.slice.Tensor(g, d, 0, lo), 1 if reflect else 0))
     if hi:
-        edges.append((aten.slice.Tensor(g, d, lo + n, lo + n + hi), n - hi - 1))
+        edges.append((aten.slice.Tensor(g, d, lo + n, lo + n + hi),
+                      n - hi - 1 if reflect else n - 1))
     for edge, start in edges:
-        width = edge.shape[d]
+        add = aten.flip.default(edge, [d]) if reflect else aten.sum.dim_IntList(edge, [d], True)
+        width = add.shape[d]
         at = aten.slice.Tensor(out, d, start, start + width)
-        out = aten.slice_scatter.default(out, at + aten.flip.default(edge, [d]), d, start,
-                                         start + width)
+        out = aten.slice_scatter.default(out, at + add, d, start, start + width)
     return out
 
 
-def _reflection_pad(op):
-    k = _REFLECTIONS[op]
+def _edge_pad(op):
+    k, reflect = _EDGE_PADS[op]
 
     def decompose(x, padding):
-        if not _reflection_ok(x, padding, k):
+        if not _edge_pads_ok(x, padding, k, reflect):
             raise NoLowering(op, "pads torch refuses or an odd case (its kernel decides)")
         out = x
         for j in range(k):
-            out = _reflect(out, x.ndim - 1 - j, padding[2 * j], padding[2 * j + 1])
+            d, lo, hi = x.ndim - 1 - j, padding[2 * j], padding[2 * j + 1]
+            n = out.shape[d]
+            edge = None if reflect else _one_edge(n, lo, hi)
+            if edge is not None:
+                sizes = [-1] * out.ndim
+                sizes[d] = n + lo + hi
+                out = aten.expand.default(aten.slice.Tensor(out, d, edge, edge + 1), sizes)
+                continue
+            if lo < 0 or hi < 0:   # (replication: a negative pad crops)
+                out = aten.slice.Tensor(out, d, max(-lo, 0), n - max(-hi, 0))
+            out = _extend(out, d, max(lo, 0), max(hi, 0), reflect)
         return aten.clone.default(out) if out is x else out   # (never the input itself)
     return decompose
 
 
-def _reflection_pad_backward(op):
-    k = _REFLECTION_BACKWARDS[op]
+def _edge_pad_backward(op):
+    k, reflect = _EDGE_PADS[op]
 
     def decompose(grad, x, padding):
-        if not _reflection_ok(x, padding, k):
+        if not _edge_pads_ok(x, padding, k, reflect):
             raise NoLowering(op, "pads torch refuses or an odd case (its kernel decides)")
         out = grad
         for j in reversed(range(k)):
-            d = x.ndim - 1 - j
-            out = _fold_back(out, d, padding[2 * j], padding[2 * j + 1], x.shape[d])
+            d, lo, hi = x.ndim - 1 - j, padding[2 * j], padding[2 * j + 1]
+            edge = None if reflect else _one_edge(x.shape[d], lo, hi)
+            if edge is not None:   # (every output read that element)
+                cut = (edge, x.shape[d] - 1 - edge)
+                out = aten.sum.dim_IntList(out, [d], True)
+            else:
+                cut = (max(-lo, 0), max(-hi, 0))
+                out = _fold_back(out, d, max(lo, 0), max(hi, 0), x.shape[d] - sum(cut),
+                                 reflect)
+            if any(cut):   # (the cropped elements: no gradient)
+                widths = [0, 0] * (x.ndim - 1 - d) + list(cut)
+                out = aten.constant_pad_nd.default(out, widths)
         # (no pad at all: a view of the gradient, which a kernel's result never is)
         return aten.clone.default(out) if not any(padding) else out
     return decompose
 
 
-for _op in _REFLECTIONS:
-    decomposition(_op)(_reflection_pad(_op))
-for _op in _REFLECTION_BACKWARDS:
-    decomposition(_op)(_reflection_pad_backward(_op))
+for _op in _EDGE_PADS:
+    decomposition(_op)(_edge_pad_backward(_op) if "backward" in _op._schema.name
+                       else _edge_pad(_op))

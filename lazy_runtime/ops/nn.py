@@ -908,30 +908,6 @@ def lower_bce_logits(x, t, weight=None, pos_weight=None, reduction=1):
 # ---- padding modes, bilinear ------------------------------------------------------------------
 
 
-def _replicate(x, pad):
-    """torch's replication padding: ``pad`` is (left, right) per dim, last dim first; a
-    negative amount crops."""
-    n = len(pad) // 2
-    for k in range(n):   # output position o reads input clamp(o - lo): a crop may empty it
-        axis = x.ndim - 1 - k
-        lo, hi = pad[2 * k], pad[2 * k + 1]
-        src = np.clip(np.arange(x.shape[axis] + lo + hi) - lo, 0, x.shape[axis] - 1)
-        x = jnp.take(x, jnp.asarray(src), axis=axis)
-    return x
-
-
-@rule(aten.replication_pad1d_backward.default, aten.replication_pad2d_backward.default,
-      aten.replication_pad3d_backward.default)
-def replication_pad_backward_rule(g, x, padding):
-    return _shape(x), x.dtype
-
-
-@lowering(aten.replication_pad1d_backward.default, aten.replication_pad2d_backward.default,
-          aten.replication_pad3d_backward.default)
-def lower_replication_pad_backward(g, x, padding):
-    return vjp(lambda x_: _replicate(x_, tuple(padding)), (_f32(x),), _f32(g))[0]
-
-
 def _trilinear_operands(shapes, expands):
     """Each operand's dims in the common rank: its own dims where not expanded."""
     rank = len(shapes[0]) + len(expands[0])

@@ -1544,23 +1544,27 @@ def test_a_spectrogram_of_signals_of_varying_length(center):
 
 class _ReflectNet(nn.Module):
     """An image-to-image generator's edges (CycleGAN's ResNet blocks): reflection padding
-    before each convolution, by ``nn.ReflectionPad2d`` and by ``padding_mode``."""
+    before each convolution, by ``nn.ReflectionPad2d`` and by ``padding_mode``, and a
+    replicated edge."""
 
     def __init__(self):
         super().__init__()
         self.pad = nn.ReflectionPad2d((3, 2, 1, 3))
         self.c1 = nn.Conv2d(3, 4, (5, 6))
-        self.c2 = nn.Conv2d(4, 3, 3, padding=1, padding_mode="reflect")
+        self.c2 = nn.Conv2d(4, 4, 3, padding=1, padding_mode="reflect")
+        self.c3 = nn.Conv2d(4, 3, 3, padding=(2, 1), padding_mode="replicate")
 
     def forward(self, x):
-        return {"out": x + self.c2(torch.tanh(self.c1(self.pad(x))))}
+        h = self.c2(torch.tanh(self.c1(self.pad(x))))
+        return {"out": x + self.c3(h)[:, :, 1:-1]}
 
 
-def test_reflection_padding_of_images_of_varying_size():
-    """Reflection padding of padded H and W (slices near each end, flipped, joined by a
-    cat; its backward folds the edges' gradients back): values and gradients eager's,
-    one compile for the sizes of a bucket. Before: torch's decomposition gathered with
-    indices made on the host at each size, an executable per size."""
+def test_reflection_and_replication_padding_of_images_of_varying_size():
+    """Reflection and replication padding of padded H and W (slices near each end,
+    flipped or expanded, joined by a cat; the backward adds the edges' gradients back):
+    values and gradients eager's, one compile for the sizes of a bucket. Before: torch's
+    decompositions gathered with indices made on the host at each size, an executable
+    per size, and replication's backward compiled exactly."""
     torch.manual_seed(0)
     net = _ReflectNet()
     names = [n for n, _ in net.named_parameters()]
