@@ -1,6 +1,7 @@
 """Reflection and replication padding (the runtime's own decompositions: slices, flips
-or an edge expanded, a cat; and their backward, crops included) and ``unfold``'s backward (windows' gradients added back) against eager torch at
-random sizes, dtypes and pads."""
+or an edge expanded, a cat; and their backward, crops included) and ``unfold``'s
+backward (windows' gradients added back) against eager torch at random sizes, dtypes
+and pads."""
 
 import random
 
