@@ -941,9 +941,9 @@ for _k in (1, 2, 3):
 def _edge_pads_ok(x, padding, k: int, reflect: bool) -> bool:
     """Whether the runtime's decomposition takes the pads: over a non-empty input of k + 1
     or k + 2 dims, reflecting by 0 to size - 1 of each dim, replicating by any amount (a
-    negative one crops, leaving something of each dim). Elsewhere the op runs eagerly:
-    torch's kernel raises its errors or decides the odd case (torch's decomposition of a
-    reflection by negative pads gave other values than its kernel)."""
+    negative one crops) that leaves the result something of each dim. Elsewhere the op
+    runs eagerly: torch's kernel raises its errors or decides the odd case (torch's
+    decomposition of a reflection by negative pads gave other values than its kernel)."""
     if x.ndim not in (k + 1, k + 2) or x.numel() == 0 or len(padding) != 2 * k:
         return False
     sizes = [x.shape[-1 - j] for j in range(k)]
