@@ -59,6 +59,22 @@ def _marked(x, marks):
     return x
 
 
+def _rgb_images(n):
+    """A batch of two 3-channel images of size ``n`` (H, W), seeded by H."""
+    return [torch.randn(2, 3, *n, generator=torch.Generator().manual_seed(n[0]))]
+
+
+def _module_call(module):
+    """(``fn(x, *params)``: ``module`` applied to x with those parameters, its output as
+    ``{"out": y}`` unless a dict; copies of its parameters, requiring grad)."""
+    names = [n for n, _ in module.named_parameters()]
+
+    def fn(x, *ps):
+        out = torch.func.functional_call(module, dict(zip(names, ps)), (x,))
+        return out if isinstance(out, dict) else {"out": out}
+    return fn, [p.detach().clone().requires_grad_() for p in module.parameters()]
+
+
 def _check_padded(fn, make_inputs, dims, sizes, params=(), rtol=1e-5, atol=1e-5,
                   input_grads=True):
     """Run ``fn`` eagerly and lazily (inputs' ``dims`` marked dynamic: one (dim, name)
@@ -291,15 +307,12 @@ def test_a_feature_pyramid_resamples_each_level_to_the_next_ones_size(mode):
         p2 = c2 + F.interpolate(p3, size=c2.shape[-2:], **_RESAMPLE_MODES[mode])
         return {"p3": p3, "out": F.interpolate(p2, size=x.shape[-2:], **_RESAMPLE_MODES[mode])}
 
-    def images(n):
-        return [torch.randn(2, 3, *n, generator=torch.Generator().manual_seed(n[0]))]
-
     g = torch.Generator().manual_seed(4)
     ws = [(torch.randn(3, 3, 3, 3, generator=g) * 0.3).requires_grad_() for _ in range(3)]
     # (the weights' gradients sum thousands of products: eager's float32 ones are 3e-4
     # from float64's, the padded graph's as far)
-    m = _check_padded(pyramid, images, [[(2, "H"), (3, "W")]], [(19, 26), (30, 21), (32, 32)],
-                      params=ws, rtol=1e-4, atol=1e-3)
+    m = _check_padded(pyramid, _rgb_images, [[(2, "H"), (3, "W")]],
+                      [(19, 26), (30, 21), (32, 32)], params=ws, rtol=1e-4, atol=1e-3)
     assert m["exact_compiles"] == {}, m["recompile_reasons"]
     assert m["compiles"] == 1, m["recompile_reasons"]
 
@@ -311,18 +324,10 @@ def test_attention_over_the_pixels_of_a_padded_image():
     dim of that size). Values and gradients equal eager's, one compile. Before: an exact
     compile at every size."""
     torch.manual_seed(0)
-    block = Attention()   # (benchmarks/varying_vision.py's: a diffusion U-Net's block)
-    params = [p.detach().clone().requires_grad_() for p in block.parameters()]
-
-    def attention(x, *ps):
-        return {"out": torch.func.functional_call(block, dict(zip(
-            [n for n, _ in block.named_parameters()], ps)), (x,))}
-
-    def images(n):
-        return [torch.randn(2, 3, *n, generator=torch.Generator().manual_seed(n[0]))]
-
-    m = _check_padded(attention, images, [[(2, "H"), (3, "W")]], [(10, 12), (13, 9), (16, 16)],
-                      params=params, rtol=1e-4, atol=1e-5)
+    # (benchmarks/varying_vision.py's: a diffusion U-Net's block)
+    attention, params = _module_call(Attention())
+    m = _check_padded(attention, _rgb_images, [[(2, "H"), (3, "W")]],
+                      [(10, 12), (13, 9), (16, 16)], params=params, rtol=1e-4, atol=1e-5)
     assert m["exact_compiles"] == {}, m["recompile_reasons"]
     assert m["compiles"] == 1, m["recompile_reasons"]
 
@@ -380,12 +385,9 @@ def test_patchify_by_views_splits_a_padded_dim(p):
     H//p's trailing rows where H's bucket is a multiple of p (p = 4 and power-of-two
     buckets: one executable for the sizes of a bucket); the two merge back into H. With
     p = 3 no power-of-two bucket is: exact, and still right."""
-    def images(n):
-        return [torch.randn(2, 3, *n, generator=torch.Generator().manual_seed(n[0]))]
-
     w = torch.randn(3 * p * p, 8, generator=torch.Generator().manual_seed(2)) * 0.2
     sizes = [(20, 8 * p), (28, 8 * p), (32, 4 * p)] if p == 4 else [(9, 12), (15, 12)]
-    m = _check_padded(lambda x, w: _patches(x, w, p), images, [[(2, "H"), (3, "W")]],
+    m = _check_padded(lambda x, w: _patches(x, w, p), _rgb_images, [[(2, "H"), (3, "W")]],
                       sizes, params=(w.requires_grad_(),), rtol=1e-4, atol=1e-5)
     if p == 4:
         assert m["exact_compiles"] == {}, m["recompile_reasons"]
@@ -419,10 +421,7 @@ def test_tokens_of_a_padded_patch_grid_cat_with_class_and_register_tokens(marks)
     """The cat's dim is a symbol of its own, the true tokens first; the class token, the
     patch tokens cut out again (their layout the grid's) and the gradients of all three
     equal eager's. Before: an exact compile at every size."""
-    def images(n):
-        return [torch.randn(2, 3, *n, generator=torch.Generator().manual_seed(n[0]))]
-
-    m = _check_padded(_vit_tokens, images, [_GRID_MARKS[marks]], _GRIDS[marks],
+    m = _check_padded(_vit_tokens, _rgb_images, [_GRID_MARKS[marks]], _GRIDS[marks],
                       params=_vit_token_params(), rtol=1e-4)
     assert m["exact_compiles"] == {}, m["recompile_reasons"]
     assert m["compiles"] == 1, m["recompile_reasons"]
@@ -1454,19 +1453,10 @@ def test_a_window_attention_block_padded_up_to_its_window():
     fewer compiles than sizes: a size whose pad adds nothing to a dim has no crop there,
     a graph of its own."""
     torch.manual_seed(0)
-    block = Swin(c=8)   # (benchmarks/varying_vision.py's)
-    names = [n for n, _ in block.named_parameters()]
-    params = [p.detach().clone().requires_grad_() for p in block.parameters()]
-
-    def run(x, *ps):
-        return {"out": torch.func.functional_call(block, dict(zip(names, ps)), (x,))}
-
-    def images(n):
-        return [torch.randn(2, 3, *n, generator=torch.Generator().manual_seed(n[0]))]
-
+    run, params = _module_call(Swin(c=8))   # (benchmarks/varying_vision.py's)
     # (H/2, W/2) padded by (1, 2), (3, 1), (2, 3), (1, 1), (3, 2): all within one bucket
     sizes = [(38, 36), (34, 46), (36, 42), (54, 62), (50, 52)]
-    m = _check_padded(run, images, [[(2, "H"), (3, "W")]], sizes, params=params,
+    m = _check_padded(run, _rgb_images, [[(2, "H"), (3, "W")]], sizes, params=params,
                       rtol=1e-4, atol=1e-5)
     assert m["exact_compiles"] == {}, m["recompile_reasons"]
     assert m["compiles"] == 2, m["recompile_reasons"]
@@ -1566,18 +1556,9 @@ def test_reflection_and_replication_padding_of_images_of_varying_size():
     decompositions gathered with indices made on the host at each size, an executable
     per size, and replication's backward compiled exactly."""
     torch.manual_seed(0)
-    net = _ReflectNet()
-    names = [n for n, _ in net.named_parameters()]
-    params = [p.detach().clone().requires_grad_() for p in net.parameters()]
-
-    def run(x, *ps):
-        return torch.func.functional_call(net, dict(zip(names, ps)), (x,))
-
-    def images(n):
-        return [torch.randn(2, 3, *n, generator=torch.Generator().manual_seed(n[0]))]
-
-    m = _check_padded(run, images, [[(2, "H"), (3, "W")]], [(9, 11), (12, 9), (11, 10)],
-                      params=params, rtol=1e-4, atol=1e-5)
+    run, params = _module_call(_ReflectNet())
+    m = _check_padded(run, _rgb_images, [[(2, "H"), (3, "W")]],
+                      [(9, 11), (12, 9), (11, 10)], params=params, rtol=1e-4, atol=1e-5)
     assert m["exact_compiles"] == {}, m["recompile_reasons"]
     assert m["compiles"] == 1, m["recompile_reasons"]
 
