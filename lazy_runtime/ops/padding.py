@@ -726,7 +726,7 @@ def pad_slice(node, ins, cx):
         if start == 0:
             return Pad(tuple(out), args=(x, d, 0, SymSize(out[d]), 1))
         return Pad(tuple(out), args=(x, d, start), fn=_slice_fn, tag="slice")
-    if lo == 0 and cx.grown & cx.origins((sym,)):
+    if lo == 0 and cx.grown and cx.grown & cx.origins((sym,)):
         # a crop of what a varying pad grew (or of what was computed from it) back to a
         # symbol's size (``y[..., :H, :W]``), not by the amount it grew this time
         nd = cx.symbolize(m, "end")
