@@ -216,7 +216,7 @@ def sizes(steps: int, multiple: int) -> list:
 def side_by_side(make, loss_of, batches, mark) -> dict:
     """A model from ``make()`` and its lazy copy trained with SGD on ``batches`` ((x, y)
     pairs), ``mark(x)`` the lazy step's input: compiles, exact ones, the largest loss
-    difference and the median steps (``varying_audio.py`` too)."""
+    difference and the median steps (``varying_audio.py``, ``varying_text.py`` too)."""
     torch.manual_seed(0)
     eager = make()
     dev = lr.device()
@@ -279,7 +279,7 @@ def main(doc=__doc__, models=MODELS, run=run, steps=8, heading=HEADING,
          "buckets); each against eager torch in the same loop. See the script's docstring "
          "for the models."):
     """Run ``models`` (``run(name, steps)`` each) and print or write their section (the
-    command line of this script and of ``varying_audio.py``)."""
+    command line of this script, ``varying_audio.py`` and ``varying_text.py``)."""
     p = argparse.ArgumentParser(description=doc.splitlines()[0])
     p.add_argument("--steps", type=int, default=steps)
     p.add_argument("--only", default=",".join(models))

@@ -2769,10 +2769,11 @@ def pad_index_put(node, ins, cx):
         return Pad(xl, pre=pre)
     if masks:
         raise NoPadRule(node.op, "a boolean mask over a padded dim", _syms(xl))
-    if node.inputs[_i(x)].op is ir.DATA:
+    if node.inputs[_i(x)].op is ir.DATA and node.inputs[_i(x)] not in ir.HOST_RECIPES:
         # (a buffer kept between steps, written in place: a static cache whose length
         # automatic dynamic marked would stay padded after the write, and the forward
-        # replayed on it next would be inlined at every call)
+        # replayed on it next would be inlined at every call; a constant made on the host
+        # this step, the zeros an index's gradient is summed into, is no such buffer)
         raise NoPadRule(node.op, "a write at positions of a padded dim of a graph input",
                         _syms(xl))
     for _, dim in padded:   # (a write at positions: ``y[:, cols] = v`` along a padded T)

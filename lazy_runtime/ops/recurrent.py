@@ -464,24 +464,27 @@ def _on_host(t) -> bool:
         t.device.type == "cpu"
 
 
-def _packed_places(batch_sizes, batch_first: bool, time_dim: int):
-    """(the valid mask [T, B] of the steps the packing keeps, the packed rows' places in a
-    padded tensor flattened over its first two dims [T, B] or, ``batch_first``, [B, T],
-    whose time dim is ``time_dim`` long)."""
+def _packed_steps(batch_sizes):
+    """(the valid mask [T, B] of the steps the packing keeps, each packed row's step t and
+    batch row b [N], in the packing's order: time-major)."""
     B = int(batch_sizes[0]) if len(batch_sizes) else 0
     valid = torch.arange(B)[None, :] < batch_sizes[:, None]
-    t, b = valid.nonzero(as_tuple=True)   # row-major: time-major, as the packing is
-    return valid, (b * time_dim + t) if batch_first else (t * B + b)
+    t, b = valid.nonzero(as_tuple=True)
+    return valid, t, b
 
 
-def _gather_rows(data, places, n_places: int, fill):
-    """Rows of ``data`` [N, *] put at ``places`` of a [n_places, *] result, ``fill``
-    elsewhere: one gather from ``data`` with a filler row appended."""
-    src = torch.full((n_places,), len(places), dtype=torch.int64)
-    src[places] = torch.arange(len(places))
-    filler = data.new_full((1,) + tuple(data.shape[1:]), fill)
-    return torch.cat([data, filler]).index_select(0, src.to(data.device))
+def _packed_rows(shape, t, b):
+    """Each place of a padded [T, B] grid: its packed row, row 0 where no row lands."""
+    rows = torch.zeros(shape, dtype=torch.int64)
+    rows[t, b] = torch.arange(len(t))
+    return rows
 
+
+# Packing and unpacking index the padded grid by (step, row) and the packed rows by a
+# [T, B] grid of rows, never a flattened [T * B] or [B * T] dim: the host-made indices
+# then have the sizes T, B and N = sum(lengths), which automatic dynamic pads (one compile
+# per bucket of them, not one per batch of lengths), and positions in a flattened grid
+# would differ between its true and padded layouts.
 
 def pack_padded(input, lengths, batch_first):
     """``aten::_pack_padded_sequence``: (data [sum(lengths), *], batch_sizes on the host).
@@ -497,9 +500,9 @@ def pack_padded(input, lengths, batch_first):
     if len(batch_sizes) > time_dim:
         raise RuntimeError(f"pack_padded_sequence: a length is {len(batch_sizes)}, but the "
                            f"input has {time_dim} time steps")
-    _, places = _packed_places(batch_sizes, batch_first, time_dim)
-    flat = input.reshape((-1,) + tuple(input.shape[2:]))
-    return flat.index_select(0, places.to(input.device)), batch_sizes
+    _, t, b = _packed_steps(batch_sizes)
+    at = (b, t) if batch_first else (t, b)
+    return input[tuple(i.to(input.device) for i in at)], batch_sizes
 
 
 def _pad_packed(data, batch_sizes, batch_first, padding_value, total_length):
@@ -510,12 +513,17 @@ def _pad_packed(data, batch_sizes, batch_first, padding_value, total_length):
     lengths = torch.ops.aten._pad_packed_sequence.default(
         torch.empty((data.shape[0], 0)), batch_sizes, batch_first, padding_value,
         total_length)[1]
-    T, B = len(batch_sizes), (int(batch_sizes[0]) if len(batch_sizes) else 0)
+    valid, t, b = _packed_steps(batch_sizes)
+    T, B = valid.shape
     T_out = max(T, total_length)
-    _, places = _packed_places(batch_sizes, batch_first, T_out)
-    out = _gather_rows(data, places, T_out * B, padding_value)
-    lead = (B, T_out) if batch_first else (T_out, B)
-    return out.reshape(lead + tuple(data.shape[1:])), lengths
+    rows = _packed_rows((T_out, B), t, b)
+    keep = torch.zeros((T_out, B), dtype=torch.bool)
+    keep[:T] = valid
+    if batch_first:
+        rows, keep = rows.T.contiguous(), keep.T.contiguous()
+    keep = keep.reshape(keep.shape + (1,) * (data.dim() - 1))
+    out = data[rows.to(data.device)]
+    return out.masked_fill(~keep.to(data.device), padding_value), lengths
 
 
 def _layers_on_packed(mode, aten_op):
@@ -530,13 +538,12 @@ def _layers_on_packed(mode, aten_op):
                                    bidirectional)):
             return aten_op.decompose(data, batch_sizes, hx, params, has_biases, num_layers,
                                      dropout, train, bidirectional)
-        valid, places = _packed_places(batch_sizes, False, len(batch_sizes))
-        T, B = valid.shape
-        x = _gather_rows(data, places, T * B, 0).reshape(T, B, data.shape[1])
+        valid, t, b = _packed_steps(batch_sizes)
+        dev = data.device
+        x = data[_packed_rows(valid.shape, t, b).to(dev)]
         out, *finals = _layers(mode, x, states, params, has_biases, num_layers, dropout,
-                               train, bidirectional, valid.to(data.device))
-        out = out.reshape(T * B, out.shape[-1]).index_select(0, places.to(data.device))
-        return (out, *finals)
+                               train, bidirectional, valid.to(dev))
+        return (out[t.to(dev), b.to(dev)], *finals)
     run.__name__ = run.__qualname__ = f"{mode}_packed"
     return run
 

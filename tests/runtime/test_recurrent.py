@@ -318,6 +318,52 @@ def test_packed_lstm_trains_with_one_compile():
     assert m["compiles"] == 1 and m["graphs_executed"] == 3, m["sync_reasons"]
 
 
+VARYING = [
+    (nn.LSTM, dict(batch_first=True, enforce_sorted=False)),
+    (nn.GRU, dict(num_layers=2, bidirectional=True, enforce_sorted=True)),
+    (nn.RNN, dict(batch_first=True, enforce_sorted=True)),
+]
+
+
+@pytest.mark.parametrize("cls,cfg", VARYING, ids=lambda v: getattr(v, "__name__", None) or
+                         "-".join(f"{k}={v}" for k, v in v.items()))
+def test_packed_batches_of_varying_lengths_compile_once_per_bucket(cls, cfg, monkeypatch):
+    """Batches whose longest length and total length change every step (as a loader's
+    do): packing, the packed layers and unpacking index with host-made indices of sizes
+    T, B and sum(lengths), which automatic dynamic pads, so after the second batch (which
+    learns which sizes vary) every batch in the same buckets runs the same executable.
+    Padding holds NaN and huge indices; every loss, output and gradient is eager's."""
+    monkeypatch.setattr(lr.config, "poison_padding", True)
+    torch.manual_seed(len(str(cfg)))
+    kw = {k: v for k, v in cfg.items() if k != "enforce_sorted"}
+    eager = cls(3, 4, **kw)
+    lazy = copy.deepcopy(eager).to(DEV)
+    r = random.Random(str(cfg))
+    lr.mark_step()
+    lr.reset_metrics()
+    for T in (12, 9, 14, 11, 10):   # (T + 2 in bucket 16, sum(lengths) in 33..64 for B = 4)
+        lengths = [T] + [r.randint(max(T - 4, 8), T) for _ in range(3)]
+        if cfg["enforce_sorted"]:
+            lengths.sort(reverse=True)
+        else:
+            r.shuffle(lengths)
+        lengths = torch.tensor(lengths)
+        x = torch.randn((4, T, 3) if cfg.get("batch_first") else (T, 4, 3))
+        want = _run_packed(eager, x.clone().requires_grad_(), lengths, cfg, extra=2)
+        got = _run_packed(lazy, x.to(DEV).requires_grad_(), lengths, cfg, extra=2)
+        lr.mark_step()
+        for name, w, g in zip(("out", "lengths", "h", "c", "grad x"), want, got):
+            if w is not None:
+                assert_same(g, w.detach(), 1e-4, 1e-5, what=f"{name} at T={T}")
+        for (name, pe), pl in zip(eager.named_parameters(), lazy.parameters()):
+            assert_same(pl.grad, pe.grad, 1e-4, 1e-5, what=f"grad {name} at T={T}")
+            pe.grad = pl.grad = None
+    m = lr.metrics()
+    assert m["compiles"] == 2 and m["graphs_executed"] == 5, m["recompile_reasons"]
+    assert m["recompile_reasons"][1].startswith("padded"), m["recompile_reasons"]
+    assert m["fallback_ops"] == {}
+
+
 def test_packing_errors_name_the_problem():
     x = torch.randn(4, 3, 2).to(DEV)
     with pytest.raises(RuntimeError, match="must be sorted in decreasing order"):
@@ -413,7 +459,7 @@ def test_gru_and_rnn_match_torch_as_one_op_per_layer(cls, cfg, dtype, monkeypatc
 def test_gru_and_rnn_eager_fallback_kernels(cls, cfg):
     """The CPU kernels (forced): the steps in torch ops and backpropagation by hand."""
     eager, lazy = _rnn_pair(cls, cfg, torch.float64, 12, 3, 4)
-    x, h0 = torch.randn(5, 2, 3, dtype=torch.float64), None
+    x = torch.randn(5, 2, 3, dtype=torch.float64)
     want = _run_rnn(eager, x.clone().requires_grad_())
     lr.reset_metrics()
     with lr.force_fallback(recurrent.rnn_layer, recurrent.rnn_layer_backward):
