@@ -219,7 +219,9 @@ def weighted_total(out, from_ones: bool = False):
         t = torch.view_as_real(t) if t.is_complex() else t
         if from_ones:
             ones = torch.ones_like(t).detach()
-            w = sum((ones.cumsum(d) for d in range(t.ndim)), ones * 0) * 0.1 - 1
+            # (exact in binary: a weight that rounds to 0 in torch and not where XLA
+            # fuses the multiply and the subtraction would make a difference of noise)
+            w = sum((ones.cumsum(d) for d in range(t.ndim)), ones * 0) * 0.125 - 1.0625
         else:
             w = torch.linspace(-1, 1, t.numel(), dtype=t.dtype).reshape(t.shape).to(t.device)
         total = total + (t * (w + i)).sum()
@@ -265,18 +267,19 @@ def _variant_call(op, sample, device, variant: str):
 _PADDED = [0]   # symbols named so far (each marked dim a symbol of its own)
 
 
-def padded_copy(t, dim: int):
+def padded_copy(t, dim: int, name: str | None = None):
     """``t`` (already on the lazy device) with dim ``dim`` marked dynamic, so that graphs
     run it padded to its bucket, or compile exactly where an op has no padding rule; a
     dim of 0 or 1 stays concrete, as the runtime keeps it. Other tensors of the sample
-    whose dims have that size are read as the same symbol by the runtime."""
+    whose dims have that size are read as the same symbol by the runtime. ``name``: the
+    symbol (default: one of its own)."""
     import torch
     import lazy_runtime as lr
     if not isinstance(t, torch.Tensor) or t.device != lr.device() or t.ndim == 0 or \
             t.shape[dim] < 2:
         return t
     _PADDED[0] += 1
-    return lr.mark_dynamic(t, dim % t.ndim, f"P{_PADDED[0]}")
+    return lr.mark_dynamic(t, dim % t.ndim, name or f"P{_PADDED[0]}")
 
 
 def strided_copy(t, device):

@@ -86,8 +86,10 @@ from .common import check_index, divide, jdt, norm_dim, norm_dims, opmath, vjp
 from .layout import (_jnp_index, _out_of_bounds, lower_pad, lower_unfold,
                      lower_unfold_backward, mask_rows_put, masked_scatter_from,
                      per_element_count, put_at, scatter_along)
-from .nn import (_add_at_argmax, _avg_pool, _batch_norm, _f32, _lowest, _max_pool, _tup,
-                 adaptive_max, lower_convolution, lower_convolution_backward, pool_strides)
+from .nn import (_add_at_argmax, _avg_pool, _batch_norm, _f32, _lowest, _max_pool,
+                 _multi_margin, _multilabel_margin, _trilinear_operands, _tup, adaptive_max,
+                 lower_bce_logits, lower_convolution, lower_convolution_backward,
+                 lower_smooth_l1_loss_backward, pool_strides)
 from . import recurrent
 from .recurrent import layer_backward, layer_forward
 from .resample import (NEAREST, TAPS_TABLE_MAX, _apply, _index_dtype, _nearest,
@@ -485,12 +487,23 @@ def pad_repeat(node, ins, cx):
     the flattened dim (r, T), padded inside as a merge of a batch of r with T is (its
     gradient views it as (r, T) again and sums the copies)."""
     (lay,) = ins
-    reps = tuple(node.args[1])
+    reps = list(node.args[1])
     lead = len(reps) - len(lay)
     out = [(r,) for r in reps[:lead]]
-    for d, r in zip(lay, reps[lead:]):
-        out.append(d if r == 1 else (r,) + d if is_sym(d) else (r * dsize(d, cx.sizes),))
-    return Pad(tuple(out))
+    for k, (d, r) in enumerate(zip(lay, reps[lead:])):
+        if r == 1 or is_sym(d):
+            out.append(d if r == 1 else (r,) + d)
+            continue
+        # (a concrete dim repeated once per sample of a padded batch: instance norm's
+        # weight and running statistics, repeated per sample for its batch norm over the
+        # (sample, channel) pairs; the padded graph repeats it the bucket's count)
+        n = cx.symbolize(r, ("repeat", k))
+        if is_sym(n):
+            out.append(n + tuple(f for f in d if f != 1))
+            reps[lead + k] = SymSize(n)
+        else:
+            out.append((r * dsize(d, cx.sizes),))
+    return Pad(tuple(out), args=(node.args[0], tuple(reps)))
 
 
 @pad_rule(aten.expand.default)
@@ -1422,17 +1435,24 @@ def _batch_norm_backward_fn(ctx, env, in_lays, g, x, w, rm, rv, save_mean, save_
     return tuple(v if k else None for v, k in zip(grads, output_mask))
 
 
-def _channels_concrete(op, lay):
-    if len(lay) > 1 and is_sym(lay[1]):
-        raise NoPadRule(op, "a dynamic channel dim", _syms((lay[1],)))
+def _channel_layout(op, lay, ins, cx, per_channel, shape):
+    """The layout of a per-channel value of shape ``shape``: concrete, or where the
+    channel dim is padded (instance norm's batch norm over the (batch, channel) pairs of
+    a padded batch: channels never mix), that dim's, which the ``per_channel`` arguments
+    (weight, bias, running statistics: repeated per sample) must have too."""
+    if len(lay) < 2 or not is_sym(lay[1]):
+        return concrete(shape)
+    for t in per_channel:
+        if t is not None and not same_layout(cx, ins[_i(t)], (lay[1],)):
+            raise NoPadRule(op, "a dynamic channel dim", _syms((lay[1],), ins[_i(t)]))
+    return (lay[1],)
 
 
 @pad_rule(aten._native_batch_norm_legit_functional.default)
 def pad_batch_norm(node, ins, cx):
     x, w, b, rm, rv, training = node.args[:6]
     lay = ins[_i(x)]
-    _channels_concrete(node.op, lay)
-    stat = concrete(node.shape[1])
+    stat = _channel_layout(node.op, lay, ins, cx, (w, b, rm, rv), node.shape[1])
     outs = (lay, stat, stat) + tuple(ins[_i(t)] if t is not None else None for t in (rm, rv))
     if not training or not _sym_axes(lay, _batch_axes(lay)):
         return Pad(outs)   # evaluation normalizes each element by the running statistics
@@ -1445,12 +1465,11 @@ def pad_batch_norm(node, ins, cx):
 def pad_batch_norm_backward(node, ins, cx):
     g, x, w, rm, rv, save_mean, save_invstd, train = node.args[:8]
     lay = ins[_i(x)]
-    _channels_concrete(node.op, lay)
+    stat = _channel_layout(node.op, lay, ins, cx, (w, rm, rv, save_mean, save_invstd),
+                           node.inputs[_i(x)].shape[1:2])
     if not same_layout(cx, ins[_i(g)], lay):
         raise NoPadRule(node.op, "layouts differ", _syms(lay, ins[_i(g)]))
-    outs = tuple(o if d is not None else None
-                 for o, d in zip((lay, concrete(node.shape[1] or ()), concrete(node.shape[2] or ())),
-                                 node.dtype))
+    outs = tuple(o if d is not None else None for o, d in zip((lay, stat, stat), node.dtype))
     sa = _sym_axes(lay, _batch_axes(lay))
     if not sa:
         return Pad(outs)
@@ -2604,14 +2623,29 @@ def pad_nll_loss_backward(node, ins, cx):
     return Pad(xl, pre=pre)
 
 
-def _mse_fn(ctx, env, in_lays, x, t, reduction=1):
-    lay = env_broadcast(in_lays[0], in_lays[1])
-    d = jnp.square(x.astype(jnp.float32) - t.astype(jnp.float32))
+def _given(node, names: tuple, defaults: tuple) -> list:
+    """``node``'s arguments ``names`` in order: given by position or keyword, else their
+    defaults."""
+    kw = dict(node.kwargs)
+    return [node.args[k] if k < len(node.args) else kw.get(n, d)
+            for k, (n, d) in enumerate(zip(names, defaults))]
+
+
+def _true_reduce(env, lay, v, reduction, dtype=None):
+    """Terms ``v`` of padded layout ``lay`` summed over the true elements (the padding's
+    left out), or their mean (``reduction`` 1: over the true count), as torch ``dtype``
+    (None: as computed)."""
     axes = tuple(range(len(lay)))
     m = env.mask(lay, axes)
-    d = jnp.where(m, d, 0) if m is not None else d
-    s = jnp.sum(d)
-    return (s / env.count(lay, axes) if reduction == 1 else s).astype(jdt(ctx.dtype))
+    s = jnp.sum(v if m is None else jnp.where(m, v, 0))
+    s = s / env.count(lay, axes) if reduction == 1 else s
+    return s if dtype is None else s.astype(jdt(dtype))
+
+
+def _mse_fn(ctx, env, in_lays, x, t, reduction=1):
+    return _true_reduce(env, env_broadcast(in_lays[0], in_lays[1]),
+                        jnp.square(x.astype(jnp.float32) - t.astype(jnp.float32)), reduction,
+                        ctx.dtype)
 
 
 def env_broadcast(a, b):
@@ -2624,7 +2658,7 @@ def env_broadcast(a, b):
 @pad_rule(aten.mse_loss.default)
 def pad_mse_loss(node, ins, cx):
     reduction = node.args[2] if len(node.args) > 2 else dict(node.kwargs).get("reduction", 1)
-    lay = broadcast_layouts(node.op, list(ins), max(len(l) for l in ins))
+    lay = broadcast_layouts(node.op, list(ins), max(len(l) for l in ins), cx)
     if reduction == 0:
         return Pad(lay)
     if not has_sym(lay):
@@ -2644,11 +2678,165 @@ def _mse_backward_fn(ctx, env, in_lays, g, x, t, reduction):
 def pad_mse_loss_backward(node, ins, cx):
     g, x, t, reduction = node.args
     xl = ins[_i(x)]
-    if ins[_i(t)] != xl:
-        raise NoPadRule(node.op, "layouts differ", _syms(xl, ins[_i(t)]))
+    if not same_layout(cx, ins[_i(t)], xl):
+        raise NoPadRule(node.op, "layouts differ", unlike(xl, ins[_i(t)]))
     if not has_sym(xl):
         return Pad(xl)
     return Pad(xl, fn=_mse_backward_fn, tag="mse_backward")
+
+
+def _bce_logits_fn(lay, ctx, env, in_lays, x, t, weight=None, pos_weight=None, reduction=1):
+    return _true_reduce(env, lay, lower_bce_logits(x, t, weight, pos_weight, 0), reduction,
+                        ctx.dtype)
+
+
+@pad_rule(aten.binary_cross_entropy_with_logits.default)
+def pad_bce_logits(node, ins, cx):
+    """Elementwise terms (the weights broadcast to the input, as torch's): the
+    reductions sum the true ones."""
+    x, t, weight, pos_weight, reduction = _given(
+        node, ("self", "target", "weight", "pos_weight", "reduction"), (None,) * 4 + (1,))
+    xl = ins[_i(x)]
+    broadcast_layouts(node.op, [ins[_i(a)] for a in (x, t, weight, pos_weight)
+                                if a is not None], len(xl), cx)
+    if reduction == 0:
+        return Pad(xl)
+    if not has_sym(xl):
+        return Pad(())
+    return Pad((), fn=functools.partial(_bce_logits_fn, xl), tag="bce_logits")
+
+
+def _smooth_l1_backward_fn(lay, ctx, env, in_lays, g, x, t, reduction, beta):
+    d = lower_smooth_l1_loss_backward(g, x, t, 2, beta)   # (2: not over the padded count)
+    if reduction == 1:
+        d = d / env.count(lay, tuple(range(len(lay))))
+    return d.astype(jdt(ctx.dtype))
+
+
+@pad_rule(aten.smooth_l1_loss_backward.default)
+def pad_smooth_l1_loss_backward(node, ins, cx):
+    """Elementwise; a mean's gradient divides by the true count."""
+    lay = broadcast_layouts(node.op, list(ins), max(len(l) for l in ins), cx)
+    if node.args[3] != 1 or not has_sym(lay):
+        return Pad(lay)
+    return Pad(lay, fn=functools.partial(_smooth_l1_backward_fn, lay), tag="smooth_l1_backward")
+
+
+# Margin losses over classes, a row each: the rows may be padded (never the classes); the
+# padding rows' targets are set to a class (multi-margin) or to none (multilabel: -1 first)
+# so that they index in bounds, and the reductions count the true rows.
+
+def _row_loss_layouts(node, xl, tl, cx, multilabel: bool):
+    """The rows' layout (the input's first dim) where only rows are padded, the targets
+    as the rows (as the input, for multilabel); else refuses."""
+    want = xl if multilabel else xl[:1]
+    if len(xl) != 2 or is_sym(xl[1]) or not same_layout(cx, tl, want):
+        raise NoPadRule(node.op, "margin loss over a dynamic class dim, or targets padded "
+                        "unlike the rows", _syms(xl, tl))
+    return xl[:1]
+
+
+def _multi_margin_fn(rows, ctx, env, in_lays, x, target, p=1, margin=1, weight=None,
+                     reduction=1):
+    return _true_reduce(env, rows, _multi_margin(x, target, p, margin, weight, 0), reduction,
+                        ctx.dtype)
+
+
+@pad_rule(aten.multi_margin_loss.default)
+def pad_multi_margin_loss(node, ins, cx):
+    x, target, _, _, weight, reduction = _given(
+        node, ("self", "target", "p", "margin", "weight", "reduction"), (None,) * 4 + (None, 1))
+    xl, tl = ins[_i(x)], ins[_i(target)]
+    if not has_sym(xl) and not has_sym(tl):
+        return Pad(concrete(node.shape))
+    if weight is not None and has_sym(ins[_i(weight)]):
+        raise NoPadRule(node.op, "class weights with a dynamic dim", _syms(ins[_i(weight)]))
+    rows = _row_loss_layouts(node, xl, tl, cx, False)
+    pre = ((_i(target), (0,), 0),)
+    if reduction == 0:
+        return Pad(rows, pre=pre)
+    return Pad((), pre=pre, fn=functools.partial(_multi_margin_fn, rows), tag="multi_margin")
+
+
+def _multi_margin_backward_fn(rows, ctx, env, in_lays, g, x, target, p, margin, weight=None,
+                              reduction=1):
+    def loss(x_):
+        v = _multi_margin(x_, target, p, margin, weight, 0)
+        return v if reduction == 0 else _true_reduce(env, rows, v, reduction)
+    return vjp(loss, (_f32(x),), _f32(g))[0].astype(jdt(ctx.dtype))
+
+
+@pad_rule(aten.multi_margin_loss_backward.default)
+def pad_multi_margin_loss_backward(node, ins, cx):
+    _, x, target, _, _, weight, _ = _given(
+        node, ("grad_output", "self", "target", "p", "margin", "weight", "reduction"),
+        (None,) * 5 + (None, 1))
+    xl, tl = ins[_i(x)], ins[_i(target)]
+    if not has_sym(xl) and not has_sym(tl):
+        return Pad(xl)
+    if weight is not None and has_sym(ins[_i(weight)]):
+        raise NoPadRule(node.op, "class weights with a dynamic dim", _syms(ins[_i(weight)]))
+    rows = _row_loss_layouts(node, xl, tl, cx, False)
+    return Pad(xl, pre=((_i(target), (0,), 0),),
+               fn=functools.partial(_multi_margin_backward_fn, rows), tag="multi_margin_bwd")
+
+
+def _multilabel_fn(rows, ctx, env, in_lays, x, target, reduction):
+    v, is_target = _multilabel_margin(x, target, 0)
+    return (_true_reduce(env, rows, v, reduction, ctx.dtype[0]) if reduction else v,
+            is_target.astype(x.dtype).reshape(target.shape))
+
+
+@pad_rule(aten.multilabel_margin_loss_forward.default)
+def pad_multilabel_margin_loss(node, ins, cx):
+    x, target, reduction = node.args
+    xl, tl = ins[_i(x)], ins[_i(target)]
+    if not has_sym(xl) and not has_sym(tl):
+        return Pad(tuple(concrete(s) for s in node.shape))
+    rows = _row_loss_layouts(node, xl, tl, cx, True)
+    return Pad((rows if reduction == 0 else (), tl), pre=((_i(target), (0,), -1),),
+               fn=functools.partial(_multilabel_fn, rows), tag="multilabel_margin")
+
+
+def _multilabel_backward_fn(rows, ctx, env, in_lays, g, x, target, reduction, is_target):
+    def loss(x_):
+        v = _multilabel_margin(x_, target, 0)[0]
+        return v if reduction == 0 else _true_reduce(env, rows, v, reduction)
+    return vjp(loss, (x,), g)[0]
+
+
+@pad_rule(aten.multilabel_margin_loss_backward.default)
+def pad_multilabel_margin_loss_backward(node, ins, cx):
+    _, x, target, _, _ = node.args
+    xl, tl = ins[_i(x)], ins[_i(target)]
+    if not has_sym(xl) and not has_sym(tl):
+        return Pad(xl)
+    rows = _row_loss_layouts(node, xl, tl, cx, True)
+    return Pad(xl, pre=((_i(target), (0,), -1),),
+               fn=functools.partial(_multilabel_backward_fn, rows), tag="multilabel_margin_bwd")
+
+
+@pad_rule(aten._trilinear.default)
+def pad_trilinear(node, ins, cx):
+    """``nn.Bilinear``'s product (and its gradients): any dim may be padded (a batch); a
+    summed one's padding is zeroed in every operand first (the weight's gradient sums
+    over the batch)."""
+    i1, i2, i3, e1, e2, e3, sumdim = node.args[:7]
+    operands = (i1, i2, i3)
+    lays = [ins[_i(t)] for t in operands]
+    rank, dims = _trilinear_operands(lays, (e1, e2, e3))
+    full = []
+    pre = []
+    for t, lay, ds in zip(operands, lays, dims):
+        f = [(1,)] * rank
+        for d, dim in zip(ds, lay):
+            f[d] = dim
+        full.append(tuple(f))
+        summed = tuple(a for a, d in enumerate(ds) if d in sumdim and is_sym(lay[a]))
+        if summed:
+            pre.append((_i(t), summed, 0))
+    out = broadcast_layouts(node.op, full, rank, cx)
+    return Pad(tuple(d for k, d in enumerate(out) if k not in set(sumdim)), pre=tuple(pre))
 
 
 # ---- embedding ----------------------------------------------------------------------
@@ -2677,7 +2865,7 @@ def pad_embedding_backward(node, ins, cx):
 # ---- indexing -----------------------------------------------------------------------
 
 
-def _leading_index(node, ins, xl, indices, into_padded: bool = False):
+def _leading_index(node, ins, xl, indices, into_padded: bool = False, cx=None):
     """(layout of the broadcast index, p, k) of ``x[:, ..., idx0, ..., idx(k-1)]``: after p
     full dims, k adjacent index tensors index dims of x (rows of a table, the columns
     ``x[:, cols]``), concrete ones unless ``into_padded``; None for other patterns."""
@@ -2691,14 +2879,14 @@ def _leading_index(node, ins, xl, indices, into_padded: bool = False):
         raise NoPadRule(node.op, "indexing into a dynamic dim", _syms(xl))
     ils = [ins[_i(i)] for i in indices[p:]]
     nd = max(len(l) for l in ils)
-    return broadcast_layouts(node.op, ils, nd), p, k
+    return broadcast_layouts(node.op, ils, nd, cx), p, k
 
 
 @pad_rule(aten.index.Tensor)
 def pad_index(node, ins, cx):
     x, indices = node.args
     xl = ins[_i(x)]
-    r = _leading_index(node, ins, xl, indices, into_padded=True)
+    r = _leading_index(node, ins, xl, indices, into_padded=True, cx=cx)
     if r is None:
         raise NoPadRule(node.op, "index pattern", _syms(*ins))
     il, p, k = r
@@ -2743,7 +2931,7 @@ def _index_put_true_size_fn(padded, ctx, env, in_lays, x, indices, values, accum
 def pad_index_put(node, ins, cx):
     x, indices, values = node.args[:3]
     xl = ins[_i(x)]
-    r = _leading_index(node, ins, xl, indices, into_padded=True)
+    r = _leading_index(node, ins, xl, indices, into_padded=True, cx=cx)
     if r is None:
         raise NoPadRule(node.op, "index pattern", _syms(*ins))
     il, p, k = r

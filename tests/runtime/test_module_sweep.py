@@ -81,6 +81,20 @@ def test_the_module_sweep_finds_these_modules_agreeing_with_torch(name, training
     assert rec["samples"] >= 1
 
 
+@pytest.mark.parametrize("name,variant", [
+    ("nn.BCEWithLogitsLoss", "padded"), ("nn.InstanceNorm2d", "padded"),
+    ("nn.Bilinear", "padded"), ("nn.Conv2d", "padded_last")])
+def test_the_padded_module_sweep_runs_them_padded_and_agreeing(name, variant, monkeypatch):
+    """``--variant padded``: each forward input's first (last) dim marked, padded to the
+    sweep's buckets (sizes up to 12 padded to 13), its padding poisoned; the samples run
+    padded (``padded_runs``), none at an exact shape, and agree with torch."""
+    monkeypatch.setattr(lr.config, "poison_padding", True)
+    monkeypatch.setattr(lr.config, "buckets", S.PADDED_BUCKETS)
+    rec = S._run_module(_info(name), torch.float32, True, 3, variant=variant)
+    assert rec["status"] == "match", rec
+    assert rec["padded_runs"] >= 1 and rec["exact"] == [], rec
+
+
 def test_the_module_sweep_tells_a_wrong_buffer_apart():
     """Its judgement can fail: a module whose lazy run updates a buffer differently."""
     class Drifts(nn.Module):
