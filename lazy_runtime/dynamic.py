@@ -676,9 +676,9 @@ def _leaf_layouts(g, fresh, auto):
             layouts[i] = lay
         else:
             marks = dict(leaf_marks(n) or laid_marks(n))
-            for (di, d), s in auto.items():
-                if di == k:
-                    marks.setdefault(d, s)
+            for key, s in auto.items():
+                if key[0] == k:
+                    marks.setdefault(key[1], s)
             if marks:
                 lay = []
                 for d, v in enumerate(n.shape):
@@ -724,6 +724,7 @@ def _build(g, fresh, auto, disabled, bump, merged):
     buckets = {s: max(bucket(v, s), bump.get(s, 0)) for s, v in sizes.items()}
     _lockstep(sizes, buckets)
     cx = Cx(sizes, buckets, disabled)
+    soft = {k[1:]: s for k, s in auto.items() if k[0] == "soft"}
     cx.merged = {v: list(ds) for v, ds in merged.items()}
     cx.slice_marks = slice_marks
     cx.offset_marks = offset_marks
@@ -743,6 +744,29 @@ def _build(g, fresh, auto, disabled, bump, merged):
     waiting = {i for i, k in ordinal.items() if k in fresh and i not in marked}
     cut_inputs: dict = {}   # (op, where it cuts, the input's shape) -> the input's index
 
+    def soft_dims(lay, k, shape):
+        """``lay`` with each concrete dim that automatic dynamic learnt of plain input
+        ``k`` (``soft``) made that symbol: the labels' own length beside a marked signal,
+        where no symbol of the graph has its size. A guess, withdrawn where it meets a
+        contradiction (labels of a batch that a marked image keeps concrete)."""
+        out = list(lay)
+        for d, v in enumerate(shape):
+            s = soft.get((k, d))
+            if s is None or v <= 1 or is_sym(lay[d]):
+                continue
+            while s in sizes and sizes[s] != v:
+                s = s + "'"
+            at = (cx.site, ("soft", d))
+            if (at, s) in cx.disabled:
+                continue
+            cx.guesses.append((at, s))
+            if s not in sizes:
+                sizes[s] = v
+                buckets[s] = max(bucket(v, s), bump.get(s, 0))
+                cx.inputs = cx.inputs | {s}
+            out[d] = (s,)
+        return tuple(out)
+
     def lay_leaf(i, n, hint=None, firm=False):
         cx.site = i
         ng = len(cx.guesses)
@@ -755,6 +779,8 @@ def _build(g, fresh, auto, disabled, bump, merged):
                     for d, v in enumerate(n.shape))
             else:
                 lay = concrete(n.shape)
+            if soft:
+                lay = soft_dims(lay, ordinal[i], n.shape)
         layouts[i] = lay
         entries[i] = (ir.DATA, lay, n.dtype)
         if len(cx.guesses) > ng:
@@ -1073,7 +1099,7 @@ def _offset_marks(seen_cuts, cuts, known) -> dict:
     return out
 
 
-def _auto_marks(g: ir.Graph, cuts_only: bool = False) -> dict:
+def _auto_marks(g: ir.Graph, inputs: frozenset | None = None) -> dict:
     """Automatic dynamic: the marks of ``g``'s family, learnt when a graph of the same
     structure comes back with only some input sizes, slices' lengths or cuts' starts
     changed: ``{(input, dim): symbol}``, ``{("slice", node index): symbol}``,
@@ -1082,8 +1108,10 @@ def _auto_marks(g: ir.Graph, cuts_only: bool = False) -> dict:
     amount that varies). Input dims are learnt from the first change;
     slices and offsets also later (a cache read ``k[:, :pos + 1]`` is first seen with
     length 1, which says nothing, and the write at ``pos`` moves from the start).
-    ``cuts_only``: only offsets and pads are learnt (``g`` has marked or padded
-    inputs: its symbols explain its sizes)."""
+    ``inputs``: the data leaves (ordinals) whose dims may be learnt, and no slice's
+    length (``g`` has marked or padded inputs, whose symbols explain the sizes that
+    follow from them: only the plain inputs' own, the labels of a batch whose signal is
+    marked, are learnt beside them, ``_dynamic_inputs``); None: every leaf and slice."""
     fam = _family(g)
     shapes = [n.shape for n in g.data_nodes]
     slices, cuts = _cuts(g)
@@ -1101,15 +1129,17 @@ def _auto_marks(g: ir.Graph, cuts_only: bool = False) -> dict:
 
     def name(x, y):
         return groups.setdefault((x, y), f"s{len(_AUTO)}_{len(known) + len(groups)}")
-    if not cuts_only and seen != shapes and not any(type(k[0]) is int for k in known):
+    if seen != shapes and not any(type(k[0]) is int for k in known):
         for k, (a, b) in enumerate(zip(seen, shapes)):
             if len(a) != len(b):
                 return {}
+            if inputs is not None and k not in inputs:
+                continue
             for d, (x, y) in enumerate(zip(a, b)):
                 if x != y:
                     new[(k, d)] = name(x, y)
     short = False
-    for (i, how, x), (_, how2, y) in zip(() if cuts_only else seen_slices, slices):
+    for (i, how, x), (_, how2, y) in zip(() if inputs is not None else seen_slices, slices):
         if x != y and how == how2 and ("slice", i) not in known:   # the same cut, resized
             if min(x, y) > 1:
                 new[("slice", i)] = name(x, y)
@@ -1161,9 +1191,19 @@ def _dynamic_inputs(g: ir.Graph) -> tuple:
     laid = not has_dyn and bool(_LAID) and any(n in _LAID for n in g.data_nodes)
     if not config.automatic_dynamic:
         return has_dyn or laid, {}
-    auto = _auto_marks(g, cuts_only=has_dyn)
-    if has_dyn:   # marks and padding give the sizes; offsets and pads are learnt
-        auto = {k: s for k, s in auto.items() if k[0] in ("offset", "fixed", "grow")}
+    plain = None
+    if has_dyn:   # (marks and padding give the sizes; offsets, pads and the own sizes
+        # of integer or boolean inputs copied in for this graph are learnt: labels of a
+        # length of their own beside a marked signal; not a parameter's, which a model of
+        # another width in a graph of this structure would change, nor a host-made
+        # constant's)
+        plain = frozenset(k for k, n in enumerate(g.data_nodes)
+                          if n.aux is None and k in g.fresh and n not in ir.HOST_RECIPES
+                          and not (n.dtype.is_floating_point or n.dtype.is_complex))
+    auto = _auto_marks(g, plain)
+    if has_dyn:   # (a plain input's dims are soft: used where its layout finds no symbol)
+        auto = {(("soft",) + k if type(k[0]) is int else k): s for k, s in auto.items()
+                if k[0] in ("offset", "fixed", "grow") or type(k[0]) is int}
     # (laid leaves are marked as an earlier graph marked them; the others learnt as ever)
     return has_dyn or laid, auto
 

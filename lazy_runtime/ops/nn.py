@@ -710,6 +710,11 @@ def lower_nll_loss(x, target, weight, reduction, ignore_index):
     check_index(target, n_classes,
                 f"nll_loss: a target is out of bounds (not in [0, {n_classes}))",
                 ignore=ignore_index)
+    return nll_loss_values(x, target, weight, reduction, ignore_index)
+
+
+def nll_loss_values(x, target, weight, reduction, ignore_index):
+    """``nll_loss``'s (loss, total weight), its targets taken as checked."""
     _, _, lp, w = _nll_parts(x, target, weight, ignore_index)
     loss = -lp * w
     if reduction == 0:

@@ -82,14 +82,14 @@ from jax import lax
 from .. import ir
 from ..dynamic import (NoPadRule, Pad, Rebucket, SymSize, bucket, concrete, cut_at, dnorm,
                        dsize, has_sym, is_sym, sanitize, slice_bounds, sym_or_int)
-from .common import check_index, divide, jdt, norm_dim, norm_dims, opmath, vjp
+from .common import check_index, divide, jdt, norm_dim, norm_dims, opmath, out_of_range, vjp
 from .layout import (_jnp_index, _out_of_bounds, lower_pad, lower_unfold,
                      lower_unfold_backward, mask_rows_put, masked_scatter_from,
                      per_element_count, put_at, scatter_along)
 from .nn import (_add_at_argmax, _avg_pool, _batch_norm, _f32, _lowest, _max_pool,
                  _multi_margin, _multilabel_margin, _trilinear_operands, _tup, adaptive_max,
                  lower_bce_logits, lower_convolution, lower_convolution_backward,
-                 lower_smooth_l1_loss_backward, pool_strides)
+                 lower_smooth_l1_loss_backward, nll_loss_values, pool_strides)
 from . import recurrent
 from .recurrent import layer_backward, layer_forward
 from .resample import (NEAREST, TAPS_TABLE_MAX, _apply, _index_dtype, _nearest,
@@ -2585,35 +2585,54 @@ def pad_roll(node, ins, cx):
 # ---- losses -------------------------------------------------------------------------
 
 
-def _nll_layouts(node, xl, tl, cx):
-    """The class dim must be concrete, and the targets padded as the input's other dims
-    (labels of 16 read as a 16-pixel H // 2 beside a batch of 16 are withdrawn)."""
-    if len(xl) >= 2 and is_sym(xl[1]) or len(xl) == 1 and is_sym(xl[0]):
-        raise NoPadRule(node.op, "nll_loss over a dynamic class dim", _syms(xl))
+def _nll_layouts(node, ins, xl, tl, weight, cx):
+    """The class dim's layout where it is dynamic (the in-batch negatives of a
+    contrastive loss: a padded batch's logits against each other; class weights, if
+    any, laid out alike), else None; the targets must be padded as the input's other
+    dims (labels of 16 read as a 16-pixel H // 2 beside a batch of 16 are withdrawn)."""
+    classes = xl[1] if len(xl) >= 2 else xl[0] if xl else (1,)
+    if not is_sym(classes):
+        classes = None
+    elif weight is not None and not same_layout(cx, ins[_i(weight)], (classes,)):
+        raise NoPadRule(node.op, "nll_loss over a dynamic class dim, its weights not",
+                        _syms(xl, ins[_i(weight)]))
     if not same_layout(cx, tl, xl[:1] + xl[2:] if len(xl) >= 2 else ()):
         raise NoPadRule(node.op, f"targets {tl} padded unlike the input {xl}",
                         unlike(tl, xl[:1] + xl[2:] if len(xl) >= 2 else ()))
+    return classes
+
+
+def _nll_classes_fn(classes, ctx, env, in_lays, x, target, weight, reduction, ignore_index):
+    """``nll_loss`` over a padded class dim: targets checked against its true size."""
+    n = env.count((classes,), (0,))
+    check(out_of_range(target, 0, n, ignore_index), "nll_loss: a target is out of bounds "
+          "(not in [0, the number of classes)); the class dim is dynamic: checked against "
+          "its true size")
+    return nll_loss_values(x, target, weight, reduction, ignore_index)
 
 
 @pad_rule(aten.nll_loss_forward.default, aten.nll_loss2d_forward.default)
 def pad_nll_loss(node, ins, cx):
     x, target, weight, reduction, ignore = node.args
     xl, tl = ins[_i(x)], ins[_i(target)]
-    _nll_layouts(node, xl, tl, cx)
+    classes = _nll_layouts(node, ins, xl, tl, weight, cx)
     pre = ()
     ta = tuple(a for a in range(len(tl)) if is_sym(tl[a]))
     if ta:
         xa = tuple(a for a in range(len(xl)) if a != 1 and is_sym(xl[a]))
         pre = ((_i(target), ta, ignore), (_i(x), xa, 0))
     out = tl if reduction == 0 else ()
-    return Pad((out, ()), pre=pre)
+    if classes is None:
+        return Pad((out, ()), pre=pre)
+    return Pad((out, ()), pre=pre, fn=functools.partial(_nll_classes_fn, classes),
+               tag="nll_loss classes")
 
 
 @pad_rule(aten.nll_loss_backward.default, aten.nll_loss2d_backward.default)
 def pad_nll_loss_backward(node, ins, cx):
     g, x, target, weight, reduction, ignore, total = node.args
     xl, tl = ins[_i(x)], ins[_i(target)]
-    _nll_layouts(node, xl, tl, cx)
+    _nll_layouts(node, ins, xl, tl, weight, cx)   # (its targets were checked forward)
     ta = tuple(a for a in range(len(tl)) if is_sym(tl[a]))
     pre = ()
     if ta:
@@ -2814,6 +2833,56 @@ def pad_multilabel_margin_loss_backward(node, ins, cx):
     rows = _row_loss_layouts(node, xl, tl, cx, True)
     return Pad(xl, pre=((_i(target), (0,), -1),),
                fn=functools.partial(_multilabel_backward_fn, rows), tag="multilabel_margin_bwd")
+
+
+# CTC: each row's lengths bound what its alpha and beta read (t < input length, s <= 2 *
+# target length), so steps past the true T and labels past the true S are never read;
+# padding rows read their own garbage lengths. The loss reads the lengths on the host for
+# log_alpha's width, 2 L + 1 (L the longest target): a symbol of the targets' S where L
+# is S, so one executable serves every batch in a bucket of T and S (speech recognition
+# at varying utterance lengths).
+
+def _ctc_layouts(node, ins, cx, lp, targets, lengths):
+    """(T, B) of the log-probabilities' layout; refuses a dynamic class dim, padded
+    concatenated targets, and targets or lengths padded unlike the batch."""
+    ll = ins[_i(lp)]
+    if is_sym(ll[2]):
+        raise NoPadRule(node.op, "ctc_loss over a dynamic class dim", _syms(ll))
+    tl = ins[_i(targets)]
+    if len(tl) != 2 and has_sym(tl):
+        raise NoPadRule(node.op, "ctc_loss of padded concatenated targets", _syms(tl))
+    lays = [tl[:1]] if len(tl) == 2 else []
+    lays += [ins[_i(x)] for x in lengths if type(x) is ir.Input]
+    if not all(same_layout(cx, lay, ll[1:2]) for lay in lays):
+        raise NoPadRule(node.op, "ctc_loss targets or lengths padded unlike the batch",
+                        _syms(ll, *lays))
+    return ll[0], ll[1]
+
+
+@pad_rule(aten._ctc_loss.Tensor, aten._ctc_loss.default)
+def pad_ctc_loss(node, ins, cx):
+    lp, targets, il, tl = node.args[:4]
+    T, B = _ctc_layouts(node, ins, cx, lp, targets, (il, tl))
+    width = node.shape[1][2]
+    S = ins[_i(targets)][1] if len(ins[_i(targets)]) == 2 else (0,)
+    sym = _lone_sym(node.op, S)
+    if sym is not None and width == 2 * cx.sizes[sym] + 1:
+        W = (cx.derive(f"2*{sym}+1", width, 2 * cx.buckets[sym] + 1, sym,
+                       rule=lambda n: 2 * n[sym] + 1),)
+    else:
+        W = (width,)
+    return Pad(((B,), (B, T, W)))
+
+
+@pad_rule(aten._ctc_loss_backward.Tensor, aten._ctc_loss_backward.default)
+def pad_ctc_loss_backward(node, ins, cx):
+    g, lp, targets, il, tl, nll, log_alpha = node.args[:7]
+    T, B = _ctc_layouts(node, ins, cx, lp, targets, (il, tl))
+    al = ins[_i(log_alpha)]
+    if not same_layout(cx, al[:2], (B, T)) or not same_layout(cx, ins[_i(nll)], (B,)):
+        raise NoPadRule(node.op, "ctc_loss_backward's log_alpha padded unlike its input",
+                        _syms(al, ins[_i(lp)]))
+    return Pad(ins[_i(lp)])
 
 
 @pad_rule(aten._trilinear.default)

@@ -3,6 +3,7 @@
 exact-shape fallback. Compiles are few: each test's sizes share buckets."""
 
 import copy
+import re
 
 import pytest
 import torch
@@ -350,6 +351,33 @@ def test_mark_dynamic_on_a_cpu_tensor_and_automatic_dynamic():
     lr.mark_dynamic(x, 0, "B")
     assert_same(f(x.to(DEV), wl), f(x, w), rtol=1e-5, atol=1e-6)
     assert lr.metrics()["buckets"]["B"] == [16]
+
+
+def test_a_plain_input_beside_a_marked_one_learns_its_own_size():
+    """A signal marked at T and labels of a length S of their own (a batch's longest,
+    unmarked): S is learnt from the second batch on (before, the labels' every length
+    compiled, keyed exactly); host-made constants are left to be laid out at their use."""
+    w = torch.randn(3, 5)
+    wl = w.to(DEV)
+
+    def f(x, labels):
+        h = (x @ w if x.device.type == "cpu" else x @ wl).log_softmax(-1)   # (T, 5)
+        counts = F.one_hot(labels, 5).float().sum(0)                         # (S, 5)
+        return {"score": h.sum(0) @ counts.T, "count": counts.sum(1)}
+    lr.mark_step()
+    lr.reset_metrics()
+    sizes = [(20, 5), (25, 7), (30, 6), (18, 8)]   # (T, S): buckets 32 and 8
+    for T, S in sizes:
+        x, labels = torch.randn(T, 3), torch.randint(0, 5, (S, 4))
+        got = f(lr.mark_dynamic(x, 0, "T").to(DEV), labels.to(DEV))
+        for k, want in f(x, labels).items():
+            assert_same(got[k], want, rtol=1e-5, atol=1e-5, what=f"{k} at {T, S}")
+    m = lr.metrics()
+    # (20, 5): T padded, S exact; (25, 7): S learnt; the others reuse it
+    assert m["compiles"] == 2 and m["padded_executions"] == len(sizes), m["recompile_reasons"]
+    assert len(m["automatic_dynamic"]) == 1 and re.fullmatch(
+        r"input \d+ dim 0 -> s\d+_\d+", m["automatic_dynamic"][0]), m["automatic_dynamic"]
+    assert not m["exact_compiles"], m["recompile_reasons"]
 
 
 def test_compile_with_an_analyzer_plan_marks_inputs_from_the_first_call(tmp_path):

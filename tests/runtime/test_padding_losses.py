@@ -3,8 +3,10 @@ sizes inside one bucket with the padding poisoned (NaN, a large int or True): po
 losses reduced over a padded batch (binary cross entropy with logits, smooth L1's
 gradient, MSE), margin losses over padded rows, ``nn.Bilinear``, instance norm over a
 padded batch (its batch norm over (sample, channel) pairs, weight and running statistics
-repeated per sample), and a target marked with a symbol of its own meeting the output of
-the same length computed from another input. One compile each, none at an exact shape."""
+repeated per sample), a target marked with a symbol of its own meeting the output of the
+same length computed from another input, cross entropy over a padded class dim (a
+contrastive loss's in-batch negatives), and CTC loss over padded frames and labels. One
+compile each, none at an exact shape."""
 
 import copy
 
@@ -151,3 +153,86 @@ def test_a_target_marked_apart_meets_the_output_of_its_length(sizes, s_bucket):
                       rtol=1e-4, atol=1e-5)
     _one_compile(m, len(sizes))
     assert m["buckets"]["S"] == [s_bucket], m["buckets"]
+
+
+def contrastive(x, y, wx, wy):
+    """In-batch negatives (CLIP's loss): a padded batch's embeddings scored against each
+    other, the classes of the cross entropy being the batch itself."""
+    u = F.normalize(x @ wx, dim=-1)
+    v = F.normalize(y @ wy, dim=-1)
+    logits = u @ v.T * 5.0
+    labels = torch.arange(x.shape[0], device=x.device)
+    w = torch.linspace(0.5, 1.5, x.shape[0], device=x.device)
+    return {"clip": (F.cross_entropy(logits, labels) + F.cross_entropy(logits.T, labels)) / 2,
+            "weighted": F.cross_entropy(logits, labels, weight=w, label_smoothing=0.1),
+            "none": F.cross_entropy(logits, labels.flip(0), reduction="none") * 1.0}
+
+
+def test_cross_entropy_over_a_padded_class_dim():
+    params = [torch.randn(8, 6, generator=_gen(5)).requires_grad_(),
+              torch.randn(4, 6, generator=_gen(6)).requires_grad_()]
+
+    def inputs(B):
+        g = _gen(B)
+        return torch.randn(B, 8, generator=g), torch.randn(B, 4, generator=g)
+    sizes = _sizes(9, 16)
+    m = _check_padded(contrastive, inputs, [(0, "B")] * 2, sizes, params=params,
+                      rtol=1e-4, atol=1e-5)
+    _one_compile(m, len(sizes))
+
+
+def test_a_target_past_the_true_classes_of_a_padded_class_dim_raises():
+    """Checked against the true class count (13), not the bucket's (16)."""
+    lr.mark_step()
+    lr.reset_metrics()
+    logits = lr.mark_dynamic(torch.randn(13, 13), 1, "C").to(DEV)
+    target = torch.tensor([0, 12, 13]).to(DEV)
+    loss = F.cross_entropy(logits[:3], target)
+    with pytest.raises(lr.IndexCheckError, match="the class dim is dynamic"):
+        loss.item()
+    assert lr.metrics()["padded_executions"] >= 1
+
+
+def ctc_losses(x, targets, il, tl, w):
+    """x (T, B, 4) frames, targets (B, S) labels 1..5 padded to the longest, lengths on the
+    host (as a speech recognizer's batch); sums scaled down as in ``pointwise_losses``."""
+    lp = (x @ w).log_softmax(-1)
+    impossible = tl.clone()
+    impossible[0] = il[0] + 1   # (more labels than frames: an infinite loss, zeroed)
+    return {"mean": F.ctc_loss(lp, targets, il, tl),
+            "sum": F.ctc_loss(lp, targets, il, tl, reduction="sum") * 0.05,
+            "none": F.ctc_loss(lp, targets, il, tl, reduction="none") * 0.05,
+            "zero_infinity": F.ctc_loss(lp, targets, il, impossible.clamp(max=targets.shape[1]),
+                                        zero_infinity=True)}
+
+
+def test_ctc_loss_over_padded_frames_and_labels():
+    """Frames (T) and labels (S) padded: each row's lengths bound what it reads; log_alpha's
+    width 2 S + 1 is a symbol of S. One compile for batches in one bucket of T and S."""
+    w = torch.randn(4, 6, generator=_gen(7)).requires_grad_()
+    wl = w.detach().to(DEV).requires_grad_()
+    lr.mark_step()
+    lr.reset_metrics()
+    sizes = [(21, 6), (30, 8), (25, 5), (32, 7)]   # (T, S): buckets 32 and 8
+    for T, S in sizes:
+        g = _gen(T * S)
+        x = torch.randn(T, 3, 4, generator=g)
+        tl = torch.tensor([S, max(S - 2, 1), 3])
+        il = torch.tensor([T, T - 3, T - 7])
+        targets = torch.randint(1, 6, (3, S), generator=g)
+        xe = x.clone().requires_grad_()
+        xl = lr.mark_dynamic(x, 0, "T").to(DEV).requires_grad_()
+        tgl = lr.mark_dynamic(targets, 1, "S").to(DEV)
+        want = ctc_losses(xe, targets, il, tl, w)
+        got = ctc_losses(xl, tgl, il, tl, wl)
+        for outs in (want, got):
+            sum((v.sin() * (i + 1)).sum() for i, v in enumerate(outs.values())).backward()
+        lr.mark_step()
+        for k in want:
+            assert_same(got[k], want[k].detach(), 1e-4, 1e-5, what=f"{k} at {T, S}")
+        assert_same(xl.grad, xe.grad, 1e-4, 1e-5, what=f"grad x at {T, S}")
+        assert_same(wl.grad, w.grad, 1e-4, 1e-5, what=f"grad w at {T, S}")
+        w.grad = wl.grad = None
+    m = lr.metrics()
+    _one_compile(m, len(sizes))
+    assert m["buckets"]["2*S+1"] == [17], m["buckets"]
