@@ -647,6 +647,14 @@ def build_plan(g: ir.Graph, fresh: frozenset, auto: dict):
 _DERIVED = re.compile(r"[-+*/()'~]")   # in a derived symbol's name (``Cx.derive``)
 
 
+def _own_name(sym: str, v: int, sizes: dict) -> str:
+    """``sym``, primed until no other size holds the name (one symbol of two sizes in a
+    graph: two leaves marked alike with different lengths)."""
+    while sym in sizes and sizes[sym] != v:
+        sym = sym + "'"
+    return sym
+
+
 def _leaf_layouts(g, fresh, auto):
     """Layouts of the DATA leaves from marks, padding and automatic dynamic; sizes."""
     sizes: dict = {}
@@ -665,9 +673,8 @@ def _leaf_layouts(g, fresh, auto):
                 # a symbol derived by an earlier graph gets a name of this graph's own: a
                 # loop that grows a value by one each step (``cat([ids, new])``) would
                 # otherwise derive ``T+1``, then ``T+1+1``, a new key every step
-                t = derived.setdefault(s, f"~{len(derived)}") if _DERIVED.search(s) else s
-                while t in sizes and sizes[t] != v:
-                    t = t + "'"
+                t = _own_name(derived.setdefault(s, f"~{len(derived)}")
+                              if _DERIVED.search(s) else s, v, sizes)
                 rename[s] = t
                 sizes[t] = v
             if any(a != b for a, b in rename.items()):
@@ -691,9 +698,7 @@ def _leaf_layouts(g, fresh, auto):
                     if s is None or v <= 1:
                         lay.append((v,))
                         continue
-                    t = s
-                    while t in sizes and sizes[t] != v:
-                        t = t + "'"
+                    t = _own_name(s, v, sizes)
                     sizes[t] = v
                     lay.append((t,))
                 layouts[i] = tuple(lay)
@@ -754,8 +759,7 @@ def _build(g, fresh, auto, disabled, bump, merged):
             s = soft.get((k, d))
             if s is None or v <= 1 or is_sym(lay[d]):
                 continue
-            while s in sizes and sizes[s] != v:
-                s = s + "'"
+            s = _own_name(s, v, sizes)
             at = (cx.site, ("soft", d))
             if (at, s) in cx.disabled:
                 continue

@@ -2764,7 +2764,7 @@ def _multi_margin_fn(rows, ctx, env, in_lays, x, target, p=1, margin=1, weight=N
 @pad_rule(aten.multi_margin_loss.default)
 def pad_multi_margin_loss(node, ins, cx):
     x, target, _, _, weight, reduction = _given(
-        node, ("self", "target", "p", "margin", "weight", "reduction"), (None,) * 4 + (None, 1))
+        node, ("self", "target", "p", "margin", "weight", "reduction"), (None,) * 5 + (1,))
     xl, tl = ins[_i(x)], ins[_i(target)]
     if not has_sym(xl) and not has_sym(tl):
         return Pad(concrete(node.shape))
@@ -2789,7 +2789,7 @@ def _multi_margin_backward_fn(rows, ctx, env, in_lays, g, x, target, p, margin, 
 def pad_multi_margin_loss_backward(node, ins, cx):
     _, x, target, _, _, weight, _ = _given(
         node, ("grad_output", "self", "target", "p", "margin", "weight", "reduction"),
-        (None,) * 5 + (None, 1))
+        (None,) * 6 + (1,))
     xl, tl = ins[_i(x)], ins[_i(target)]
     if not has_sym(xl) and not has_sym(tl):
         return Pad(xl)

@@ -517,13 +517,13 @@ def _pad_packed(data, batch_sizes, batch_first, padding_value, total_length):
     T, B = valid.shape
     T_out = max(T, total_length)
     rows = _packed_rows((T_out, B), t, b)
-    keep = torch.zeros((T_out, B), dtype=torch.bool)
-    keep[:T] = valid
+    empty = torch.ones((T_out, B), dtype=torch.bool)   # (the places no packed row fills)
+    empty[:T] = ~valid
     if batch_first:
-        rows, keep = rows.T.contiguous(), keep.T.contiguous()
-    keep = keep.reshape(keep.shape + (1,) * (data.dim() - 1))
+        rows, empty = rows.T.contiguous(), empty.T.contiguous()
+    empty = empty.reshape(empty.shape + (1,) * (data.dim() - 1))
     out = data[rows.to(data.device)]
-    return out.masked_fill(~keep.to(data.device), padding_value), lengths
+    return out.masked_fill(empty.to(data.device), padding_value), lengths
 
 
 def _layers_on_packed(mode, aten_op):

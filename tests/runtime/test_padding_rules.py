@@ -75,6 +75,17 @@ def _module_call(module):
     return fn, [p.detach().clone().requires_grad_() for p in module.parameters()]
 
 
+def _check_images_through(module, sizes, compiles=1):
+    """``module`` on batches of two RGB images of each of ``sizes`` (H and W marked):
+    values and gradients eager's (``_check_padded``), ``compiles`` compiles, none
+    exact."""
+    run, params = _module_call(module)
+    m = _check_padded(run, _rgb_images, [[(2, "H"), (3, "W")]], sizes, params=params,
+                      rtol=1e-4, atol=1e-5)
+    assert m["exact_compiles"] == {}, m["recompile_reasons"]
+    assert m["compiles"] == compiles, m["recompile_reasons"]
+
+
 def _check_padded(fn, make_inputs, dims, sizes, params=(), rtol=1e-5, atol=1e-5,
                   input_grads=True):
     """Run ``fn`` eagerly and lazily (inputs' ``dims`` marked dynamic: one (dim, name)
@@ -325,11 +336,7 @@ def test_attention_over_the_pixels_of_a_padded_image():
     compile at every size."""
     torch.manual_seed(0)
     # (benchmarks/varying_vision.py's: a diffusion U-Net's block)
-    attention, params = _module_call(Attention())
-    m = _check_padded(attention, _rgb_images, [[(2, "H"), (3, "W")]],
-                      [(10, 12), (13, 9), (16, 16)], params=params, rtol=1e-4, atol=1e-5)
-    assert m["exact_compiles"] == {}, m["recompile_reasons"]
-    assert m["compiles"] == 1, m["recompile_reasons"]
+    _check_images_through(Attention(), [(10, 12), (13, 9), (16, 16)])
 
 
 def _sine_positions(x, w):
@@ -1453,13 +1460,10 @@ def test_a_window_attention_block_padded_up_to_its_window():
     fewer compiles than sizes: a size whose pad adds nothing to a dim has no crop there,
     a graph of its own."""
     torch.manual_seed(0)
-    run, params = _module_call(Swin(c=8))   # (benchmarks/varying_vision.py's)
-    # (H/2, W/2) padded by (1, 2), (3, 1), (2, 3), (1, 1), (3, 2): all within one bucket
-    sizes = [(38, 36), (34, 46), (36, 42), (54, 62), (50, 52)]
-    m = _check_padded(run, _rgb_images, [[(2, "H"), (3, "W")]], sizes, params=params,
-                      rtol=1e-4, atol=1e-5)
-    assert m["exact_compiles"] == {}, m["recompile_reasons"]
-    assert m["compiles"] == 2, m["recompile_reasons"]
+    # (benchmarks/varying_vision.py's; (H/2, W/2) padded by (1, 2), (3, 1), (2, 3),
+    # (1, 1), (3, 2): all within one bucket)
+    _check_images_through(Swin(c=8), [(38, 36), (34, 46), (36, 42), (54, 62), (50, 52)],
+                          compiles=2)
 
 
 def _windowed_lm(ids, mask, emb, qkv, out, w=8):
@@ -1556,11 +1560,7 @@ def test_reflection_and_replication_padding_of_images_of_varying_size():
     decompositions gathered with indices made on the host at each size, an executable
     per size, and replication's backward compiled exactly."""
     torch.manual_seed(0)
-    run, params = _module_call(_ReflectNet())
-    m = _check_padded(run, _rgb_images, [[(2, "H"), (3, "W")]],
-                      [(9, 11), (12, 9), (11, 10)], params=params, rtol=1e-4, atol=1e-5)
-    assert m["exact_compiles"] == {}, m["recompile_reasons"]
-    assert m["compiles"] == 1, m["recompile_reasons"]
+    _check_images_through(_ReflectNet(), [(9, 11), (12, 9), (11, 10)])
 
 
 def _frames(x, w):
