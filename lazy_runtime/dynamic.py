@@ -1134,14 +1134,19 @@ def _auto_marks(g: ir.Graph, inputs: frozenset | None = None) -> dict:
     def name(x, y):
         return groups.setdefault((x, y), f"s{len(_AUTO)}_{len(known) + len(groups)}")
     if seen != shapes and not any(type(k[0]) is int for k in known):
-        for k, (a, b) in enumerate(zip(seen, shapes)):
-            if len(a) != len(b):
-                return {}
-            if inputs is not None and k not in inputs:
+        if any(len(a) != len(b) for a, b in zip(seen, shapes)):
+            return {}
+        host = [n in ir.HOST_RECIPES for n in g.data_nodes]
+        changed = [(k, d, x, y) for k, (a, b) in enumerate(zip(seen, shapes))
+                   if inputs is None or k in inputs
+                   for d, (x, y) in enumerate(zip(a, b)) if x != y]
+        for k, d, x, y in sorted(changed, key=lambda c: host[c[0]]):
+            if host[k] and any(a > 0 and (x, y) == (x // a * a, x // a * b) and x // a > 1
+                               for a, b in list(groups)):
+                # (a constant the step made, of a merged size: B*T rows of zeros, the
+                # arange over a mixture of experts' B*T*k picks: laid out at its use)
                 continue
-            for d, (x, y) in enumerate(zip(a, b)):
-                if x != y:
-                    new[(k, d)] = name(x, y)
+            new[(k, d)] = name(x, y)
     short = False
     for (i, how, x), (_, how2, y) in zip(() if inputs is not None else seen_slices, slices):
         if x != y and how == how2 and ("slice", i) not in known:   # the same cut, resized

@@ -44,8 +44,13 @@ Rules by family:
   operands zeroed there.
 * sort, topk, kthvalue, median, nanmedian and mode: along a concrete dim the other dims
   pass through; along a dim padded at its end the padding sorts last (k checked against
-  the true size in the graph). scatter along a padded dim from an index padded there as
-  well (a sort's gradient): padded positions write to themselves.
+  the true size in the graph). A sort along a merged dim padded inside compacts it first
+  (``_flat``: a mixture of experts' (B, T, k) picks); indices into such a dim are mapped
+  to their padded places (``_spread``), and a view splitting a compacted dim spreads it
+  back (``_spread_dims``). histc/histogram over a given range, and ``_grouped_mm`` over
+  rows sorted by expert (the padding past the last offset). scatter along a padded dim
+  from an index padded there as well (a sort's gradient): padded positions write to
+  themselves; scatter_add from one into a concrete dim (a gather's gradient): adds 0.
 * reductions: sum 0, prod 1, amax/max -inf, amin/min +inf, any False, all True,
   logsumexp -inf; mean, var and std divide by the true count.
 * softmax/log_softmax along a padded dim: -inf; their backward: 0.
@@ -95,8 +100,9 @@ from .recurrent import layer_backward, layer_forward
 from .resample import (NEAREST, TAPS_TABLE_MAX, _apply, _index_dtype, _nearest,
                        _one_length_taps, linear_taps, lower_upsample_bilinear,
                        nearest_source, pairs_table, resample_axis, taps_table)
-from .reduction import (kth_position, lower_logsumexp, median_position, mode_position,
-                        pick_sorted, sorted_along, squared_magnitude, top_k, var_input)
+from .reduction import (histogram_linear, kth_position, lower_logsumexp, median_position,
+                        mode_position, pick_sorted, sorted_along, squared_magnitude, top_k,
+                        var_input)
 from .registry import ELEMENTWISE, check, pad_rule
 
 aten = torch.ops.aten
@@ -359,6 +365,50 @@ def _split(cx, sym, k) -> str:
     return name
 
 
+def _spread_dims(cx, lay):
+    """``lay`` with each compacted merged dim (``_flat``) spread back to its factors'
+    padded layout, or None where it has none. A lone symbol of a compacted dim's true and
+    padded sizes is laid out alike, true elements first (the ``arange(n)`` written at a
+    mixture of experts' sorted positions, whose length automatic dynamic learnt), so it
+    spreads as that dim where one compacted dim has them."""
+    out = tuple(_compacted(cx, d) or d for d in lay)
+    return None if out == lay else out
+
+
+def _compacted(cx, dim):
+    """The merged dim that ``dim`` holds compacted (``_spread_dims``), or None."""
+    if len(dim) != 1 or type(dim[0]) is not str:
+        return None
+    if dim[0] in cx.flats:
+        return cx.flats[dim[0]]
+    alike = [m for f, m in cx.flats.items()
+             if (cx.sizes[f], cx.buckets[f]) == (cx.sizes[dim[0]], cx.buckets[dim[0]])]
+    return alike[0] if len(alike) == 1 else None
+
+
+def _kept_dims(cx, node, lay) -> list:
+    """The dims of ``lay`` that a view to ``node.shape`` keeps whole (an unsqueeze's):
+    those of the leading and trailing runs of dims of equal sizes."""
+    shape = [d for d in node.shape if d != 1]
+    dims = [d for d in lay if d != (1,)]
+    kept = []
+    for seq_l, seq_s in ((dims, shape), (dims[::-1], shape[::-1])):
+        for d, v in zip(seq_l, seq_s):
+            if dsize(d, cx.sizes) != v:
+                break
+            kept.append(d)
+    return kept
+
+
+def _spread_view_fn(lay, spread, out, ctx, env, in_lays, x, *args):
+    """A view of compacted dims (``lay``) that splits them: their true elements put back
+    at their places in the merged layout (``spread``), then viewed as ``out``."""
+    for d, (a, b) in enumerate(zip(lay, spread)):
+        if a != b:
+            x = _compact(env, x, d, b, back=True)
+    return x.reshape(tuple(env.dsize(d) for d in out))
+
+
 def _unsplit(cx, fac) -> list:
     """Factors with each (sym//k, k) of a split merged back into sym."""
     out = []
@@ -376,11 +426,23 @@ def pad_view(node, ins, cx):
     (lay,) = ins
     if not has_sym(lay):
         return Pad(tuple((s,) for s in node.shape))
+    spread = _spread_dims(cx, lay)
+    if spread is not None and not all(d in _kept_dims(cx, node, lay)
+                                      for d, e in zip(lay, spread) if d != e):
+        # a compacted dim split or merged (a mixture of experts' outputs in the tokens'
+        # order, viewed as (B*T, k, C), then (B, T, C)): its factors' layout again
+        out = regroup(node.op, spread, node.shape, cx)
+        return Pad(out, args=_view_args(node, out),
+                   fn=functools.partial(_spread_view_fn, lay, spread, out),
+                   tag="view of a compacted dim")
     out = regroup(node.op, lay, node.shape, cx)
+    return Pad(out, args=_view_args(node, out))
+
+
+def _view_args(node, out) -> tuple:
+    """A view's arguments with its sizes symbolic (``out``: its layout)."""
     args = (node.args[0], tuple(sym_or_int(d) for d in out))
-    if len(node.args) > 2:
-        args += (None,)
-    return Pad(out, args=args)
+    return args + (None,) if len(node.args) > 2 else args
 
 
 def _unfold_fn(ctx, env, in_lays, x, d, size, step, extra):
@@ -667,14 +729,31 @@ def _flat_index(n, src_sizes, dst_sizes):
     """For positions 0..n-1 of a merged dim in the layout of factor sizes ``dst_sizes``,
     the positions in the layout of ``src_sizes`` that hold the same element (sizes may be
     traced; positions past the true elements land anywhere inside)."""
-    rem, coords = jnp.arange(n), []
-    for f in reversed(dst_sizes):
+    return _remap(jnp.arange(n), dst_sizes, src_sizes)
+
+
+def _remap(at, from_sizes, to_sizes):
+    """Positions ``at`` of a merged dim laid out by factor sizes ``from_sizes``, as
+    positions of the same elements laid out by ``to_sizes`` (mixed-radix digits)."""
+    rem, coords = at, []
+    for f in reversed(from_sizes):
         coords.append(rem % f)
         rem = rem // f
-    at = 0
-    for f, c in zip(src_sizes, reversed(coords)):
-        at = at * f + c
-    return at
+    out = 0
+    for f, c in zip(to_sizes, reversed(coords)):
+        out = out * f + c
+    return out
+
+
+def _spread(env, dim, at):
+    """Positions ``at`` of the true elements of merged dim ``dim`` (torch's: the dim
+    without padding) as positions in its padded layout (a dim padded inside: an index
+    into a flattened ``(B, T)``)."""
+    if not _inside_padded(dim):
+        return at
+    true = [env.n[f] if type(f) is str else f for f in dim]
+    padded = [env.buckets[f] if type(f) is str else f for f in dim]
+    return _remap(at, true, padded)
 
 
 def _compact(env, x, d, dim, back=False):
@@ -1053,6 +1132,26 @@ def pad_mm(node, ins, cx):
     return Pad((a[0], b[1]), pre=pre)
 
 
+@pad_rule(aten._grouped_mm.default)
+def pad_grouped_mm(node, ins, cx):
+    """A mixture of experts' product per expert, its rows sorted by expert with the
+    padding after them (``pad_sort``): the ragged dim padded at its end lies past the last
+    offset, in no group (the offsets count true rows); its rows come out zero, and where
+    it is contracted (the weight's gradient) it is zeroed in both operands first."""
+    a, b = _operands(node, ins, 2)
+    if len(a) == 2 and len(b) == 3 and not has_sym(a[1:] + b):   # rows of a among groups
+        _end_padded(node.op, a[0])
+        return Pad((a[0], b[2]))
+    if len(a) == 3 and len(b) == 2 and not has_sym(a + b[:1]):   # columns of b
+        _end_padded(node.op, b[1])
+        return Pad((a[1], b[1]))
+    if len(a) == 2 and len(b) == 2 and not has_sym(a[:1] + b[1:]):   # the contracted dim
+        _end_padded(node.op, a[1])
+        pre = _contract(node.op, a, b, 1, 0, _i(node.args[0]), _i(node.args[1]), cx)
+        return Pad(((node.shape[0],), a[0], b[1]), pre=pre)
+    raise NoPadRule(node.op, f"a grouped product of {a} and {b}", _syms(a, b))
+
+
 def _operands(node, ins, k: int) -> tuple:
     """The layouts of ``node``'s first ``k`` arguments (one input may be two of them)."""
     return tuple(ins[_i(node.args[j])] for j in range(k))
@@ -1144,6 +1243,25 @@ pad_rule(aten.any.default, aten.any.dim, aten.any.dims)(_reduction(False))
 pad_rule(aten.all.default, aten.all.dim, aten.all.dims)(_reduction(True))
 
 
+@pad_rule(histogram_linear)
+def pad_histogram(node, ins, cx):
+    """``histc`` and ``histogram`` over a given range (a mixture of experts' tokens per
+    expert): the padding holds a value past the range (counted nowhere), a weight's 0."""
+    x, bins, (lo, hi), data_range, weight = node.args[:5]
+    if data_range:
+        raise NoPadRule(node.op, "a histogram over the data's own range", _syms(*ins))
+    dt = node.inputs[0].dtype
+    top = torch.finfo(dt).max if dt.is_floating_point else torch.iinfo(dt).max
+    low = -top if dt.is_floating_point else torch.iinfo(dt).min
+    fill = "max" if hi < top else "min" if lo > low else None
+    if fill is None:
+        raise NoPadRule(node.op, "a range as wide as the type's", _syms(*ins))
+    pre = ((0, _sym_axes(ins[0], range(len(ins[0]))), fill),)
+    if weight is not None:
+        pre += ((1, _sym_axes(ins[1], range(len(ins[1]))), 0),)
+    return Pad((((bins,),), ((bins + 1,),)), pre=pre)
+
+
 @pad_rule(aten.logsumexp.default)
 def pad_logsumexp(node, ins, cx):
     """Padding holds -inf (for complex values -inf + 0j: ``fill_value`` knows no complex
@@ -1212,17 +1330,27 @@ def pad_sort(node, ins, cx):
         node.op is aten.topk.default else lay
     if not is_sym(lay[d]):
         return Pad((out, out))
+    if node.op is not aten.topk.default and _inside_padded(lay[d]):
+        # a merged dim padded inside (a mixture of experts' (B, T, k) expert ids sorted
+        # by expert): its true elements first, a symbol of their own (``_flat``), so the
+        # indices are torch's, positions in the true flattened order
+        flat = lay[:d] + ((_flat(cx, lay[d]),),) + lay[d + 1:]
+        return Pad((flat, flat), fn=functools.partial(_sort_padded_fn, d, lay[d]),
+                   tag="sort along a merged padded dim")
     _end_padded(node.op, lay[d])
     fn = _topk_padded_fn if node.op is aten.topk.default else _sort_padded_fn
-    return Pad((out, out), fn=functools.partial(fn, d), tag="sort along a padded dim")
+    return Pad((out, out), fn=functools.partial(fn, d, None), tag="sort along a padded dim")
 
 
-def _sort_padded_fn(d, ctx, env, in_lays, x, *args, stable=None, dim=-1, descending=False):
+def _sort_padded_fn(d, merged, ctx, env, in_lays, x, *args, stable=None, dim=-1,
+                    descending=False):
     descending = args[1] if len(args) > 1 else descending
-    return sorted_along(x, d, descending, env.count(in_lays[0], (d,)))
+    return sorted_along(_compact(env, x, d, merged), d, descending,
+                        env.count(in_lays[0], (d,)))
 
 
-def _topk_padded_fn(d, ctx, env, in_lays, x, k, dim=-1, largest=True, sorted=True):
+def _topk_padded_fn(d, _merged, ctx, env, in_lays, x, k, dim=-1, largest=True,
+                    sorted=True):
     n = env.count(in_lays[0], (d,))
     check(k > n, "selected index k out of range (a dynamic dim: checked against its true "
                  "size)")
@@ -2963,16 +3091,16 @@ def pad_index(node, ins, cx):
     padded = tuple((d, xl[d]) for d in range(p, p + k) if is_sym(xl[d]))
     if not padded:
         return Pad(out)
-    for _, dim in padded:   # (a padding mask read at its keys: ``mask[batch, kv]``)
-        _end_padded(node.op, dim)
+    # (a padding mask read at its keys: ``mask[batch, kv]``; hidden states at a mixture
+    # of experts' sorted token ids, ``h.view(-1, C)[perm // k]``: a dim padded inside)
     return Pad(out, fn=functools.partial(_index_true_size_fn, dict(padded)),
                tag="index true size")
 
 
 def _true_indices(op: str, padded: dict, env, x, indices) -> list:
-    """Index tensors into ``x``'s leading dims, where the dims in ``padded`` are padded at
-    their end: there an index counts from the end of the true size, and is checked
-    against it."""
+    """Index tensors into ``x``'s leading dims, where the dims in ``padded`` are padded:
+    there an index counts from the end of the true size, is checked against it, and
+    points at the true element's position in the padded layout (``_spread``)."""
     idx = []
     for d, i in enumerate(indices):
         if i is not None:
@@ -2981,19 +3109,32 @@ def _true_indices(op: str, padded: dict, env, x, indices) -> list:
                         "dim: checked against its true size)" if d in padded
                         else _out_of_bounds(op, d, n), wraps=True)
             if d in padded:
-                i = jnp.where(i < 0, i + n, i)
+                i = _spread(env, padded[d], jnp.where(i < 0, i + n, i))
         idx.append(i)
     return idx
 
 
 def _index_true_size_fn(padded, ctx, env, in_lays, x, indices):
-    """``x[i0, i1, ...]`` into dims of x padded at their end."""
+    """``x[i0, i1, ...]`` into padded dims of x."""
     return x[_jnp_index(_true_indices("index", padded, env, x, indices), x.ndim)]
 
 
-def _index_put_true_size_fn(padded, ctx, env, in_lays, x, indices, values, accumulate=False):
-    """``x[i0, i1, ...] = values`` (or ``+=``) into dims of x padded at their end."""
-    return put_at(x, _true_indices("index_put", padded, env, x, indices), values, accumulate)
+def _index_put_true_size_fn(padded, rows, packed, ctx, env, in_lays, x, indices, values,
+                            accumulate=False):
+    """``x[i0, i1, ...] = values`` (or ``+=``) into padded dims of x. ``rows``: the
+    broadcast index's layout where its padding must write nowhere (a write, not a sum:
+    ``inv[perm] = arange(n)`` from a padded perm), else None. ``packed``: values' dims to
+    compact first (``_compacted_like``)."""
+    for d, dim, flat in packed:   # (compacted, its tail holds true elements again: 0)
+        lay = tuple(flat if a == d else (1,) for a in range(values.ndim))
+        values = sanitize(env, _compact(env, values, d, dim), lay, (d,), 0)
+    idx = _true_indices("index_put", padded, env, x, indices)
+    if rows is None:
+        return put_at(x, idx, values, accumulate)
+    at = next(a for a, i in enumerate(idx) if i is not None)
+    valid = env.mask(rows, range(len(rows)))
+    idx[at] = jnp.where(valid, idx[at], x.shape[at])   # out of bounds: dropped
+    return x.at[_jnp_index(idx, x.ndim)].set(values.astype(x.dtype), mode="drop")
 
 
 @pad_rule(aten.index_put.default)
@@ -3014,29 +3155,44 @@ def pad_index_put(node, ins, cx):
     if axes and len(vl) != len(il) + len(xl) - k:
         raise NoPadRule(node.op, "broadcast values", _syms(vl, il))
     written = xl[:p] + il + xl[p + k:]   # (the values broadcast to it, from the right)
+    vl, packed = _compacted_like(cx, vl, written)
     if len(vl) > len(written) or not all(
             v == (1,) or same_layout(cx, (v,), (w,)) for v, w in zip(vl[::-1], written[::-1])):
         raise NoPadRule(node.op, f"values {vl} written at {written}", _syms(vl, written))
     accumulate = node.args[3] if len(node.args) > 3 else dict(node.kwargs).get("accumulate")
-    if axes and not accumulate:
-        raise NoPadRule(node.op, "index_put without accumulate from padded rows", _syms(il))
-    pre = ((_i(values), axes, 0),) if axes else ()
+    pre = ((_i(values), axes, 0),) if axes and accumulate else ()
+    rows = il if axes and not accumulate else None   # (padding rows write nowhere)
     padded = tuple((d, xl[d]) for d in range(p, p + k) if is_sym(xl[d]))
-    if not padded:
+    if not padded and rows is None:
         return Pad(xl, pre=pre)
     if masks:
         raise NoPadRule(node.op, "a boolean mask over a padded dim", _syms(xl))
-    if node.inputs[_i(x)].op is ir.DATA and node.inputs[_i(x)] not in ir.HOST_RECIPES:
+    if padded and node.inputs[_i(x)].op is ir.DATA and \
+            node.inputs[_i(x)] not in ir.HOST_RECIPES:
         # (a buffer kept between steps, written in place: a static cache whose length
         # automatic dynamic marked would stay padded after the write, and the forward
         # replayed on it next would be inlined at every call; a constant made on the host
         # this step, the zeros an index's gradient is summed into, is no such buffer)
         raise NoPadRule(node.op, "a write at positions of a padded dim of a graph input",
                         _syms(xl))
-    for _, dim in padded:   # (a write at positions: ``y[:, cols] = v`` along a padded T)
-        _end_padded(node.op, dim)
-    return Pad(xl, pre=pre, fn=functools.partial(_index_put_true_size_fn, dict(padded)),
+    # (a write at positions: ``y[:, cols] = v`` along a padded T)
+    return Pad(xl, pre=pre, fn=functools.partial(_index_put_true_size_fn, dict(padded), rows,
+                                                 packed),
                tag="index_put true size")
+
+
+def _compacted_like(cx, vl, written):
+    """(``vl`` with each merged dim padded inside that ``written`` holds compacted at that
+    place (``_flat``: the gradient of a mixture of experts' outputs taken back to the
+    sorted order, laid out as (B, T, k) by a view) read compacted, and those dims:
+    (position in vl, the merged dim), to compact first)."""
+    out, packed = list(vl), []
+    for a in range(1, min(len(vl), len(written)) + 1):
+        w = written[-a]
+        if _compacted(cx, w) == vl[-a] and _inside_padded(vl[-a]):
+            out[-a] = w
+            packed.append((len(vl) - a, vl[-a], w))
+    return tuple(out), tuple(packed)
 
 
 def _pad_mask_rows_put(node, xl, ml, vl):
@@ -3071,7 +3227,8 @@ def pad_scatter(node, ins, cx):
     own = is_sym(il[d])
     if own and node.op is aten.scatter_reduce.two:
         raise NoPadRule(node.op, "scatter_reduce from a padded index dim", _syms(il))
-    if own and not (len(il) == len(xl) and same_layout(cx, (il[d],), (xl[d],))):
+    into_own = own and len(il) == len(xl) and same_layout(cx, (il[d],), (xl[d],))
+    if own and not into_own and node.op is not aten.scatter_add.default:
         raise NoPadRule(node.op, "scatter from a padded index dim into another",
                         _syms(il, xl))
     _same_but(node.op, xl, il, d)
@@ -3079,6 +3236,11 @@ def pad_scatter(node, ins, cx):
     src = node.args[3] if len(node.args) > 3 else None
     if type(src).__name__ == "Input" and ins[_i(src)] != il and len(ins[_i(src)]):
         _same_but(node.op, ins[_i(src)], il, -1)
+    if own and not into_own:
+        # gather's gradient from a padded length into a concrete dim (DeBERTa's relative
+        # positions): the padding's values add 0, at position 0 (the index's padding
+        # is zeroed by the bounds check's sanitizing)
+        return Pad(xl, pre=((_i(src), (d,), 0),))
     if own:
         return Pad(xl, fn=functools.partial(_scatter_to_own_fn, node.op, il, d),
                    tag="scatter to own")

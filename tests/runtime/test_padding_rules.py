@@ -1399,6 +1399,29 @@ def test_scatter_reduce_with_padded_rows(reduce):
     assert m["exact_compiles"] == {} and m["compiles"] == 1, m["recompile_reasons"]
 
 
+def test_gather_from_a_concrete_dim_by_a_padded_length():
+    """DeBERTa's relative-position attention: scores over 2k relative buckets (a concrete
+    dim) gathered at a (T, T) index of clamped relative positions; the gradient scatters
+    from the padded length into the concrete dim (its padding adds nothing)."""
+    span = 4
+
+    def relative(x, scores):
+        T = x.shape[1]
+        pos = torch.arange(T, device=x.device)
+        rel = (pos[None, :] - pos[:, None]).clamp(-span, span - 1) + span
+        idx = rel.expand(x.shape[0], T, T)
+        picked = torch.gather(scores * x[..., :1], -1, idx)        # (B, T, T)
+        return {"picked": picked,
+                "summed": torch.scatter_add(torch.zeros_like(scores), -1, idx, picked)}
+
+    def inputs(T):
+        g = torch.Generator().manual_seed(T)
+        return [torch.randn(2, T, 3, generator=g), torch.randn(2, T, 2 * span, generator=g)]
+    m = _check_padded(relative, inputs, [(1, "T"), (1, "T")], _sizes(9, 16, 3, 11),
+                      rtol=1e-4, atol=1e-4)
+    assert m["exact_compiles"] == {} and m["compiles"] == 1, m["recompile_reasons"]
+
+
 def test_a_loop_bounded_by_values_never_runs_on_padding():
     """A polynomial's recurrence runs until the degree n: the padding of n (poisoned here:
     2**61, as garbage could be) is 0 first, else the loop ran for ever (at an x broadcast
