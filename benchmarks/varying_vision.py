@@ -213,10 +213,18 @@ def sizes(steps: int, multiple: int) -> list:
              rng.randint(24 // multiple, 64 // multiple) * multiple) for _ in range(steps)]
 
 
-def side_by_side(make, loss_of, batches, mark) -> dict:
+def side_by_side(make, loss_of, batches, mark, loss_on=None) -> dict:
     """A model from ``make()`` and its lazy copy trained with SGD on ``batches`` ((x, y)
     pairs), ``mark(x)`` the lazy step's input: compiles, exact ones, the largest loss
-    difference and the median steps (``varying_audio.py``, ``varying_text.py`` too)."""
+    difference and the median steps (``varying_audio.py``, ``varying_text.py`` too).
+    ``loss_on(model, batch, dev)``: a batch's loss another way (``dev``: the lazy device
+    to move it to, None eagerly; ``varying_hf.py``'s keyword batches)."""
+    def pairs(model, batch, dev):
+        x, y = batch
+        if dev is not None:
+            x, y = mark(x).to(dev), y.to(dev)
+        return loss_of(model(x), x, y)
+    loss_on = loss_on or pairs
     torch.manual_seed(0)
     eager = make()
     dev = lr.device()
@@ -226,12 +234,11 @@ def side_by_side(make, loss_of, batches, mark) -> dict:
     lr.reset_metrics()
     times = {"eager": [], "lazy": []}
     worst = 0.0
-    for x, y in batches:
+    for batch in batches:
         losses = []
         for kind, model, opt in (("eager", eager, opts[0]), ("lazy", lazy, opts[1])):
             t0 = time.perf_counter()
-            xx, yy = (mark(x).to(dev), y.to(dev)) if kind == "lazy" else (x, y)
-            loss = loss_of(model(xx), xx, yy)
+            loss = loss_on(model, batch, dev if kind == "lazy" else None)
             loss.backward()
             opt.step()
             opt.zero_grad()

@@ -1,0 +1,93 @@
+"""Transformers' text models fine-tuned at lengths that change every batch (dynamic
+padding, as a data collator pads each batch to its longest): how many graphs compile, how
+many at an exact shape, and whether the losses are eager torch's.
+
+    python benchmarks/varying_hf.py [--steps 8] [--only gpt2,mixtral] [--write]
+
+The text models of ``runtime_hf_sweep.py`` (tiny configs, random weights, eval mode: no
+dropout, whose draws differ from torch's) trained unmodified with SGD (0.05) on batches of 4
+sequences whose longest length (uniform in [12, 60], seed 0) and each row's length
+(uniform up to it) change every step: ``input_ids`` padded with 0 and an
+``attention_mask``; causal LMs learn the ids (the padding ``-100``), classifiers a label
+per row, encoder-decoders a target of its own length (uniform in [4, 20]). Nothing is
+marked dynamic: the runtime's automatic dynamic learns which sizes vary. Reported per
+model: steps, compiles, exact-shape compiles among them and the ops that forced them, the
+largest relative difference of a loss from eager torch's, the median step of each
+(lazy_runtime's includes its compiles). torch uses one intra-op thread.
+"""
+
+from __future__ import annotations
+
+import random
+import sys
+from pathlib import Path
+
+import torch
+
+ROOT = Path(__file__).resolve().parents[1]
+sys.path.insert(0, str(ROOT))
+sys.path.insert(0, str(ROOT / "benchmarks"))
+
+HEADING = "## Transformers models at varying lengths"
+# RWKV's CPU kernel loops over the sequence in Python: a graph per length (as Mamba's slow
+# path, which runs here), whose compile took 3 min 50 s at one length on this machine
+SLOW = ("rwkv",)
+
+
+def _models() -> dict:
+    """name -> (make the model, its batch kind, train mode?) for the text models."""
+    import transformers
+    from runtime_hf_sweep import _classify, _lm, _seq2seq, models
+    kinds = {_lm: "lm", _classify: "classify", _seq2seq: "seq2seq"}
+    return {name: (m[0], kinds[m[1]], m[2] if len(m) > 2 else False)
+            for name, m in models(transformers).items() if m[1] in kinds
+            and name not in SLOW}
+
+
+def batches(kind: str, steps: int) -> list:
+    """``steps`` padded batches of 4 (see the docstring), seeded."""
+    rng = random.Random(0)
+    out = []
+    for step in range(steps):
+        g = torch.Generator().manual_seed(step)
+        L = rng.randint(12, 60)
+        lengths = [L] + [rng.randint(4, L) for _ in range(3)]
+        mask = (torch.arange(L)[None] < torch.tensor(lengths)[:, None]).long()
+        ids = torch.randint(1, 99, (4, L), generator=g) * mask
+        b = dict(input_ids=ids, attention_mask=mask)
+        if kind == "classify":
+            b["labels"] = torch.randint(0, 3, (4,), generator=g)
+        elif kind == "lm":
+            b["labels"] = ids.masked_fill(mask == 0, -100)
+        else:
+            b["labels"] = torch.randint(1, 99, (4, rng.randint(4, 20)), generator=g)
+        out.append(b)
+    return out
+
+
+def _loss(model, batch, dev):
+    if dev is not None:
+        batch = {k: v.to(dev) for k, v in batch.items()}
+    return model(**batch).loss
+
+
+def run(name: str, steps: int) -> dict:
+    from varying_vision import side_by_side
+    make, kind, train = _models()[name]
+    return side_by_side(lambda: make().train(train), None, batches(kind, steps), None,
+                        loss_on=_loss)
+
+
+def main():
+    from varying_vision import main as sizes_main
+    sizes_main(__doc__, _models(), run, 8, HEADING, lambda steps: (
+        f"`python benchmarks/varying_hf.py --steps {steps} --write`: transformers' text "
+        "models (tiny configs, random weights; RWKV left out: its CPU kernel loops over the "
+        "sequence in Python, a graph per length) fine-tuned unmodified (SGD, batches of 4, "
+        "eval mode) on batches padded to their longest, lengths drawn each step (the "
+        "longest uniform in [12, 60]) with an attention mask, nothing marked dynamic; each "
+        "against eager torch in the same loop. See the script's docstring."))
+
+
+if __name__ == "__main__":
+    main()
