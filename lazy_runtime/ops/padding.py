@@ -1508,6 +1508,11 @@ def pad_layer_norm_backward(node, ins, cx):
     nb = len(lay) - k
     if has_sym(lay[nb:]):
         raise NoPadRule(node.op, "layer norm over a dynamic dim", _syms(lay))
+    for t, want in ((g, lay), (mean, lay[:nb]), (rstd, lay[:nb])):
+        got = ins[_i(t)][:len(want)]
+        if not same_layout(cx, got, want):   # (a guess: the gradient's zeros laid out
+            # as another dim of that size, a class token's select scattered back)
+            raise NoPadRule(node.op, f"layouts {got} and {want} differ", _syms(got, want))
     batch = tuple(a for a in range(nb) if is_sym(lay[a]))
     pre = ()
     if batch:
