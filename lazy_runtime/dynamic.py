@@ -396,6 +396,8 @@ class Cx:
         # derived symbol -> (symbol, k): the outer part of a split (``padding.regroup``)
         self.splits: dict = {}
         self.bases: dict = {}     # derived symbol -> the symbol it follows from
+        # derived symbol -> (symbol, g): that symbol grown by a constant g (``T+2``)
+        self.grown_from: dict = {}
         # derived symbol -> its true size as a function of the sizes of those before it
         # (a replay at sizes never traced computes them: ``sizes_at``); none for a length
         # read from a value

@@ -828,7 +828,10 @@ def pad_slice(node, ins, cx):
     n = cx.sizes[sym]
     start = _pos_spec(lo, n, sym)
     if type(start) is int and _pos_spec(hi, n, sym) != hi:
-        out[d] = (cx.shrink(sym, lo + n - hi),)   # from a fixed start to the end - k
+        # from a fixed start to the end - k; of a symbol grown by k, its base again,
+        # padded as it is (a reflection pad's gradient, the middle taken back)
+        grown = cx.grown_from.get(sym, (None, 0))
+        out[d] = (grown[0] if grown[1] == lo + n - hi else cx.shrink(sym, lo + n - hi),)
     else:
         out[d] = (m,)
     if out[d] == src:
@@ -993,7 +996,12 @@ def _grown_dim(cx, sym, crop, size, d):
 
 def _moved_sym(op, cx, sym, g):
     """The symbol of ``sym`` grown by ``g`` (cropped where negative), named and padded as
-    a cat of one dynamic piece names and pads it."""
+    a cat of one dynamic piece names and pads it. A symbol grown by -g cropped by g is
+    its base again, padded as it is (a pad's gradient: ``F.pad(h, 1)`` of a strided
+    conv's h, whose padded size is no bucket, meets h's other gradients)."""
+    src = cx.grown_from.get(sym)
+    if src is not None and src[1] == -g:
+        return src[0]
     base, k = cx.shrunk.get(sym, (sym, 0))
     if g <= k:
         return cx.shrink(base, k - g) if k > g else base
@@ -1001,8 +1009,14 @@ def _moved_sym(op, cx, sym, g):
     need = bucket(grown, base)
     if need > cx.buckets[base] and base in cx.inputs:
         raise Rebucket(base, need)
-    return cx.derive(f"{base}+{g - k}", grown, max(need, cx.buckets[base]), base,
-                     rule=lambda n, b=base, g=g - k: n[b] + g)
+    return _grown_by(cx, base, g - k, grown, max(need, cx.buckets[base]))
+
+
+def _grown_by(cx, base, g, size, padded):
+    """The symbol ``base+g`` (true size ``size``, padded ``padded``)."""
+    name = cx.derive(f"{base}+{g}", size, padded, base, rule=lambda n, b=base, g=g: n[b] + g)
+    cx.grown_from[name] = (base, g)
+    return name
 
 
 def _fixed_pad_fn(ctx, env, in_lays, x, static, value, fixed, crops, moves=()):
@@ -1064,8 +1078,7 @@ def pad_cat(node, ins, cx):
             # T at a bucket's last size (16), T + 1 past it: T padded to T + 1's bucket
             # too, so the next step (T = 17) runs the same executable
             raise Rebucket(base, need)
-        out[d] = (cx.derive(f"{base}+{rest - k}", grown, max(need, cx.buckets[base]),
-                            base, rule=lambda n, b=base, g=rest - k: n[b] + g),)
+        out[d] = (_grown_by(cx, base, rest - k, grown, max(need, cx.buckets[base])),)
     else:
         out[d] = (cx.shrink(base, k - rest) if k > rest else base,)
     return Pad(tuple(out), args=(tuple(t for t, _ in parts), d, sizes), fn=_cat_fn, tag="cat")
@@ -1633,6 +1646,12 @@ def _spatial_dim(op, cx, dim, k, s, p, dl):
     if s == 1:
         if c > 0:
             raise NoPadRule(op, "a window op that grows a dynamic dim", retry=False)
+        base, g = cx.grown_from.get(sym, (None, 0))
+        if base is not None and g == -c:
+            # a dim grown by the window's reach (TF's "same" padding, F.pad then a valid
+            # conv): the result is the dim before the pad again, padded as it was (the
+            # input's tail cut or zero-extended to that length), so a residual meets it
+            return (base,), cx.buckets[base] - cx.buckets[sym] - c
         return (cx.shrink(sym, -c),), -c
     c += s - 1
     name = f"({sym}{c:+d})//{s}"
@@ -1680,9 +1699,10 @@ def _conv_layout(node, cx, xl, w, stride, padding, dilation, transposed, out_sha
 
 
 def _zero_tail(x, extra):
+    """``x`` with ``extra`` zeros at the end of each spatial axis (cut where negative)."""
     nsp = len(extra)
-    widths = [(0, 0)] * (x.ndim - nsp) + [(0, e) for e in extra]
-    return jnp.pad(x, widths) if any(extra) else x
+    widths = [(0, 0, 0)] * (x.ndim - nsp) + [(0, e, 0) for e in extra]
+    return lax.pad(x, jnp.zeros((), x.dtype), widths) if any(extra) else x
 
 
 def _conv_fn(ctx, env, in_lays, x, w, b, stride, padding, dilation, transposed, output_padding,
@@ -1696,8 +1716,8 @@ def _conv_backward_fn(ctx, env, in_lays, g, x, w, bias_sizes, stride, padding, d
     gx, gw, gb = lower_convolution_backward(g, _zero_tail(x, extra), w, bias_sizes, stride,
                                             padding, dilation, transposed, output_padding,
                                             groups, output_mask)
-    if gx is not None:
-        gx = lax.slice(gx, (0,) * x.ndim, x.shape)
+    if gx is not None:   # (back to x's length: an input tail cut has no gradient)
+        gx = _zero_tail(gx, tuple(-e for e in extra))
     return gx, gw, gb
 
 

@@ -1422,6 +1422,27 @@ def test_gather_from_a_concrete_dim_by_a_padded_length():
     assert m["exact_compiles"] == {} and m["compiles"] == 1, m["recompile_reasons"]
 
 
+@pytest.mark.parametrize("mode", ["constant", "reflect", "replicate"])
+def test_a_residual_around_a_padded_valid_convolution(mode):
+    """``h + conv(F.pad(h, 1))`` with a valid 3x3 conv (TensorFlow's "same" padding in
+    transformers' MobileNetV2, a style-transfer block's reflection pad, whose gradient
+    takes the middle back) where h comes from a strided conv (its padded
+    size, ``(31 - 1) // 2``, no power of two: the pad's ``h+2`` is padded to 16): the
+    conv's output is h's dim again, padded as h is, so the residual adds them (before: an
+    exact compile at every size, ``h+2-2`` against ``h``)."""
+    down, conv = nn.Conv2d(3, 3, 3, stride=2), nn.Conv2d(3, 3, 3)
+    fn, params = _module_call(nn.ModuleList([down, conv]))
+
+    def block(x, *ps):
+        h = F.conv2d(x, ps[0], ps[1], stride=2)
+        y = F.conv2d(F.pad(h, (1, 1, 1, 1), mode=mode), ps[2], ps[3])
+        return {"out": h + torch.relu(y)}
+    m = _check_padded(block, _rgb_images, [[(2, "H"), (3, "W")]],
+                      [(n, n + 2) for n in _sizes(17, 28, 3, 12)], params=params,
+                      rtol=1e-4, atol=1e-4)
+    assert m["exact_compiles"] == {} and m["compiles"] == 1, m["recompile_reasons"]
+
+
 def test_a_loop_bounded_by_values_never_runs_on_padding():
     """A polynomial's recurrence runs until the degree n: the padding of n (poisoned here:
     2**61, as garbage could be) is 0 first, else the loop ran for ever (at an x broadcast
