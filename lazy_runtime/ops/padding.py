@@ -830,8 +830,9 @@ def pad_slice(node, ins, cx):
     if type(start) is int and _pos_spec(hi, n, sym) != hi:
         # from a fixed start to the end - k; of a symbol grown by k, its base again,
         # padded as it is (a reflection pad's gradient, the middle taken back)
-        grown = cx.grown_from.get(sym, (None, 0))
-        out[d] = (grown[0] if grown[1] == lo + n - hi else cx.shrink(sym, lo + n - hi),)
+        base, g = cx.grown_from.get(sym, (None, 0))
+        out[d] = (base if base is not None and g == lo + n - hi
+                  else cx.shrink(sym, lo + n - hi),)
     else:
         out[d] = (m,)
     if out[d] == src:
