@@ -1,19 +1,22 @@
-"""Transformers' text models fine-tuned at lengths that change every batch (dynamic
-padding, as a data collator pads each batch to its longest): how many graphs compile, how
-many at an exact shape, and whether the losses are eager torch's.
+"""Transformers' models fine-tuned at sizes that change every batch (text padded to each
+batch's longest, as a data collator pads it; images of varying size): how many graphs
+compile, how many at an exact shape, and whether the losses are eager torch's.
 
-    python benchmarks/varying_hf.py [--steps 8] [--only gpt2,mixtral] [--write]
+    python benchmarks/varying_hf.py [--steps 8] [--only gpt2,mixtral,vit] [--write]
 
-The text models of ``runtime_hf_sweep.py`` (tiny configs, random weights, eval mode: no
-dropout, whose draws differ from torch's) trained unmodified with SGD (0.05) on batches of 4
-sequences whose longest length (uniform in [12, 60], seed 0) and each row's length
-(uniform up to it) change every step: ``input_ids`` padded with 0 and an
-``attention_mask``; causal LMs learn the ids (the padding ``-100``), classifiers a label
-per row, encoder-decoders a target of its own length (uniform in [4, 20]). Nothing is
-marked dynamic: the runtime's automatic dynamic learns which sizes vary. Reported per
-model: steps, compiles, exact-shape compiles among them and the ops that forced them, the
-largest relative difference of a loss from eager torch's, the median step of each
-(lazy_runtime's includes its compiles). torch uses one intra-op thread.
+The text models of ``runtime_hf_sweep.py`` and its vision classifiers (tiny configs,
+random weights, eval mode: no dropout, whose draws differ from torch's) trained
+unmodified with SGD (0.05). Text: batches of 4 sequences whose longest length (uniform in
+[12, 60], seed 0) and each row's length (uniform up to it) change every step:
+``input_ids`` padded with 0 and an ``attention_mask``; causal LMs learn the ids (the
+padding ``-100``), classifiers a label per row, encoder-decoders a target of its own
+length (uniform in [4, 20]). Images: batches of 2 whose H and W are drawn uniform in [24,
+64] each step (multiples of 4, the ViTs' patch; ViT resamples its position grid,
+``interpolate_pos_encoding``). Nothing is marked dynamic: the runtime's automatic dynamic
+learns which sizes vary. Reported per model: steps, compiles, exact-shape compiles among
+them and the ops that forced them, the largest relative difference of a loss from eager
+torch's, the median step of each (lazy_runtime's includes its compiles). torch uses one
+intra-op thread.
 """
 
 from __future__ import annotations
@@ -28,10 +31,13 @@ ROOT = Path(__file__).resolve().parents[1]
 sys.path.insert(0, str(ROOT))
 sys.path.insert(0, str(ROOT / "benchmarks"))
 
-HEADING = "## Transformers models at varying lengths"
+HEADING = "## Transformers models at varying lengths and image sizes"
 # RWKV's CPU kernel loops over the sequence in Python: a graph per length (as Mamba's slow
 # path, which runs here), whose compile took 3 min 50 s at one length on this machine
 SLOW = ("rwkv",)
+# (not Swin: transformers' own fails eagerly at most of these sizes, its windows against
+# the attention mask, "The size of tensor a (9) must match the size of tensor b (16)")
+IMAGES = ("vit", "dinov2", "convnext", "resnet", "mobilenet_v2", "segformer")
 
 
 def _models() -> dict:
@@ -39,13 +45,19 @@ def _models() -> dict:
     import transformers
     from runtime_hf_sweep import _classify, _lm, _seq2seq, models
     kinds = {_lm: "lm", _classify: "classify", _seq2seq: "seq2seq"}
-    return {name: (m[0], kinds[m[1]], m[2] if len(m) > 2 else False)
-            for name, m in models(transformers).items() if m[1] in kinds
-            and name not in SLOW}
+    return {name: (m[0], kinds.get(m[1], "image"), m[2] if len(m) > 2 else False)
+            for name, m in models(transformers).items()
+            if (m[1] in kinds or name in IMAGES) and name not in SLOW}
 
 
 def batches(kind: str, steps: int) -> list:
     """``steps`` padded batches of 4 (see the docstring), seeded."""
+    if kind == "image":
+        from varying_vision import sizes
+        return [dict(pixel_values=torch.randn(2, 3, H, W, generator=g),
+                     labels=torch.randint(0, 3, (2,), generator=g))
+                for step, (H, W) in enumerate(sizes(steps, 4))
+                for g in [torch.Generator().manual_seed(step)]]
     rng = random.Random(0)
     out = []
     for step in range(steps):
@@ -68,6 +80,8 @@ def batches(kind: str, steps: int) -> list:
 def _loss(model, batch, dev):
     if dev is not None:
         batch = {k: v.to(dev) for k, v in batch.items()}
+    if type(model).__name__.startswith("ViT"):   # (its position grid resampled)
+        batch = dict(batch, interpolate_pos_encoding=True)
     return model(**batch).loss
 
 
@@ -85,8 +99,10 @@ def main():
         "models (tiny configs, random weights; RWKV left out: its CPU kernel loops over the "
         "sequence in Python, a graph per length) fine-tuned unmodified (SGD, batches of 4, "
         "eval mode) on batches padded to their longest, lengths drawn each step (the "
-        "longest uniform in [12, 60]) with an attention mask, nothing marked dynamic; each "
-        "against eager torch in the same loop. See the script's docstring."))
+        "longest uniform in [12, 60]) with an attention mask, and its vision classifiers "
+        "on batches of 2 images of H and W drawn in [24, 64] each step; nothing marked "
+        "dynamic; each against eager torch in the same loop. See the script's "
+        "docstring."))
 
 
 if __name__ == "__main__":
