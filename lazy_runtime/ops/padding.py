@@ -296,13 +296,61 @@ def pad_complex_view(node, ins, cx):
 
 @pad_rule(aten._fft_r2c.default, aten._fft_c2r.default, aten._fft_c2c.default)
 def pad_fft(node, ins, cx):
-    """Along concrete dims the other dims' padding passes through; a padded signal would
-    take its padding into the transform (compiled exactly)."""
+    """Along concrete dims the other dims' padding passes through. A complex transform
+    along a dim padded at its end (FNet's mixing over the tokens; a real input's transform
+    of both halves too) is a DFT of the true length, a product with a matrix made on the
+    device from the run-time size (the padding zeroed first; outputs past the true length
+    are padding); a one-sided or inverse real one along a padded dim (its output length
+    half or twice the input's) compiles exactly."""
     lay = ins[0]
     dims = norm_dims(node.args[1], len(lay))
-    if any(is_sym(lay[d]) for d in dims):
-        raise NoPadRule(node.op, "an FFT along a padded dim", _syms(lay))
+    padded = tuple(d for d in dims if is_sym(lay[d]))
+    whole = node.op is aten._fft_c2c.default or (
+        node.op is aten._fft_r2c.default and not node.args[3])   # (both halves: a c2c)
+    if padded and whole:
+        for d in padded:
+            _end_padded(node.op, lay[d])
+        return Pad(lay, pre=((0, padded, 0),),
+                   fn=functools.partial(_padded_c2c_fn, tuple(dims), padded),
+                   tag="fft along a padded dim")
+    if padded:
+        raise NoPadRule(node.op, "a real FFT along a padded dim", _syms(lay))
     return Pad(tuple((node.shape[d],) if d in dims else lay[d] for d in range(len(lay))))
+
+
+def _padded_c2c_fn(dims, padded, ctx, env, in_lays, x, dim, normalization, forward):
+    """``_fft_c2c`` (or ``_fft_r2c`` of both halves: ``forward`` is its ``onesided``,
+    False) with ``padded`` dims transformed at their true lengths (``_dft``)."""
+    if not jnp.iscomplexobj(x):
+        x, forward = x.astype(jdt(ctx.dtype)), True
+    rest = tuple(d for d in dims if d not in padded)
+    y = x
+    if rest:
+        y = jnp.fft.fftn(y, axes=rest) if forward else \
+            jnp.fft.ifftn(y, axes=rest, norm="forward")
+    points = math.prod(x.shape[d] for d in rest)
+    for d in padded:
+        n = env.count(in_lays[0], (d,))
+        y = _dft(y, d, n, forward)
+        points = points * n
+    real = jnp.finfo(y.dtype).dtype
+    if normalization == 1:
+        y = y / jnp.sqrt(jnp.asarray(points, real))
+    elif normalization == 2:
+        y = y / jnp.asarray(points, real)
+    return y.astype(x.dtype)
+
+
+def _dft(x, d, n, forward):
+    """The DFT of length ``n`` (traced) along ``d`` of ``x`` (zero past ``n``): the sum of
+    ``x[t] * exp(-+2 pi i k t / n)`` over t < n, the angle's ``k t`` reduced mod n in
+    integers first (exact, as the FFT's twiddles are)."""
+    k = jnp.arange(x.shape[d], dtype=jnp.int64)
+    turns = (k[:, None] * k[None, :]) % n
+    angle = (2 * math.pi / n) * turns.astype(jnp.float64) * (-1 if forward else 1)
+    w = jnp.where(k[None, :] < n, jnp.exp(1j * angle), 0).astype(x.dtype)   # (k, t)
+    y = jnp.tensordot(x, w, axes=([d], [1]), precision=lax.Precision.HIGHEST)
+    return jnp.moveaxis(y, -1, d)
 
 
 # ---- views --------------------------------------------------------------------------

@@ -266,13 +266,13 @@ def test_op_without_padding_rule_compiles_exactly_and_is_counted():
     lr.reset_metrics()
     x = torch.randn(2, 5)
     xl = lr.mark_dynamic(x.to(DEV), 1, "T")
-    # (an FFT along a padded dim has no padding rule: it would transform the padding)
+    # (a one-sided real FFT along a padded dim has no padding rule: half its length)
     assert_same(torch.fft.rfft(xl, dim=1).abs() + 1, torch.fft.rfft(x, dim=1).abs() + 1,
                 rtol=1e-5, atol=1e-5)
     assert lr.metrics()["exact_compiles"] == {"aten._fft_r2c.default": 1}
     # (the reason is the rule's: a refusal, not a missing rule)
     assert lr.metrics()["recompile_reasons"][-1].startswith(
-        "exact shape (an FFT along a padded dim: aten._fft_r2c.default)")
+        "exact shape (a real FFT along a padded dim: aten._fft_r2c.default)")
 
 
 def test_bucket_policies_off_list_and_maximum():

@@ -573,7 +573,7 @@ def test_a_padded_result_feeds_a_graph_that_compiles_exactly():
     y = lr.mark_dynamic(x.to(DEV), 0, "B") * 2
     lr.mark_step()                    # y stays padded on the device (3 of 4 rows)
     lr.reset_metrics()
-    # (an FFT along a padded dim has no padding rule: it would transform the padding)
+    # (a one-sided real FFT along a padded dim has no padding rule: half its length)
     assert_same(torch.fft.rfft(y, dim=0).abs() + 1, torch.fft.rfft(x * 2, dim=0).abs() + 1)
     assert lr.metrics()["exact_compiles"] == {"aten._fft_r2c.default": 1}
 
@@ -1440,6 +1440,21 @@ def test_a_residual_around_a_padded_valid_convolution(mode):
     m = _check_padded(block, _rgb_images, [[(2, "H"), (3, "W")]],
                       [(n, n + 2) for n in _sizes(17, 28, 3, 12)], params=params,
                       rtol=1e-4, atol=1e-4)
+    assert m["exact_compiles"] == {} and m["compiles"] == 1, m["recompile_reasons"]
+
+
+def test_ffts_along_a_padded_length():
+    """FNet's token mixing (``fftn`` of a real input over tokens and features, its real
+    part), an inverse transform and the normalizations along a padded length: a DFT of
+    the true length, values and gradients eager torch's, one compile."""
+    def mix(x):
+        return {"fnet": torch.fft.fftn(x, dim=(1, 2)).real,
+                "inverse": torch.fft.ifft(x.to(torch.complex64), dim=1, norm="ortho").imag,
+                "forward norm": torch.fft.fft(x, dim=1, norm="forward").real * 3}
+
+    def inputs(T):
+        return [torch.randn(2, T, 6, generator=torch.Generator().manual_seed(T))]
+    m = _check_padded(mix, inputs, [(1, "T")], _sizes(9, 16, 3, 3), rtol=1e-4, atol=1e-4)
     assert m["exact_compiles"] == {} and m["compiles"] == 1, m["recompile_reasons"]
 
 
