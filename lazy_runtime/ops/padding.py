@@ -294,6 +294,11 @@ def pad_complex_view(node, ins, cx):
     return Pad(lay[:-1])
 
 
+# The longest padded length a complex FFT runs padded along (a DFT: a matrix of its
+# length squared, 8 MiB of complex64 at 1024, and as many products per element)
+DFT_MAX = 1024
+
+
 @pad_rule(aten._fft_r2c.default, aten._fft_c2r.default, aten._fft_c2c.default)
 def pad_fft(node, ins, cx):
     """Along concrete dims the other dims' padding passes through. A complex transform
@@ -310,6 +315,9 @@ def pad_fft(node, ins, cx):
     if padded and whole:
         for d in padded:
             _end_padded(node.op, lay[d])
+            if dsize(lay[d], cx.buckets) > DFT_MAX:
+                raise NoPadRule(node.op, f"an FFT along a padded dim longer than {DFT_MAX} "
+                                "(a DFT's matrix)", _syms(lay), retry=False)
         return Pad(lay, pre=((0, padded, 0),),
                    fn=functools.partial(_padded_c2c_fn, tuple(dims), padded),
                    tag="fft along a padded dim")

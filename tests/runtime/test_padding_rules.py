@@ -1456,6 +1456,13 @@ def test_ffts_along_a_padded_length():
         return [torch.randn(2, T, 6, generator=torch.Generator().manual_seed(T))]
     m = _check_padded(mix, inputs, [(1, "T")], _sizes(9, 16, 3, 3), rtol=1e-4, atol=1e-4)
     assert m["exact_compiles"] == {} and m["compiles"] == 1, m["recompile_reasons"]
+    from lazy_runtime.ops import padding   # (past DFT_MAX: exact, the matrix too large)
+    old, padding.DFT_MAX = padding.DFT_MAX, 8
+    try:
+        m = _check_padded(mix, inputs, [(1, "T")], [9], rtol=1e-4, atol=1e-4)
+    finally:
+        padding.DFT_MAX = old
+    assert "padded dim longer than 8" in m["recompile_reasons"][-1], m["recompile_reasons"]
 
 
 def test_a_loop_bounded_by_values_never_runs_on_padding():
