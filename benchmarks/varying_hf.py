@@ -41,7 +41,8 @@ IMAGES = ("vit", "dinov2", "convnext", "resnet", "mobilenet_v2", "segformer")
 
 
 def _models() -> dict:
-    """name -> (make the model, its batch kind, train mode?) for the text models."""
+    """name -> (make the model, its batch kind, train mode?): the text models and the
+    vision classifiers of ``IMAGES``."""
     import transformers
     from runtime_hf_sweep import _classify, _lm, _seq2seq, models
     kinds = {_lm: "lm", _classify: "classify", _seq2seq: "seq2seq"}
@@ -51,7 +52,7 @@ def _models() -> dict:
 
 
 def batches(kind: str, steps: int) -> list:
-    """``steps`` padded batches of 4 (see the docstring), seeded."""
+    """``steps`` batches of ``kind`` (see the docstring: padded text, or images), seeded."""
     if kind == "image":
         from varying_vision import sizes
         return [dict(pixel_values=torch.randn(2, 3, H, W, generator=g),
