@@ -845,12 +845,17 @@ def pad_slice(node, ins, cx):
         name = cx.slice_marks.get(cx.site)
         if name is not None and step == 1 and m > 1:
             # a length that varies (read from a value): a symbol padded up to its bucket,
-            # at most the rest of the dim (the padding reads x's own elements past it)
+            # at most the rest of the dim (the padding reads x's own elements past it);
+            # where an input of that length was padded further (T to T + 8's bucket:
+            # ConvBERT's span convolution), as that input (the padding past the dim
+            # repeats its last element)
             padded = min(bucket(m, name), dsize(src, {}) - lo)
+            if cx.sizes.get(name) == m:
+                padded = max(padded, cx.buckets[name])
             same = (cx.sizes.get(name), cx.buckets.get(name)) == (m, padded)
             nd = (name if same else cx.derive(name, m, padded),)
             out[d] = nd
-            if lo == 0:
+            if lo == 0 and padded <= dsize(src, {}):
                 return Pad(tuple(out), args=(x, d, 0, SymSize(nd), 1))
             return Pad(tuple(out), args=(x, d, lo), fn=_slice_fn, tag="slice")
         if lo == 0 and step == 1:

@@ -562,3 +562,37 @@ def test_constants_made_like_a_padded_value_are_laid_out_as_it():
     m = lr.metrics()
     assert m["exact_compiles"] == {}, m["recompile_reasons"]
     assert m["compiles"] == 1, m["recompile_reasons"]
+
+
+def test_a_learnt_slice_of_a_short_buffer_follows_its_length_past_the_buffer():
+    """Position ids sliced from a buffer of 64 (``pos[:, :T]``, a slice automatic dynamic
+    learns) beside token ids whose length T a pad by 8 grows past T's bucket (60 + 8:
+    ConvBERT's span convolution pads T to 128): the slice is padded as T is, past the
+    buffer's end, so the two embeddings add (before: an exact compile at that length)."""
+    torch.manual_seed(0)
+    tok, pos = torch.nn.Embedding(50, 8), torch.nn.Embedding(64, 8)
+    conv = torch.nn.Conv1d(8, 8, 9)
+    positions = torch.arange(64)[None]
+
+    def step(ids, tok, pos, conv, positions):
+        h = tok(ids) + pos(positions[:, :ids.shape[1]])
+        y = conv(torch.nn.functional.pad(h.transpose(1, 2), (4, 4))).transpose(1, 2)
+        return (h + y).sin().mean()
+    lazy = [copy.deepcopy(m).to(DEV) for m in (tok, pos, conv)]
+    lazy_positions = positions.to(DEV)
+    lr.mark_step()
+    lr.reset_metrics()
+    for T in (36, 44, 60, 52):
+        ids = torch.randint(0, 50, (2, T), generator=torch.Generator().manual_seed(T))
+        want = step(ids, tok, pos, conv, positions)
+        want.backward()
+        got = step(ids.to(DEV), *lazy, lazy_positions)
+        got.backward()
+        lr.mark_step()
+        torch.testing.assert_close(got.cpu(), want, rtol=1e-5, atol=1e-6)
+        for a, b in zip((tok, pos, conv), lazy):
+            for p, q in zip(a.parameters(), b.parameters()):
+                torch.testing.assert_close(q.grad.cpu(), p.grad, rtol=1e-4, atol=1e-6)
+                p.grad = q.grad = None
+    m = lr.metrics()
+    assert m["exact_compiles"] == {}, m["recompile_reasons"]
