@@ -30,8 +30,12 @@ def _dims(op, x, dim) -> tuple:
     return dims
 
 
-def _scaled(y, normalization: int, points: int):
+def _scaled(y, normalization: int, points):
+    """``y`` normalized over ``points`` elements (an int, or traced: a padded length's true
+    size, ``padding._padded_c2c_fn``)."""
     if normalization == _BY_ROOT_N:
+        if type(points) is not int:
+            return y / jnp.sqrt(jnp.asarray(points, y.real.dtype))
         return y / jnp.asarray(math.sqrt(points), y.real.dtype)
     if normalization == _BY_N:
         return y / jnp.asarray(points, y.real.dtype)

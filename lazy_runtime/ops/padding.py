@@ -96,6 +96,7 @@ from .nn import (_add_at_argmax, _avg_pool, _batch_norm, _f32, _lowest, _max_poo
                  lower_bce_logits, lower_convolution, lower_convolution_backward,
                  lower_smooth_l1_loss_backward, nll_loss_values, pool_strides)
 from . import recurrent
+from .fft import _scaled, lower_fft_c2c
 from .recurrent import layer_backward, layer_forward
 from .resample import (NEAREST, TAPS_TABLE_MAX, _apply, _index_dtype, _nearest,
                        _one_length_taps, linear_taps, lower_upsample_bilinear,
@@ -332,21 +333,13 @@ def _padded_c2c_fn(dims, padded, ctx, env, in_lays, x, dim, normalization, forwa
     if not jnp.iscomplexobj(x):
         x, forward = x.astype(jdt(ctx.dtype)), True
     rest = tuple(d for d in dims if d not in padded)
-    y = x
-    if rest:
-        y = jnp.fft.fftn(y, axes=rest) if forward else \
-            jnp.fft.ifftn(y, axes=rest, norm="forward")
+    y = lower_fft_c2c(x, rest, 0, forward)   # (the concrete dims, not normalized yet)
     points = math.prod(x.shape[d] for d in rest)
     for d in padded:
         n = env.count(in_lays[0], (d,))
         y = _dft(y, d, n, forward)
         points = points * n
-    real = jnp.finfo(y.dtype).dtype
-    if normalization == 1:
-        y = y / jnp.sqrt(jnp.asarray(points, real))
-    elif normalization == 2:
-        y = y / jnp.asarray(points, real)
-    return y.astype(x.dtype)
+    return _scaled(y, normalization, points).astype(x.dtype)
 
 
 def _dft(x, d, n, forward):
@@ -483,8 +476,8 @@ def pad_view(node, ins, cx):
     if not has_sym(lay):
         return Pad(tuple((s,) for s in node.shape))
     spread = _spread_dims(cx, lay)
-    if spread is not None and not all(d in _kept_dims(cx, node, lay)
-                                      for d, e in zip(lay, spread) if d != e):
+    kept = _kept_dims(cx, node, lay) if spread is not None else ()
+    if spread is not None and not all(d in kept for d, e in zip(lay, spread) if d != e):
         # a compacted dim split or merged (a mixture of experts' outputs in the tokens'
         # order, viewed as (B*T, k, C), then (B, T, C)): its factors' layout again
         out = regroup(node.op, spread, node.shape, cx)
@@ -807,9 +800,13 @@ def _spread(env, dim, at):
     into a flattened ``(B, T)``)."""
     if not _inside_padded(dim):
         return at
-    true = [env.n[f] if type(f) is str else f for f in dim]
-    padded = [env.buckets[f] if type(f) is str else f for f in dim]
-    return _remap(at, true, padded)
+    return _remap(at, *_factor_sizes(env, dim))
+
+
+def _factor_sizes(env, dim) -> tuple:
+    """(the true sizes, the padded sizes) of merged dim ``dim``'s factors."""
+    return ([env.n[f] if type(f) is str else f for f in dim],
+            [env.buckets[f] if type(f) is str else f for f in dim])
 
 
 def _compact(env, x, d, dim, back=False):
@@ -818,8 +815,7 @@ def _compact(env, x, d, dim, back=False):
     elements at the front laid out as ``dim`` again (that piece cut out)."""
     if dim is None or not _inside_padded(dim):
         return x
-    true = [env.n[f] if type(f) is str else f for f in dim]
-    padded = [env.buckets[f] if type(f) is str else f for f in dim]
+    true, padded = _factor_sizes(env, dim)
     at = _flat_index(x.shape[d], true, padded) if back else \
         _flat_index(x.shape[d], padded, true)
     return jnp.take(x, jnp.clip(at, 0, x.shape[d] - 1), axis=d)
@@ -891,9 +887,7 @@ def pad_slice(node, ins, cx):
     if type(start) is int and _pos_spec(hi, n, sym) != hi:
         # from a fixed start to the end - k; of a symbol grown by k, its base again,
         # padded as it is (a reflection pad's gradient, the middle taken back)
-        base, g = cx.grown_from.get(sym, (None, 0))
-        out[d] = (base if base is not None and g == lo + n - hi
-                  else cx.shrink(sym, lo + n - hi),)
+        out[d] = (_ungrown(cx, sym, lo + n - hi) or cx.shrink(sym, lo + n - hi),)
     else:
         out[d] = (m,)
     if out[d] == src:
@@ -1061,9 +1055,9 @@ def _moved_sym(op, cx, sym, g):
     a cat of one dynamic piece names and pads it. A symbol grown by -g cropped by g is
     its base again, padded as it is (a pad's gradient: ``F.pad(h, 1)`` of a strided
     conv's h, whose padded size is no bucket, meets h's other gradients)."""
-    src = cx.grown_from.get(sym)
-    if src is not None and src[1] == -g:
-        return src[0]
+    was = _ungrown(cx, sym, -g)
+    if was is not None:
+        return was
     base, k = cx.shrunk.get(sym, (sym, 0))
     if g <= k:
         return cx.shrink(base, k - g) if k > g else base
@@ -1072,6 +1066,13 @@ def _moved_sym(op, cx, sym, g):
     if need > cx.buckets[base] and base in cx.inputs:
         raise Rebucket(base, need)
     return _grown_by(cx, base, g - k, grown, max(need, cx.buckets[base]))
+
+
+def _ungrown(cx, sym, k):
+    """The symbol ``sym`` was grown from by exactly ``k`` (``T`` for ``T+2`` and 2), or
+    None: what a cut of k from it is, padded as that symbol is."""
+    base, g = cx.grown_from.get(sym, (None, 0))
+    return base if base is not None and g == k else None
 
 
 def _grown_by(cx, base, g, size, padded):
@@ -1413,8 +1414,9 @@ def pad_sort(node, ins, cx):
         return Pad((flat, flat), fn=functools.partial(_sort_padded_fn, d, lay[d]),
                    tag="sort along a merged padded dim")
     _end_padded(node.op, lay[d])
-    fn = _topk_padded_fn if node.op is aten.topk.default else _sort_padded_fn
-    return Pad((out, out), fn=functools.partial(fn, d, None), tag="sort along a padded dim")
+    fn = functools.partial(_topk_padded_fn, d) if node.op is aten.topk.default else \
+        functools.partial(_sort_padded_fn, d, None)
+    return Pad((out, out), fn=fn, tag="sort along a padded dim")
 
 
 def _sort_padded_fn(d, merged, ctx, env, in_lays, x, *args, stable=None, dim=-1,
@@ -1424,8 +1426,7 @@ def _sort_padded_fn(d, merged, ctx, env, in_lays, x, *args, stable=None, dim=-1,
                         env.count(in_lays[0], (d,)))
 
 
-def _topk_padded_fn(d, _merged, ctx, env, in_lays, x, k, dim=-1, largest=True,
-                    sorted=True):
+def _topk_padded_fn(d, ctx, env, in_lays, x, k, dim=-1, largest=True, sorted=True):
     n = env.count(in_lays[0], (d,))
     check(k > n, "selected index k out of range (a dynamic dim: checked against its true "
                  "size)")
@@ -1708,8 +1709,8 @@ def _spatial_dim(op, cx, dim, k, s, p, dl):
     if s == 1:
         if c > 0:
             raise NoPadRule(op, "a window op that grows a dynamic dim", retry=False)
-        base, g = cx.grown_from.get(sym, (None, 0))
-        if base is not None and g == -c:
+        base = _ungrown(cx, sym, -c)
+        if base is not None:
             # a dim grown by the window's reach (TF's "same" padding, F.pad then a valid
             # conv): the result is the dim before the pad again, padded as it was (the
             # input's tail cut or zero-extended to that length), so a residual meets it
