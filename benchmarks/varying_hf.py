@@ -59,14 +59,13 @@ def batches(kind: str, steps: int) -> list:
                      labels=torch.randint(0, 3, (2,), generator=g))
                 for step, (H, W) in enumerate(sizes(steps, 4))
                 for g in [torch.Generator().manual_seed(step)]]
+    from varying_text import ragged_ids
     rng = random.Random(0)
     out = []
     for step in range(steps):
         g = torch.Generator().manual_seed(step)
-        L = rng.randint(12, 60)
-        lengths = [L] + [rng.randint(4, L) for _ in range(3)]
-        mask = (torch.arange(L)[None] < torch.tensor(lengths)[:, None]).long()
-        ids = torch.randint(1, 99, (4, L), generator=g) * mask
+        ids, pad = ragged_ids(rng, g, 4, (12, 60), 4, 99)
+        mask = (~pad).long()
         b = dict(input_ids=ids, attention_mask=mask)
         if kind == "classify":
             b["labels"] = torch.randint(0, 3, (4,), generator=g)

@@ -73,16 +73,25 @@ class Tagger(nn.Module):
 MODELS = {"lstm": Classifier, "tagger": Tagger}
 
 
+def ragged_ids(rng, g, rows: int, longest: tuple, shortest: int, vocab: int) -> tuple:
+    """(ids, padding mask) of ``rows`` token sequences padded with id 0 to the longest,
+    whose length is drawn from ``rng`` in ``longest`` (a range) and the others' from
+    ``shortest`` up to it; the ids from generator ``g``, in [1, vocab)
+    (``varying_hf.py`` too)."""
+    T = rng.randint(*longest)
+    lengths = [T] + [rng.randint(shortest, T) for _ in range(rows - 1)]
+    ids = torch.randint(1, vocab, (rows, T), generator=g)
+    pad = torch.arange(T)[None, :] >= torch.tensor(lengths)[:, None]
+    return ids.masked_fill(pad, 0), pad
+
+
 def _batches(steps: int, tagged: bool) -> list:
     rng = random.Random(0)
     out = []
     for step in range(steps):
         g = torch.Generator().manual_seed(step)
-        T = rng.randint(16, 64)
-        lengths = [T] + [rng.randint(1, T) for _ in range(7)]
-        ids = torch.randint(1, VOCAB, (8, T), generator=g)
-        pad = torch.arange(T)[None, :] >= torch.tensor(lengths)[:, None]
-        ids[pad] = 0
+        ids, pad = ragged_ids(rng, g, 8, (16, 64), 1, VOCAB)
+        T = ids.shape[1]
         if tagged:
             y = torch.randint(0, TAGS, (8, T), generator=g).masked_fill(pad, -100)
         else:

@@ -160,6 +160,15 @@ def assert_same(got, want, rtol=1e-5, atol=1e-6, what="", tol64=None):
                                    equal_nan=True, msg=lambda m: f"{what}: {m}")
 
 
+def assert_grads_same(eager, lazy, rtol, atol, what=""):
+    """The gradients of ``lazy``'s parameters those of ``eager``'s (the module run eagerly
+    alike), named in a failure; then both cleared for the next step."""
+    for (name, p), q in zip(eager.named_parameters(), lazy.parameters()):
+        torch.testing.assert_close(to_cpu(q.grad), p.grad, rtol=rtol, atol=atol,
+                                   msg=lambda m, name=name: f"{name} {what}: {m}")
+        p.grad = q.grad = None
+
+
 @pytest.fixture(autouse=True)
 def _clean_pending():
     """Each test starts with nothing pending (a failed test must not leak into the next)."""

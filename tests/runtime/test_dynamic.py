@@ -10,7 +10,7 @@ import torch
 import torch.nn.functional as F
 
 import lazy_runtime as lr
-from conftest import DEV, assert_same, load_example
+from conftest import DEV, assert_grads_same, assert_same, load_example
 
 
 @pytest.fixture(autouse=True)
@@ -591,8 +591,6 @@ def test_a_learnt_slice_of_a_short_buffer_follows_its_length_past_the_buffer():
         lr.mark_step()
         torch.testing.assert_close(got.cpu(), want, rtol=1e-5, atol=1e-6)
         for a, b in zip((tok, pos, conv), lazy):
-            for p, q in zip(a.parameters(), b.parameters()):
-                torch.testing.assert_close(q.grad.cpu(), p.grad, rtol=1e-4, atol=1e-6)
-                p.grad = q.grad = None
+            assert_grads_same(a, b, 1e-4, 1e-6, f"at {T}")
     m = lr.metrics()
     assert m["exact_compiles"] == {}, m["recompile_reasons"]

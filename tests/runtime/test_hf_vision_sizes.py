@@ -10,7 +10,7 @@ import pytest
 import torch
 
 import lazy_runtime as lr
-from conftest import DEV
+from conftest import DEV, assert_grads_same
 
 
 def test_a_vit_at_varying_image_sizes_compiles_once_per_bucket():
@@ -33,11 +33,7 @@ def test_a_vit_at_varying_image_sizes_compiles_once_per_bucket():
         got.backward()
         lr.mark_step()
         torch.testing.assert_close(got.cpu(), want, rtol=1e-5, atol=1e-6)
-        for (name, p), q in zip(model.named_parameters(), lazy.parameters()):
-            torch.testing.assert_close(q.grad.cpu(), p.grad, rtol=1e-4, atol=1e-5,
-                                       msg=lambda s, name=name: f"{name} at {H}x{W}: {s}")
-        model.zero_grad()
-        lazy.zero_grad()
+        assert_grads_same(model, lazy, 1e-4, 1e-5, f"at {H}x{W}")
     m = lr.metrics()
     # (the first size as it is; from the second on, padded: a new bucket of H at 56)
     assert m["exact_compiles"] == {} and m["compiles"] == 3, m["recompile_reasons"]
