@@ -413,6 +413,12 @@ class Cx:
         # true size -> the merged dims of that size in layouts so far (the (2, T) of
         # ``x.reshape(-1, C)``): candidates where an expand's size has no symbol's size
         self.merged: dict = {}
+        # (site, size) where ``symbolize`` kept a size concrete, no symbol having it; the
+        # symbols derived later with such a size by an op made before that site's
+        # constant (``build_plan`` knows them from the start in a try again)
+        self.unmatched: list = []
+        self.late: set = set()
+        self.nodes: list = []   # the graph's nodes (their ``serial``: the order made)
 
     def note_merged(self, layout) -> None:
         """Remember the merged dynamic dims (several factors, a symbol among them) of a
@@ -447,11 +453,28 @@ class Cx:
         self.sizes[name] = size
         self.buckets[name] = padded
         self.derived.add(name)
+        if any(v == size for _, v in self.unmatched) and self._made_before(size):
+            self.late.add(name)
         if base is not None:
             self.bases[name] = base
         if rule is not None and name not in self.rules:
             self.rules[name] = rule
         return name
+
+    def _made_before(self, size: int) -> bool:
+        """Was the op at ``site`` made before a constant that kept ``size`` concrete (in the
+        user's program, its size was known when that constant was made)?"""
+        if type(self.site) is not int or not self.nodes:
+            return False
+        made = getattr(self.nodes[self.site], "serial", None)
+        return made is not None and any(
+            v == size and self.nodes[j].op is ir.DATA and made <= self.nodes[j].serial
+            for j, v in self.unmatched)
+
+    def derived_info(self, name: str) -> tuple:
+        """What ``derive`` made ``name`` of: (size, padded size, base, rule)."""
+        return self.sizes[name], self.buckets[name], self.bases.get(name), \
+            self.rules.get(name)
 
     def origins(self, syms) -> frozenset:
         """``syms`` and the symbols they were derived from (``derive``'s ``base``)."""
@@ -523,6 +546,7 @@ class Cx:
             if cands:
                 self.guesses.append((at, cands[0]))
                 return cands[0] if type(cands[0]) is tuple else (cands[0],)
+        self.unmatched.append((self.site, v))
         return (v,)
 
     def adopt(self, v: int, site, dim, firm=False):
@@ -584,7 +608,7 @@ class Rebucket(Exception):
 class SymPlan:
     # laid_by_marks: the data leaves laid out by automatic marks (``laid_marks``)
     __slots__ = ("key", "layouts", "syms", "sizes", "buckets", "pads", "data_layouts",
-                 "laid_by_marks", "exe", "n_ops", "rules")
+                 "laid_by_marks", "exe", "n_ops", "rules", "late")
 
 
 MAX_RETRIES = 48
@@ -604,9 +628,22 @@ def build_plan(g: ir.Graph, fresh: frozenset, auto: dict):
     # merged dims an earlier try made: candidates from the start (an expand placed before
     # the view that merges B and T: a sum's gradient, ``x.reshape(-1, C).sum()``)
     merged: dict = {}
+    # symbols derived in an earlier try after a size of theirs was kept concrete for want
+    # of one: known from the start (a constant laid out before the op that derives its
+    # size: ``zeros(B, C, H, W//2+1)`` written before the ``rfft2`` it receives, first
+    # in the graph's order). A plan that derived such a symbol is built again with it
+    # known; the first plan stands where that try finds none.
+    early: dict = {}
+    found = None
     for _ in range(MAX_RETRIES):
         try:
-            return _build(g, fresh, auto, disabled, bump, merged)
+            plan = _build(g, fresh, auto, disabled, bump, merged, early)
+            late = {s: i for s, i in plan.late.items() if s not in early} if plan else {}
+            if not late:
+                return plan
+            found = found or plan
+            early = {**early, **late}
+            continue
         except Rebucket as r:
             bump[r.sym] = r.size
             continue
@@ -616,6 +653,10 @@ def build_plan(g: ir.Graph, fresh: frozenset, auto: dict):
                 break
             if any(d not in merged.get(v, ()) for v, ds in e.cx.merged.items() for d in ds):
                 merged = {v: list(ds) for v, ds in e.cx.merged.items()}
+                continue
+            late = {s: e.cx.derived_info(s) for s in e.cx.late if s not in early}
+            if late:
+                early = {**early, **late}
                 continue
             syms = e.cx.origins(e.syms)
             # (a size kept concrete is a suspect where a contradicting symbol has it)
@@ -643,6 +684,8 @@ def build_plan(g: ir.Graph, fresh: frozenset, auto: dict):
             before, suspects = choices.pop()
             choices.append((before, suspects[:-1]))
             disabled = before | {suspects[-1]}
+    if found is not None:
+        return found
     return Refusal(str(last.op), last.reason) if last is not None else "?"
 
 
@@ -721,7 +764,7 @@ def _lockstep(sizes: dict, buckets: dict) -> None:
                     buckets[s] = buckets[t]
 
 
-def _build(g, fresh, auto, disabled, bump, merged):
+def _build(g, fresh, auto, disabled, bump, merged, early):
     from .ops.registry import PAD_RULES
     sizes, marked = _leaf_layouts(g, fresh, auto)
     slice_marks = {k[1]: s for k, s in auto.items() if k[0] == "slice"}
@@ -733,6 +776,9 @@ def _build(g, fresh, auto, disabled, bump, merged):
     cx = Cx(sizes, buckets, disabled)
     soft = {k[1:]: s for k, s in auto.items() if k[0] == "soft"}
     cx.merged = {v: list(ds) for v, ds in merged.items()}
+    cx.nodes = g.nodes
+    for name, (size, padded, base, rule) in early.items():
+        cx.derive(name, size, padded, base, rule)
     cx.slice_marks = slice_marks
     cx.offset_marks = offset_marks
     cx.fixed_pads = frozenset(k[1] for k in auto if k[0] == "fixed")
@@ -874,6 +920,7 @@ def _build(g, fresh, auto, disabled, bump, merged):
     plan.exe = None
     plan.n_ops = 0
     plan.rules = tuple(cx.rules.items())   # (in the order derived)
+    plan.late = {s: cx.derived_info(s) for s in cx.late}
     return plan
 
 

@@ -84,7 +84,8 @@ _op_keys: dict = {}
 # in this step (an input or a host constant), which matters for dynamic dims.
 EPOCH = [0]
 # Leaves made so far: a leaf's ``serial`` tells whether it was made after some point
-# (``replay`` uses it to tell constants made inside a forward from tensors read from outside).
+# (``replay`` uses it to tell constants made inside a forward from tensors read from outside);
+# an op node's is the count when it was made (``dynamic``: was an op made before a constant).
 LEAVES_MADE = [0]
 # DATA leaf -> (maker, args, kwargs) for constants made on the host by a factory
 # (``arange(T)``): a replay at other sizes makes them again (``replay_sizes``).
@@ -171,6 +172,7 @@ def make_node(op, args: tuple, kwargs: tuple, inputs: tuple, shape, dtype, aux=N
     n.aux = aux
     n.value = None
     n.sig = sig
+    n.serial = LEAVES_MADE[0]   # (leaves made before it: a leaf of this serial or later is newer)
     if len(_interned) > 1_000_000:  # a very long trace without a barrier
         _interned.clear()
     _interned[key] = n

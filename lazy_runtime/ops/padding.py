@@ -96,7 +96,7 @@ from .nn import (_add_at_argmax, _avg_pool, _batch_norm, _f32, _lowest, _max_poo
                  lower_bce_logits, lower_convolution, lower_convolution_backward,
                  lower_smooth_l1_loss_backward, nll_loss_values, pool_strides)
 from . import recurrent
-from .fft import _scaled, lower_fft_c2c
+from .fft import _scaled, lower_fft_c2c, lower_fft_c2r
 from .recurrent import layer_backward, layer_forward
 from .resample import (NEAREST, TAPS_TABLE_MAX, _apply, _index_dtype, _nearest,
                        _one_length_taps, linear_taps, lower_upsample_bilinear,
@@ -302,55 +302,142 @@ DFT_MAX = 1024
 
 @pad_rule(aten._fft_r2c.default, aten._fft_c2r.default, aten._fft_c2c.default)
 def pad_fft(node, ins, cx):
-    """Along concrete dims the other dims' padding passes through. A complex transform
-    along a dim padded at its end (FNet's mixing over the tokens; a real input's transform
-    of both halves too) is a DFT of the true length, a product with a matrix made on the
+    """Along concrete dims the other dims' padding passes through. Along a dim padded at
+    its end (FNet's mixing over the tokens, a Fourier neural operator's layers over a
+    grid) a transform is a DFT of the true length: a product with a matrix made on the
     device from the run-time size (the padding zeroed first; outputs past the true length
-    are padding); a one-sided or inverse real one along a padded dim (its output length
-    half or twice the input's) compiles exactly."""
+    are padding). A one-sided real transform along a padded T gives the derived symbol
+    ``T//2+1``; its inverse, given a length that is a symbol's size (``irfft(X,
+    n=T)``), gives that symbol, the spectrum past ``n//2`` unread as torch leaves it."""
     lay = ins[0]
-    dims = norm_dims(node.args[1], len(lay))
+    dims = tuple(norm_dim(d, len(lay)) for d in node.args[1])   # (in order: the last
+    # is the one-sided one)
     padded = tuple(d for d in dims if is_sym(lay[d]))
-    whole = node.op is aten._fft_c2c.default or (
-        node.op is aten._fft_r2c.default and not node.args[3])   # (both halves: a c2c)
-    if padded and whole:
-        for d in padded:
-            _end_padded(node.op, lay[d])
-            if dsize(lay[d], cx.buckets) > DFT_MAX:
-                raise NoPadRule(node.op, f"an FFT along a padded dim longer than {DFT_MAX} "
-                                "(a DFT's matrix)", _syms(lay), retry=False)
-        return Pad(lay, pre=((0, padded, 0),),
-                   fn=functools.partial(_padded_c2c_fn, tuple(dims), padded),
-                   tag="fft along a padded dim")
-    if padded:
-        raise NoPadRule(node.op, "a real FFT along a padded dim", _syms(lay))
-    return Pad(tuple((node.shape[d],) if d in dims else lay[d] for d in range(len(lay))))
+    out = [(node.shape[d],) if d in dims and d not in padded else lay[d]
+           for d in range(len(lay))]
+    last = dims[-1]
+    real = node.op is aten._fft_c2r.default
+    if real:
+        out[last] = _real_length(node.op, cx, lay[last], node.args[3])
+    elif node.op is aten._fft_r2c.default and node.args[3] and is_sym(lay[last]):
+        out[last] = _half_spectrum(node.op, cx, lay[last])
+    elif not padded:
+        return Pad(tuple(out))
+    if not padded and not is_sym(out[last]):
+        return Pad(tuple(out))
+    for d in padded + ((last,) if real else ()):
+        dim = lay[d] if d in padded else out[d]
+        _end_padded(node.op, dim)
+        if dsize(dim, cx.buckets) > DFT_MAX:
+            raise NoPadRule(node.op, f"an FFT along a padded dim longer than {DFT_MAX} "
+                            "(a DFT's matrix)", _syms(lay), retry=False)
+    args = node.args[:3] + ((sym_or_int(out[last]),) if real else node.args[3:])
+    return Pad(tuple(out), args=args, pre=((0, padded, 0),) if padded else (),
+               fn=functools.partial(_padded_fft_fn, node.op, tuple(dims), padded,
+                                    out[last] if real else None),
+               tag="fft along a padded dim")
 
 
-def _padded_c2c_fn(dims, padded, ctx, env, in_lays, x, dim, normalization, forward):
-    """``_fft_c2c`` (or ``_fft_r2c`` of both halves: ``forward`` is its ``onesided``,
-    False) with ``padded`` dims transformed at their true lengths (``_dft``)."""
-    if not jnp.iscomplexobj(x):
-        x, forward = x.astype(jdt(ctx.dtype)), True
-    rest = tuple(d for d in dims if d not in padded)
-    y = lower_fft_c2c(x, rest, 0, forward)   # (the concrete dims, not normalized yet)
-    points = math.prod(x.shape[d] for d in rest)
+def _real_length(op, cx, dim, n):
+    """The output dim of an inverse real FFT to ``n`` points from a spectrum along
+    ``dim``: a symbol of size n (``irfft(X, n=T)``), else, from a padded spectrum of M
+    entries, the derived ``2*(M-1)`` (torch's length where none is given)."""
+    if not is_sym(dim):
+        return (n,)
+    nd = cx.symbolize(n, "length")
+    if is_sym(nd):
+        return nd
+    m = _lone_sym(op, dim)
+    if n != 2 * (cx.sizes[m] - 1):
+        raise NoPadRule(op, f"an inverse real FFT along a padded dim to {n} points, no "
+                        "symbol's size", _syms((dim,)))
+    return (cx.derive(f"2*({m}-1)", n, 2 * (cx.buckets[m] - 1), m,
+                      rule=lambda s: 2 * (s[m] - 1)),)
+
+
+def _half_spectrum(op, cx, dim):
+    """The output dim of a one-sided FFT along padded ``dim`` of n points: the derived
+    ``n//2+1``, padded as that of its padded length; M itself where n is ``2*(M-1)``
+    (``_real_length``: the gradient of an inverse without a length)."""
+    sym = _lone_sym(op, dim)
+    base = cx.bases.get(sym)
+    if base is not None and sym.rstrip("'") == f"2*({base}-1)" and all(
+            n[sym] == 2 * (n[base] - 1) for n in (cx.sizes, cx.buckets)):
+        return (base,)
+    return (cx.derive(f"{sym}//2+1", cx.sizes[sym] // 2 + 1, cx.buckets[sym] // 2 + 1, sym,
+                      rule=lambda n: n[sym] // 2 + 1),)
+
+
+def _padded_fft_fn(op, dims, padded, out_dim, ctx, env, in_lays, x, dim, normalization,
+                   last):
+    """An FFT (``op``) along ``dims`` with the ``padded`` ones transformed at their true
+    lengths (``_dft``): ``last`` is ``_fft_c2c``'s ``forward``, ``_fft_r2c``'s
+    ``onesided``, or ``_fft_c2r``'s output length (padded; ``out_dim`` its dim)."""
+    lay = in_lays[0]
+    true = {d: env.count(lay, (d,)) if d in padded else x.shape[d] for d in dims}
+    if op is aten._fft_c2r.default:
+        # the inverse complex transforms along all but the last dim, then the real one
+        y = _inverse_ffts(x, dims[:-1], padded, true)
+        true[dims[-1]] = env.count((out_dim,), (0,)) if is_sym(out_dim) else last
+        if is_sym(out_dim):
+            y = _inverse_real_dft(y, dims[-1], true[dims[-1]], last)
+        else:
+            y = lower_fft_c2r(y, (dims[-1],), 0, last)
+        return _scaled(y, normalization, math.prod(true.values()))
+    forward = op is aten._fft_r2c.default or last
+    half = op is aten._fft_r2c.default and last   # (one-sided along the last dim)
+    if half and dims[-1] not in padded:
+        x = jnp.fft.rfft(x, axis=dims[-1])
+    x = x.astype(jdt(ctx.dtype))
+    concrete = tuple(d for d in dims if d not in padded and not (half and d == dims[-1]))
+    y = lower_fft_c2c(x, concrete, 0, forward)   # (not normalized yet)
     for d in padded:
-        n = env.count(in_lays[0], (d,))
-        y = _dft(y, d, n, forward)
-        points = points * n
-    return _scaled(y, normalization, points).astype(x.dtype)
+        y = _dft(y, d, true[d], forward, ctx.shape[d])
+    return _scaled(y, normalization, math.prod(true.values()))
 
 
-def _dft(x, d, n, forward):
+def _inverse_ffts(x, dims, padded, true):
+    """The unnormalized inverse complex transforms of ``x`` along ``dims``."""
+    y = lower_fft_c2c(x, tuple(d for d in dims if d not in padded), 0, False)
+    for d in dims:
+        if d in padded:
+            y = _dft(y, d, true[d], False, y.shape[d])
+    return y
+
+
+def _twiddles(k, t, n, sign):
+    """The angles ``sign * 2 pi k t / n`` (``k``, ``t`` integer vectors, ``n`` traced),
+    ``k t`` reduced mod n in integers first (exact, as the FFT's twiddles are)."""
+    turns = (k[:, None] * t[None, :]) % n
+    return (sign * 2 * math.pi / n) * turns.astype(jnp.float64)
+
+
+def _dft(x, d, n, forward, length):
     """The DFT of length ``n`` (traced) along ``d`` of ``x`` (zero past ``n``): the sum of
-    ``x[t] * exp(-+2 pi i k t / n)`` over t < n, the angle's ``k t`` reduced mod n in
-    integers first (exact, as the FFT's twiddles are)."""
-    k = jnp.arange(x.shape[d], dtype=jnp.int64)
-    turns = (k[:, None] * k[None, :]) % n
-    angle = (2 * math.pi / n) * turns.astype(jnp.float64) * (-1 if forward else 1)
-    w = jnp.where(k[None, :] < n, jnp.exp(1j * angle), 0).astype(x.dtype)   # (k, t)
+    ``x[t] * exp(-+2 pi i k t / n)`` over t < n, for ``length`` frequencies k."""
+    k = jnp.arange(length, dtype=jnp.int64)
+    t = jnp.arange(x.shape[d], dtype=jnp.int64)
+    angle = _twiddles(k, t, n, -1 if forward else 1)
+    w = jnp.where(t[None, :] < n, jnp.exp(1j * angle), 0).astype(x.dtype)   # (k, t)
     y = jnp.tensordot(x, w, axes=([d], [1]), precision=lax.Precision.HIGHEST)
+    return jnp.moveaxis(y, -1, d)
+
+
+def _inverse_real_dft(x, d, n, length):
+    """The unnormalized inverse of a one-sided spectrum ``x`` along ``d``, ``n`` (traced)
+    real points at ``length`` places: ``X[0] + 2 sum Re(X[k] e^(2 pi i k t / n))`` over
+    0 < k < n/2, plus ``X[n/2] (-1)^t`` where n is even: the imaginary parts of ``X[0]`` and
+    ``X[n/2]`` unread, as entries past n/2, as torch's ``_fft_c2r`` does."""
+    k = jnp.arange(x.shape[d], dtype=jnp.int64)
+    t = jnp.arange(length, dtype=jnp.int64)
+    weight = jnp.where(2 * k < n, 2, jnp.where(2 * k == n, 1, 0)).at[0].set(1)
+    angle = _twiddles(k, t, n, 1)
+    real = jnp.real(x).dtype
+    cos = (weight[:, None] * jnp.cos(angle)).astype(real)   # (k, t)
+    sin = (weight[:, None] * jnp.sin(angle)).astype(real)
+    hi = lax.Precision.HIGHEST
+    y = jnp.tensordot(jnp.real(x), cos, axes=([d], [0]), precision=hi) - \
+        jnp.tensordot(jnp.imag(x), sin, axes=([d], [0]), precision=hi)
     return jnp.moveaxis(y, -1, d)
 
 
@@ -639,7 +726,9 @@ def pad_expand(node, ins, cx):
 # time). A position seen in one trace could be either; both are right for that trace, and
 # the key holds the spec, so the guess only decides which traces share an executable:
 # positions nearer the end are read from the end (``x[:, :-1]``, ``x[:, 1:]``, ``x[:, -1]``,
-# ``x[:, :T-1]``: the usual shifted-target and last-element code then shares one).
+# ``x[:, :T-1]``: the usual shifted-target and last-element code then shares one). A
+# slice's is a guess, withdrawn where its length meets a concrete one (the lowest 3 modes
+# of 5, beside their weights).
 
 
 def _lone_sym(op, dim):
@@ -651,8 +740,18 @@ def _lone_sym(op, dim):
     return dim[0]
 
 
-def _pos_spec(v: int, n: int, sym):
-    return (sym, n - v) if sym is not None and n - v <= v else v
+def _pos_spec(v: int, n: int, sym, cx=None, site=None):
+    """``v``'s spec; read from the end a guess at ``site`` where ``cx`` is given:
+    withdrawn, from the front (``h[:, :3]`` of 5 modes, beside a concrete 3 that meets
+    it: the weights of those modes)."""
+    if sym is None or n - v > v:
+        return v
+    if cx is not None:
+        at = (cx.site, site)
+        if (at, sym) in cx.disabled:
+            return v
+        cx.guesses.append((at, sym))
+    return (sym, n - v)
 
 
 def _at(env, spec):
@@ -883,8 +982,8 @@ def pad_slice(node, ins, cx):
             out[d] = nd
             return Pad(tuple(out), args=(x, d, 0, SymSize(nd), 1))
     n = cx.sizes[sym]
-    start = _pos_spec(lo, n, sym)
-    if type(start) is int and _pos_spec(hi, n, sym) != hi:
+    start = _pos_spec(lo, n, sym, cx, "start")
+    if type(start) is int and _pos_spec(hi, n, sym, cx, "end") != hi:
         # from a fixed start to the end - k; of a symbol grown by k, its base again,
         # padded as it is (a reflection pad's gradient, the middle taken back)
         out[d] = (_ungrown(cx, sym, lo + n - hi) or cx.shrink(sym, lo + n - hi),)

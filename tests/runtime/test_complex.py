@@ -538,13 +538,18 @@ def test_complex_views_and_ffts_along_concrete_dims_run_padded():
     assert m["exact_compiles"] == {} and m["compiles"] == 1, m["compile_reasons"]
 
 
-def test_an_fft_along_a_padded_dim_compiles_exactly():
+def test_a_one_sided_fft_along_a_padded_dim_runs_padded():
+    """Its ``n//2+1`` outputs (a derived symbol) and its inverse back to n points (before:
+    an exact compile at each length)."""
     lr.reset_metrics()
-    x = torch.randn(8, 5)
-    xl = x.to(DEV)
-    lr.mark_dynamic(xl, 1)
-    assert_same(torch.fft.rfft(xl).abs(), torch.fft.rfft(x).abs(), 1e-4, 1e-5)
-    assert lr.metrics()["exact_compiles"] == {"aten._fft_r2c.default": 1}
+    for n in (5, 7, 6):   # one bucket: 8
+        x = torch.randn(8, n)
+        xl = lr.mark_dynamic(x.to(DEV), 1)
+        assert_same(torch.fft.rfft(xl).abs(), torch.fft.rfft(x).abs(), 1e-4, 1e-5)
+        assert_same(torch.fft.irfft(torch.fft.rfft(xl) * 2, n=n),
+                    torch.fft.irfft(torch.fft.rfft(x) * 2, n=n), 1e-4, 1e-5)
+    m = lr.metrics()
+    assert m["exact_compiles"] == {} and m["compiles"] == 2, m["compile_reasons"]
 
 
 # ---- what runs eagerly ------------------------------------------------------------------

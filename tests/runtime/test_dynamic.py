@@ -264,15 +264,17 @@ def test_position_reading_ops_compile_exactly_along_a_dim_padded_inside():
 
 def test_op_without_padding_rule_compiles_exactly_and_is_counted():
     lr.reset_metrics()
-    x = torch.randn(2, 5)
-    xl = lr.mark_dynamic(x.to(DEV), 1, "T")
-    # (a one-sided real FFT along a padded dim has no padding rule: half its length)
-    assert_same(torch.fft.rfft(xl, dim=1).abs() + 1, torch.fft.rfft(x, dim=1).abs() + 1,
-                rtol=1e-5, atol=1e-5)
-    assert lr.metrics()["exact_compiles"] == {"aten._fft_r2c.default": 1}
+    x = torch.randn(2, 1, 3, 5)
+    xl = lr.mark_dynamic(x.to(DEV), 3, "T")
+
+    def upsample(t):   # (bicubic resampling of a padded dim by a given scale: no rule)
+        return F.interpolate(t, scale_factor=1.5, mode="bicubic") + 1
+    assert_same(upsample(xl), upsample(x), rtol=1e-5, atol=1e-5)
+    assert lr.metrics()["exact_compiles"] == {"aten.upsample_bicubic2d.default": 1}
     # (the reason is the rule's: a refusal, not a missing rule)
     assert lr.metrics()["recompile_reasons"][-1].startswith(
-        "exact shape (a real FFT along a padded dim: aten._fft_r2c.default)")
+        "exact shape (resampling cubic of a padded dim at a given scale: "
+        "aten.upsample_bicubic2d.default)")
 
 
 def test_bucket_policies_off_list_and_maximum():

@@ -573,9 +573,10 @@ def test_a_padded_result_feeds_a_graph_that_compiles_exactly():
     y = lr.mark_dynamic(x.to(DEV), 0, "B") * 2
     lr.mark_step()                    # y stays padded on the device (3 of 4 rows)
     lr.reset_metrics()
-    # (a one-sided real FFT along a padded dim has no padding rule: half its length)
-    assert_same(torch.fft.rfft(y, dim=0).abs() + 1, torch.fft.rfft(x * 2, dim=0).abs() + 1)
-    assert lr.metrics()["exact_compiles"] == {"aten._fft_r2c.default": 1}
+    # (a search of sorted values along a padded dim has no padding rule)
+    got = torch.searchsorted(y.T.contiguous(), y.T.contiguous() + 0.5)
+    assert_same(got, torch.searchsorted((x * 2).T.contiguous(), (x * 2).T.contiguous() + 0.5))
+    assert lr.metrics()["exact_compiles"] == {"aten.searchsorted.Tensor": 1}
 
 
 def convs(x, w_same, w_valid, w_strided, w_dilated, b):
@@ -1463,6 +1464,60 @@ def test_ffts_along_a_padded_length():
     finally:
         padding.DFT_MAX = old
     assert "padded dim longer than 8" in m["recompile_reasons"][-1], m["recompile_reasons"]
+
+
+def test_real_ffts_along_a_padded_length():
+    """A Fourier neural operator's layer over a padded length: ``rfft`` (the derived
+    symbol ``T//2+1``), its lowest modes mixed, written into zeros like it, ``irfft(...,
+    n=T)`` back; an inverse without ``n`` (``2 * (T//2)`` points: the spectrum past it
+    unread), ``rfft2`` and ``irfft2`` with the padded dim not last, and a one-sided
+    transform whose last dim is concrete beside a padded one: values and gradients eager
+    torch's, no exact compile; one compile per parity of T (``irfft``'s gradient doubles
+    the entries below the Nyquist one, ``(T-1)//2`` of them; a length-less ``irfft``
+    is ``2*(T//2+1-1)`` points, T itself where T is even)."""
+    def spectral(x, w):
+        hf = torch.fft.rfft(x, dim=1)
+        out = torch.zeros_like(hf)
+        out[:, :3] = torch.einsum("btc,tcd->btd", hf[:, :3], w)
+        grid = torch.fft.rfft2(x, dim=(1, 2), norm="ortho")
+        return {"fno": torch.fft.irfft(out, n=x.shape[1], dim=1),
+                "no n": torch.fft.irfft(hf * 0.5, dim=1, norm="forward") * 2,
+                "2d": torch.fft.irfft2(grid * grid.abs(), s=x.shape[1:], dim=(1, 2),
+                                       norm="ortho"),
+                "last concrete": torch.fft.rfftn(x, dim=(2, 1)).abs()}
+
+    def inputs(T):
+        return [torch.randn(2, T, 6, generator=torch.Generator().manual_seed(T))]
+    w = torch.randn(3, 6, 6, dtype=torch.complex64, generator=torch.Generator().manual_seed(1))
+    m = _check_padded(spectral, inputs, [(1, "T")], [11, 13, 10, 16],
+                      params=[w.requires_grad_()], rtol=1e-4, atol=1e-4)
+    assert m["exact_compiles"] == {} and m["compiles"] == 2, m["recompile_reasons"]
+
+
+def test_a_two_dimensional_fourier_layer_over_a_padded_grid():
+    """FNO-2d's layer, H and W padded: ``rfft2``, the lowest and the highest row modes
+    (``[-3:]``) mixed, written into ``zeros(B, C, H, W//2+1)`` made after the transform
+    (which the graph reaches first: laid out with the symbol ``W//2+1`` all the same),
+    ``irfft2(..., s=(H, W))``; 3 modes of a spectrum of 5 (W = 9: read from the front, as
+    their weights' 3 are) and of 6 (as near one end as the other). No exact compile, one
+    compile per parity of W (before: one per size of W)."""
+    def layer(x, w1, w2):
+        B, C, H, W = x.shape
+        xf = torch.fft.rfft2(x)
+        out = torch.zeros(B, C, H, W // 2 + 1, dtype=torch.cfloat, device=x.device)
+        out[:, :, :3, :3] = torch.einsum("bixy,ioxy->boxy", xf[:, :, :3, :3], w1)
+        out[:, :, -3:, :3] = torch.einsum("bixy,ioxy->boxy", xf[:, :, -3:, :3], w2)
+        return {"out": torch.fft.irfft2(out, s=(H, W))}
+
+    def inputs(hw):
+        return [torch.randn(2, 4, *hw, generator=torch.Generator().manual_seed(sum(hw)))]
+    g = torch.Generator().manual_seed(2)
+    ws = [(torch.randn(4, 4, 3, 3, dtype=torch.cfloat, generator=g) / 4).requires_grad_()
+          for _ in range(2)]
+    m = _check_padded(layer, inputs, [[(2, "H"), (3, "W")]],
+                      [(13, 9), (11, 14), (16, 11), (10, 12), (15, 10)], params=ws,
+                      rtol=1e-4, atol=1e-4)
+    assert m["exact_compiles"] == {} and m["compiles"] == 2, m["recompile_reasons"]
 
 
 def test_a_loop_bounded_by_values_never_runs_on_padding():
