@@ -644,10 +644,15 @@ def build_plan(g: ir.Graph, fresh: frozenset, auto: dict):
             found = found or plan
             early = {**early, **late}
             continue
-        except Rebucket as r:
-            bump[r.sym] = r.size
-            continue
-        except NoPadRule as e:
+        except (Rebucket, NoPadRule) as e:
+            if type(e) is Rebucket:
+                if e.sym not in bump:
+                    bump[e.sym] = e.size
+                    continue
+                # (padded further once already: a size that grows with its own padding
+                # would double at every try, the padded graph with it)
+                e = _refusal_at(e, f"{e.sym} padded past its bucket again (to {e.size})",
+                                {e.sym})
             last = e
             if not e.retry:
                 break
@@ -687,6 +692,14 @@ def build_plan(g: ir.Graph, fresh: frozenset, auto: dict):
     if found is not None:
         return found
     return Refusal(str(last.op), last.reason) if last is not None else "?"
+
+
+def _refusal_at(failed, reason: str, syms) -> NoPadRule:
+    """A refusal (its ``reason``, blaming ``syms``) of the op where try ``failed``."""
+    cx = failed.cx
+    e = NoPadRule(cx.nodes[cx.site].op if type(cx.site) is int else "?", reason, syms)
+    e.cx, e.prov = cx, failed.prov
+    return e
 
 
 _DERIVED = re.compile(r"[-+*/()'~]")   # in a derived symbol's name (``Cx.derive``)
@@ -900,7 +913,7 @@ def _build(g, fresh, auto, disabled, bump, merged, early):
                 prov[i] = prov[i] | frozenset(site for site, _ in cx.guesses[ng:])
         for j in sorted(waiting):   # (constants no op reads: outputs)
             lay_leaf(j, g.nodes[j])
-    except NoPadRule as e:
+    except (NoPadRule, Rebucket) as e:
         e.cx = cx
         e.prov = prov[cx.site] | frozenset(site for site, _ in cx.guesses[ng:])
         raise

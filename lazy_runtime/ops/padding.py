@@ -571,8 +571,68 @@ def pad_view(node, ins, cx):
         return Pad(out, args=_view_args(node, out),
                    fn=functools.partial(_spread_view_fn, lay, spread, out),
                    tag="view of a compacted dim")
-    out = regroup(node.op, lay, node.shape, cx)
+    reordered = _refactored_view(node, lay, cx, reordered=True)
+    if reordered is not None:
+        return reordered
+    try:
+        out = regroup(node.op, lay, node.shape, cx)
+    except NoPadRule:
+        refactored = _refactored_view(node, lay, cx)
+        if refactored is None:
+            raise
+        return refactored
     return Pad(out, args=_view_args(node, out))
+
+
+def _refactored_view(node, lay, cx, reordered=False):
+    """A view that splits a padded dim at no factor of its own (the relative shift of
+    Transformer-XL, XLNet and the Conformer: scores ``(T, P+1)`` viewed as ``(P+1, T)``,
+    their first row dropped, viewed back): the dims it keeps whole at either end stay;
+    the others' true elements are gathered, in torch's order, into the new dims, each a
+    symbol of its size where one has it (a guess) and padded as it is. None where no
+    new dim is dynamic. ``reordered``: only where each new dim of a size over 1 is one of
+    the old dims' symbols, the only one of its size, and they come in another order (no
+    regrouping makes that view, though one splitting ``P+1`` as ``((P+1)//2, 2)`` may
+    fit the sizes of one trace: ``P+1`` is ``2T`` there)."""
+    shape = node.shape
+    a = 0
+    while a < min(len(lay), len(shape)) and dsize(lay[a], cx.sizes) == shape[a]:
+        a += 1
+    t = 0
+    while t < min(len(lay), len(shape)) - a and \
+            dsize(lay[-1 - t], cx.sizes) == shape[-1 - t]:
+        t += 1
+    sizes = shape[a:len(shape) - t]
+    old = lay[a:len(lay) - t]
+    if reordered:
+        syms = [f for d in old for f in d if type(f) is str]
+        by_size = {cx.sizes[f]: f for f in syms}
+        if len(by_size) < len(syms) or any(v > 1 and v not in by_size for v in sizes):
+            return None
+        mid = tuple((by_size[v],) if v > 1 else (v,) for v in sizes)
+        if [d[0] for d in mid if d != (1,)] == syms:
+            return None
+    else:
+        mid = tuple(cx.symbolize(v, ("refactor", k), merged=True) if v > 1 else (v,)
+                    for k, v in enumerate(sizes))
+    if not has_sym(mid):
+        return None
+    out = tuple(lay[:a]) + mid + tuple(lay[len(lay) - t:])
+    return Pad(out, args=_view_args(node, out),
+               fn=functools.partial(_refactor_fn, a, old, mid, out),
+               tag="refactoring view")
+
+
+def _refactor_fn(a, in_mid, out_mid, out, ctx, env, in_lays, x, *args):
+    """``_refactored_view``: each padded position of the new dims ``out_mid`` takes the
+    element of ``in_mid`` (from dim ``a`` on) at the same place in torch's order."""
+    in_true, in_pad = _factor_sizes(env, tuple(f for d in in_mid for f in d))
+    out_true, out_pad = _factor_sizes(env, tuple(f for d in out_mid for f in d))
+    n_in = math.prod(in_pad)
+    flat = x.reshape(x.shape[:a] + (n_in,) + x.shape[a + len(in_mid):])
+    at = _remap(_remap(jnp.arange(math.prod(out_pad)), out_pad, out_true), in_true, in_pad)
+    y = jnp.take(flat, jnp.clip(at, 0, n_in - 1), axis=a)
+    return y.reshape(tuple(env.dsize(d) for d in out))
 
 
 def _view_args(node, out) -> tuple:
@@ -926,6 +986,10 @@ def pad_slice(node, ins, cx):
     x, dim = (node.args + (0,))[:2]
     d = norm_dim(dim if dim is not None else 0, len(lay))
     src = lay[d]
+    if is_sym(src) and len(src) > 1 and not _inside_padded(src):
+        # a merged dim padded at its end only (XLNet's 2T positions, as (T, 2)): a dim
+        # of one symbol, its elements where they are (``_flat``)
+        src = (_flat(cx, src),)
     sym = _lone_sym(node.op, src)
     lo, hi, step = slice_bounds(node.args[2:], dsize(src, cx.sizes))
     m = hi - lo
@@ -982,6 +1046,16 @@ def pad_slice(node, ins, cx):
             out[d] = nd
             return Pad(tuple(out), args=(x, d, 0, SymSize(nd), 1))
     n = cx.sizes[sym]
+    if lo == 0 and 1 < m and 3 * m < 2 * n <= 4 * m:
+        # between half and two thirds of the dim kept: a prefix of another symbol's
+        # length (the Conformer's relative scores of 2T-1 positions cut to T, ``[...,
+        # :P // 2 + 1]``; a guess) rather than a fixed distance from the end, which would
+        # make it a dim of 2 to 3 times that distance
+        nd = cx.symbolize(m, "prefix")
+        if is_sym(nd) and not _shrunk_alike(cx, nd[0], sym) and \
+                dsize(nd, cx.buckets) <= dsize(src, cx.buckets):
+            out[d] = nd
+            return Pad(tuple(out), args=(x, d, 0, SymSize(nd), 1))
     start = _pos_spec(lo, n, sym, cx, "start")
     if type(start) is int and _pos_spec(hi, n, sym, cx, "end") != hi:
         # from a fixed start to the end - k; of a symbol grown by k, its base again,
@@ -992,6 +1066,11 @@ def pad_slice(node, ins, cx):
     if out[d] == src:
         return Pad(lay, args=(x, d, 0, SymSize(src), 1))
     return Pad(tuple(out), args=(x, d, start), fn=_slice_fn, tag="slice")
+
+
+def _shrunk_alike(cx, a: str, b: str) -> bool:
+    """Are symbols ``a`` and ``b`` one symbol shrunk by constants (``T-1`` and ``T``)?"""
+    return cx.shrunk.get(a, (a, 0))[0] == cx.shrunk.get(b, (b, 0))[0]
 
 
 @pad_rule(aten.select.int)
@@ -1123,7 +1202,7 @@ def pad_constant_pad(node, ins, cx):
                 continue
             raise NoPadRule(node.op, "padding a dynamic dim at one end and cropping it at "
                             "the other", _syms(lay), retry=False)
-        out[d] = (_moved_sym(node.op, cx, sym, lo + hi),)
+        out[d] = (_moved_sym(node.op, cx, sym, lo + hi, lo > 0 and hi > 0),)
         moves.append((d, sym, lo))
     if not fixed and not crops and not moves:
         return Pad(tuple(out))
@@ -1149,11 +1228,12 @@ def _grown_dim(cx, sym, crop, size, d):
     return (grown,)
 
 
-def _moved_sym(op, cx, sym, g):
+def _moved_sym(op, cx, sym, g, around=False):
     """The symbol of ``sym`` grown by ``g`` (cropped where negative), named and padded as
-    a cat of one dynamic piece names and pads it. A symbol grown by -g cropped by g is
-    its base again, padded as it is (a pad's gradient: ``F.pad(h, 1)`` of a strided
-    conv's h, whose padded size is no bucket, meets h's other gradients)."""
+    a cat of one dynamic piece names and pads it (``around``: grown at both ends). A
+    symbol grown by -g cropped by g is its base again, padded as it is (a pad's gradient:
+    ``F.pad(h, 1)`` of a strided conv's h, whose padded size is no bucket, meets h's other
+    gradients)."""
     was = _ungrown(cx, sym, -g)
     if was is not None:
         return was
@@ -1161,17 +1241,31 @@ def _moved_sym(op, cx, sym, g):
     if g <= k:
         return cx.shrink(base, k - g) if k > g else base
     grown = cx.sizes[base] + g - k
-    need = bucket(grown, base)
+    return _grown_by(cx, base, g - k, grown, _grown_padding(cx, base, g - k, around))
+
+
+def _grown_padding(cx, base, g, around):
+    """The padded size of ``base`` grown by ``g``: by exactly g where it grows at both
+    ends (a reflection pad before a convolution: what the convolution's strides make of
+    it then follows the base's padded size, so an image network's output is padded as its
+    input is); else its size's bucket (a token appended to ids, fed back next step as an
+    input of that length), the base padded to that bucket too where it is past its own
+    (``Rebucket``: T = 16, T + 1 = 17, so the next step, T = 17, runs the same
+    executable)."""
+    if around:
+        return cx.buckets[base] + g
+    need = bucket(cx.sizes[base] + g, base)
     if need > cx.buckets[base] and base in cx.inputs:
         raise Rebucket(base, need)
-    return _grown_by(cx, base, g - k, grown, max(need, cx.buckets[base]))
+    return max(need, cx.buckets[base])
 
 
 def _ungrown(cx, sym, k):
-    """The symbol ``sym`` was grown from by exactly ``k`` (``T`` for ``T+2`` and 2), or
-    None: what a cut of k from it is, padded as that symbol is."""
-    base, g = cx.grown_from.get(sym, (None, 0))
-    return base if base is not None and g == k else None
+    """The symbol ``sym`` was grown from by exactly ``k`` (``T`` for ``T+2`` and 2, for
+    ``T+4-2`` and 2 too), or None: what a cut of k from it is, padded as that symbol is."""
+    grown, k0 = cx.shrunk.get(sym, (sym, 0))
+    base, g = cx.grown_from.get(grown, (None, 0))
+    return base if base is not None and g == k0 + k else None
 
 
 def _grown_by(cx, base, g, size, padded):
@@ -1233,14 +1327,11 @@ def pad_cat(node, ins, cx):
     # one dynamic piece of a symbol shrunk by k, k or fewer concrete elements around it
     rest = node.shape[d] - cx.sizes[dyn[0]]
     base, k = cx.shrunk.get(dyn[0], (dyn[0], 0))
-    if rest > k:   # it grows: T + g, padded to that size's bucket (a token appended to ids)
-        grown = cx.sizes[base] + rest - k
-        need = bucket(grown, base)
-        if need > cx.buckets[base] and base in cx.inputs:
-            # T at a bucket's last size (16), T + 1 past it: T padded to T + 1's bucket
-            # too, so the next step (T = 17) runs the same executable
-            raise Rebucket(base, need)
-        out[d] = (_grown_by(cx, base, rest - k, grown, max(need, cx.buckets[base])),)
+    if rest > k:   # it grows: T + g (``_grown_padding``)
+        at = pieces.index(dyn[0])
+        out[d] = (_grown_by(cx, base, rest - k, cx.sizes[base] + rest - k,
+                            _grown_padding(cx, base, rest - k,
+                                           0 < at < len(pieces) - 1)),)
     else:
         out[d] = (cx.shrink(base, k - rest) if k > rest else base,)
     return Pad(tuple(out), args=(tuple(t for t, _ in parts), d, sizes), fn=_cat_fn, tag="cat")

@@ -525,6 +525,22 @@ def _with_rule(monkeypatch, fn, rule):
     return lr.metrics()
 
 
+def test_a_symbol_padded_further_at_every_try_is_refused(monkeypatch):
+    """A rule asking for its input symbol padded past its bucket again and again (a size
+    growing with its own padding: an image network's output padded from the bucket of
+    its reflection pads, met by the input it is compared with, doubled it at every try,
+    20 GB in two steps) is refused at the second ask: an exact compile, its reason
+    saying why."""
+    from lazy_runtime.dynamic import Rebucket
+
+    def chasing(node, ins, cx):
+        raise Rebucket("B", 2 * cx.buckets["B"])
+    m = _with_rule(monkeypatch, torch.tanh, chasing)
+    assert m["exact_compiles"] == {"aten.tanh.default": 1}
+    assert "B padded past its bucket again (to 16)" in m["recompile_reasons"][-1], \
+        m["recompile_reasons"]
+
+
 def test_a_padded_lowering_that_fails_compiles_exactly_instead(monkeypatch):
     from lazy_runtime.dynamic import Pad
 
@@ -1518,6 +1534,67 @@ def test_a_two_dimensional_fourier_layer_over_a_padded_grid():
                       [(13, 9), (11, 14), (16, 11), (10, 12), (15, 10)], params=ws,
                       rtol=1e-4, atol=1e-4)
     assert m["exact_compiles"] == {} and m["compiles"] == 2, m["recompile_reasons"]
+
+
+def test_relative_shifts_of_scores_over_padded_positions():
+    """The relative-position shift of the Conformer (ESPnet, transformers'
+    Wav2Vec2-Conformer: scores (T, P) of P = 2T-1 relative positions, a zero column put
+    first, viewed as (P+1, T), the first row dropped, viewed back, cut to ``[..., :P // 2
+    + 1]``) and of Transformer-XL (the zero column along dim 1, viewed (P+1, T), viewed
+    back), T and P padded: the views that reorder padded dims gather their true elements
+    in torch's order, the cut to T positions is T's prefix. Values and gradients eager
+    torch's, one compile (before: an exact compile at every size)."""
+    def shifts(q, p):
+        s = q @ p.transpose(-1, -2)                                   # (B, H, T, P)
+        pad = torch.zeros((*s.size()[:3], 1), dtype=s.dtype, device=s.device)
+        x = torch.cat([pad, s], dim=-1).view(*s.size()[:2], s.size(3) + 1, s.size(2))
+        conformer = x[:, :, 1:].view_as(s)[:, :, :, : s.size(-1) // 2 + 1]
+        t = s.permute(2, 3, 0, 1)                                     # (T, P, B, H)
+        pad = torch.zeros((t.size(0), 1, *t.size()[2:]), dtype=t.dtype, device=t.device)
+        x = torch.cat([pad, t], dim=1).view(t.size(1) + 1, t.size(0), *t.size()[2:])
+        return {"conformer": conformer.softmax(-1), "xl": x[1:].view_as(t) * 1.5}
+
+    def inputs(T):
+        g = torch.Generator().manual_seed(T)
+        return [torch.randn(2, 2, T, 4, generator=g), torch.randn(2, 2 * T - 1, 4, generator=g)]
+    m = _check_padded(shifts, inputs, [(2, "T"), (1, "P")], [9, 13, 11, 16],
+                      rtol=1e-4, atol=1e-4)
+    assert m["exact_compiles"] == {} and m["compiles"] == 1, m["recompile_reasons"]
+
+
+def test_a_slice_of_a_merged_dim_padded_at_its_end():
+    """``x.reshape(B, 2 * T)[:, 1:]``: (T, 2) merged has its padding at its end, so a cut
+    of it is a cut of one symbol (before: exact, a position inside a merged dim)."""
+    def cut(x):
+        flat = x.reshape(x.shape[0], -1)
+        return {"shifted": flat[:, 1:] * flat[:, :-1], "tail": flat[:, -3:].sum(1)}
+
+    def inputs(T):
+        return [torch.randn(3, T, 2, generator=torch.Generator().manual_seed(T))]
+    m = _check_padded(cut, inputs, [(1, "T")], _sizes(9, 16, 3, 8))
+    assert m["exact_compiles"] == {} and m["compiles"] == 1, m["recompile_reasons"]
+
+
+def test_an_image_network_of_reflection_pads_and_strides_at_varying_sizes():
+    """The fast style-transfer network (``examples/fast_neural_style.py``: reflection pads
+    before every convolution, two stride-2 ones, two nearest upsamplings back) whose
+    output meets its input in the loss: each pad grows H by exactly its width (so the
+    strides' arithmetic follows H's padded size and the output is padded as the input
+    is), values and gradients eager torch's, one compile for three sizes (before: an
+    exact compile at every size)."""
+    sys.path.insert(0, str(Path(__file__).resolve().parents[2] / "examples"))
+    from fast_neural_style import TransformerNet
+    torch.manual_seed(0)
+    net = TransformerNet((4, 8, 8))
+    fn, params = _module_call(net)
+
+    def loss(x, *ps):
+        return {"reconstruction": (fn(x, *ps)["out"] - x).square().mean(1)}
+    m = _check_padded(loss, _rgb_images, [[(2, "H"), (3, "W")]],
+                      [(36, 44), (48, 60), (64, 40)], params=params, rtol=1e-4,
+                      atol=2e-3)   # (float32 against float32: the first conv's weight
+    # gradient, of a scale of 160, is 4e-4 off float64's in eager torch and here alike)
+    assert m["exact_compiles"] == {} and m["compiles"] == 1, m["recompile_reasons"]
 
 
 def test_a_loop_bounded_by_values_never_runs_on_padding():
