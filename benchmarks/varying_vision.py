@@ -3,7 +3,7 @@ at an exact shape, and whether the losses are eager torch's.
 
     python benchmarks/varying_vision.py [--steps 8] [--only vit,fpn,...] [--write]
 
-Seven small models as their papers' code writes them, trained unmodified with SGD on
+Eight small models as their papers' code writes them, trained unmodified with SGD on
 batches of 2 images whose height and width change every step (drawn uniform in [24, 64],
 seed 0; H and W marked dynamic with ``lr.mark_dynamic``, power-of-two buckets):
 
@@ -24,7 +24,11 @@ seed 0; H and W marked dynamic with ``lr.mark_dynamic``, power-of-two buckets):
   the output cropped back to the image (``y[..., :H, :W]``), a per-pixel loss;
 * ``swin``: a Swin block's core: patch embedding (stride 2), tokens padded up to a
   multiple of the window (4), split into windows, ``nn.MultiheadAttention`` inside each,
-  merged back, cropped to the grid and added to the tokens.
+  merged back, cropped to the grid and added to the tokens;
+* ``style``: fast style transfer's image transformation network
+  (``examples/fast_neural_style.py``, channels 4, 8, 8): reflection pads before every
+  convolution, two stride-2 ones, five residual blocks, two nearest upsamplings back,
+  instance norms; its output against its input (sizes multiples of 4).
 
 Reported per model: steps, compiles, exact-shape compiles among them, the largest relative
 difference of a loss from eager torch's, and the median step of each (lazy_runtime's
@@ -195,6 +199,12 @@ class Swin(nn.Module):
         return self.head((h + t[:, :H, :W]).mean((1, 2)))
 
 
+def _style_net():
+    sys.path.insert(0, str(ROOT / "examples"))
+    from fast_neural_style import TransformerNet
+    return TransformerNet((4, 8, 8))
+
+
 MODELS = {   # name: (model, the loss of its output given the image)
     "vit": (ViT, lambda out, x, y: F.cross_entropy(out, y)),
     "fpn": (FPN, lambda out, x, y: F.cross_entropy(out, (x[:, 0] > 0).long())),
@@ -204,6 +214,7 @@ MODELS = {   # name: (model, the loss of its output given the image)
     "mae": (MAE, lambda out, x, y: (out - x).square().mean()),
     "unet": (UNet, lambda out, x, y: F.cross_entropy(out, (x[:, 0] > 0).long())),
     "swin": (Swin, lambda out, x, y: F.cross_entropy(out, y % 3)),
+    "style": (_style_net, lambda out, x, y: (out - x).square().mean()),
 }
 
 
@@ -257,7 +268,7 @@ def side_by_side(make, loss_of, batches, mark, loss_on=None) -> dict:
 def run(name: str, steps: int) -> dict:
     make, loss_of = MODELS[name]
     batches = []
-    for step, (H, W) in enumerate(sizes(steps, 4 if name in ("mae", "vit") else 1)):
+    for step, (H, W) in enumerate(sizes(steps, 4 if name in ("mae", "vit", "style") else 1)):
         g = torch.Generator().manual_seed(step)
         batches.append((torch.randn(2, 3, H, W, generator=g),
                         torch.randint(0, 5, (2,), generator=g)))
@@ -281,7 +292,7 @@ def table(heading: str, intro: str, rows: dict) -> str:
 
 def main(doc=__doc__, models=MODELS, run=run, steps=8, heading=HEADING,
          intro=lambda steps: f"`python benchmarks/varying_vision.py --steps {steps} --write`: "
-         "seven small vision models trained unmodified (SGD, batches of 2) at image sizes "
+         "eight small vision models trained unmodified (SGD, batches of 2) at image sizes "
          "drawn uniform in [24, 64] each step, H and W marked dynamic (power-of-two "
          "buckets); each against eager torch in the same loop. See the script's docstring "
          "for the models."):
