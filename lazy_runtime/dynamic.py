@@ -453,7 +453,7 @@ class Cx:
         self.sizes[name] = size
         self.buckets[name] = padded
         self.derived.add(name)
-        if any(v == size for _, v in self.unmatched) and self._made_before(size):
+        if self._made_before(size):
             self.late.add(name)
         if base is not None:
             self.bases[name] = base
@@ -464,7 +464,7 @@ class Cx:
     def _made_before(self, size: int) -> bool:
         """Was the op at ``site`` made before a constant that kept ``size`` concrete (in the
         user's program, its size was known when that constant was made)?"""
-        if type(self.site) is not int or not self.nodes:
+        if not self.unmatched or type(self.site) is not int or not self.nodes:
             return False
         made = getattr(self.nodes[self.site], "serial", None)
         return made is not None and any(

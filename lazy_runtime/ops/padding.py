@@ -321,8 +321,6 @@ def pad_fft(node, ins, cx):
         out[last] = _real_length(node.op, cx, lay[last], node.args[3])
     elif node.op is aten._fft_r2c.default and node.args[3] and is_sym(lay[last]):
         out[last] = _half_spectrum(node.op, cx, lay[last])
-    elif not padded:
-        return Pad(tuple(out))
     if not padded and not is_sym(out[last]):
         return Pad(tuple(out))
     for d in padded + ((last,) if real else ()):
