@@ -155,6 +155,18 @@ def models(T) -> dict:
             mask_time_prob=0.0)),
             lambda g: dict(input_values=torch.randn(2, 400, generator=g),
                            labels=torch.tensor([0, 2]))),
+        # (relative positions: the Conformer's window centred in a table of 2 * 128 - 1)
+        "wav2vec2_conformer": (lambda: T.Wav2Vec2ConformerForSequenceClassification(
+            T.Wav2Vec2ConformerConfig(
+                hidden_size=32, num_hidden_layers=1, num_attention_heads=4,
+                intermediate_size=37, conv_dim=(16, 16), conv_stride=(5, 2),
+                conv_kernel=(10, 3), num_conv_pos_embeddings=16,
+                num_conv_pos_embedding_groups=4, position_embeddings_type="relative",
+                conv_depthwise_kernel_size=3, max_source_positions=128, num_labels=3,
+                mask_time_prob=0.0, hidden_dropout=0.0, attention_dropout=0.0,
+                activation_dropout=0.0, feat_proj_dropout=0.0)),
+            lambda g: dict(input_values=torch.randn(2, 400, generator=g),
+                           labels=torch.tensor([0, 2]))),
         "vit": (lambda: T.ViTForImageClassification(T.ViTConfig(
             hidden_size=32, num_hidden_layers=2, num_attention_heads=4, intermediate_size=37,
             image_size=16, patch_size=4, num_labels=3)), _image(16)),

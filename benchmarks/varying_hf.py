@@ -12,7 +12,9 @@ unmodified with SGD (0.05). Text: batches of 4 sequences whose longest length (u
 padding ``-100``), classifiers a label per row, encoder-decoders a target of its own
 length (uniform in [4, 20]). Images: batches of 2 whose H and W are drawn uniform in [24,
 64] each step (multiples of 4, the ViTs' patch; ViT resamples its position grid,
-``interpolate_pos_encoding``). Nothing is marked dynamic: the runtime's automatic dynamic
+``interpolate_pos_encoding``). Audio (Wav2Vec2 and Wav2Vec2-Conformer, a label each):
+batches of 2 raw signals whose length is drawn uniform in [240, 640] each step. Nothing
+is marked dynamic: the runtime's automatic dynamic
 learns which sizes vary. Reported per model: steps, compiles, exact-shape compiles among
 them and the ops that forced them, the largest relative difference of a loss from eager
 torch's, the median step of each (lazy_runtime's includes its compiles). torch uses one
@@ -38,6 +40,7 @@ SLOW = ("rwkv",)
 # (not Swin: transformers' own fails eagerly at most of these sizes, its windows against
 # the attention mask, "The size of tensor a (9) must match the size of tensor b (16)")
 IMAGES = ("vit", "dinov2", "convnext", "resnet", "mobilenet_v2", "segformer")
+AUDIO = ("wav2vec2", "wav2vec2_conformer")
 
 
 def _models() -> dict:
@@ -46,13 +49,19 @@ def _models() -> dict:
     import transformers
     from runtime_hf_sweep import _classify, _lm, _seq2seq, models
     kinds = {_lm: "lm", _classify: "classify", _seq2seq: "seq2seq"}
-    return {name: (m[0], kinds.get(m[1], "image"), m[2] if len(m) > 2 else False)
+    return {name: (m[0], kinds.get(m[1], "audio" if name in AUDIO else "image"),
+                   m[2] if len(m) > 2 else False)
             for name, m in models(transformers).items()
-            if (m[1] in kinds or name in IMAGES) and name not in SLOW}
+            if (m[1] in kinds or name in IMAGES or name in AUDIO) and name not in SLOW}
 
 
 def batches(kind: str, steps: int) -> list:
     """``steps`` batches of ``kind`` (see the docstring: padded text, or images), seeded."""
+    if kind == "audio":
+        rng = random.Random(0)
+        return [dict(input_values=torch.randn(2, rng.randint(240, 640), generator=g),
+                     labels=torch.randint(0, 3, (2,), generator=g))
+                for step in range(steps) for g in [torch.Generator().manual_seed(step)]]
     if kind == "image":
         from varying_vision import sizes
         return [dict(pixel_values=torch.randn(2, 3, H, W, generator=g),
@@ -100,7 +109,8 @@ def main():
         "sequence in Python, a graph per length) fine-tuned unmodified (SGD, batches of 4, "
         "eval mode) on batches padded to their longest, lengths drawn each step (the "
         "longest uniform in [12, 60]) with an attention mask, and its vision classifiers "
-        "on batches of 2 images of H and W drawn in [24, 64] each step; nothing marked "
+        "on batches of 2 images of H and W drawn in [24, 64] each step, and its audio "
+        "classifiers on batches of 2 signals of lengths drawn in [240, 640]; nothing marked "
         "dynamic; each against eager torch in the same loop. See the script's "
         "docstring."))
 

@@ -419,6 +419,10 @@ class Cx:
         self.unmatched: list = []
         self.late: set = set()
         self.nodes: list = []   # the graph's nodes (their ``serial``: the order made)
+        # ("leaf", constant, dim) or ("length", node index) -> (size, size, the two
+        # graphs' leaf shapes): sizes automatic dynamic saw change (``fit_symbol``)
+        self.follows: dict = {}
+        self.input_layouts = lambda: ()   # the data leaves' layouts (None: not laid yet)
 
     def note_merged(self, layout) -> None:
         """Remember the merged dynamic dims (several factors, a symbol among them) of a
@@ -509,7 +513,70 @@ class Cx:
         self.shrunk[name] = (base, k0 + k)
         return name
 
-    def symbolize(self, v: int, site, merged=False):
+    def scaled(self, sym: str, a: int, b: int) -> str:
+        """The symbol of size ``a * n(sym) + b`` (a at least 1), padded ``a * bucket + b``
+        (a transposed convolution's output, ``2*H``; XLNet's 2T relative positions): its
+        true elements first, as ``sym``'s. Of ``a`` 1 and ``b`` at most 0, ``shrink``."""
+        if a == 1 and b <= 0:
+            return self.shrink(sym, -b)
+        name = f"{a}*{sym}" if a > 1 else sym
+        name += f"{b:+d}" if b else ""
+        return self.derive(name, a * self.sizes[sym] + b, a * self.buckets[sym] + b, sym,
+                           rule=lambda n: a * n[sym] + b)
+
+    def fit_symbol(self, key, v: int, site, multiples=True):
+        """Where ``key`` (``("leaf", constant, dim)``; ``("length", node index)``, a moving
+        window's) went from u to v in the two graphs automatic dynamic compared
+        (``_follow_hints``), the dim of a symbol known here that did so as ``a * n + b``
+        (a a whole number, at least 1) and is of size ``v`` here (``a * n`` cut by ``-b``
+        where b is negative, as a slice of it is: XLNet's ``2T - 1`` positions; the
+        Conformer's ``2T' - 1`` of a T' its convolutions derived), the fit of the smallest
+        ``|b|`` first (a guess, withdrawn at ``site``); else None. Unless ``multiples``,
+        None where that fit is a multiple (b 0, a over 1), as a merged dim of the graph's
+        may be (``B*T`` rows, laid out as (B, T) where a view made that dim)."""
+        hint = self.follows.get(key)
+        if hint is None:
+            return None
+        u, w, traces = hint
+        then = [self._sizes_in(t) for t in traces]
+        fits = []
+        for order, sym in enumerate(self.sizes):
+            n1, n2 = then[0].get(sym), then[1].get(sym)
+            if n1 is None or n2 is None or n1 == n2:
+                continue
+            a, r = divmod(w - u, n2 - n1)
+            b = u - a * n1
+            if r == 0 and a >= 1 and a * self.sizes[sym] + b == v:
+                fits.append((abs(b), a, order, sym, b))
+        if not fits:
+            return None
+        _, a, _, sym, b = min(fits)   # (the others are that fit again, worse: 4*(T+1)-4)
+        if b == 0 and a > 1 and not multiples:
+            return None   # (a multiple: ``symbolize``'s merged dims first)
+        if ((self.site, site), sym) in self.disabled:
+            return None
+        self.guesses.append(((self.site, site), sym))
+        base = self.scaled(sym, a, max(b, 0))
+        return (self.shrink(base, -b) if b < 0 else base,)
+
+    def _sizes_in(self, shapes) -> dict:
+        """The sizes the symbols known here had in a graph of leaf shapes ``shapes``:
+        the inputs' read off their dims, the derived by their rules (where they have
+        one)."""
+        out = {}
+        for k, lay in enumerate(self.input_layouts()):
+            for d, dim in enumerate(lay or ()):
+                if len(dim) == 1 and type(dim[0]) is str and dim[0] not in self.rules \
+                        and k < len(shapes) and d < len(shapes[k]):
+                    out.setdefault(dim[0], shapes[k][d])
+        for name, rule in self.rules.items():
+            try:
+                out[name] = rule(out)
+            except (KeyError, ArithmeticError):
+                pass
+        return out
+
+    def symbolize(self, v: int, site, merged=False, fallback=None):
         """The dim for size ``v`` of an op argument: a symbol of size v, or v itself.
         Symbols derived in this graph (the T-1 of ``x[:, 1:]``) are candidates only when
         no other is; a candidate withdrawn at this site lets the next one be tried. Where
@@ -524,7 +591,8 @@ class Cx:
         guess is right for this trace, whose sizes the padded graph is checked against; a
         wrong one meets a contradiction, or keys an executable that only traces guessing
         alike share (a coincidence can cost an executable of its own, never a wrong
-        value)."""
+        value). ``fallback``: where no symbol or merged dim has size v, a function of no
+        arguments giving a dim to try first, or None."""
         if v <= 1:
             return (v,)
         at = (self.site, site)
@@ -546,6 +614,9 @@ class Cx:
             if cands:
                 self.guesses.append((at, cands[0]))
                 return cands[0] if type(cands[0]) is tuple else (cands[0],)
+        dim = fallback() if fallback is not None else None
+        if dim is not None:
+            return dim
         self.unmatched.append((self.site, v))
         return (v,)
 
@@ -714,9 +785,12 @@ def _own_name(sym: str, v: int, sizes: dict) -> str:
 
 
 def _leaf_layouts(g, fresh, auto):
-    """Layouts of the DATA leaves from marks, padding and automatic dynamic; sizes."""
+    """(sizes, layouts of the DATA leaves from marks, padding and automatic dynamic,
+    partial layouts of the constants laid out at their use: their marked dims, None at
+    the others)."""
     sizes: dict = {}
     layouts: dict = {}
+    partial: dict = {}   # leaf index -> its marked dims, None where laid out at its use
     derived: dict = {}
     k = 0
     for i, n in enumerate(g.nodes):
@@ -741,9 +815,11 @@ def _leaf_layouts(g, fresh, auto):
             layouts[i] = lay
         else:
             marks = dict(leaf_marks(n) or laid_marks(n))
+            later = False   # (a constant of a dim laid out at its use: ``_follow_hints``)
             for key, s in auto.items():
                 if key[0] == k:
                     marks.setdefault(key[1], s)
+                later = later or key[:2] == ("leaf", k)
             if marks:
                 lay = []
                 for d, v in enumerate(n.shape):
@@ -754,14 +830,14 @@ def _leaf_layouts(g, fresh, auto):
                     # it apart from every other size (torch.compile specializes 0 and 1
                     # for the same reasons)
                     if s is None or v <= 1:
-                        lay.append((v,))
+                        lay.append(None if later else (v,))
                         continue
                     t = _own_name(s, v, sizes)
                     sizes[t] = v
                     lay.append((t,))
-                layouts[i] = tuple(lay)
+                (partial if later else layouts)[i] = tuple(lay)
         k += 1
-    return sizes, layouts
+    return sizes, layouts, partial
 
 
 def _lockstep(sizes: dict, buckets: dict) -> None:
@@ -779,7 +855,7 @@ def _lockstep(sizes: dict, buckets: dict) -> None:
 
 def _build(g, fresh, auto, disabled, bump, merged, early):
     from .ops.registry import PAD_RULES
-    sizes, marked = _leaf_layouts(g, fresh, auto)
+    sizes, marked, partial = _leaf_layouts(g, fresh, auto)
     slice_marks = {k[1]: s for k, s in auto.items() if k[0] == "slice"}
     offset_marks = {k[1]: s for k, s in auto.items() if k[0] == "offset"}
     if not sizes and not slice_marks and not offset_marks:
@@ -790,6 +866,8 @@ def _build(g, fresh, auto, disabled, bump, merged, early):
     soft = {k[1:]: s for k, s in auto.items() if k[0] == "soft"}
     cx.merged = {v: list(ds) for v, ds in merged.items()}
     cx.nodes = g.nodes
+    cx.follows = {k: h for k, h in auto.items() if k[0] in ("leaf", "length")}
+    cx.input_layouts = lambda: [layouts[i] for i in data_at]
     for name, (size, padded, base, rule) in early.items():
         cx.derive(name, size, padded, base, rule)
     cx.slice_marks = slice_marks
@@ -832,18 +910,35 @@ def _build(g, fresh, auto, disabled, bump, merged, early):
             out[d] = (s,)
         return tuple(out)
 
+    def leaf_dim(k, d, v, ndim):
+        """Dim ``d`` (of size ``v``) of constant ``k`` (of ``ndim`` dims): the symbol
+        its size followed (``Cx.fit_symbol``; before a symbol that merely has size v, a
+        coincidence more often: a source as long as the target), else as
+        ``Cx.symbolize`` finds it, else, for a vector, a multiple of a symbol it followed
+        (XLNet's 2T positions; not the rows of a matrix, ``B*T`` rows of zeros, which a
+        view of the graph's lays out as (B, T) on a try after)."""
+        if v <= 1:
+            return (v,)
+        at, key = ("follows", d), ("leaf", k, d)
+        return cx.fit_symbol(key, v, at, multiples=False) or cx.symbolize(
+            v, ("leaf", d), merged="after",
+            fallback=(lambda: cx.fit_symbol(key, v, at)) if ndim == 1 else None)
+
     def lay_leaf(i, n, hint=None, firm=False):
         cx.site = i
         ng = len(cx.guesses)
         lay = marked.get(i)
         if lay is None:
+            if hint is None and i in partial:
+                hint, firm = partial[i], True
             if ordinal[i] in fresh:
                 lay = _like_layout(n, index, layouts) or tuple(
                     (hint and cx.adopt(v, ("like", d), hint[d], firm))
-                    or (cx.symbolize(v, ("leaf", d), merged="after") if v > 1 else (v,))
+                    or leaf_dim(ordinal[i], d, v, len(n.shape))
                     for d, v in enumerate(n.shape))
             else:
-                lay = concrete(n.shape)
+                lay = tuple(m or (v,) for m, v in zip(partial.get(i, ()), n.shape)) \
+                    or concrete(n.shape)
             if soft:
                 lay = soft_dims(lay, ordinal[i], n.shape)
         layouts[i] = lay
@@ -1086,6 +1181,7 @@ _PAD = _aten.constant_pad_nd.default
 _SCATTERS = {_aten.slice_scatter.default: _SLICE,
              _aten.select_scatter.default: _aten.select.int}
 _FORWARD_CUTS = frozenset(_SCATTERS.values())
+_WINDOWS = (_SLICE, _aten.slice_scatter.default)
 
 
 def slice_bounds(args, n: int) -> tuple:
@@ -1199,16 +1295,29 @@ def _auto_marks(g: ir.Graph, inputs: frozenset | None = None) -> dict:
         if any(len(a) != len(b) for a, b in zip(seen, shapes)):
             return {}
         host = [n in ir.HOST_RECIPES for n in g.data_nodes]
+        follows = _follow_hints(seen, shapes, host, known)
+        new.update(follows)
+        new.update(_moving_windows(seen, shapes, seen_cuts, cuts, known))
         changed = [(k, d, x, y) for k, (a, b) in enumerate(zip(seen, shapes))
                    if inputs is None or k in inputs
                    for d, (x, y) in enumerate(zip(a, b)) if x != y]
-        for k, d, x, y in sorted(changed, key=lambda c: host[c[0]]):
-            if host[k] and any(a > 0 and (x, y) == (x // a * a, x // a * b) and x // a > 1
-                               for a, b in list(groups)):
-                # (a constant the step made, of a merged size: B*T rows of zeros, the
-                # arange over a mixture of experts' B*T*k picks: laid out at its use)
+        for k, d, x, y in changed:
+            if not host[k]:
+                new[(k, d)] = name(x, y)
+        inputs_seen = set(groups)
+        for k, d, x, y in changed:
+            if not host[k]:
                 continue
-            new[(k, d)] = name(x, y)
+            if ("leaf", k, d) not in follows:
+                new[(k, d)] = name(x, y)
+            elif (x, y) in inputs_seen:   # (an input's size: ``arange(T)``)
+                del new[("leaf", k, d)]
+                new[(k, d)] = name(x, y)
+            elif not any(a > 0 and (x, y) == (x // a * a, x // a * b) and x // a > 1
+                         for a, b in inputs_seen):
+                # (its own size where it follows no symbol: a length read from a value;
+                # not a multiple of an input's, a merged size: B*T rows of zeros)
+                new[("soft", k, d)] = name(x, y)
     short = False
     for (i, how, x), (_, how2, y) in zip(() if inputs is not None else seen_slices, slices):
         if x != y and how == how2 and ("slice", i) not in known:   # the same cut, resized
@@ -1221,6 +1330,40 @@ def _auto_marks(g: ir.Graph, inputs: frozenset | None = None) -> dict:
     if not new:
         return known
     return _learnt(fam, {**known, **new}, new)
+
+
+def _follow_hints(seen, shapes, host, known) -> dict:
+    """``{("leaf", k, d): (u, v, traces)}`` for each dim d of a constant the step made
+    (``host``) whose size changed from u to v, ``traces`` the two graphs' leaf shapes:
+    such a dim is laid out at its use, where the symbol it follows as ``a * n + b`` in
+    both graphs, an input's or one derived from them, is known (``Cx.fit_symbol``: XLNet's
+    ``arange(T, -T, -1)`` of 2T positions, its gradient's zeros of ``2T - 1``, a class
+    token's ``arange(T + 1)``, the ``B*T*k`` picks of a mixture of experts)."""
+    traces = (tuple(seen), tuple(shapes))
+    return {("leaf", k, d): (u, v, traces)
+            for k, (p, q) in enumerate(zip(seen, shapes)) if host[k]
+            for d, (u, v) in enumerate(zip(p, q))
+            if u != v and ("leaf", k, d) not in known}
+
+
+def _moving_windows(seen, shapes, seen_cuts, cuts, known) -> dict:
+    """``{("offset", i): name, ("length", i): (u, v, traces)}`` for each slice whose start
+    and length (u, then v) both changed, ``traces`` the two graphs' leaf shapes: a window
+    centred in a table, the relative positions of the Conformer (ESPnet, transformers'
+    Wav2Vec2-Conformer: ``pe[:, c - T + 1:c + T]``), cut at a start read at run time, its
+    length the symbol it follows (``Cx.fit_symbol``); and ``("offset", i)`` for each
+    slice_scatter alike (such a window's gradient)."""
+    out = {}
+    traces = (tuple(seen), tuple(shapes))
+    for (i, how, lo), (_, how2, lo2) in zip(seen_cuts, cuts):
+        if how[0] not in _WINDOWS or how2[0] is not how[0] or lo == lo2 \
+                or how[1] != how2[1] or how[2] == how2[2] or how[3] != 1 or how2[3] != 1 \
+                or ("offset", i) in known:
+            continue
+        if how[0] is _SLICE:
+            out[("length", i)] = (how[2], how2[2], traces)
+        out[("offset", i)] = f"@{i}"
+    return out
 
 
 def _grown_before(fam, cuts, auto):
@@ -1249,6 +1392,9 @@ def _learnt(fam, auto: dict, new: dict) -> dict:
         f"offset at node {k[1]}" if k[0] == "offset" else
         f"pad to a fixed size at node {k[1]}" if k[0] == "fixed" else
         f"pad by a varying amount at node {k[1]}" if k[0] == "grow" else
+        f"constant {k[1]} dim {k[2]} -> the symbol it follows" if k[0] == "leaf" else
+        f"constant {k[1]} dim {k[2]} -> {s} where it follows none" if k[0] == "soft" else
+        f"window at node {k[1]} -> the symbol its length follows" if k[0] == "length" else
         f"input {k[0]} dim {k[1]} -> {s}"
         for k, s in new.items()))
     log.made_dynamic(METRICS.automatic_dynamic[-1])
@@ -1274,7 +1420,7 @@ def _dynamic_inputs(g: ir.Graph) -> tuple:
     auto = _auto_marks(g, plain)
     if has_dyn:   # (a plain input's dims are soft: used where its layout finds no symbol)
         auto = {(("soft",) + k if type(k[0]) is int else k): s for k, s in auto.items()
-                if k[0] in ("offset", "fixed", "grow") or type(k[0]) is int}
+                if k[0] in ("offset", "fixed", "grow", "leaf", "length") or type(k[0]) is int}
     # (laid leaves are marked as an earlier graph marked them; the others learnt as ever)
     return has_dyn or laid, auto
 

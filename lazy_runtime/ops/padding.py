@@ -994,6 +994,12 @@ def pad_slice(node, ins, cx):
     out = list(lay)
     if sym is None:
         start = cx.offset(node)
+        length = cx.fit_symbol(("length", cx.site), m, "length") if start else None
+        if length is not None:   # a window whose start and length vary (``pe[:, c - T +
+            # 1:c + T]``): from a start read at run time, padded as the input its length
+            # follows (past the dim, it reads the last element: padding)
+            out[d] = length
+            return Pad(tuple(out), args=(x, d, start), fn=_slice_fn, tag="moving window")
         if start is not None:   # a start that varies: read at run time
             m = node.shape[d]
             out[d] = (m,)
@@ -1115,7 +1121,7 @@ def pad_slice_scatter(node, ins, cx):
         return Pad(base, args=(x, y, d, piece[1], size, merged), fn=_place_fn, tag="place")
     src_sym = _lone_sym(node.op, src[d])
     if src_sym is not None:   # a dynamic slice starts where the forward slice started
-        start, size = lo, (src_sym, 0)
+        start, size = cx.offset(node) or lo, (src_sym, 0)
     else:
         start, size = _pos_spec(lo, cx.sizes[sym], sym), hi - lo
     return Pad(base, args=(x, y, d, start, size), fn=_place_fn, tag="place")
@@ -1920,9 +1926,7 @@ def _transposed_dim(cx, dim, k, s, p, dl, op):
     c = -s - 2 * p + dl * (k - 1) + op + 1
     if s == 1 and c <= 0:
         return (cx.shrink(sym, -c),)
-    name = f"{s}*{sym}{c:+d}" if s > 1 else f"{sym}{c:+d}"
-    return (cx.derive(name, s * cx.sizes[sym] + c, s * cx.buckets[sym] + c, sym,
-                      rule=lambda n: s * n[sym] + c),)
+    return (cx.scaled(sym, s, c),)
 
 
 def _conv_layout(node, cx, xl, w, stride, padding, dilation, transposed, out_shape,
@@ -2397,9 +2401,7 @@ def _upsampled_layout(op, cx, lay, size, factor):
             continue
         sym = _lone_sym(op, d)
         f = factor(sym, k)
-        dims.append(d if f == 1 else
-                    (cx.derive(f"{f}*{sym}", f * cx.sizes[sym], f * cx.buckets[sym], sym,
-                               rule=lambda n, f=f, s=sym: f * n[s]),))
+        dims.append(d if f == 1 else (cx.scaled(sym, f, 0),))
     return tuple(dims)
 
 
@@ -3271,8 +3273,7 @@ def pad_ctc_loss(node, ins, cx):
     S = ins[_i(targets)][1] if len(ins[_i(targets)]) == 2 else (0,)
     sym = _lone_sym(node.op, S)
     if sym is not None and width == 2 * cx.sizes[sym] + 1:
-        W = (cx.derive(f"2*{sym}+1", width, 2 * cx.buckets[sym] + 1, sym,
-                       rule=lambda n: 2 * n[sym] + 1),)
+        W = (cx.scaled(sym, 2, 1),)
     else:
         W = (width,)
     return Pad(((B,), (B, T, W)))

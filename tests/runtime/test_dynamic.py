@@ -596,3 +596,117 @@ def test_a_learnt_slice_of_a_short_buffer_follows_its_length_past_the_buffer():
             assert_grads_same(a, b, 1e-4, 1e-6, f"at {T}")
     m = lr.metrics()
     assert m["exact_compiles"] == {}, m["recompile_reasons"]
+
+
+class _RelativeAttention(torch.nn.Module):
+    """XLNet's attention over relative positions (transformers' ``XLNetRelativeAttention``
+    in brief): sinusoids of the 2T positions ``arange(T, -T, -1)`` made on the host, the
+    scores against them shifted by views ``(T, 2T) -> (2T, T)``, the first row dropped,
+    viewed back and cut to T by ``index_select``."""
+
+    def __init__(self, d=16, heads=2):
+        super().__init__()
+        self.d, self.heads = d, heads
+        self.q, self.k, self.v, self.r = (torch.nn.Linear(d, d) for _ in range(4))
+
+    def forward(self, h):   # (T, B, d)
+        T, B = h.shape[:2]
+        pos = torch.arange(T, -T, -1.0, dtype=torch.int64, device=h.device).float()
+        freq = torch.arange(0, self.d, 2.0, dtype=torch.int64, device=h.device).float()
+        angle = pos[:, None] / torch.pow(10000, freq / self.d)
+        pe = torch.cat([angle.sin(), angle.cos()], -1)[:, None].expand(-1, B, -1)
+        q, k, v = (f(h).view(T, B, self.heads, -1) for f in (self.q, self.k, self.v))
+        kr = self.r(pe).view(2 * T, B, self.heads, -1)
+        ac = torch.einsum("ibnd,jbnd->bnij", q, k)
+        bd = torch.einsum("ibnd,jbnd->bnij", q, kr)
+        b, n, i, j = bd.shape
+        bd = bd.reshape(b, n, j, i)[:, :, 1:].reshape(b, n, i, j - 1)
+        bd = torch.index_select(bd, 3, torch.arange(T, device=h.device, dtype=torch.long))
+        p = ((ac + bd) * 0.3).softmax(3)
+        return torch.einsum("bnij,jbnd->ibnd", p, v).reshape(T, B, self.d)
+
+
+def _train_at_lengths(model, make_input, lengths, mark=None):
+    """``model`` trained (SGD) beside its lazy twin on ``make_input(T)`` at each length,
+    its dim ``mark`` marked dynamic where given (else learnt): every loss and the final
+    weights eager torch's. Returns the metrics."""
+    torch.manual_seed(0)
+    lazy = copy.deepcopy(model).to(DEV)
+    opts = [torch.optim.SGD(m.parameters(), lr=0.1) for m in (model, lazy)]
+    lr.mark_step()
+    lr.clear_cache()   # (no graph family learnt in another test)
+    lr.reset_metrics()
+    for T in lengths:
+        h = make_input(T)
+        xl = h.to(DEV) if mark is None else lr.mark_dynamic(h.to(DEV), mark, "T")
+        losses = []
+        for m, opt, x in ((model, opts[0], h), (lazy, opts[1], xl)):
+            loss = m(x).square().mean()
+            loss.backward()
+            opt.step()
+            opt.zero_grad()
+            losses.append(loss)
+        lr.mark_step()
+        assert_same(losses[1], losses[0].detach(), rtol=1e-5, atol=1e-7, what=f"at {T}")
+    for a, b in zip(lazy.parameters(), model.parameters()):
+        assert_same(a, b.detach(), rtol=1e-4, atol=1e-6)
+    return lr.metrics()
+
+
+def test_constants_whose_length_follows_an_input_are_derived_from_its_symbol():
+    """XLNet's relative attention trained at lengths that change every step, nothing
+    marked: automatic dynamic learns that the host-made positions ``arange(T, -T, -1)``
+    have 2T elements and their gradient's zeros ``2T - 1`` (not sizes of their own), so
+    they are laid out as ``2*T`` and ``2*T-1``, padded as T is, and the shifting views
+    gather their true elements. Losses and weights eager torch's; one compile for the
+    first length, one per bucket after (before: an exact compile at every length)."""
+    torch.manual_seed(0)
+    m = _train_at_lengths(_RelativeAttention(), lambda T: torch.randn(
+        T, 3, 16, generator=torch.Generator().manual_seed(T)), (12, 20, 17, 30, 9))
+    assert m["exact_compiles"] == {}, m["recompile_reasons"]
+    assert m["compiles"] == 3, m["recompile_reasons"]   # 12; 20, 17, 30 (32); 9 (16)
+    assert {"2*s0_0", "2*s0_0-1"} <= m["buckets"].keys(), m["buckets"]
+
+
+class _CentredPositions(torch.nn.Module):
+    """The Conformer's relative positions (ESPnet; transformers' Wav2Vec2-Conformer): a
+    table of ``2 * 64 - 1`` positions (learnt here, so its gradient flows back), the
+    window of 2T - 1 centred in it cut at each length (``pe[:, c - T + 1:c + T]``), scores
+    against it shifted by the Conformer's views."""
+
+    def __init__(self, d=16, heads=2, longest=64):
+        super().__init__()
+        self.d, self.heads = d, heads
+        self.pe = torch.nn.Parameter(torch.randn(1, 2 * longest - 1, d) * 0.1)
+        self.q, self.k, self.v, self.p = (torch.nn.Linear(d, d) for _ in range(4))
+
+    def forward(self, x):   # (B, T, d)
+        B, T, _ = x.shape
+        c = self.pe.size(1) // 2
+        rel = self.pe[:, c - T + 1:c + T]
+        q, k, v = (f(x).view(B, T, self.heads, -1).transpose(1, 2)
+                   for f in (self.q, self.k, self.v))
+        p = self.p(rel).view(1, -1, self.heads, self.d // self.heads).transpose(1, 2)
+        bd = q @ p.transpose(-1, -2)                                   # (B, H, T, 2T-1)
+        zero = torch.zeros((*bd.size()[:3], 1), dtype=bd.dtype, device=bd.device)
+        bd = torch.cat([zero, bd], -1).view(B, self.heads, 2 * T, T)[:, :, 1:]
+        bd = bd.view(B, self.heads, T, 2 * T - 1)[:, :, :, :T]
+        a = ((q @ k.transpose(-1, -2) + bd) * 0.3).softmax(-1)
+        return (a @ v).transpose(1, 2).reshape(B, T, self.d)
+
+
+@pytest.mark.parametrize("marked", [False, True])
+def test_a_window_centred_in_a_table_moves_and_grows_with_the_length(marked):
+    """``pe[:, c - T + 1:c + T]``: a slice whose start and length both change with T.
+    Automatic dynamic learns its length as ``2*T - 1`` and its start (read at run time),
+    its gradient's write into the table alike: one compile per bucket, none exact
+    (before: an exact compile at every length). With T marked, the first graph is still
+    exact: nothing says yet that the window's bounds, Python ints, follow T."""
+    torch.manual_seed(0)
+    m = _train_at_lengths(_CentredPositions(), lambda T: torch.randn(
+        2, T, 16, generator=torch.Generator().manual_seed(T)), (12, 20, 17, 30, 9),
+        mark=1 if marked else None)
+    assert m["compiles"] == 3, m["recompile_reasons"]
+    reasons = m["recompile_reasons"][1:]
+    assert all(r.startswith("padded") for r in reasons), m["recompile_reasons"]
+    assert any("window at node" in line for line in m["automatic_dynamic"]), m
