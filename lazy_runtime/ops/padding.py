@@ -1894,6 +1894,9 @@ def pad_batch_norm_backward(node, ins, cx):
 # grows the dim compiles exactly. A transposed conv gives s * n + c (``_transposed_dim``).
 
 
+_CONVOLUTIONS = (aten.convolution.default, aten.convolution_backward.default)
+
+
 def _spatial_dim(op, cx, dim, k, s, p, dl):
     """(output dim, extra zeros at the input's end) for a window op over ``dim``."""
     sym = _lone_sym(op, dim)
@@ -1901,6 +1904,12 @@ def _spatial_dim(op, cx, dim, k, s, p, dl):
         return None, 0
     c = 2 * p - dl * (k - 1)
     if s == 1:
+        if c > 0 and op in _CONVOLUTIONS:
+            # grows by c (a "same" convolution of an even kernel, T + 1: wav2vec2's
+            # positional one, cut back by ``[..., :-1]``): its input's padding is zeroed
+            # (``pre``), as torch's padding reads, so its true outputs are torch's; padded
+            # by exactly c, as the convolution of the padded input is long
+            return (_grown_by(cx, sym, c, cx.sizes[sym] + c, cx.buckets[sym] + c),), 0
         if c > 0:
             raise NoPadRule(op, "a window op that grows a dynamic dim", retry=False)
         base = _ungrown(cx, sym, -c)

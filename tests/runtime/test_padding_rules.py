@@ -618,12 +618,19 @@ def test_conv1d_along_a_padded_time_dim_values_and_gradients():
     assert m["compiles"] == 1, m["recompile_reasons"]
 
 
-def test_a_conv_that_grows_a_padded_dim_compiles_exactly():
+def test_a_conv_that_grows_a_padded_dim_runs_padded():
+    """A 1-wide kernel with padding 1: T + 2 outputs, both ends reading only padding
+    (before: an exact compile; see also the even kernel's growth by one below)."""
+    lr.mark_step()
     lr.reset_metrics()
-    x, w = torch.randn(2, 3, 7), torch.randn(4, 3, 1)
-    xl = lr.mark_dynamic(x.to(DEV), 2, "T")
-    assert_same(F.conv1d(xl, w.to(DEV), padding=1), F.conv1d(x, w, padding=1), 1e-5, 1e-5)
-    assert lr.metrics()["exact_compiles"] == {"aten.convolution.default": 1}
+    w, b = torch.randn(4, 3, 1), torch.randn(4)
+    for T in (7, 5, 8):
+        x = torch.randn(2, 3, T)
+        xl = lr.mark_dynamic(x.to(DEV), 2, "T")
+        assert_same(F.conv1d(xl, w.to(DEV), b.to(DEV), padding=1).sin(),
+                    F.conv1d(x, w, b, padding=1).sin(), 1e-5, 1e-5, what=f"at {T}")
+    m = lr.metrics()
+    assert m["exact_compiles"] == {} and m["compiles"] == 1, m["recompile_reasons"]
 
 
 def _compare_models(eager, lazy, x, xl, what, rtol, atol):
@@ -1793,3 +1800,27 @@ def test_unfolding_a_concrete_dim_beside_a_padded_batch():
                       [5, 7, 8], params=(w.requires_grad_(),))
     assert m["exact_compiles"] == {}, m["recompile_reasons"]
     assert m["compiles"] == 1, m["recompile_reasons"]
+
+
+def test_a_same_convolution_of_an_even_kernel_grows_the_padded_dim():
+    """wav2vec2's positional convolution: kernel 16, padding 8, grouped, so T + 1
+    outputs, the last cut by ``[..., :-1]`` (its ``SamePadLayer``). The result is
+    ``T+1``, padded by exactly 1 as the convolution of the padded input is long, its true
+    outputs torch's (the input's padding reads as zeros); the cut is T again, so the
+    residual adds. Values and gradients eager torch's, one compile (before: an exact
+    compile at every length: a window op that grows a dynamic dim)."""
+    torch.manual_seed(0)
+    conv = nn.Conv1d(8, 8, 16, padding=8, groups=4)
+    fn, params = _module_call(conv)
+
+    def block(x, *ps):
+        h = x.transpose(1, 2)
+        y = fn(h, *ps)["out"][..., :-1]
+        return {"out": (h + F.gelu(y)).transpose(1, 2) * 1.5,
+                "grown": fn(h, *ps)["out"].square().mean(-1)}
+
+    def inputs(T):
+        return [torch.randn(2, T, 8, generator=torch.Generator().manual_seed(T))]
+    m = _check_padded(block, inputs, [(1, "T")], _sizes(17, 32, 3, 2), params=params,
+                      rtol=1e-4, atol=1e-5)
+    assert m["exact_compiles"] == {} and m["compiles"] == 1, m["recompile_reasons"]
