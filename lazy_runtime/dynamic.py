@@ -516,13 +516,17 @@ class Cx:
     def scaled(self, sym: str, a: int, b: int) -> str:
         """The symbol of size ``a * n(sym) + b`` (a at least 1), padded ``a * bucket + b``
         (a transposed convolution's output, ``2*H``; XLNet's 2T relative positions): its
-        true elements first, as ``sym``'s. Of ``a`` 1 and ``b`` at most 0, ``shrink``."""
+        true elements first, as ``sym``'s. Of ``a`` 1 and ``b`` at most 0, ``shrink``; of
+        ``a`` 1, ``sym`` grown by b, which a cut of b is again (``padding._ungrown``)."""
         if a == 1 and b <= 0:
             return self.shrink(sym, -b)
         name = f"{a}*{sym}" if a > 1 else sym
         name += f"{b:+d}" if b else ""
-        return self.derive(name, a * self.sizes[sym] + b, a * self.buckets[sym] + b, sym,
+        name = self.derive(name, a * self.sizes[sym] + b, a * self.buckets[sym] + b, sym,
                            rule=lambda n: a * n[sym] + b)
+        if a == 1:
+            self.grown_from[name] = (sym, b)
+        return name
 
     def fit_symbol(self, key, v: int, site, multiples=True):
         """Where ``key`` (``("leaf", constant, dim)``; ``("length", node index)``, a moving

@@ -1890,8 +1890,9 @@ def pad_batch_norm_backward(node, ins, cx):
 # zeroed at its tail first -- those zeros are exactly the conv's own zero padding -- and
 # the output dim is: the same symbol for a "same" conv, the symbol shrunk by k for a valid
 # stride-1 conv (the input then gets k more zeros at the end, so the output keeps the
-# symbol's padded size), a derived symbol (n + c) // s for a strided conv; a conv that
-# grows the dim compiles exactly. A transposed conv gives s * n + c (``_transposed_dim``).
+# symbol's padded size), a derived symbol (n + c) // s for a strided conv, n + c padded
+# by exactly c for one that grows the dim (a pool that grows it compiles exactly). A
+# transposed conv gives s * n + c (``_transposed_dim``).
 
 
 _CONVOLUTIONS = (aten.convolution.default, aten.convolution_backward.default)
@@ -1909,7 +1910,7 @@ def _spatial_dim(op, cx, dim, k, s, p, dl):
             # positional one, cut back by ``[..., :-1]``): its input's padding is zeroed
             # (``pre``), as torch's padding reads, so its true outputs are torch's; padded
             # by exactly c, as the convolution of the padded input is long
-            return (_grown_by(cx, sym, c, cx.sizes[sym] + c, cx.buckets[sym] + c),), 0
+            return (cx.scaled(sym, 1, c),), 0
         if c > 0:
             raise NoPadRule(op, "a window op that grows a dynamic dim", retry=False)
         base = _ungrown(cx, sym, -c)
