@@ -517,15 +517,19 @@ class Cx:
         """The symbol of size ``a * n(sym) + b`` (a at least 1), padded ``a * bucket + b``
         (a transposed convolution's output, ``2*H``; XLNet's 2T relative positions): its
         true elements first, as ``sym``'s. Of ``a`` 1 and ``b`` at most 0, ``shrink``; of
-        ``a`` 1, ``sym`` grown by b, which a cut of b is again (``padding._ungrown``)."""
-        if a == 1 and b <= 0:
-            return self.shrink(sym, -b)
-        name = f"{a}*{sym}" if a > 1 else sym
-        name += f"{b:+d}" if b else ""
-        name = self.derive(name, a * self.sizes[sym] + b, a * self.buckets[sym] + b, sym,
-                           rule=lambda n: a * n[sym] + b)
+        ``a`` 1, ``grow``."""
         if a == 1:
-            self.grown_from[name] = (sym, b)
+            return self.shrink(sym, -b) if b <= 0 else self.grow(sym, b, self.buckets[sym] + b)
+        name = f"{a}*{sym}" + (f"{b:+d}" if b else "")
+        return self.derive(name, a * self.sizes[sym] + b, a * self.buckets[sym] + b, sym,
+                           rule=lambda n: a * n[sym] + b)
+
+    def grow(self, sym: str, g: int, padded: int) -> str:
+        """The symbol ``sym+g`` (g over 0), padded to ``padded``: grown from ``sym``, so a
+        cut of g from it is ``sym`` again (``padding._ungrown``)."""
+        name = self.derive(f"{sym}+{g}", self.sizes[sym] + g, padded, sym,
+                           rule=lambda n: n[sym] + g)
+        self.grown_from[name] = (sym, g)
         return name
 
     def fit_symbol(self, key, v: int, site, multiples=True):
@@ -1299,9 +1303,10 @@ def _auto_marks(g: ir.Graph, inputs: frozenset | None = None) -> dict:
         if any(len(a) != len(b) for a, b in zip(seen, shapes)):
             return {}
         host = [n in ir.HOST_RECIPES for n in g.data_nodes]
-        follows = _follow_hints(seen, shapes, host, known)
+        traces = (tuple(seen), tuple(shapes))
+        follows = _follow_hints(traces, host, known)
         new.update(follows)
-        new.update(_moving_windows(seen, shapes, seen_cuts, cuts, known))
+        new.update(_moving_windows(traces, seen_cuts, cuts, known))
         changed = [(k, d, x, y) for k, (a, b) in enumerate(zip(seen, shapes))
                    if inputs is None or k in inputs
                    for d, (x, y) in enumerate(zip(a, b)) if x != y]
@@ -1336,21 +1341,20 @@ def _auto_marks(g: ir.Graph, inputs: frozenset | None = None) -> dict:
     return _learnt(fam, {**known, **new}, new)
 
 
-def _follow_hints(seen, shapes, host, known) -> dict:
+def _follow_hints(traces, host, known) -> dict:
     """``{("leaf", k, d): (u, v, traces)}`` for each dim d of a constant the step made
-    (``host``) whose size changed from u to v, ``traces`` the two graphs' leaf shapes:
+    (``host``) whose size changed from u to v in the two graphs' leaf shapes ``traces``:
     such a dim is laid out at its use, where the symbol it follows as ``a * n + b`` in
     both graphs, an input's or one derived from them, is known (``Cx.fit_symbol``: XLNet's
     ``arange(T, -T, -1)`` of 2T positions, its gradient's zeros of ``2T - 1``, a class
     token's ``arange(T + 1)``, the ``B*T*k`` picks of a mixture of experts)."""
-    traces = (tuple(seen), tuple(shapes))
     return {("leaf", k, d): (u, v, traces)
-            for k, (p, q) in enumerate(zip(seen, shapes)) if host[k]
+            for k, (p, q) in enumerate(zip(*traces)) if host[k]
             for d, (u, v) in enumerate(zip(p, q))
             if u != v and ("leaf", k, d) not in known}
 
 
-def _moving_windows(seen, shapes, seen_cuts, cuts, known) -> dict:
+def _moving_windows(traces, seen_cuts, cuts, known) -> dict:
     """``{("offset", i): name, ("length", i): (u, v, traces)}`` for each slice whose start
     and length (u, then v) both changed, ``traces`` the two graphs' leaf shapes: a window
     centred in a table, the relative positions of the Conformer (ESPnet, transformers'
@@ -1358,7 +1362,6 @@ def _moving_windows(seen, shapes, seen_cuts, cuts, known) -> dict:
     length the symbol it follows (``Cx.fit_symbol``); and ``("offset", i)`` for each
     slice_scatter alike (such a window's gradient)."""
     out = {}
-    traces = (tuple(seen), tuple(shapes))
     for (i, how, lo), (_, how2, lo2) in zip(seen_cuts, cuts):
         if how[0] not in _WINDOWS or how2[0] is not how[0] or lo == lo2 \
                 or how[1] != how2[1] or how[2] == how2[2] or how[3] != 1 or how2[3] != 1 \

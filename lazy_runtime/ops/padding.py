@@ -1244,8 +1244,7 @@ def _moved_sym(op, cx, sym, g, around=False):
     base, k = cx.shrunk.get(sym, (sym, 0))
     if g <= k:
         return cx.shrink(base, k - g) if k > g else base
-    grown = cx.sizes[base] + g - k
-    return _grown_by(cx, base, g - k, grown, _grown_padding(cx, base, g - k, around))
+    return cx.grow(base, g - k, _grown_padding(cx, base, g - k, around))
 
 
 def _grown_padding(cx, base, g, around):
@@ -1270,13 +1269,6 @@ def _ungrown(cx, sym, k):
     grown, k0 = cx.shrunk.get(sym, (sym, 0))
     base, g = cx.grown_from.get(grown, (None, 0))
     return base if base is not None and g == k0 + k else None
-
-
-def _grown_by(cx, base, g, size, padded):
-    """The symbol ``base+g`` (true size ``size``, padded ``padded``)."""
-    name = cx.derive(f"{base}+{g}", size, padded, base, rule=lambda n, b=base, g=g: n[b] + g)
-    cx.grown_from[name] = (base, g)
-    return name
 
 
 def _fixed_pad_fn(ctx, env, in_lays, x, static, value, fixed, crops, moves=()):
@@ -1333,9 +1325,8 @@ def pad_cat(node, ins, cx):
     base, k = cx.shrunk.get(dyn[0], (dyn[0], 0))
     if rest > k:   # it grows: T + g (``_grown_padding``)
         at = pieces.index(dyn[0])
-        out[d] = (_grown_by(cx, base, rest - k, cx.sizes[base] + rest - k,
-                            _grown_padding(cx, base, rest - k,
-                                           0 < at < len(pieces) - 1)),)
+        out[d] = (cx.grow(base, rest - k,
+                          _grown_padding(cx, base, rest - k, 0 < at < len(pieces) - 1)),)
     else:
         out[d] = (cx.shrink(base, k - rest) if k > rest else base,)
     return Pad(tuple(out), args=(tuple(t for t, _ in parts), d, sizes), fn=_cat_fn, tag="cat")
