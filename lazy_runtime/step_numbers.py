@@ -45,7 +45,9 @@ executable then says how everything follows the call's sizes:
 
 * each symbol of the executable (``_sizer``): an argument's dim, a constant, or a
   derived symbol computed by the rule its padding rule gave (``Cx.derive``: ``(H+1)//2``
-  of a strided convolution, ``2*H`` of upsampling); every trace's sizes must come out;
+  of a strided convolution, ``2*H`` of upsampling); every trace's sizes must come out. A
+  derived symbol with no rule (a pad's own, by an amount the Python computed) is linked
+  as a number is, even where it never changed;
 * each size read, number, cut bound and constant recipe's int (``_fit``): its traced
   value where it never changed, and every form of a product of sizes M (one or two
   symbols, or several arguments' dims: a dim of a padded value is c M) it took in every
@@ -180,7 +182,7 @@ class Family:
 
         handed = set.intersection(*[t.tape.handed for t in traces])
 
-        def link(where, seen, rel=None) -> bool:
+        def link(where, seen, rel=None, strict=False) -> bool:
             exprs = tuple(e for j, e in enumerate(t0.tape.exprs)
                           if e in handed and all(type(v) in NUMBER and vals[j] == v
                                                  for vals, v in zip(values, seen)))
@@ -191,7 +193,7 @@ class Family:
                 cands = () if fit is None else fit[1]
             if exprs or cands:
                 links.append(_Link(where, exprs, const, cands=cands))
-            elif const is _VARIES:
+            elif const is _VARIES or strict:
                 if rel is None:
                     return False
                 links.append(_Link(where, (), const, rel))
@@ -203,8 +205,8 @@ class Family:
                 return False
         computed = {s for s, _, _ in self.sizer or ()}
         for k in range(len(t0.syms)):
-            if t0.syms[k] not in computed and \
-                    not link(("size", k), [t.size_list[k] for t in traces]):
+            if t0.syms[k] not in computed and not link(
+                    ("size", k), [t.size_list[k] for t in traces], strict=_derived(t0.syms[k])):
                 return False
         cuts = []
         for c, (i, d, size, raw) in enumerate(t0.cuts):
@@ -413,7 +415,8 @@ def _sizer(traces):
     """How each symbol of the traces' executable gets its size from the call's followed
     values: [(symbol, "env", index) for an argument's dynamic dim, (symbol, "const", n)
     for one that never changed, (symbol, "rule", fn) for a derived one, in the order
-    derived]; the others (offsets, a length read from a value) are left to the links.
+    derived]; the others (offsets, a length read from a value, a derived symbol with no
+    rule) are left to the links.
     None where it does not give every trace's sizes."""
     t0 = traces[0]
     where = {}   # input symbol -> the argument dim it is
@@ -431,7 +434,10 @@ def _sizer(traces):
         j = followed.get(where.get(sym))
         if j is not None:
             steps.append((sym, "env", j))
-        elif all(t.size_list[k] == t0.size_list[k] for t in traces):
+        elif not _derived(sym) and all(t.size_list[k] == t0.size_list[k] for t in traces):
+            # (not a derived symbol with no rule, a pad's own: ``F.pad(x, (0, (8 - T %
+            # 8) % 8))`` at T = 58 and 60 is 64 both times, 40 at T = 39; the links must
+            # vouch for it)
             steps.append((sym, "const", t0.size_list[k]))
     steps.extend((sym, "rule", fn) for sym, fn in t0.rules)
     for t in traces:
