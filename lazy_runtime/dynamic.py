@@ -408,6 +408,9 @@ class Cx:
         self.fixed_pads: frozenset = frozenset()   # node indices: pads to a fixed length
         # node index -> 1 (-1 where it crops: a pad's gradient): pads by varying amounts
         self.grown_pads: dict = {}
+        # node index -> the most it grows a dim (0 where it crops): pads whose low amount
+        # varies too (TensorFlow's "same" padding before a strided convolution)
+        self.shifted_pads: dict = {}
         self.grown: set = set()   # the symbols those pads made (``padding._grown_dim``)
         self.inputs = frozenset(sizes)   # the input symbols (their buckets chosen)
         # true size -> the merged dims of that size in layouts so far (the (2, T) of
@@ -441,6 +444,13 @@ class Cx:
         if name is None:
             return None
         self.offsets[name] = cut_at(node)[1]
+        return (name, 0)
+
+    def shift(self, d: int, amount: int):
+        """The low amount ``amount`` of the pad at ``site`` along dim ``d`` as a position
+        spec (``padding._at``) read at run time: a pad whose low amount varies."""
+        name = f"@{self.site}:{d}"
+        self.offsets[name] = amount
         return (name, 0)
 
     def derive(self, name: str, size: int, padded: int, base: str | None = None,
@@ -882,6 +892,7 @@ def _build(g, fresh, auto, disabled, bump, merged, early):
     cx.offset_marks = offset_marks
     cx.fixed_pads = frozenset(k[1] for k in auto if k[0] == "fixed")
     cx.grown_pads = {k[1]: v for k, v in auto.items() if k[0] == "grow"}
+    cx.shifted_pads = {k[1]: v for k, v in auto.items() if k[0] == "shift"}
     index = {id(n): i for i, n in enumerate(g.nodes)}
     count = len(g.nodes)
     layouts: list = [None] * count
@@ -1252,7 +1263,9 @@ def _offset_marks(seen_cuts, cuts, known) -> dict:
     back to a fixed length: ``F.pad(mask, (0, L - T))``), ``{("grow", node index):
     1}`` for each whose result changed size too, by other amounts (padding up to a
     multiple: ``F.pad(x, (0, (8 - W % 8) % 8))``; -1 where an amount was negative: that
-    pad's gradient crops)."""
+    pad's gradient crops), and ``{("shift", node index): the most it grew a dim}`` for
+    each whose low amounts changed too (TensorFlow's "same" padding: ``(0, 1)`` at an
+    even size, ``(1, 1)`` at an odd one, before a stride-2 convolution)."""
     out = {}
     for (i, how, a), (_, how2, b) in zip(seen_cuts, cuts):
         if a == b or how != how2:
@@ -1261,9 +1274,14 @@ def _offset_marks(seen_cuts, cuts, known) -> dict:
             (in_a, res_a, pad_a), (in_b, res_b, pad_b) = a, b
             if in_a == in_b or len(in_a) != len(in_b):
                 continue
-            kind = "fixed" if res_a == res_b else "grow" if pad_a != pad_b else None
+            shifts = pad_a[0::2] != pad_b[0::2]
+            kind = "grow" if shifts or res_a != res_b and pad_a != pad_b else \
+                "fixed" if res_a == res_b else None
             if kind is not None and (kind, i) not in known:
                 out[(kind, i)] = -1 if kind == "grow" and min(pad_a + pad_b) < 0 else True
+            if shifts and ("shift", i) not in known:
+                out[("shift", i)] = max(0, max(p[k] + p[k + 1] for p in (pad_a, pad_b)
+                                               for k in range(0, len(p), 2)))
         elif how[2] != 0 and ("offset", i) not in known:
             out[("offset", i)] = f"@{i}"
     return out
@@ -1374,21 +1392,22 @@ def _moving_windows(traces, seen_cuts, cuts, known) -> dict:
 
 
 def _grown_before(fam, cuts, auto):
-    """``auto`` with ``("grow", i)`` for each pad whose structure up to it (``fam``'s
-    first i + 1 entries) was seen growing by varying amounts in another family."""
+    """``auto`` with ``("grow", i)`` (and ``("shift", i)``) for each pad whose structure
+    up to it (``fam``'s first i + 1 entries) was seen growing by varying amounts (its low
+    amount too) in another family."""
     if not _GROWN:
         return auto
-    extra = {("grow", i): _GROWN[fam[0][:i + 1]] for i, how, _ in cuts
-             if how[0] is _PAD and fam[0][:i + 1] in _GROWN
-             and ("grow", i) not in (auto or ())}
+    extra = {(kind, i): _GROWN[(kind, fam[0][:i + 1])] for i, how, _ in cuts
+             if how[0] is _PAD for kind in ("grow", "shift")
+             if (kind, fam[0][:i + 1]) in _GROWN and (kind, i) not in (auto or ())}
     return {**auto, **extra} if auto and extra else extra or auto
 
 
 def _learnt(fam, auto: dict, new: dict) -> dict:
     """``auto`` becomes the marks of family ``fam``; ``new`` of them are reported."""
     for k in new:
-        if k[0] == "grow":
-            _GROWN[fam[0][:k[1] + 1]] = new[k]
+        if k[0] == "grow" or k[0] == "shift":
+            _GROWN[(k[0], fam[0][:k[1] + 1])] = new[k]
             while len(_GROWN) > 256:
                 _GROWN.popitem(last=False)
     _AUTO[fam] = auto
@@ -1399,6 +1418,7 @@ def _learnt(fam, auto: dict, new: dict) -> dict:
         f"offset at node {k[1]}" if k[0] == "offset" else
         f"pad to a fixed size at node {k[1]}" if k[0] == "fixed" else
         f"pad by a varying amount at node {k[1]}" if k[0] == "grow" else
+        f"pad shifted by a varying amount at node {k[1]}" if k[0] == "shift" else
         f"constant {k[1]} dim {k[2]} -> the symbol it follows" if k[0] == "leaf" else
         f"constant {k[1]} dim {k[2]} -> {s} where it follows none" if k[0] == "soft" else
         f"window at node {k[1]} -> the symbol its length follows" if k[0] == "length" else
@@ -1427,7 +1447,8 @@ def _dynamic_inputs(g: ir.Graph) -> tuple:
     auto = _auto_marks(g, plain)
     if has_dyn:   # (a plain input's dims are soft: used where its layout finds no symbol)
         auto = {(("soft",) + k if type(k[0]) is int else k): s for k, s in auto.items()
-                if k[0] in ("offset", "fixed", "grow", "leaf", "length") or type(k[0]) is int}
+                if k[0] in ("offset", "fixed", "grow", "shift", "leaf", "length")
+                or type(k[0]) is int}
     # (laid leaves are marked as an earlier graph marked them; the others learnt as ever)
     return has_dyn or laid, auto
 
@@ -1465,8 +1486,9 @@ def plan_for(g: ir.Graph):
     else:
         res = build_plan(g, fresh, auto) if (has_dyn or auto) else None
         if moved is not None and isinstance(res, SymPlan) and \
-                {("offset", int(s[1:])) for s in res.syms if s[0] == "@"} == \
-                {k for k in auto if k[0] == "offset"}:   # (every moving start an input)
+                {s for s in res.syms if s[0] == "@"} == \
+                {f"@{k[1]}" for k in auto if k[0] == "offset"}:   # (every moving start
+            # an input; no pad's amount, which ``_at_starts`` would not read)
             _OFFSET_PLANS[moved] = res
             while len(_OFFSET_PLANS) > 128:
                 _OFFSET_PLANS.popitem(last=False)

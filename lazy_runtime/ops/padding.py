@@ -1181,10 +1181,16 @@ def pad_constant_pad(node, ins, cx):
                 if is_sym(nd):
                     out[d] = nd
                     static[2 * j + 1] = 0
-                    crops.append((d, nd))
+                    crops.append((d, nd, 0))
             continue
         lo, hi = pad[2 * j], pad[2 * j + 1]
         static[2 * j] = static[2 * j + 1] = 0
+        if cx.site in cx.shifted_pads and len(lay[d]) == 1 and lo * hi >= 0:
+            shifted = _shifted_dim(cx, lay[d][0], lo, hi, node.shape[d], d)
+            if shifted is not None:
+                out[d], move = shifted
+                (crops if lo + hi < 0 else moves).append(move)
+                continue
         # (grown first: a pad up to a multiple may also have looked like a fixed one)
         if lo == 0 and cx.site in cx.grown_pads and len(lay[d]) == 1:
             sym = lay[d][0]
@@ -1193,7 +1199,7 @@ def pad_constant_pad(node, ins, cx):
             grown = _grown_dim(cx, sym, crop, node.shape[d], d)
             if grown is not None:
                 out[d] = grown
-                (crops.append((d, grown)) if crop else moves.append((d, sym, 0)))
+                (crops.append((d, grown, 0)) if crop else moves.append((d, sym, 0)))
                 continue
         if lo == 0 and cx.site in cx.fixed_pads:
             _end_padded(node.op, lay[d])
@@ -1206,7 +1212,10 @@ def pad_constant_pad(node, ins, cx):
                 continue
             raise NoPadRule(node.op, "padding a dynamic dim at one end and cropping it at "
                             "the other", _syms(lay), retry=False)
-        out[d] = (_moved_sym(node.op, cx, sym, lo + hi, lo > 0 and hi > 0),)
+        # (a crop back where the pad's site learnt its varying amounts and this one not
+        # yet, a graph of another family: the symbol that pad grew)
+        base = _pad_base(cx, sym, node.shape[d]) if lo + hi < 0 else None
+        out[d] = (base or _moved_sym(node.op, cx, sym, lo + hi, lo > 0 and hi > 0),)
         moves.append((d, sym, lo))
     if not fixed and not crops and not moves:
         return Pad(tuple(out))
@@ -1230,6 +1239,32 @@ def _grown_dim(cx, sym, crop, size, d):
     grown = cx.derive(f"{sym}+pad{cx.site}", size, max(need, cx.buckets[sym]), sym)
     cx.grown.add(grown)
     return (grown,)
+
+
+def _shifted_dim(cx, sym, lo, hi, size, d):
+    """(The dim, its move or crop) of a dynamic dim ``sym`` padded at both ends (or
+    cropped) to ``size`` at a pad whose low amount varies (TensorFlow's "same" padding
+    before a stride-2 convolution: ``(0, 1)`` at an even size, ``(1, 1)`` at an odd one),
+    the amount read at run time: a symbol of the pad's own (as ``_grown_dim``'s), padded
+    by the most automatic dynamic saw it grow, or this trace's amount if more, so every
+    parity keys alike; a crop's is the symbol of ``size`` it keeps: the one such a pad
+    grew (the pad's gradient), else one ``symbolize`` finds; None where none has it."""
+    if lo + hi < 0:
+        base = _pad_base(cx, sym, size)
+        dim = (base,) if base is not None else cx.symbolize(size, ("crop", d))
+        return ((dim, (d, dim, cx.shift(d, -lo))) if is_sym(dim) else None)
+    reach = max(cx.shifted_pads[cx.site], lo + hi)
+    grown = cx.derive(f"{sym}+pad{cx.site}", size, cx.buckets[sym] + reach, sym)
+    cx.grown.add(grown)
+    return (grown,), (d, sym, cx.shift(d, lo))
+
+
+def _pad_base(cx, sym, size):
+    """The symbol that a pad by varying amounts grew into ``sym`` (``_grown_dim``,
+    ``_shifted_dim``) where its size is ``size``: what a crop back to that size is (the
+    pad's gradient); else None."""
+    base = cx.bases.get(sym) if sym in cx.grown else None
+    return base if base is not None and cx.sizes[base] == size else None
 
 
 def _moved_sym(op, cx, sym, g, around=False):
@@ -1277,9 +1312,10 @@ def _fixed_pad_fn(ctx, env, in_lays, x, static, value, fixed, crops, moves=()):
         n = env.count((dim,), (0,))
         x = jnp.where(_axis_iota(length, d, x.ndim) < n, _window(x, d, 0, length),
                       jnp.asarray(value, x.dtype))
-    for d, dim in crops:   # the bucket's prefix (past the true size: padding)
-        x = _window(x, d, 0, env.dsize(dim))
+    for d, dim, start in crops:   # from ``start`` (past the true size: padding)
+        x = _window(x, d, _at(env, start), env.dsize(dim))
     for d, sym, lo in moves:   # true elements shifted by ``lo``, ``value`` around them
+        lo = _at(env, lo)
         src = _axis_iota(ctx.shape[d], d, x.ndim) - lo
         x = jnp.where((src >= 0) & (src < env.n[sym]), _window(x, d, -lo, ctx.shape[d]),
                       jnp.asarray(value, x.dtype))

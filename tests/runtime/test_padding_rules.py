@@ -1656,6 +1656,55 @@ def test_padding_up_to_a_multiple_is_one_graph_for_every_amount(case):
     assert any("pad by a varying amount" in line for line in m["automatic_dynamic"]), m
 
 
+def _tf_same(x, k, s):
+    """``x`` padded as TensorFlow's "same" padding pads before a k x k convolution of
+    stride s (transformers' MobileNet and EfficientNet ports): by an amount that depends
+    on the size's remainder, its odd unit at the end."""
+    pad = []
+    for n in (x.shape[-1], x.shape[-2]):
+        total = max(k - (s if n % s == 0 else n % s), 0)
+        pad += [total // 2, total - total // 2]
+    return F.pad(x, pad)
+
+
+class _TFSame(nn.Module):
+    """Stride-2 convolutions (3 x 3, a depthwise one, 5 x 5) after TensorFlow's "same"
+    padding, a stride-1 one on a residual, a pooled head."""
+
+    def __init__(self):
+        super().__init__()
+        self.c1 = nn.Conv2d(3, 8, 3, stride=2)
+        self.c2 = nn.Conv2d(8, 8, 3, stride=2, groups=8)
+        self.c3 = nn.Conv2d(8, 8, 3)
+        self.c4 = nn.Conv2d(8, 4, 5, stride=2)
+
+    def forward(self, x):
+        h = torch.relu(self.c1(_tf_same(x, 3, 2)))
+        h = torch.relu(self.c2(_tf_same(h, 3, 2)))
+        h = h + self.c3(_tf_same(h, 3, 1))
+        h = self.c4(_tf_same(h, 5, 2))
+        return {"out": h, "pooled": h.mean((2, 3))}
+
+
+def test_tensorflow_same_padding_before_strided_convolutions_at_every_parity():
+    """TensorFlow's "same" padding before a stride-2 convolution pads ``(0, 1)`` at an
+    even size and ``(1, 1)`` at an odd one: once automatic dynamic saw the low amount
+    change, the pad's low amount is read at run time and the padded dim is a symbol of
+    the pad's own, so every parity of every level shares one executable (values and
+    gradients eager's); the pads' gradients crop back to the symbols the pads grew.
+    Before: a compile per combination of parities (every size here)."""
+    torch.manual_seed(0)
+    run, params = _module_call(_TFSame())
+    # (37, 44): H odd, odd, even at the three strided levels, W even, even, odd; (44, 37)
+    # the other way, so the second size shows every pad's amounts changing
+    m = _check_padded(run, _rgb_images, [[(2, "H"), (3, "W")]],
+                      [(37, 44), (44, 37), (45, 58), (62, 51), (41, 33)], params=params,
+                      rtol=1e-4, atol=1e-5)
+    assert m["exact_compiles"] == {}, m["recompile_reasons"]
+    assert m["compiles"] == 2, m["recompile_reasons"]
+    assert any("pad shifted by a varying amount" in line for line in m["automatic_dynamic"])
+
+
 def test_a_window_attention_block_padded_up_to_its_window():
     """A Swin block's core (tokens padded right and below up to a multiple of the window,
     split into windows, attention inside each, merged back, cropped to the grid: ``t[:,
