@@ -727,7 +727,7 @@ def build_plan(g: ir.Graph, fresh: frozenset, auto: dict):
     for _ in range(MAX_RETRIES):
         try:
             plan = _build(g, fresh, auto, disabled, bump, merged, early)
-            late = {s: i for s, i in plan.late.items() if s not in early} if plan else {}
+            late = _unknown(plan.late, early) if plan else {}
             if not late:
                 return plan
             found = found or plan
@@ -748,7 +748,7 @@ def build_plan(g: ir.Graph, fresh: frozenset, auto: dict):
             if any(d not in merged.get(v, ()) for v, ds in e.cx.merged.items() for d in ds):
                 merged = {v: list(ds) for v, ds in e.cx.merged.items()}
                 continue
-            late = {s: e.cx.derived_info(s) for s in e.cx.late if s not in early}
+            late = _unknown(_late_info(e.cx), early)
             if late:
                 early = {**early, **late}
                 continue
@@ -781,6 +781,17 @@ def build_plan(g: ir.Graph, fresh: frozenset, auto: dict):
     if found is not None:
         return found
     return Refusal(str(last.op), last.reason) if last is not None else "?"
+
+
+def _late_info(cx) -> dict:
+    """``{symbol: Cx.derived_info}`` of the symbols ``cx`` derived after a size of
+    theirs was kept concrete for want of one (``Cx.late``)."""
+    return {s: cx.derived_info(s) for s in cx.late}
+
+
+def _unknown(late: dict, early: dict) -> dict:
+    """Those of ``late`` a try did not know from the start (``early``)."""
+    return {s: i for s, i in late.items() if s not in early}
 
 
 def _refusal_at(failed, reason: str, syms) -> NoPadRule:
@@ -1047,7 +1058,7 @@ def _build(g, fresh, auto, disabled, bump, merged, early):
     plan.exe = None
     plan.n_ops = 0
     plan.rules = tuple(cx.rules.items())   # (in the order derived)
-    plan.late = {s: cx.derived_info(s) for s in cx.late}
+    plan.late = _late_info(cx)
     return plan
 
 

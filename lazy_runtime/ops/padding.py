@@ -520,18 +520,25 @@ def _compacted(cx, dim):
     return alike[0] if len(alike) == 1 else None
 
 
+def _equal_ends(xs, ys) -> tuple:
+    """(a, t): how long the leading and the trailing runs of equal entries of sequences
+    ``xs`` and ``ys`` are (the trailing one within what the leading one leaves)."""
+    n = min(len(xs), len(ys))
+    a = 0
+    while a < n and xs[a] == ys[a]:
+        a += 1
+    t = 0
+    while t < n - a and xs[-1 - t] == ys[-1 - t]:
+        t += 1
+    return a, t
+
+
 def _kept_dims(cx, node, lay) -> list:
     """The dims of ``lay`` that a view to ``node.shape`` keeps whole (an unsqueeze's):
-    those of the leading and trailing runs of dims of equal sizes."""
-    shape = [d for d in node.shape if d != 1]
+    those of the leading and trailing runs of dims of equal sizes, 1s left out."""
     dims = [d for d in lay if d != (1,)]
-    kept = []
-    for seq_l, seq_s in ((dims, shape), (dims[::-1], shape[::-1])):
-        for d, v in zip(seq_l, seq_s):
-            if dsize(d, cx.sizes) != v:
-                break
-            kept.append(d)
-    return kept
+    a, t = _equal_ends([dsize(d, cx.sizes) for d in dims], [v for v in node.shape if v != 1])
+    return dims[:a] + dims[len(dims) - t:]
 
 
 def _spread_view_fn(lay, spread, out, ctx, env, in_lays, x, *args):
@@ -593,13 +600,7 @@ def _refactored_view(node, lay, cx, reordered=False):
     regrouping makes that view, though one splitting ``P+1`` as ``((P+1)//2, 2)`` may
     fit the sizes of one trace: ``P+1`` is ``2T`` there)."""
     shape = node.shape
-    a = 0
-    while a < min(len(lay), len(shape)) and dsize(lay[a], cx.sizes) == shape[a]:
-        a += 1
-    t = 0
-    while t < min(len(lay), len(shape)) - a and \
-            dsize(lay[-1 - t], cx.sizes) == shape[-1 - t]:
-        t += 1
+    a, t = _equal_ends([dsize(d, cx.sizes) for d in lay], shape)
     sizes = shape[a:len(shape) - t]
     old = lay[a:len(lay) - t]
     if reordered:
