@@ -438,6 +438,9 @@ class StepReplayer:
                    if isinstance(v, LazyTensor) and not v._vw]
         # an argument marked dynamic inside the step is a new leaf over the same array
         arg_values = {}
+        # (the nodes held till the step is recorded: marking an argument leaves its old
+        # leaf to be freed, and a leaf made after it may take its id, another's place)
+        held = [t._st.node for _, t in places]
         for place, t in places:
             n = t._st.node
             if n.op is ir.DATA:
@@ -496,6 +499,7 @@ class StepReplayer:
             new_grads = _new_grads(params, grads0)
             tr, temps = _record(seen.pop(), slot_of, also, owned, out, rng0, arg_values,
                                 args_in, tape, new_grads)
+            del held
             tr.folds = folded
             if _kept(temps):
                 # The autograd graph of a result may hold them (an input the step made

@@ -233,6 +233,47 @@ def test_a_pads_own_size_is_never_replayed_as_traced():
     assert m["exact_compiles"] == {}
 
 
+def test_arguments_marked_inside_the_step_keep_their_places():
+    """CPU arguments (two of one shape, one of another) marked dynamic inside the step:
+    each marked leaf is matched to its own argument, also where it was made at the
+    address of an argument's old leaf, freed when marked (before: the third argument's
+    leaf took the second's place and the second the first's, and a replay padded the
+    vector ``a`` as the matrix ``m``: an error, or where the shapes agree, another
+    argument's values)."""
+    w0 = torch.randn(4, generator=torch.Generator().manual_seed(8))
+    w = torch.nn.Parameter(w0.clone())
+    opt = torch.optim.SGD([w], lr=0.01)
+
+    def step(a, b, m):
+        if w.device == DEV:   # (compile_step has its CPU arguments on the device)
+            a, b, m = (lr.mark_dynamic(x.to(DEV), x.dim() - 1, "T") for x in (a, b, m))
+        out = {"dot": torch.dot(a, b), "diff": a - 2 * b, "mv": m @ a,
+               "addmv": torch.addmv(w, m, b, beta=0.5, alpha=2.0)}
+        out["addmv"].sin().sum().backward()
+        opt.step()
+        opt.zero_grad()
+        return {k: v.detach() * 1.0 for k, v in out.items()}
+
+    def args(T):
+        g = torch.Generator().manual_seed(T)
+        return torch.randn(T, generator=g), torch.randn(T, generator=g), \
+            torch.randn(4, T, generator=g)
+
+    lengths = [12, 13, 16, 11, 10, 13, 10, 15, 12]
+    eager = [step(*args(T)) for T in lengths]
+    w = torch.nn.Parameter(w0.to(DEV))   # (the step's own, on the lazy device)
+    opt = torch.optim.SGD([w], lr=0.01)
+    whole = lr.compile_step(step, None, opt)
+    lr.clear_cache()
+    lr.reset_metrics()
+    for T, want in zip(lengths, eager):
+        got = whole(*args(T))
+        for k in want:
+            torch.testing.assert_close(got[k].cpu(), want[k], rtol=1e-5, atol=1e-5,
+                                       msg=lambda m: f"{k} at {T}: {m}")
+    assert lr.metrics()["step_replays_across_sizes"] > 0
+
+
 def test_a_step_whose_length_changes_its_graph_is_traced():
     """A Python loop over the length (``range(T)``: each T another graph) is never
     replayed at a length it was not traced at; each step is right."""
