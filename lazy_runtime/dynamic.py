@@ -476,14 +476,19 @@ class Cx:
         return name
 
     def _made_before(self, size: int) -> bool:
-        """Was the op at ``site`` made before a constant that kept ``size`` concrete (in the
-        user's program, its size was known when that constant was made)?"""
+        """Was the op at ``site`` made before a constant or an op that kept ``size``
+        concrete (in the user's program, its size was known when that one was made: a
+        constant laid out at its first use, an expand of a sum's gradient, which the
+        graph's order may place before the forward's cat that derives its size)?"""
         if not self.unmatched or type(self.site) is not int or not self.nodes:
             return False
         made = getattr(self.nodes[self.site], "serial", None)
+        # (an op's serial counts the leaves made before it: one made after the site's
+        # op in the program has a greater one where a leaf was made in between)
         return made is not None and any(
-            v == size and self.nodes[j].op is ir.DATA and made <= self.nodes[j].serial
-            for j, v in self.unmatched)
+            v == size and (made <= n.serial if n.op is ir.DATA else made < n.serial)
+            for j, v in self.unmatched if type(j) is int
+            for n in [self.nodes[j]] if getattr(n, "serial", None) is not None)
 
     def derived_info(self, name: str) -> tuple:
         """What ``derive`` made ``name`` of: (size, padded size, base, rule)."""

@@ -190,6 +190,43 @@ def test_a_cat_of_two_dynamic_pieces_runs_padded_at_random_sizes():
     assert m["compiles"] == 1 and m["exact_compiles"] == {}, m["recompile_reasons"]
 
 
+def test_a_gradient_expanded_to_a_cat_of_two_pieces_before_it_in_the_graph():
+    """The same cat trained where only the weight needs a gradient (SGD's update in the
+    graph): the sum's gradient, expanded to the cat's length (a concrete size in the
+    graph), comes before the cat in the graph's order, though the program made it after;
+    the plan is tried again with the cat's symbol known from the start (before: its size
+    kept concrete met the symbol, and every size compiled exactly)."""
+    w0 = torch.randn(4, 4, generator=torch.Generator().manual_seed(3))
+
+    def train(dev):
+        w = torch.nn.Parameter(w0.clone().to(dev))
+        opt = torch.optim.SGD([w], lr=1e-3)
+        outs = []
+        for n in [12, 13, 10, 15]:
+            g = torch.Generator().manual_seed(n)
+            p, a = torch.randn(2, n, 4, generator=g), torch.randn(2, 5 + n % 4, 4, generator=g)
+            if dev != "cpu":
+                p, a = _marked(p.to(dev), (1, "P")), _marked(a.to(dev), (1, "A"))
+            out = prompt_and_answer(p, a, w)
+            _weighted_sum(out).backward()
+            opt.step()
+            opt.zero_grad()
+            out = {k: v.detach() * 1 for k, v in out.items()}   # (read after the step)
+            outs.append({k: v.cpu() for k, v in out.items()})
+        return outs, w.detach().cpu()
+
+    want, w_want = train("cpu")
+    lr.mark_step()
+    lr.reset_metrics()
+    got, w_got = train(DEV)
+    for a, b in zip(got, want):
+        for k in b:
+            assert_same(a[k], b[k], 1e-4, 1e-4, what=k)
+    assert_same(w_got, w_want, 1e-4, 1e-4, what="w")
+    m = lr.metrics()
+    assert m["exact_compiles"] == {} and m["compiles"] == 1, m["recompile_reasons"]
+
+
 def test_sort_and_topk_along_a_concrete_dim_of_a_padded_batch():
     def ranked(x, w):
         y = x @ w
