@@ -12,7 +12,10 @@ of the run and the median step of its second half (each step ends with the loss 
 and the largest relative difference of a loss from eager torch's. A third contender runs
 the forward under ``lr.compile(model, shapes=plan)`` (the analyzer's plan: replayed, and
 replayed across sizes once enough lengths are traced) and the optimizer's step under
-``lr.compile_optimizer``.
+``lr.compile_optimizer``; a fourth the whole step under ``lr.compile_step`` (replayed
+whole, and at length pairs never traced once its bucket's executable was traced at
+three). Replayed calls across sizes: the forward's for the third, whole steps for the
+fourth.
 """
 
 from __future__ import annotations
@@ -60,9 +63,11 @@ def batches(steps: int):
             for _ in range(steps)]
 
 
-def run(data, device, replayed: bool = False) -> dict:
+def run(data, device, replayed: bool = False, whole: bool = False) -> dict:
     """``replayed``: the forward under ``lr.compile`` with the analyzer's plan (replayed
-    across sizes once enough lengths are traced) and the optimizer's step replayed."""
+    across sizes once enough lengths are traced) and the optimizer's step replayed.
+    ``whole``: the step (input copies, forward, backward, optimizer) under
+    ``lr.compile_step``, its pieces marked dynamic inside it."""
     torch.manual_seed(0)
     model = PromptAnswer()
     plan = None
@@ -76,12 +81,8 @@ def run(data, device, replayed: bool = False) -> dict:
     if replayed:
         model = lr.compile(model, shapes=plan)
         opt = lr.compile_optimizer(opt)
-    lr.clear_cache()
-    lr.reset_metrics()
-    losses, times = [], []
-    start = time.perf_counter()
-    for prompt, answer in data:
-        t = time.perf_counter()
+
+    def step(prompt, answer):
         if device is not None:
             prompt = lr.mark_dynamic(prompt.to(device), 1, "P")
             answer = lr.mark_dynamic(answer.to(device), 1, "A")
@@ -89,7 +90,17 @@ def run(data, device, replayed: bool = False) -> dict:
         loss.backward()
         opt.step()
         opt.zero_grad()
-        if device is not None:
+        return loss
+    if whole:
+        step = lr.compile_step(step, model, opt)
+    lr.clear_cache()
+    lr.reset_metrics()
+    losses, times = [], []
+    start = time.perf_counter()
+    for prompt, answer in data:
+        t = time.perf_counter()
+        loss = step(prompt, answer)
+        if device is not None and not whole:
             lr.mark_step()
         losses.append(loss.item())
         times.append(time.perf_counter() - t)
@@ -98,7 +109,8 @@ def run(data, device, replayed: bool = False) -> dict:
             "median_ms": statistics.median(times[len(times) // 2:]) * 1e3,
             "compiles": m["compiles"] if device is not None else 0,
             "exact": sum(m["exact_compiles"].values()) if device is not None else 0,
-            "across_sizes": m["replays_across_sizes"] if device is not None else 0}
+            "across_sizes": (m["step_replays_across_sizes"] if whole else
+                             m["replays_across_sizes"]) if device is not None else 0}
 
 
 def main(argv=None) -> int:
@@ -109,12 +121,14 @@ def main(argv=None) -> int:
     eager = run(data, None)
     lazy = run(data, lr.device())
     replayed = run(data, lr.device(), replayed=True)
-    print("| contender | compiles (exact) | forward calls replayed across sizes | total (s) "
+    whole = run(data, lr.device(), whole=True)
+    print("| contender | compiles (exact) | calls replayed across sizes | total (s) "
           "| median step, 2nd half (ms) | largest loss difference from eager |")
     print("|---|---:|---:|---:|---:|---:|")
     for label, r in (("eager torch", eager), ("lazy_runtime, P and A dynamic", lazy),
                      ("lazy_runtime, `lr.compile(model, shapes=plan)` and "
-                      "`compile_optimizer`", replayed)):
+                      "`compile_optimizer`", replayed),
+                     ("lazy_runtime, the whole step under `lr.compile_step`", whole)):
         diff = max(abs(a - b) / abs(b) for a, b in zip(r["losses"], eager["losses"]))
         print(f"| {label} | {r['compiles']} ({r['exact']}) | {r['across_sizes']} "
               f"| {r['total_s']:.2f} | {r['median_ms']:.2f} | {diff:.1e} |")

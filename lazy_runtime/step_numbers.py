@@ -213,9 +213,11 @@ class Family:
             raws = [t.cuts[c][3] for t in traces]
             if all(r == raw for r in raws):
                 continue
-            if any(not _plain(r, t.cuts[c][2]) for r, t in zip(raws, traces)):
-                return False   # clipped or wrapped when traced: not followed
-            lengths = [_length(r) for r in raws]
+            moving = tuple(f for f in range(len(raw)) if any(r[f] != raw[f] for r in raws))
+            taken = [_taken(r, t.cuts[c][2], moving) for r, t in zip(raws, traces)]
+            if None in taken:
+                return False   # clipped, or wrapped where it moved, when traced
+            lengths = [x[1] for x in taken]
             for f in range(len(raw)):
                 seen = [r[f] for r in raws]
                 rel = None
@@ -232,7 +234,7 @@ class Family:
                 if not of:
                     return False
             offset = t0.syms.index(f"@{i}") if f"@{i}" in t0.syms else None
-            cuts.append((c, size, len(raw), of, offset))
+            cuts.append((c, size, len(raw), of, offset, moving))
         self.links = links
         self.cuts = cuts
         self.returned = tuple(v.expr for v in t0.out_leaves if type(v) is Returned)
@@ -332,16 +334,17 @@ class Family:
         for c, fit, forms in self.cut_forms:   # (cuts of a dim whose size moves)
             n = cut_sizes[c] = _fit_value(fit, by_sym)
             raw = tuple(known.get(("cut", c, f), x) for f, x in enumerate(t0.cuts[c][3]))
-            if n is None or not _as_traced(raw, n, forms):
+            if n is None or not _as_traced(raw, n, forms, by_sym):
                 return None
-        for c, size, n_fields, of, offset in self.cuts:
+        for c, size, n_fields, of, offset, moving in self.cuts:
             raw = tuple(known.get(("cut", c, f), t0.cuts[c][3][f]) for f in range(n_fields))
-            if not _plain(raw, cut_sizes.get(c, size)):
+            taken = _taken(raw, cut_sizes.get(c, size), moving)
+            if taken is None:
                 return None
-            n = _length(raw)
+            n = taken[1]
             if any(sizes[k] != n for k in of) if type(of) is tuple else n != of:
                 return None
-            if offset is not None and sizes[offset] != raw[0]:
+            if offset is not None and sizes[offset] != taken[0]:
                 return None
         at = dict(zip(t0.syms, sizes))
         if not _in_buckets(self.buckets, t0.syms, at):
@@ -601,9 +604,11 @@ def _refolds(traces, monos):
 def _cut_forms(traces, monos):
     """For each cut of a dim whose size moved between the traces: (its index, how its
     dim's size follows the sizes (``_fit``), how its start and its length did: ("abs", v)
-    where they kept value v, ("end", k) where they were the size less k (a slice's
-    length; None for a select's)); None where one followed neither. The executable reads
-    a position one of these two ways (``padding._pos_spec``)."""
+    where they kept value v, ("end", k) where they were the size less k, ("size", fit)
+    where they followed the sizes otherwise (a piece of a cat cut back out: ``h[:,
+    P:]``, its start P, its length A; the executable reads such a start as the piece's
+    true size); a slice's length, None for a select's); None where one followed none of
+    these. The executable reads a position one of these ways (``padding._pos_spec``)."""
     out = []
     for c, cut in enumerate(traces[0].cuts):
         sizes = [t.cuts[c][2] for t in traces]
@@ -622,8 +627,11 @@ def _cut_forms(traces, monos):
                 forms.append(("abs", vals[0]))
             elif all(n - v == sizes[0] - vals[0] for n, v in zip(sizes, vals)):
                 forms.append(("end", sizes[0] - vals[0]))
-            else:
-                return None
+            else:   # (a size: a cat's piece cut back out, ``h[:, P:]``, at P, for A)
+                at = _fit(vals, monos)
+                if at is None:
+                    return None
+                forms.append(("size", at))
         out.append((c, fit, tuple(forms)))
     return tuple(out)
 
@@ -638,14 +646,15 @@ def _normalized(raw: tuple, size: int):
     return lo, len(range(lo, hi, step))
 
 
-def _as_traced(raw: tuple, size: int, forms) -> bool:
+def _as_traced(raw: tuple, size: int, forms, by_sym: dict) -> bool:
     """Whether cut bounds ``raw`` in a dim of ``size`` start and run where the traced
-    executable takes them (``_cut_forms``)."""
+    executable takes them (``_cut_forms``) at sizes ``by_sym``."""
     norm = _normalized(raw, size)
     if norm is None:
         return False
     for v, form in zip(norm, forms):
-        if form is not None and v != (form[1] if form[0] == "abs" else size - form[1]):
+        if form is not None and v != (form[1] if form[0] == "abs" else size - form[1]
+                                      if form[0] == "end" else _fit_value(form[1], by_sym)):
             return False
     return True
 
@@ -660,21 +669,28 @@ def _in_buckets(buckets, syms, sizes: dict) -> bool:
     return True
 
 
-def _plain(raw: tuple, size: int) -> bool:
-    """Whether cut bounds ``raw`` are taken as given (torch neither wraps nor clips
-    them): ints with ``0 <= start <= end <= size``, or a select's ``0 <= index <
-    size``."""
+def _taken(raw: tuple, size: int, moving=(0, 1)):
+    """(start, length) that torch takes for cut bounds ``raw`` in a dim of ``size``
+    (length None for a select), where it clips none and wraps none of the fields that
+    ``moving`` names (those that moved between the traces: a replay follows them as
+    given); a fixed one may count from the end or run past it (``h[:, P - 1:-1]``,
+    ``h[:, P:]``'s end of 2**63 - 1); else None. The bounds are ints with ``0 <= start
+    <= end <= size`` once so taken, or a select's ``0 <= index < size``."""
+    bounds = raw[:1] if len(raw) == 1 else raw[:2]
+    if len(bounds) < 2 and len(raw) != 1 or any(type(v) is not int for v in bounds):
+        return None
+    at = []
+    for f, v in enumerate(bounds):
+        if f not in moving:
+            v = v + size if v < 0 else min(v, size)
+        at.append(v)
     if len(raw) == 1:
-        return type(raw[0]) is int and 0 <= raw[0] < size
-    start, end = raw[0], raw[1] if len(raw) > 1 else None
-    return type(start) is int and type(end) is int and 0 <= start <= end <= size
-
-
-def _length(raw: tuple):
-    if len(raw) == 1:
+        return (at[0], None) if 0 <= at[0] < size else None
+    start, end = at
+    if not 0 <= start <= end <= size:
         return None
     step = raw[2] if len(raw) > 2 and raw[2] is not None else 1
-    return len(range(raw[0], raw[1], step))
+    return start, len(range(start, end, step))
 
 
 def _derived(sym: str) -> bool:

@@ -274,6 +274,73 @@ def test_arguments_marked_inside_the_step_keep_their_places():
     assert lr.metrics()["step_replays_across_sizes"] > 0
 
 
+def _seeded(T, *shapes):
+    """Random tensors of ``shapes`` (``"T"`` there: the length), seeded by ``T``."""
+    g = torch.Generator().manual_seed(T)
+    return tuple(torch.randn(*[T if d == "T" else d for d in s], generator=g) for s in shapes)
+
+
+def _padding_models():
+    """(fn, inputs at a length, the dims marked per input, params) of padding rule tests'
+    models: every way LM code cuts a padded T, a cat of two dynamic pieces (a prompt and
+    an answer), and vector contractions over a padded T."""
+    from test_padding_rules import prompt_and_answer, slicing
+    g = torch.Generator().manual_seed(0)
+
+    def contract(a, b, m, w):
+        return {"dot": torch.dot(a, b), "mv": m @ a, "addmv": torch.addmv(w, m, b)}
+    return {
+        "slices": (slicing, lambda T: _seeded(T, (3, "T", 5)) + (
+            torch.randint(0, 50, (3, T), generator=torch.Generator().manual_seed(T)),),
+            [(1, "T"), (1, "T")], [torch.randn(5, 5, generator=g)]),
+        "cat": (prompt_and_answer, lambda T: _seeded(T, (2, "T", 4), (2, 5 + T % 4, 4)),
+                [(1, "P"), (1, "A")], [torch.randn(4, 4, generator=g)]),
+        "contractions": (contract, lambda T: _seeded(T, ("T",), ("T",), (4, "T")),
+                         [(0, "T"), (0, "T"), (1, "T")], [torch.randn(4, generator=g)]),
+    }
+
+
+@pytest.mark.parametrize("name", ["slices", "cat", "contractions"])
+def test_padding_rule_models_replay_as_eager(name):
+    """A step of a padding rule test's model (its outputs, the gradient of their weighted
+    sum, SGD on its parameters) under ``compile_step`` at lengths in one bucket, its
+    inputs marked dynamic inside the step: every output and the final parameters as
+    eager torch's, and some lengths replayed that were never traced."""
+    from test_padding_rules import _marked, _weighted_sum
+    fn, inputs, dims, params = _padding_models()[name]
+    lengths = [12, 13, 16, 11, 10, 13, 10, 15, 9, 14]
+
+    def run(dev):
+        ps = [torch.nn.Parameter(p.clone().to(dev or "cpu")) for p in params]
+        opt = torch.optim.SGD(ps, lr=1e-3)
+
+        def step(*xs):
+            if dev is not None:
+                xs = [_marked(x.to(dev), m) for x, m in zip(xs, dims)]
+            out = fn(*xs, *ps)
+            _weighted_sum(out).backward()
+            opt.step()
+            opt.zero_grad()
+            return {k: v.detach() * 1 for k, v in out.items()}
+        if dev is not None:
+            step = lr.compile_step(step, None, opt)
+            lr.clear_cache()
+            lr.reset_metrics()
+        outs = [{k: v.cpu() for k, v in step(*inputs(T)).items()} for T in lengths]
+        return outs, [p.detach().cpu() for p in ps]
+
+    eager, p_eager = run(None)
+    whole, p_whole = run(DEV)
+    for T, want, got in zip(lengths, eager, whole):
+        for k in want:
+            torch.testing.assert_close(got[k], want[k], rtol=1e-4, atol=1e-4,
+                                       msg=lambda m: f"{k} at {T}: {m}")
+    for a, b in zip(p_whole, p_eager):
+        torch.testing.assert_close(a, b, rtol=1e-4, atol=1e-4)
+    m = lr.metrics()
+    assert m["step_replays_across_sizes"] > 0, m["replay_misses"]
+
+
 def test_a_step_whose_length_changes_its_graph_is_traced():
     """A Python loop over the length (``range(T)``: each T another graph) is never
     replayed at a length it was not traced at; each step is right."""
