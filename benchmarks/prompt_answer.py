@@ -77,7 +77,8 @@ def run(data, device, replayed: bool = False, whole: bool = False) -> dict:
                                   dims={"prompt": ("B", "P"), "answer": ("B", "A")})
     if device is not None:
         model = model.to(device)
-    opt = torch.optim.AdamW(model.parameters(), lr=1e-3)
+    # (a whole step keeps the step count on the device: capturable)
+    opt = torch.optim.AdamW(model.parameters(), lr=1e-3, capturable=whole)
     if replayed:
         model = lr.compile(model, shapes=plan)
         opt = lr.compile_optimizer(opt)
