@@ -184,6 +184,29 @@ def models(T) -> dict:
             num_labels=3)), _image(32)),
         "mobilenet_v2": (lambda: T.MobileNetV2ForImageClassification(T.MobileNetV2Config(
             image_size=32, depth_multiplier=0.25, num_labels=3)), _image(32)),
+        # (added 2026-11-30 for ``varying_hf.py``'s image sizes: TensorFlow's same
+        # padding, pads and interpolations only where a size needs them, a relative
+        # position bias resampled to the image; this script's own table predates them)
+        "mobilenet_v1": (lambda: T.MobileNetV1ForImageClassification(T.MobileNetV1Config(
+            image_size=32, depth_multiplier=0.25, num_labels=3)), _image(32)),
+        "regnet": (lambda: T.RegNetForImageClassification(T.RegNetConfig(
+            embedding_size=8, hidden_sizes=[8, 16], depths=[1, 1], groups_width=8,
+            num_labels=3)), _image(32)),
+        "poolformer": (lambda: T.PoolFormerForImageClassification(T.PoolFormerConfig(
+            hidden_sizes=[8, 16], depths=[1, 1], num_encoder_blocks=2, patch_sizes=[7, 3],
+            strides=[4, 2], padding=[2, 1], num_labels=3)), _image(32)),
+        "convnextv2": (lambda: T.ConvNextV2ForImageClassification(T.ConvNextV2Config(
+            hidden_sizes=[8, 16], depths=[1, 1], num_stages=2, num_labels=3)), _image(32)),
+        "focalnet": (lambda: T.FocalNetForImageClassification(T.FocalNetConfig(
+            embed_dim=16, depths=[1, 1], focal_levels=[2, 2], focal_windows=[3, 3],
+            image_size=32, patch_size=4, num_labels=3)), _image(32)),
+        "mobilevit": (lambda: T.MobileViTForImageClassification(T.MobileViTConfig(
+            image_size=32, hidden_sizes=[16, 24, 32], neck_hidden_sizes=[8, 8, 16, 16, 24, 32, 64],
+            num_attention_heads=2, num_labels=3)), _image(32)),
+        "beit": (lambda: T.BeitForImageClassification(T.BeitConfig(
+            hidden_size=32, num_hidden_layers=2, num_attention_heads=4, intermediate_size=37,
+            image_size=16, patch_size=4, use_relative_position_bias=True, num_labels=3)),
+            _image(16)),
         "segformer": (lambda: T.SegformerForImageClassification(T.SegformerConfig(
             num_encoder_blocks=2, depths=[1, 1], sr_ratios=[2, 1], hidden_sizes=[8, 16],
             num_attention_heads=[1, 2], patch_sizes=[7, 3], strides=[4, 2], mlp_ratios=[2, 2],

@@ -39,7 +39,8 @@ HEADING = "## Transformers models at varying lengths and image sizes"
 SLOW = ("rwkv",)
 # (not Swin: transformers' own fails eagerly at most of these sizes, its windows against
 # the attention mask, "The size of tensor a (9) must match the size of tensor b (16)")
-IMAGES = ("vit", "dinov2", "convnext", "resnet", "mobilenet_v2", "segformer")
+IMAGES = ("vit", "dinov2", "convnext", "resnet", "mobilenet_v2", "segformer", "mobilenet_v1",
+          "regnet", "poolformer", "convnextv2", "focalnet", "mobilevit", "beit")
 AUDIO = ("wav2vec2", "wav2vec2_conformer")
 
 
