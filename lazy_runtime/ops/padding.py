@@ -609,7 +609,10 @@ def _refactored_view(node, lay, cx, reordered=False):
         if len(by_size) < len(syms) or any(v > 1 and v not in by_size for v in sizes):
             return None
         mid = tuple((by_size[v],) if v > 1 else (v,) for v in sizes)
-        if [d[0] for d in mid if d != (1,)] == syms:
+        picked = [d[0] for d in mid if d != (1,)]
+        # (in order: no reordering; a symbol twice: a concrete dim of its size read as
+        # it, GroupNorm's channels (8) viewed back beside a W of 8)
+        if picked == syms or len(set(picked)) < len(picked):
             return None
     else:
         mid = tuple(cx.symbolize(v, ("refactor", k), merged=True) if v > 1 else (v,)

@@ -227,6 +227,26 @@ def test_a_gradient_expanded_to_a_cat_of_two_pieces_before_it_in_the_graph():
     assert m["exact_compiles"] == {} and m["compiles"] == 1, m["recompile_reasons"]
 
 
+def _group_normed(x, w, b, scale):
+    """GroupNorm of one group over 8 channels (its decomposition views (B, C, H, W) as
+    (B, 1, C, H*W) and back), then a per-channel scale, as PoolFormer's blocks."""
+    return {"out": F.group_norm(x, 1, w, b) * scale.view(1, -1, 1, 1)}
+
+
+def test_group_norm_where_a_padded_dim_has_the_channel_count():
+    """W = 8 beside 8 channels: the view back from (B, 1, C, H*W) keeps the channels
+    concrete (before: read as W, its symbol twice, so the per-channel scale met W and the
+    graph compiled exactly: transformers' PoolFormer at a 32-pixel image)."""
+    g = torch.Generator().manual_seed(2)
+    params = [torch.randn(8, generator=g).requires_grad_() for _ in range(3)]
+
+    def inputs(n):
+        return [torch.randn(2, 8, *n, generator=torch.Generator().manual_seed(n[0]))]
+    m = _check_padded(_group_normed, inputs, [[(2, "H"), (3, "W")]],
+                      [(12, 8), (14, 8), (10, 8)], params=params, rtol=1e-4, atol=1e-5)
+    assert m["exact_compiles"] == {} and m["compiles"] == 1, m["recompile_reasons"]
+
+
 def test_sort_and_topk_along_a_concrete_dim_of_a_padded_batch():
     def ranked(x, w):
         y = x @ w
