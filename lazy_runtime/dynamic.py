@@ -441,16 +441,17 @@ class Cx:
         as a position spec (``padding._at``) read at run time, where its start varies
         (``offset_marks``); else None."""
         name = self.offset_marks.get(self.site)
-        if name is None:
-            return None
-        self.offsets[name] = cut_at(node)[1]
-        return (name, 0)
+        return None if name is None else self._run_time(name, cut_at(node)[1])
 
     def shift(self, d: int, amount: int):
         """The low amount ``amount`` of the pad at ``site`` along dim ``d`` as a position
         spec (``padding._at``) read at run time: a pad whose low amount varies."""
-        name = f"@{self.site}:{d}"
-        self.offsets[name] = amount
+        return self._run_time(f"@{self.site}:{d}", amount)
+
+    def _run_time(self, name: str, value: int):
+        """``value`` as the position spec of an int the executable takes at run time
+        (``name``, among ``offsets``: beside the sizes, with no bucket)."""
+        self.offsets[name] = value
         return (name, 0)
 
     def derive(self, name: str, size: int, padded: int, base: str | None = None,
