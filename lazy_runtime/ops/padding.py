@@ -445,7 +445,8 @@ def _inverse_real_dft(x, d, n, length):
 def regroup(op, layout, shape, cx):
     """Output dims for viewing ``layout`` as ``shape``: input factors, in order, grouped
     into the output dims. Concrete factors may be split; a dynamic one only into (T//k,
-    k) (a patch grid's rows and each patch's, ``view(B, C, H // p, p, W // p, p)``), its
+    k) (a patch grid's rows and each patch's, ``view(B, C, H // p, p, W // p, p)``; T//k
+    may end a dim after concrete factors, MobileViT's ``(B * C * H // p, p, ...)``), its
     bucket a multiple of k: the padding is then T//k's trailing rows. The two merge back
     into T."""
     sizes = cx.sizes
@@ -463,7 +464,9 @@ def regroup(op, layout, shape, cx):
             if type(f) is str:
                 v = sizes[f]
                 if o % (acc * v):
-                    k = v // o if acc == 1 and o > 1 and v % o == 0 else 0
+                    # the split's outer part ends this dim (after the concrete ``acc``)
+                    outer = o // acc if o % acc == 0 else 0
+                    k = v // outer if outer > 1 and v % outer == 0 else 0
                     if k < 2 or cx.buckets[f] % k:
                         raise NoPadRule(op, f"view splits dynamic dim {f}", {f})
                     q[-1] = k

@@ -460,6 +460,33 @@ def test_patchify_by_views_splits_a_padded_dim(p):
         assert "view splits dynamic dim" in m["recompile_reasons"][0], m["recompile_reasons"]
 
 
+def _unfold_fold(x, w, p=2):
+    """MobileViT's unfolding and folding (transformers' ``MobileViTLayer``): the batch,
+    channels and patch rows merged into one dim, ``reshape(B * C * H // p, p, W // p, p)``,
+    the patches as tokens, attention-like mixing across them, and back."""
+    B, C, H, W = x.shape
+    nh, nw = H // p, W // p
+    t = x.reshape(B * C * nh, p, nw, p).transpose(1, 2).reshape(B, C, nh * nw, p * p)
+    t = t.transpose(1, 3).reshape(B * p * p, nh * nw, C)
+    h = torch.tanh(t @ w)
+    h = h.softmax(1) * h                                          # across the patches
+    y = h.contiguous().view(B, p * p, nh * nw, C).transpose(1, 3).reshape(B * C * nh, nw, p, p)
+    y = y.transpose(1, 2).reshape(B, C, nh * p, nw * p)
+    return {"tokens": h, "image": y * x}
+
+
+def test_a_view_splits_a_padded_dim_merged_after_concrete_dims():
+    """``reshape(B * C * H // p, p, W // p, p)`` splits padded H into (H//p, p) where the
+    outer part ends a dim that the batch and channels begin: one executable per pair of
+    buckets (before: exact at every size, "view splits dynamic dim")."""
+    w = torch.randn(3, 3, generator=torch.Generator().manual_seed(2)) * 0.5
+    m = _check_padded(_unfold_fold, _rgb_images, [[(2, "H"), (3, "W")]],
+                      [(10, 12), (14, 8), (12, 16), (16, 14)], params=(w.requires_grad_(),),
+                      rtol=1e-4, atol=1e-5)
+    assert m["exact_compiles"] == {}, m["recompile_reasons"]
+    assert m["compiles"] == 2, m["recompile_reasons"]   # W's buckets 16 and 8
+
+
 def _vit_tokens(x, w, cls, reg):
     """A ViT's tokens: the patch grid flattened (a merged dim: padded at its end where only
     H varies, inside where W varies too), a class token before it, register tokens after."""
