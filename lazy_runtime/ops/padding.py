@@ -2495,6 +2495,9 @@ def _upsampled_input(node, cx, gl, out_size, in_size, check):
     for k in range(n):
         d = gl[lead + k]
         if not is_sym(d):
+            if in_size[lead + k] > 1 and in_size[lead + k] in cx.sizes.values():
+                # (the forward resampled to a fixed size from a symbol's: ``_to_other_symbols``)
+                raise NoPadRule(node.op, "resampling from another symbol's size", retry=False)
             dims.append((in_size[lead + k],))
             continue
         name = _lone_sym(node.op, d)
@@ -2805,12 +2808,13 @@ def _between_run_time_lengths(node, cx, lay, size, scales, kind, align_corners):
 
 
 def _to_other_symbols(op, cx, lay, size, scales) -> None:
-    """Refuse the whole-factor way where a padded dim is resampled, at no given scale, to
-    the size of another symbol (``interpolate(p4, size=c3.shape[-2:])``): tabulated then
-    at every size, so that sizes where the factor happens to be whole key alike."""
+    """Refuse the whole-factor way where a dim is resampled, at no given scale, to the
+    size of another symbol (``interpolate(p4, size=c3.shape[-2:])``; a fixed size back to
+    the size it was resampled from, MobileViT's map at a multiple of its patch): tabulated
+    then at every size, so that sizes where the factor happens to be whole key alike."""
     lead = len(lay) - len(size)
     if all(v is None for v in scales) and any(
-            is_sym(d) and any(cx.sizes[t] == v for t in cx.sizes if (t,) != d)
+            v > 1 and any(cx.sizes[t] == v for t in cx.sizes if (t,) != d)
             for d, v in zip(lay[lead:], size)):
         raise NoPadRule(op, "resampling to another symbol's size", retry=False)
 
@@ -2831,7 +2835,7 @@ def _from_run_time_lengths(node, cx, gl, in_size, scales, kind, align_corners):
     was, the gradient's padding zeroed first; None where it does not apply."""
     n = len(in_size) - 2 if kind.startswith("nearest") else 2
     lead = len(gl) - n
-    if not has_sym(gl[lead:]) or any(s is not None for s in scales) or len(gl) != len(in_size):
+    if any(s is not None for s in scales) or len(gl) != len(in_size):
         return None
     xl, follow = list(gl[:lead]), []
     for k in range(n):
@@ -2843,6 +2847,8 @@ def _from_run_time_lengths(node, cx, gl, in_size, scales, kind, align_corners):
             follow.append((k - n, *_followed_pairs(
                 node.op, cx, d[0], _lone_sym(node.op, out) if is_sym(out) else out[0])))
     xl = tuple(xl)
+    if not has_sym(gl[lead:] + xl[lead:]):
+        return Pad(xl)   # (sizes a guess kept concrete: the plain resampling)
     axes = _sym_axes(gl, range(lead, len(gl)))
     return Pad(xl, args=(node.args[0], kind, align_corners, gl, tuple(
         sym_or_int(d) for d in xl), tuple(follow)), pre=((_i(node.args[0]), axes, 0),),

@@ -487,6 +487,32 @@ def test_a_view_splits_a_padded_dim_merged_after_concrete_dims():
     assert m["compiles"] == 2, m["recompile_reasons"]   # W's buckets 16 and 8
 
 
+def _to_a_multiple_and_back(x, w, p=4):
+    """MobileViT's unfolding where a size is no multiple of the patch: the map resampled
+    to the next multiple (a size computed in Python: fixed in the trace), worked on, then
+    resampled back to the size read from it before and joined with it."""
+    H, W = x.shape[-2:]
+    size = (-(-H // p) * p, -(-W // p) * p)
+    y = F.interpolate(x, size=size, mode="bilinear") if size != (H, W) else x
+    y = torch.tanh(F.conv2d(y, w, padding=1))
+    y = F.interpolate(y, size=(H, W), mode="bilinear") if size != (H, W) else y
+    return {"out": torch.cat([x, y], 1)}
+
+
+def test_a_fixed_size_resampled_back_to_the_size_it_came_from():
+    """The resampling back to (H, W) from the fixed multiple gives H and W again (a guess
+    by size, as a fixed size resampled to a run-time length is), so that the cat with the
+    map before it meets one layout; its backward resamples to them too: one executable
+    for the sizes of a multiple (the multiple is fixed in the trace: it keys the graph).
+    Before: exact at every size ("cat of different layouts")."""
+    w = torch.randn(3, 3, 3, 3, generator=torch.Generator().manual_seed(3)) * 0.3
+    m = _check_padded(_to_a_multiple_and_back, _rgb_images, [[(2, "H"), (3, "W")]],
+                      [(9, 11), (10, 10), (11, 9), (13, 14)], params=(w.requires_grad_(),),
+                      rtol=1e-4, atol=1e-5)
+    assert m["exact_compiles"] == {}, m["recompile_reasons"]
+    assert m["compiles"] == 2, m["recompile_reasons"]   # multiples 12 x 12 and 16 x 16
+
+
 def _vit_tokens(x, w, cls, reg):
     """A ViT's tokens: the patch grid flattened (a merged dim: padded at its end where only
     H varies, inside where W varies too), a class token before it, register tokens after."""
