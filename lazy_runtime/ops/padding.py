@@ -447,8 +447,8 @@ def regroup(op, layout, shape, cx):
     into the output dims. Concrete factors may be split; a dynamic one only into (T//k,
     k) (a patch grid's rows and each patch's, ``view(B, C, H // p, p, W // p, p)``; T//k
     may end a dim after concrete factors, MobileViT's ``(B * C * H // p, p, ...)``), its
-    bucket a multiple of k: the padding is then T//k's trailing rows. The two merge back
-    into T."""
+    bucket a multiple of k (an input's padded on to one: ``Rebucket``): the padding is
+    then T//k's trailing rows. The two merge back into T."""
     sizes = cx.sizes
     items = [f for d in layout for f in d if not (type(f) is int and f == 1)]
     q = list(reversed(items))
@@ -467,6 +467,9 @@ def regroup(op, layout, shape, cx):
                     # the split's outer part ends this dim (after the concrete ``acc``)
                     outer = o // acc if o % acc == 0 else 0
                     k = v // outer if outer > 1 and v % outer == 0 else 0
+                    if k >= 2 and cx.buckets[f] % k and f in cx.inputs:
+                        # (an input's bucket padded on to a multiple of k: patches of 3)
+                        raise Rebucket(f, -(-cx.buckets[f] // k) * k)
                     if k < 2 or cx.buckets[f] % k:
                         raise NoPadRule(op, f"view splits dynamic dim {f}", {f})
                     q[-1] = k
