@@ -383,6 +383,8 @@ class Cx:
         self.sizes = sizes
         self.buckets = buckets
         self.disabled = disabled
+        self.bump: dict = {}      # symbol -> the padded size a rule asked for (``Rebucket``)
+        self.elastic: set = set()   # derived symbols whose op pads them to any size asked
         self.guesses: list = []   # (site, symbol) in order
         self.firm: set = set()    # sites whose guess is withdrawn last (``adopt``)
         self.kept: dict = {}      # site -> the size kept concrete there (symbol None)
@@ -422,8 +424,9 @@ class Cx:
         self.unmatched: list = []
         self.late: set = set()
         self.nodes: list = []   # the graph's nodes (their ``serial``: the order made)
-        # ("leaf", constant, dim) or ("length", node index) -> (size, size, the two
-        # graphs' leaf shapes): sizes automatic dynamic saw change (``fit_symbol``)
+        # ("leaf", constant, dim), ("length", node index) or ("resize", node index,
+        # dim) -> (size, size, the two graphs' leaf shapes): sizes automatic dynamic saw
+        # change (``fit_symbol``)
         self.follows: dict = {}
         self.input_layouts = lambda: ()   # the data leaves' layouts (None: not laid yet)
 
@@ -463,6 +466,7 @@ class Cx:
         ``rule``: that function, of a dict of the sizes (``rule(self.sizes) == size``)."""
         if size < 1 or padded < size:
             raise NoPadRule("derive", f"{name} of size {size} (padded {padded})", retry=False)
+        padded = max(padded, self.bump.get(name, 0))
         while name in self.sizes and (self.sizes[name], self.buckets[name]) != (size, padded):
             name += "'"
         self.sizes[name] = size
@@ -550,7 +554,7 @@ class Cx:
 
     def fit_symbol(self, key, v: int, site, multiples=True):
         """Where ``key`` (``("leaf", constant, dim)``; ``("length", node index)``, a moving
-        window's) went from u to v in the two graphs automatic dynamic compared
+        window's; ``("resize", node index, dim)``, a resampling's size) went from u to v in the two graphs automatic dynamic compared
         (``_follow_hints``), the dim of a symbol known here that did so as ``a * n + b``
         (a a whole number, at least 1) and is of size ``v`` here (``a * n`` cut by ``-b``
         where b is negative, as a slice of it is: XLNet's ``2T - 1`` positions; the
@@ -898,10 +902,11 @@ def _build(g, fresh, auto, disabled, bump, merged, early):
     buckets = {s: max(bucket(v, s), bump.get(s, 0)) for s, v in sizes.items()}
     _lockstep(sizes, buckets)
     cx = Cx(sizes, buckets, disabled)
+    cx.bump = bump
     soft = {k[1:]: s for k, s in auto.items() if k[0] == "soft"}
     cx.merged = {v: list(ds) for v, ds in merged.items()}
     cx.nodes = g.nodes
-    cx.follows = {k: h for k, h in auto.items() if k[0] in ("leaf", "length")}
+    cx.follows = {k: h for k, h in auto.items() if k[0] in ("leaf", "length", "resize")}
     cx.input_layouts = lambda: [layouts[i] for i in data_at]
     for name, (size, padded, base, rule) in early.items():
         cx.derive(name, size, padded, base, rule)
@@ -1213,6 +1218,13 @@ _SLICE = _aten.slice.Tensor
 CUTS = frozenset((_SLICE, _aten.select.int, _aten.slice_scatter.default,
                   _aten.select_scatter.default))
 _PAD = _aten.constant_pad_nd.default
+# resamplings to a size given (``F.interpolate(x, size=...)``): ``_resized``
+RESAMPLES = frozenset((_aten.upsample_nearest1d.default, _aten.upsample_nearest2d.default,
+                       _aten.upsample_nearest3d.default, _aten._upsample_nearest_exact1d.default,
+                       _aten._upsample_nearest_exact2d.default,
+                       _aten._upsample_nearest_exact3d.default, _aten.upsample_linear1d.default,
+                       _aten.upsample_bilinear2d.default, _aten.upsample_bicubic2d.default,
+                       _aten.upsample_trilinear3d.default))
 # a scatter -> the cut whose gradient it is
 _SCATTERS = {_aten.slice_scatter.default: _SLICE,
              _aten.select_scatter.default: _aten.select.int}
@@ -1269,6 +1281,8 @@ def _cuts(g: ir.Graph) -> tuple:
                 slices.append((i, (d, lo, step), length))
         elif n.op is _PAD:   # (its sizes and amounts: ``_offset_marks``)
             cuts.append((i, (_PAD,), (n.inputs[0].shape, n.shape, tuple(n.args[1]))))
+        elif n.op in RESAMPLES and n.args[1] is not None:   # (``_resized``)
+            cuts.append((i, (n.op,), tuple(n.args[1])))
     return tuple(slices), tuple(cuts)
 
 
@@ -1299,7 +1313,7 @@ def _offset_marks(seen_cuts, cuts, known) -> dict:
             if shifts and ("shift", i) not in known:
                 out[("shift", i)] = max(0, max(p[k] + p[k + 1] for p in (pad_a, pad_b)
                                                for k in range(0, len(p), 2)))
-        elif how[2] != 0 and ("offset", i) not in known:
+        elif how[0] in CUTS and how[2] != 0 and ("offset", i) not in known:
             out[("offset", i)] = f"@{i}"
     return out
 
@@ -1342,6 +1356,7 @@ def _auto_marks(g: ir.Graph, inputs: frozenset | None = None) -> dict:
         follows = _follow_hints(traces, host, known)
         new.update(follows)
         new.update(_moving_windows(traces, seen_cuts, cuts, known))
+        new.update(_resized(traces, seen_cuts, cuts, known))
         changed = [(k, d, x, y) for k, (a, b) in enumerate(zip(seen, shapes))
                    if inputs is None or k in inputs
                    for d, (x, y) in enumerate(zip(a, b)) if x != y]
@@ -1408,6 +1423,18 @@ def _moving_windows(traces, seen_cuts, cuts, known) -> dict:
     return out
 
 
+def _resized(traces, seen_cuts, cuts, known) -> dict:
+    """``{("resize", i, k): (u, v, traces)}`` for each resampling to a size given whose
+    k-th output length went from u to v (``traces`` the two graphs' leaf shapes): a size
+    computed in Python, MobileViT's map resampled to the next multiple of its patch
+    (``ceil(h / 2) * 2``), laid out as the symbol it follows (``Cx.fit_symbol``)."""
+    return {("resize", i, k): (u, v, traces)
+            for (i, how, a), (_, how2, b) in zip(seen_cuts, cuts)
+            if how[0] in RESAMPLES and how == how2 and len(a) == len(b)
+            for k, (u, v) in enumerate(zip(a, b))
+            if u != v and ("resize", i, k) not in known}
+
+
 def _grown_before(fam, cuts, auto):
     """``auto`` with ``("grow", i)`` (and ``("shift", i)``) for each pad whose structure
     up to it (``fam``'s first i + 1 entries) was seen growing by varying amounts (its low
@@ -1439,6 +1466,8 @@ def _learnt(fam, auto: dict, new: dict) -> dict:
         f"constant {k[1]} dim {k[2]} -> the symbol it follows" if k[0] == "leaf" else
         f"constant {k[1]} dim {k[2]} -> {s} where it follows none" if k[0] == "soft" else
         f"window at node {k[1]} -> the symbol its length follows" if k[0] == "length" else
+        f"resampling at node {k[1]} dim {k[2]} -> the symbol its size follows"
+        if k[0] == "resize" else
         f"input {k[0]} dim {k[1]} -> {s}"
         for k, s in new.items()))
     log.made_dynamic(METRICS.automatic_dynamic[-1])
@@ -1464,7 +1493,7 @@ def _dynamic_inputs(g: ir.Graph) -> tuple:
     auto = _auto_marks(g, plain)
     if has_dyn:   # (a plain input's dims are soft: used where its layout finds no symbol)
         auto = {(("soft",) + k if type(k[0]) is int else k): s for k, s in auto.items()
-                if k[0] in ("offset", "fixed", "grow", "shift", "leaf", "length")
+                if k[0] in ("offset", "fixed", "grow", "shift", "leaf", "length", "resize")
                 or type(k[0]) is int}
     # (laid leaves are marked as an earlier graph marked them; the others learnt as ever)
     return has_dyn or laid, auto

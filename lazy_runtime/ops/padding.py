@@ -467,8 +467,9 @@ def regroup(op, layout, shape, cx):
                     # the split's outer part ends this dim (after the concrete ``acc``)
                     outer = o // acc if o % acc == 0 else 0
                     k = v // outer if outer > 1 and v % outer == 0 else 0
-                    if k >= 2 and cx.buckets[f] % k and f in cx.inputs:
-                        # (an input's bucket padded on to a multiple of k: patches of 3)
+                    if k >= 2 and cx.buckets[f] % k and (f in cx.inputs or f in cx.elastic):
+                        # (padded on to a multiple of k: an input's, patches of 3; a
+                        # resampling's output, MobileViT's map at a multiple of 2)
                         raise Rebucket(f, -(-cx.buckets[f] // k) * k)
                     if k < 2 or cx.buckets[f] % k:
                         raise NoPadRule(op, f"view splits dynamic dim {f}", {f})
@@ -2799,7 +2800,13 @@ def _between_run_time_lengths(node, cx, lay, size, scales, kind, align_corners):
     out, follow = list(lay[:lead]), []
     for k, v in enumerate(size):
         d = lay[lead + k]
-        nd = _kin(cx, d[0], v, ("out", k)) if is_sym(d) else cx.symbolize(v, ("out", k))
+        nd = cx.fit_symbol(("resize", cx.site, k), v, ("fit", k))
+        if nd is not None:   # (laid out at its declared padded size: may be padded on)
+            cx.elastic.add(nd[0])
+        elif is_sym(d):
+            nd = _kin(cx, d[0], v, ("out", k))
+        else:
+            nd = cx.symbolize(v, ("out", k))
         out.append(nd)
         if is_sym(d):
             follow.append((k - len(size), *_followed_pairs(

@@ -512,6 +512,33 @@ def test_a_fixed_size_resampled_back_to_the_size_it_came_from():
     assert m["compiles"] == 2, m["recompile_reasons"]   # multiples 12 x 12 and 16 x 16
 
 
+def _mobilevit_block(x, w):
+    """MobileViT's block with patches of 2: the map resampled to even sizes where it is
+    not, unfolded into patches (``_unfold_fold``) and folded back, resampled back."""
+    H, W = x.shape[-2:]
+    size = (-(-H // 2) * 2, -(-W // 2) * 2)
+    y = F.interpolate(x, size=size, mode="bilinear") if size != (H, W) else x
+    y = _unfold_fold(y, w)["image"]
+    y = F.interpolate(y, size=(H, W), mode="bilinear") if size != (H, W) else y
+    return {"out": torch.cat([x, y], 1)}
+
+
+def test_a_size_computed_in_python_is_learnt_as_the_symbol_it_follows():
+    """With patches of 2, odd sizes resample to H + 1 (``ceil(H / 2) * 2``, computed in
+    Python: fixed in each trace): automatic dynamic sees the resampling's size change
+    with H between two graphs of the structure and lays it out as ``H+1`` from then on
+    (``Cx.fit_symbol``), padded on to an even size for the patches' view (17 to 18), so
+    the sizes share executables (before: one per size)."""
+    w = torch.randn(3, 3, generator=torch.Generator().manual_seed(2)) * 0.5
+    m = _check_padded(_mobilevit_block, _rgb_images, [[(2, "H"), (3, "W")]],
+                      [(9, 11), (13, 7), (11, 15), (15, 13), (13, 9), (9, 13)],
+                      params=(w.requires_grad_(),), rtol=1e-4, atol=1e-5)
+    assert m["exact_compiles"] == {}, m["recompile_reasons"]
+    assert any("resampling at node" in line for line in m["automatic_dynamic"]), m
+    # the first graph, the one after which the sizes are learnt, W's bucket 16 again
+    assert m["compiles"] == 3, m["recompile_reasons"]
+
+
 def _vit_tokens(x, w, cls, reg):
     """A ViT's tokens: the patch grid flattened (a merged dim: padded at its end where only
     H varies, inside where W varies too), a class token before it, register tokens after."""
