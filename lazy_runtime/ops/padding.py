@@ -464,8 +464,11 @@ def regroup(op, layout, shape, cx):
             if type(f) is str:
                 v = sizes[f]
                 if o % (acc * v):
-                    # the split's outer part ends this dim (after the concrete ``acc``)
-                    outer = o // acc if o % acc == 0 else 0
+                    # the split's outer part ends this dim after the concrete ``acc``
+                    # where more factors follow (MobileViT's rows of patches: H, then
+                    # W); a head's split of the last dim, (T, B, 16) as (T, 4, 8),
+                    # refuses: 16 taken for a symbol of its size is withdrawn
+                    outer = o // acc if o % acc == 0 and (acc == 1 or len(q) > 1) else 0
                     k = v // outer if outer > 1 and v % outer == 0 else 0
                     if k >= 2 and cx.buckets[f] % k and (f in cx.inputs or f in cx.elastic):
                         # (padded on to a multiple of k: an input's, patches of 3; a

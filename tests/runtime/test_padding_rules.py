@@ -21,7 +21,7 @@ import lazy_runtime as lr
 from conftest import DEV, assert_same, load_example
 
 sys.path.insert(0, str(Path(__file__).resolve().parents[2] / "benchmarks"))
-from varying_vision import Attention, Swin  # noqa: E402
+from varying_vision import DETR, Attention, Swin  # noqa: E402
 
 
 @pytest.fixture(autouse=True)
@@ -537,6 +537,16 @@ def test_a_size_computed_in_python_is_learnt_as_the_symbol_it_follows():
     assert any("resampling at node" in line for line in m["automatic_dynamic"]), m
     # the first graph, the one after which the sizes are learnt, W's bucket 16 again
     assert m["compiles"] == 3, m["recompile_reasons"]
+
+
+def test_heads_split_from_a_width_that_an_image_size_shares():
+    """DETR at images whose feature map is 16 high, its width 16 too: the queries' (5, B,
+    16), guessed to be H' wide, split into heads (5, 2 * B, 8) is refused (a dim split
+    after concrete ones only where more dims follow), so the guess is withdrawn:
+    one compile. Taken, it led the mask's zeros to a merged layout: a compile per size
+    here, and in ``benchmarks/varying_vision.py``'s run the positions' cumsum exactly."""
+    torch.manual_seed(0)
+    _check_images_through(DETR(), [(64, 40), (62, 36), (63, 44)])
 
 
 def _vit_tokens(x, w, cls, reg):
