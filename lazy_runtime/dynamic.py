@@ -554,10 +554,11 @@ class Cx:
 
     def fit_symbol(self, key, v: int, site, multiples=True):
         """Where ``key`` (``("leaf", constant, dim)``; ``("length", node index)``, a moving
-        window's; ``("resize", node index, dim)``, a resampling's size) went from u to v in the two graphs automatic dynamic compared
-        (``_follow_hints``), the dim of a symbol known here that did so as ``a * n + b``
-        (a a whole number, at least 1) and is of size ``v`` here (``a * n`` cut by ``-b``
-        where b is negative, as a slice of it is: XLNet's ``2T - 1`` positions; the
+        window's; ``("resize", node index, dim)``, a resampling's size) went from u to v
+        in the two graphs automatic dynamic compared (``_follow_hints``), the dim of a
+        symbol known here that did so as ``a * n + b`` (a a whole number, at least 1) and
+        is of size ``v`` here (``a * n`` cut by ``-b`` where b is negative, as a slice of
+        it is: XLNet's ``2T - 1`` positions; the
         Conformer's ``2T' - 1`` of a T' its convolutions derived), the fit of the smallest
         ``|b|`` first (a guess, withdrawn at ``site``); else None. Unless ``multiples``,
         None where that fit is a multiple (b 0, a over 1), as a merged dim of the graph's

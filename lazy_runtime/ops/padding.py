@@ -2803,9 +2803,11 @@ def _between_run_time_lengths(node, cx, lay, size, scales, kind, align_corners):
     out, follow = list(lay[:lead]), []
     for k, v in enumerate(size):
         d = lay[lead + k]
+        known = set(cx.sizes)
         nd = cx.fit_symbol(("resize", cx.site, k), v, ("fit", k))
-        if nd is not None:   # (laid out at its declared padded size: may be padded on)
-            cx.elastic.add(nd[0])
+        if nd is not None:
+            if nd[0] not in known:   # (made here at its padded size: may be padded on)
+                cx.elastic.add(nd[0])
         elif is_sym(d):
             nd = _kin(cx, d[0], v, ("out", k))
         else:
