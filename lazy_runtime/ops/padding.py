@@ -2502,9 +2502,6 @@ def _upsampled_input(node, cx, gl, out_size, in_size, check):
     for k in range(n):
         d = gl[lead + k]
         if not is_sym(d):
-            if in_size[lead + k] > 1 and in_size[lead + k] in cx.sizes.values():
-                # (the forward resampled to a fixed size from a symbol's: ``_to_other_symbols``)
-                raise NoPadRule(node.op, "resampling from another symbol's size", retry=False)
             dims.append((in_size[lead + k],))
             continue
         name = _lone_sym(node.op, d)
@@ -2528,6 +2525,7 @@ def pad_upsample_nearest_backward(node, ins, cx):
     lead = len(gl) - n
     dt = _index_dtype(jdt(node.dtype))
     try:
+        _from_other_symbols(node.op, cx, gl, in_size, scales)
         xl = _upsampled_input(node, cx, gl, out_size, in_size, lambda base, k: _whole_factor(
             node.op, cx, base, out_size[k], scales[k], exact, dt))
     except NoPadRule:
@@ -2666,6 +2664,7 @@ def pad_upsample_bilinear_backward(node, ins, cx):
     gl = ins[_i(g)]
     dt = _index_dtype(jdt(node.dtype))
     try:
+        _from_other_symbols(node.op, cx, gl, in_size, scales)
         xl = _upsampled_input(node, cx, gl, out_size, in_size, lambda base, k: _linear_factor(
             node.op, cx, base, out_size[k], align_corners, scales[k], dt))
     except NoPadRule:
@@ -2832,6 +2831,17 @@ def _to_other_symbols(op, cx, lay, size, scales) -> None:
             v > 1 and any(cx.sizes[t] == v for t in cx.sizes if (t,) != d)
             for d, v in zip(lay[lead:], size)):
         raise NoPadRule(op, "resampling to another symbol's size", retry=False)
+
+
+def _from_other_symbols(op, cx, gl, in_size, scales) -> None:
+    """``_to_other_symbols`` for a resampling's backward: refuse the whole-factor way
+    where, at no given scale, a fixed gradient dim goes back to an input size that a
+    symbol has (the forward resampled that symbol to a fixed size)."""
+    lead = len(gl) - len(scales)
+    if all(v is None for v in scales) and any(
+            not is_sym(d) and v > 1 and v in cx.sizes.values()
+            for d, v in zip(gl[lead:], in_size[lead:])):
+        raise NoPadRule(op, "resampling from another symbol's size", retry=False)
 
 
 def _between_or_refuse(node, cx, lay, size, scales, kind, align_corners):

@@ -512,6 +512,16 @@ def test_a_fixed_size_resampled_back_to_the_size_it_came_from():
     assert m["compiles"] == 2, m["recompile_reasons"]   # multiples 12 x 12 and 16 x 16
 
 
+def test_a_fixed_width_upsampled_by_a_scale_beside_a_padded_height_of_its_size():
+    """At a given scale the backward's fixed W goes back to its own size, also where a
+    symbol has that size (H = 16 beside W = 16): one compile, none exact."""
+    w = torch.randn(1, 2, 1, 1, generator=torch.Generator().manual_seed(3)).requires_grad_()
+    m = _check_padded(lambda x, w: {"up": F.interpolate(x * w, scale_factor=2)},
+                      lambda H: (torch.randn(2, 2, H, 16, generator=torch.Generator(
+                          ).manual_seed(H)),), [(2, "H")], [9, 16, 13], params=(w,))
+    assert m["exact_compiles"] == {} and m["compiles"] == 1, m["recompile_reasons"]
+
+
 def _mobilevit_block(x, w):
     """MobileViT's block with patches of 2: the map resampled to even sizes where it is
     not, unfolded into patches (``_unfold_fold``) and folded back, resampled back."""
