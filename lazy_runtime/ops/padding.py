@@ -447,8 +447,8 @@ def regroup(op, layout, shape, cx):
     into the output dims. Concrete factors may be split; a dynamic one only into (T//k,
     k) (a patch grid's rows and each patch's, ``view(B, C, H // p, p, W // p, p)``; T//k
     may end a dim after concrete factors, MobileViT's ``(B * C * H // p, p, ...)``), its
-    bucket a multiple of k (an input's padded on to one: ``Rebucket``): the padding is
-    then T//k's trailing rows. The two merge back into T."""
+    bucket a multiple of k (a resampling's learnt size padded on to one: ``Rebucket``):
+    the padding is then T//k's trailing rows. The two merge back into T."""
     sizes = cx.sizes
     items = [f for d in layout for f in d if not (type(f) is int and f == 1)]
     q = list(reversed(items))
@@ -470,9 +470,9 @@ def regroup(op, layout, shape, cx):
                     # refuses: 16 taken for a symbol of its size is withdrawn
                     outer = o // acc if o % acc == 0 and (acc == 1 or len(q) > 1) else 0
                     k = v // outer if outer > 1 and v % outer == 0 else 0
-                    if k >= 2 and cx.buckets[f] % k and (f in cx.inputs or f in cx.elastic):
-                        # (padded on to a multiple of k: an input's, patches of 3; a
-                        # resampling's output, MobileViT's map at a multiple of 2)
+                    if k >= 2 and cx.buckets[f] % k and f in cx.elastic:
+                        # (a resampling's output padded on to a multiple of k: MobileViT's
+                        # map at a multiple of 2)
                         raise Rebucket(f, -(-cx.buckets[f] // k) * k)
                     if k < 2 or cx.buckets[f] % k:
                         raise NoPadRule(op, f"view splits dynamic dim {f}", {f})

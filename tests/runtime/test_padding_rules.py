@@ -448,15 +448,18 @@ def test_patchify_by_views_splits_a_padded_dim(p):
     """``view(B, C, H // p, p, W // p, p)`` splits padded H into (H//p, p): the padding is
     H//p's trailing rows where H's bucket is a multiple of p (p = 4 and power-of-two
     buckets: one executable for the sizes of a bucket); the two merge back into H. With
-    p = 3 no power-of-two bucket is: H's is padded on to the next multiple of 3 (16 to
-    18), one executable for both sizes (before: exact at each)."""
+    p = 3 no power-of-two bucket is: exact, and still right (padding an input's bucket on
+    to a multiple of 3 ran such splits padded everywhere, ``reshape(-1, 3)`` too, where a
+    float16 ``linalg.cross`` then differed from torch's in its last bit: left exact)."""
     w = torch.randn(3 * p * p, 8, generator=torch.Generator().manual_seed(2)) * 0.2
     sizes = [(20, 8 * p), (28, 8 * p), (32, 4 * p)] if p == 4 else [(9, 12), (15, 12)]
     m = _check_padded(lambda x, w: _patches(x, w, p), _rgb_images, [[(2, "H"), (3, "W")]],
                       sizes, params=(w.requires_grad_(),), rtol=1e-4, atol=1e-5)
-    assert m["exact_compiles"] == {}, m["recompile_reasons"]
-    # W's buckets 32 and 16 (p = 4); 16 padded to 18 for H and W alike (p = 3)
-    assert m["compiles"] == (2 if p == 4 else 1), m["recompile_reasons"]
+    if p == 4:
+        assert m["exact_compiles"] == {}, m["recompile_reasons"]
+        assert m["compiles"] == 2, m["recompile_reasons"]   # W's buckets 32 and 16
+    else:
+        assert "view splits dynamic dim" in m["recompile_reasons"][0], m["recompile_reasons"]
 
 
 def _unfold_fold(x, w, p=2):
