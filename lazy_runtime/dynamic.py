@@ -558,11 +558,11 @@ class Cx:
         in the two graphs automatic dynamic compared (``_follow_hints``), the dim of a
         symbol known here that did so as ``a * n + b`` (a a whole number, at least 1) and
         is of size ``v`` here (``a * n`` cut by ``-b`` where b is negative, as a slice of
-        it is: XLNet's ``2T - 1`` positions; the
-        Conformer's ``2T' - 1`` of a T' its convolutions derived), the fit of the smallest
-        ``|b|`` first (a guess, withdrawn at ``site``); else None. Unless ``multiples``,
-        None where that fit is a multiple (b 0, a over 1), as a merged dim of the graph's
-        may be (``B*T`` rows, laid out as (B, T) where a view made that dim)."""
+        it is: XLNet's ``2T - 1`` positions; the Conformer's ``2T' - 1`` of a T' its
+        convolutions derived), the fit of the smallest ``|b|`` first (a guess, withdrawn
+        at ``site``); else None. Unless ``multiples``, None where that fit is a multiple
+        (b 0, a over 1), as a merged dim of the graph's may be (``B*T`` rows, laid out as
+        (B, T) where a view made that dim)."""
         hint = self.follows.get(key)
         if hint is None:
             return None

@@ -2828,9 +2828,13 @@ def _to_other_symbols(op, cx, lay, size, scales) -> None:
     then at every size, so that sizes where the factor happens to be whole key alike."""
     lead = len(lay) - len(size)
     if all(v is None for v in scales) and any(
-            v > 1 and any(cx.sizes[t] == v for t in cx.sizes if (t,) != d)
-            for d, v in zip(lay[lead:], size)):
+            _another_symbols_size(cx, d, v) for d, v in zip(lay[lead:], size)):
         raise NoPadRule(op, "resampling to another symbol's size", retry=False)
+
+
+def _another_symbols_size(cx, d, v) -> bool:
+    """Is ``v`` (over 1) the size of a symbol other than dim ``d``'s?"""
+    return v > 1 and any(cx.sizes[t] == v for t in cx.sizes if (t,) != d)
 
 
 def _from_other_symbols(op, cx, gl, in_size, scales) -> None:
@@ -2839,7 +2843,7 @@ def _from_other_symbols(op, cx, gl, in_size, scales) -> None:
     symbol has (the forward resampled that symbol to a fixed size)."""
     lead = len(gl) - len(scales)
     if all(v is None for v in scales) and any(
-            not is_sym(d) and v > 1 and v in cx.sizes.values()
+            not is_sym(d) and _another_symbols_size(cx, d, v)
             for d, v in zip(gl[lead:], in_size[lead:])):
         raise NoPadRule(op, "resampling from another symbol's size", retry=False)
 
