@@ -104,6 +104,25 @@ def opmath(dtype: torch.dtype) -> torch.dtype:
     return torch.float32 if dtype in D.HALF_TYPES else dtype
 
 
+HALF_BITS = {jnp.dtype(jnp.float16): (5, 10), jnp.dtype(jnp.bfloat16): (8, 7)}
+
+
+def rounded_apart(v, low):
+    """``v`` (float32) rounded to the 16-bit numpy type ``low``'s precision, still float32,
+    in a form no compiler fuses with what follows: LLVM narrows a float32 product of
+    16-bit values rounded to 16 bits into a 16-bit product, then fuses it with a following
+    add into one multiply-add rounded once (XLA:CPU on a CPU with float16 arithmetic, as
+    AVX512-FP16), where torch rounds the product first. ``reduce_precision`` is bit
+    arithmetic, opaque to both; it flushes what is below the type's normal range, which
+    the plain cast rounds instead. Other types: ``v``."""
+    bits = HALF_BITS.get(jnp.dtype(low))
+    if bits is None:
+        return v
+    tiny = jnp.finfo(low).tiny
+    return jnp.where(jnp.abs(v) < tiny, v.astype(low).astype(v.dtype),
+                     jax.lax.reduce_precision(v, *bits))
+
+
 def c_exp(z):
     """Complex exp with C's (torch's CPU) values where a real part is infinite and the
     imaginary part is not finite: 0 for -inf, (inf, nan) for +inf; XLA gives NaN."""

@@ -20,9 +20,10 @@ import torch._decomp
 from jax import lax
 
 from .. import dtypes as D
+from ..config import config
 from ..errors import NoLowering
 from .common import (bshape, c_abs, c_exp, c_log, cast, divide, is_array, jdt, number_in,
-                     vjp)
+                     rounded_apart, vjp)
 from .registry import (ELEMENTWISE, RULES, SAME_LAYOUT, ZERO_DIVISION, check,
                        decomposed_in_own_type, decomposed_where, decomposition, lowering,
                        refuse, rule)
@@ -46,7 +47,7 @@ def _integers_only(rule_fn, name):
 
 
 def elementwise(*ops, fn, kind=D.DEFAULT, operands=None, keep=(), static=(), integral=None,
-                typed=False, opmath=True, round_scalars=False):
+                typed=False, opmath=True, round_scalars=False, product=False):
     """Register ``ops`` as elementwise: rule (broadcast shape, promoted dtype), lowering
     (``fn`` in the compute dtype) and padding (passes through). ``integral``: the name
     of torch's kernel, for ops torch refuses on floating-point inputs when called.
@@ -55,7 +56,13 @@ def elementwise(*ops, fn, kind=D.DEFAULT, operands=None, keep=(), static=(), int
     operation rounded (``logit``, ``xlogy``), not in float32 with one rounding.
     ``round_scalars``: for a 16-bit result, torch's kernel takes number and 0-d operands
     (and ``alpha``) rounded to that type (``bfloat16 + 1.717`` adds 1.71875), as
-    ``add``, ``sub``, ``fmod``; ``mul`` and ``div`` take them unrounded."""
+    ``add``, ``sub``, ``fmod``; ``mul`` and ``div`` take them unrounded. ``product``:
+    ``fn`` may end in a product of two 16-bit values (``mul``, ``x ** 2``): a 16-bit result
+    is rounded apart from what follows, as torch's kernel rounds it (``rounded_apart``:
+    else ``a * b + c`` in float16 is one fused multiply-add), unless excess precision is
+    allowed."""
+    apart = product and opmath
+
     def elementwise_rule(*args, **kwargs):
         if len(args) == 2 and type(args[0]) is type(args[1]) and isinstance(args[0], torch.Tensor):
             a, b = args  # fast path: two tensors of one dtype and shape
@@ -81,6 +88,8 @@ def elementwise(*ops, fn, kind=D.DEFAULT, operands=None, keep=(), static=(), int
         r = fn(ctx.dtype, *args, **kwargs) if typed else fn(*args, **kwargs)
         if tuple(r.shape) != tuple(ctx.shape):
             r = jnp.broadcast_to(r, ctx.shape)
+        if apart and ctx.dtype in D.HALF_TYPES and not config.excess_precision:
+            r = rounded_apart(r, jdt(ctx.dtype))
         return r.astype(jdt(ctx.dtype))
 
     ELEMENTWISE.update(ops)
@@ -452,7 +461,7 @@ def _alpha_refused(args, kwargs, dt) -> bool:
 refuse((aten.add.Tensor, aten.add.Scalar, aten.sub.Tensor, aten.sub.Scalar, aten.rsub.Tensor,
         aten.rsub.Scalar), _alpha_refused, "an alpha of a kind the result dtype refuses "
        "(torch's error)", with_kwargs=True, same_layout=True)
-elementwise(aten.mul.Tensor, aten.mul.Scalar, fn=jnp.multiply, operands=(0, 1))
+elementwise(aten.mul.Tensor, aten.mul.Scalar, fn=jnp.multiply, operands=(0, 1), product=True)
 elementwise(aten.div.Tensor, aten.div.Scalar, fn=jnp.true_divide, kind=D.INT_TO_FLOAT,
             operands=(0, 1))
 elementwise(aten.floor_divide.default, aten.floor_divide.Scalar,
@@ -465,7 +474,8 @@ elementwise(aten.fmod.Tensor, aten.fmod.Scalar,
             round_scalars=True)
 elementwise(aten.pow.Tensor_Tensor, aten.pow.Scalar, fn=_pow, operands=(0, 1),
             round_scalars=True)
-elementwise(aten.pow.Tensor_Scalar, fn=_pow_of_type, operands=(0, 1), static=(1,), typed=True)
+elementwise(aten.pow.Tensor_Scalar, fn=_pow_of_type, operands=(0, 1), static=(1,), typed=True,
+            product=True)
 # an integer tensor to a negative Python power: torch refuses it (a tensor of negative
 # exponents is allowed)
 refuse((aten.pow.Tensor_Scalar,), lambda args, dt: type(args[1]) is int and args[1] < 0

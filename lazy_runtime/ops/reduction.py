@@ -11,8 +11,8 @@ import torch._decomp
 
 from .. import dtypes as D
 from ..errors import NoLowering
-from .common import (amax, amin, c_abs, c_exp, c_log, jdt, norm_dim, norm_dims, opmath, sf,
-                     type_name)
+from .common import (HALF_BITS, amax, amin, c_abs, c_exp, c_log, jdt, norm_dim, norm_dims,
+                     opmath, rounded_apart, sf, type_name)
 from .layout import _check_dim_index, _full_index
 from .registry import Outputs, check, decomposition, lowering, refuse, rule
 
@@ -941,7 +941,7 @@ _HIST_LIB = torch.library.Library("lazy_runtime", "FRAGMENT")
 _HIST_LIB.define("histogram_linear(Tensor x, int bins, float[] range, bool data_range, "
                  "Tensor? weight, bool density, bool histc) -> (Tensor hist, Tensor edges)")
 histogram_linear = torch.ops.lazy_runtime.histogram_linear.default
-_HALF = {jnp.dtype(jnp.float16): (5, 10), jnp.dtype(jnp.bfloat16): (8, 7)}
+_HALF = HALF_BITS   # (the 16-bit numpy types)
 
 
 def _histogram_linear_cpu(x, bins, range, data_range, weight, density, histc):
@@ -1096,7 +1096,7 @@ def _upper_bound(edges, v, lo, hi):
 
 def _rounded(v, dt):
     """``v`` (computed in float32) rounded to the 16-bit ``dt``, as each of torch's steps is."""
-    return jax.lax.reduce_precision(v, *_HALF[dt]) if dt in _HALF else v
+    return rounded_apart(v, dt)
 
 
 def _linear_bin(v, left, right, bins, dt):

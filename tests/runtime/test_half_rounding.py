@@ -11,6 +11,8 @@ exactly in bfloat16 (benchmarks/opinfo_sweep.py with the 16-bit tolerances at 0)
   ``special.entr``, ``special.xlog1py``, ``mvlgamma``, ``linalg.cross``, ``addr``;
 - ``pow(tensor, number)``: the exponent rounded to the type; bfloat16 squares, cubes and
   inverse squares multiply in bfloat16;
+- a product feeding an add (``a * b + c``, ``linalg.cross``): the product rounded first,
+  never one fused multiply-add (LLVM's on a CPU with float16 arithmetic, AVX512-FP16);
 - ``addmm`` with ``beta``: the scaled input added in float32 (``addmv``, whose kernel
   rounds ``beta * input`` first, and ``baddbmm`` are not bit for bit yet).
 
@@ -248,3 +250,28 @@ def test_a_16_bit_value_feeding_a_reduction_is_rounded_first(dtype):
     for fn in (lambda t: torch.lgamma(t).sum(-1), lambda t: torch.exp(t / 10).mean(-1),
                lambda t: (t * C).sum(0)):
         _check(fn, x.to(dtype))
+
+
+FUSABLE_CASES = {
+    "a * b - c * d": lambda a, b, c: a * b - c * b.flip(0),
+    "a * b + c": lambda a, b, c: a * b + c,
+    "c - a * b": lambda a, b, c: c - a * b,
+    "a ** 2 + c": lambda a, b, c: a ** 2 + c,
+    "square + c": lambda a, b, c: a.square() + c,
+    "in place": lambda a, b, c: a.clone().mul_(b).add_(c),
+    "cross of separate inputs": lambda a, b, c: torch.linalg.cross(a.reshape(-1, 3),
+                                                                   b.reshape(-1, 3)),
+}
+
+
+@pytest.mark.parametrize("dtype", HALF, ids=str)
+@pytest.mark.parametrize("name", list(FUSABLE_CASES))
+def test_a_16_bit_product_feeding_an_add_is_rounded_first(name, dtype):
+    """torch rounds each product to the 16-bit type; LLVM (XLA:CPU) fuses a 16-bit product
+    with the add after it into one multiply-add, rounded once, where the CPU has float16
+    arithmetic (AVX512-FP16: a quarter of float16 results differed by an ulp). Elsewhere
+    nothing is fused and this passes either way."""
+    for n, seed in ((999, 3), (36, 4), (3000, 5)):
+        a, b, c = (_values(n, seed + k).to(dtype) for k in (0, 10, 20))
+        _assert_bitwise(FUSABLE_CASES[name](a, b, c),
+                        FUSABLE_CASES[name](a.to(DEV), b.to(DEV), c.to(DEV)))
