@@ -589,6 +589,11 @@ def pad_view(node, ins, cx):
     reordered = _refactored_view(node, lay, cx, reordered=True)
     if reordered is not None:
         return reordered
+    if _square_of_a_symbol(cx, node, lay):
+        refactored = _refactored_view(node, lay, cx)
+        if refactored is not None:
+            _bucket_as_its_square(cx, lay, refactored.layout)
+            return refactored
     try:
         out = regroup(node.op, lay, node.shape, cx)
     except NoPadRule:
@@ -597,6 +602,34 @@ def pad_view(node, ins, cx):
             raise
         return refactored
     return Pad(out, args=_view_args(node, out))
+
+
+def _square_of_a_symbol(cx, node, lay) -> bool:
+    """Whether the view splits one lone input symbol, all of that dim, into dims of one
+    size that another symbol has (BEiT's relative position bias, gathered by a host index of
+    (N+1)^2 positions and viewed as (N+1, N+1), added to scores of (N+1, N+1)): read as
+    that symbol, twice (``_refactored_view``'s guesses), before a split by a concrete
+    factor of that size, (T//k, k), which the scores' dims would contradict."""
+    a, t = _equal_ends([dsize(d, cx.sizes) for d in lay], node.shape)
+    old = lay[a:len(lay) - t]
+    new = {v for v in node.shape[a:len(node.shape) - t] if v > 1}
+    if len(old) != 1 or not _is_lone_sym(old[0]) or old[0][0] not in cx.inputs or \
+            len(new) != 1:
+        return False
+    (v,) = new
+    return any(w == v for s, w in cx.sizes.items() if s != old[0][0])
+
+
+def _bucket_as_its_square(cx, lay, out) -> None:
+    """An input symbol read as the square of another (``_square_of_a_symbol``) padded to at
+    least that one's padded square (``Rebucket``): so it has one bucket per bucket of the
+    other, not one per size past ``config.max_bucket``."""
+    (old,) = [d for d in lay if is_sym(d)]
+    sym = old[0]
+    new = [d for d in out if is_sym(d) and d not in lay]
+    need = dsize(tuple(f for d in new for f in d), cx.buckets)
+    if sym in cx.inputs and cx.buckets[sym] < need:
+        raise Rebucket(sym, need)
 
 
 def _refactored_view(node, lay, cx, reordered=False):
@@ -3483,7 +3516,8 @@ def _index_put_true_size_fn(padded, rows, packed, ctx, env, in_lays, x, indices,
     compact first (``_compacted_like``)."""
     for d, dim, flat in packed:   # (compacted, its tail holds true elements again: 0)
         lay = tuple(flat if a == d else (1,) for a in range(values.ndim))
-        values = sanitize(env, _compact(env, values, d, dim), lay, (d,), 0)
+        packed_values = _to_length(_compact(env, values, d, dim), d, env.dsize(flat))
+        values = sanitize(env, packed_values, lay, (d,), 0)
     idx = _true_indices("index_put", padded, env, x, indices)
     if rows is None:
         return put_at(x, idx, values, accumulate)
@@ -3491,6 +3525,15 @@ def _index_put_true_size_fn(padded, rows, packed, ctx, env, in_lays, x, indices,
     valid = env.mask(rows, range(len(rows)))
     idx[at] = jnp.where(valid, idx[at], x.shape[at])   # out of bounds: dropped
     return x.at[_jnp_index(idx, x.ndim)].set(values.astype(x.dtype), mode="drop")
+
+
+def _to_length(x, d: int, n: int):
+    """``x`` cut or zero-padded at its end along ``d`` to length ``n``."""
+    if x.shape[d] >= n:
+        return lax.slice_in_dim(x, 0, n, axis=d)
+    widths = [(0, 0)] * x.ndim
+    widths[d] = (0, n - x.shape[d])
+    return jnp.pad(x, widths)
 
 
 @pad_rule(aten.index_put.default)
@@ -3519,7 +3562,7 @@ def pad_index_put(node, ins, cx):
     pre = ((_i(values), axes, 0),) if axes and accumulate else ()
     rows = il if axes and not accumulate else None   # (padding rows write nowhere)
     padded = tuple((d, xl[d]) for d in range(p, p + k) if is_sym(xl[d]))
-    if not padded and rows is None:
+    if not padded and rows is None and not packed:
         return Pad(xl, pre=pre)
     if masks:
         raise NoPadRule(node.op, "a boolean mask over a padded dim", _syms(xl))
@@ -3539,16 +3582,27 @@ def pad_index_put(node, ins, cx):
 
 def _compacted_like(cx, vl, written):
     """(``vl`` with each merged dim padded inside that ``written`` holds compacted at that
-    place (``_flat``: the gradient of a mixture of experts' outputs taken back to the
-    sorted order, laid out as (B, T, k) by a view) read compacted, and those dims:
-    (position in vl, the merged dim), to compact first)."""
+    place read compacted, and those dims: (position in vl, the merged dim, written's dim),
+    to compact first). Compacted there: ``written``'s dim is that merged dim's ``_flat``
+    (the gradient of a mixture of experts' outputs taken back to the sorted order, laid
+    out as (B, T, k) by a view), or a lone symbol of as many true elements (BEiT's
+    relative position bias, gathered by a host index of (N+1)^2 positions and viewed as
+    (N+1, N+1): its gradient, laid out so, summed back at that index's positions)."""
     out, packed = list(vl), []
     for a in range(1, min(len(vl), len(written)) + 1):
-        w = written[-a]
-        if _compacted(cx, w) == vl[-a] and _inside_padded(vl[-a]):
+        w, v = written[-a], vl[-a]
+        if not _inside_padded(v):
+            continue
+        flat = _compacted(cx, w)
+        if flat == v or flat is None and _is_lone_sym(w) and \
+                cx.sizes[w[0]] == dsize(v, cx.sizes):
             out[-a] = w
-            packed.append((len(vl) - a, vl[-a], w))
+            packed.append((len(vl) - a, v, w))
     return tuple(out), tuple(packed)
+
+
+def _is_lone_sym(dim) -> bool:
+    return len(dim) == 1 and type(dim[0]) is str
 
 
 def _pad_mask_rows_put(node, xl, ml, vl):

@@ -552,6 +552,53 @@ def test_a_size_computed_in_python_is_learnt_as_the_symbol_it_follows():
     assert m["compiles"] == 3, m["recompile_reasons"]
 
 
+def _relative_position_index(gh: int, gw: int, n: int) -> torch.Tensor:
+    """BEiT's relative position index of a gh x gw patch grid and a class token, made on
+    the host at each size: (N+1, N+1) positions into a table of ``n`` rows."""
+    coords = torch.stack(torch.meshgrid(torch.arange(gh), torch.arange(gw),
+                                        indexing="ij")).flatten(1)
+    rel = coords[:, :, None] - coords[:, None, :]
+    idx = torch.zeros(gh * gw + 1, gh * gw + 1, dtype=torch.long)
+    idx[1:, 1:] = (rel[0] + gh - 1) * (2 * gw - 1) + rel[1] + gw - 1
+    idx[0, :], idx[:, 0], idx[0, 0] = n - 3, n - 2, n - 1
+    return idx % n
+
+
+def _relative_bias_attention(x, w, table):
+    """BEiT's attention over the patches of an image and a class token, the bias of two
+    heads gathered from ``table`` by a host index flattened to (N+1)^2 positions, viewed
+    back as (N+1, N+1); its gradient is summed into the table at those positions."""
+    h = F.conv2d(x, w, stride=4)
+    gh, gw = h.shape[-2:]
+    t = h.flatten(2).transpose(1, 2)
+    t = torch.cat([t.mean(1, keepdim=True), t], 1)                     # (B, N+1, 3)
+    scores = (t @ t.transpose(1, 2)).unsqueeze(1) * 0.1                # (B, 1, N+1, N+1)
+    idx = _relative_position_index(gh, gw, table.shape[0])
+    bias = table[idx.view(-1)].view(gh * gw + 1, gh * gw + 1, -1).permute(2, 0, 1)
+    return {"out": (scores + bias).softmax(-1) @ t.unsqueeze(1)}
+
+
+def test_a_bias_gathered_by_a_host_index_of_the_squared_token_count(monkeypatch):
+    """The host index of (N+1)^2 positions is an input automatic dynamic gives a symbol of
+    its own; its view as (N+1, N+1) reads that symbol as the tokens' twice (not split by
+    the concrete N+1, which the scores' dims contradict), its bucket grown to the square
+    of theirs (one per bucket of N+1, past ``max_bucket`` too), and the gradient laid out
+    so is summed into the table at the index's positions compacted. The first graph is
+    exact (the index is concrete until automatic dynamic sees its size change); then one
+    executable for the six sizes. Before: exact at every size (``add``; where the view
+    took the symbol, ``index_put``; the table's gradient at a graph whose table is not
+    padded skipped the compaction: every row wrong)."""
+    g = torch.Generator().manual_seed(5)
+    w = (torch.randn(3, 3, 4, 4, generator=g) * 0.3).requires_grad_()
+    table = (torch.randn(40, 2, generator=g) * 0.5).requires_grad_()
+    monkeypatch.setattr(lr.config, "max_bucket", 1024)   # (the index's sizes pass it at 31)
+    m = _check_padded(_relative_bias_attention, _rgb_images, [[(2, "H"), (3, "W")]],
+                      [(16, 20), (20, 24), (24, 20), (28, 24), (20, 28), (24, 24)],
+                      params=(w, table), rtol=1e-4, atol=1e-5)
+    assert m["exact_compiles"] == {"aten.add.Tensor": 1}, m["recompile_reasons"]
+    assert m["compiles"] == 2, m["recompile_reasons"]
+
+
 def test_heads_split_from_a_width_that_an_image_size_shares():
     """DETR at images whose feature map is 16 high, its width 16 too: the queries' (5, B,
     16), guessed to be H' wide, split into heads (5, 2 * B, 8) is refused (a dim split
