@@ -519,9 +519,13 @@ def _spread_dims(cx, lay):
     return None if out == lay else out
 
 
+def _is_lone_sym(dim) -> bool:
+    return len(dim) == 1 and type(dim[0]) is str
+
+
 def _compacted(cx, dim):
     """The merged dim that ``dim`` holds compacted (``_spread_dims``), or None."""
-    if len(dim) != 1 or type(dim[0]) is not str:
+    if not _is_lone_sym(dim):
         return None
     if dim[0] in cx.flats:
         return cx.flats[dim[0]]
@@ -3599,10 +3603,6 @@ def _compacted_like(cx, vl, written):
             out[-a] = w
             packed.append((len(vl) - a, v, w))
     return tuple(out), tuple(packed)
-
-
-def _is_lone_sym(dim) -> bool:
-    return len(dim) == 1 and type(dim[0]) is str
 
 
 def _pad_mask_rows_put(node, xl, ml, vl):
