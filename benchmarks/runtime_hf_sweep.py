@@ -207,6 +207,26 @@ def models(T) -> dict:
             hidden_size=32, num_hidden_layers=2, num_attention_heads=4, intermediate_size=37,
             image_size=16, patch_size=4, use_relative_position_bias=True, num_labels=3)),
             _image(16)),
+        # (added 2026-11-30, forty-eighth session, as those above: BEiT's relative
+        # position bias in Data2Vec-Vision, DeiT's and ViT-MSN's resampled positions, a
+        # pyramid ViT with spatial reduction, SwiftFormer's convolutional attention)
+        "data2vec_vision": (lambda: T.Data2VecVisionForImageClassification(
+            T.Data2VecVisionConfig(hidden_size=32, num_hidden_layers=2, num_attention_heads=4,
+                                   intermediate_size=37, image_size=16, patch_size=4,
+                                   use_relative_position_bias=True, num_labels=3)),
+            _image(16)),
+        "deit": (lambda: T.DeiTForImageClassification(T.DeiTConfig(
+            hidden_size=32, num_hidden_layers=2, num_attention_heads=4, intermediate_size=37,
+            image_size=16, patch_size=4, num_labels=3)), _image(16)),
+        "vit_msn": (lambda: T.ViTMSNForImageClassification(T.ViTMSNConfig(
+            hidden_size=32, num_hidden_layers=2, num_attention_heads=4, intermediate_size=37,
+            image_size=16, patch_size=4, num_labels=3)), _image(16)),
+        "pvt_v2": (lambda: T.PvtV2ForImageClassification(T.PvtV2Config(
+            num_encoder_blocks=2, depths=[1, 1], sr_ratios=[2, 1], hidden_sizes=[8, 16],
+            patch_sizes=[7, 3], strides=[4, 2], num_attention_heads=[1, 2], mlp_ratios=[2, 2],
+            num_labels=3)), _image(32)),
+        "swiftformer": (lambda: T.SwiftFormerForImageClassification(T.SwiftFormerConfig(
+            depths=[1, 1, 1, 1], embed_dims=[8, 16, 16, 16], num_labels=3)), _image(32)),
         "segformer": (lambda: T.SegformerForImageClassification(T.SegformerConfig(
             num_encoder_blocks=2, depths=[1, 1], sr_ratios=[2, 1], hidden_sizes=[8, 16],
             num_attention_heads=[1, 2], patch_sizes=[7, 3], strides=[4, 2], mlp_ratios=[2, 2],

@@ -40,7 +40,8 @@ SLOW = ("rwkv",)
 # (not Swin: transformers' own fails eagerly at most of these sizes, its windows against
 # the attention mask, "The size of tensor a (9) must match the size of tensor b (16)")
 IMAGES = ("vit", "dinov2", "convnext", "resnet", "mobilenet_v2", "segformer", "mobilenet_v1",
-          "regnet", "poolformer", "convnextv2", "focalnet", "mobilevit", "beit")
+          "regnet", "poolformer", "convnextv2", "focalnet", "mobilevit", "beit",
+          "data2vec_vision", "deit", "vit_msn", "pvt_v2", "swiftformer")
 AUDIO = ("wav2vec2", "wav2vec2_conformer")
 
 
@@ -90,7 +91,7 @@ def batches(kind: str, steps: int) -> list:
 def _loss(model, batch, dev):
     if dev is not None:
         batch = {k: v.to(dev) for k, v in batch.items()}
-    if type(model).__name__.startswith("ViT"):   # (its position grid resampled)
+    if type(model).__name__.startswith(("ViT", "DeiT")):   # (its position grid resampled)
         batch = dict(batch, interpolate_pos_encoding=True)
     return model(**batch).loss
 

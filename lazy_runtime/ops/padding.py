@@ -803,8 +803,10 @@ def pad_repeat(node, ins, cx):
             continue
         # (a concrete dim repeated once per sample of a padded batch: instance norm's
         # weight and running statistics, repeated per sample for its batch norm over the
-        # (sample, channel) pairs; the padded graph repeats it the bucket's count)
-        n = cx.symbolize(r, ("repeat", k))
+        # (sample, channel) pairs; the padded graph repeats it the bucket's count. A dim of
+        # one repeated is an expand, to a merged dim too: SwiftFormer's global query
+        # repeated once per pixel of an (H, W) map, ``q.repeat(1, H * W, 1)``)
+        n = cx.symbolize(r, ("repeat", k), merged=d == (1,))
         if is_sym(n):
             out.append(n + tuple(f for f in d if f != 1))
             reps[lead + k] = SymSize(n)

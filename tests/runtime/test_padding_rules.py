@@ -317,6 +317,29 @@ def test_repeat_along_a_padded_dim_runs_padded():
     assert m["compiles"] == 1 and m["padded_executions"] == len(sizes), m["recompile_reasons"]
 
 
+def _additive_attention(x, wq, wk, wg):
+    """SwiftFormer's attention over the pixels of a map: a global query, pooled over them,
+    repeated once per pixel (``repeat(1, H * W, 1)``), times the keys."""
+    B, C, H, W = x.shape
+    t = x.permute(0, 2, 3, 1).reshape(B, H * W, C)
+    q, k = F.normalize(t @ wq, dim=-1), F.normalize(t @ wk, dim=-1)
+    g = ((q @ wg) * 0.5).softmax(1)                                     # (B, H*W, 1)
+    pooled = (g * q).sum(1).unsqueeze(1).repeat(1, k.shape[1], 1)       # (B, H*W, C)
+    return {"out": (pooled * k + q).reshape(B, H, W, C).permute(0, 3, 1, 2)}
+
+
+def test_a_dim_of_one_repeated_once_per_element_of_a_merged_dim():
+    """A dim of one repeated H * W times is laid out as the merged (H, W) it meets, as an
+    expand to it is (before: the concrete H * W, and an exact compile at every size)."""
+    g = torch.Generator().manual_seed(4)
+    params = [(torch.randn(*s, generator=g) * 0.5).requires_grad_()
+              for s in [(3, 3), (3, 3), (3, 1)]]
+    m = _check_padded(_additive_attention, _rgb_images, [[(2, "H"), (3, "W")]],
+                      [(9, 11), (13, 10), (11, 15)], params=params, rtol=1e-4, atol=1e-5)
+    assert m["exact_compiles"] == {}, m["recompile_reasons"]
+    assert m["compiles"] == 1, m["recompile_reasons"]
+
+
 def test_a_sum_of_a_merged_padded_dim_differentiates_padded():
     """``x.reshape(-1, C).sin().sum()``: the sum's gradient is expanded to 2T rows before
     the view that merges B and T comes in the graph; the plan is tried again knowing the
