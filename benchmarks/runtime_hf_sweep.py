@@ -61,6 +61,14 @@ def _image(size):
                           labels=torch.tensor([0, 2]))
 
 
+def _tiny_vit(model, config, **extra):
+    """A ViT-like classifier of 2 layers of width 32 over patches of 4 of a 16 x 16
+    image (``model`` and ``config`` transformers' classes)."""
+    return lambda: model(config(hidden_size=32, num_hidden_layers=2, num_attention_heads=4,
+                                intermediate_size=37, image_size=16, patch_size=4,
+                                num_labels=3, **extra))
+
+
 def _decoder(T, name, **extra):
     extra.setdefault("intermediate_size", 37)
     cls, config = getattr(T, f"{name}ForCausalLM"), getattr(T, f"{name}Config")
@@ -167,12 +175,8 @@ def models(T) -> dict:
                 activation_dropout=0.0, feat_proj_dropout=0.0)),
             lambda g: dict(input_values=torch.randn(2, 400, generator=g),
                            labels=torch.tensor([0, 2]))),
-        "vit": (lambda: T.ViTForImageClassification(T.ViTConfig(
-            hidden_size=32, num_hidden_layers=2, num_attention_heads=4, intermediate_size=37,
-            image_size=16, patch_size=4, num_labels=3)), _image(16)),
-        "dinov2": (lambda: T.Dinov2ForImageClassification(T.Dinov2Config(
-            hidden_size=32, num_hidden_layers=2, num_attention_heads=4, intermediate_size=37,
-            image_size=16, patch_size=4, num_labels=3)), _image(20)),
+        "vit": (_tiny_vit(T.ViTForImageClassification, T.ViTConfig), _image(16)),
+        "dinov2": (_tiny_vit(T.Dinov2ForImageClassification, T.Dinov2Config), _image(20)),
         "swin": (lambda: T.SwinForImageClassification(T.SwinConfig(
             image_size=32, patch_size=4, embed_dim=16, depths=[1, 1], num_heads=[2, 2],
             window_size=4, num_labels=3)), _image(32)),
@@ -203,24 +207,16 @@ def models(T) -> dict:
         "mobilevit": (lambda: T.MobileViTForImageClassification(T.MobileViTConfig(
             image_size=32, hidden_sizes=[16, 24, 32], neck_hidden_sizes=[8, 8, 16, 16, 24, 32, 64],
             num_attention_heads=2, num_labels=3)), _image(32)),
-        "beit": (lambda: T.BeitForImageClassification(T.BeitConfig(
-            hidden_size=32, num_hidden_layers=2, num_attention_heads=4, intermediate_size=37,
-            image_size=16, patch_size=4, use_relative_position_bias=True, num_labels=3)),
-            _image(16)),
+        "beit": (_tiny_vit(T.BeitForImageClassification, T.BeitConfig,
+                           use_relative_position_bias=True), _image(16)),
         # (added 2026-11-30, forty-eighth session, as those above: BEiT's relative
         # position bias in Data2Vec-Vision, DeiT's and ViT-MSN's resampled positions, a
         # pyramid ViT with spatial reduction, SwiftFormer's convolutional attention)
-        "data2vec_vision": (lambda: T.Data2VecVisionForImageClassification(
-            T.Data2VecVisionConfig(hidden_size=32, num_hidden_layers=2, num_attention_heads=4,
-                                   intermediate_size=37, image_size=16, patch_size=4,
-                                   use_relative_position_bias=True, num_labels=3)),
-            _image(16)),
-        "deit": (lambda: T.DeiTForImageClassification(T.DeiTConfig(
-            hidden_size=32, num_hidden_layers=2, num_attention_heads=4, intermediate_size=37,
-            image_size=16, patch_size=4, num_labels=3)), _image(16)),
-        "vit_msn": (lambda: T.ViTMSNForImageClassification(T.ViTMSNConfig(
-            hidden_size=32, num_hidden_layers=2, num_attention_heads=4, intermediate_size=37,
-            image_size=16, patch_size=4, num_labels=3)), _image(16)),
+        "data2vec_vision": (_tiny_vit(T.Data2VecVisionForImageClassification,
+                                      T.Data2VecVisionConfig,
+                                      use_relative_position_bias=True), _image(16)),
+        "deit": (_tiny_vit(T.DeiTForImageClassification, T.DeiTConfig), _image(16)),
+        "vit_msn": (_tiny_vit(T.ViTMSNForImageClassification, T.ViTMSNConfig), _image(16)),
         "pvt_v2": (lambda: T.PvtV2ForImageClassification(T.PvtV2Config(
             num_encoder_blocks=2, depths=[1, 1], sr_ratios=[2, 1], hidden_sizes=[8, 16],
             patch_sizes=[7, 3], strides=[4, 2], num_attention_heads=[1, 2], mlp_ratios=[2, 2],
