@@ -211,7 +211,8 @@ def models(T) -> dict:
                            use_relative_position_bias=True), _image(16)),
         # (added 2026-11-30, forty-eighth session, as those above: BEiT's relative
         # position bias in Data2Vec-Vision, DeiT's and ViT-MSN's resampled positions, a
-        # pyramid ViT with spatial reduction, SwiftFormer's convolutional attention)
+        # pyramid ViT with spatial reduction, BiT's weight-standardized convolutions and
+        # "same" pooling, SwiftFormer's convolutional attention)
         "data2vec_vision": (_tiny_vit(T.Data2VecVisionForImageClassification,
                                       T.Data2VecVisionConfig,
                                       use_relative_position_bias=True), _image(16)),
@@ -220,6 +221,9 @@ def models(T) -> dict:
         "pvt_v2": (lambda: T.PvtV2ForImageClassification(T.PvtV2Config(
             num_encoder_blocks=2, depths=[1, 1], sr_ratios=[2, 1], hidden_sizes=[8, 16],
             patch_sizes=[7, 3], strides=[4, 2], num_attention_heads=[1, 2], mlp_ratios=[2, 2],
+            num_labels=3)), _image(32)),
+        "bit": (lambda: T.BitForImageClassification(T.BitConfig(
+            embedding_size=8, hidden_sizes=[8, 16], depths=[1, 1], num_groups=4,
             num_labels=3)), _image(32)),
         "swiftformer": (lambda: T.SwiftFormerForImageClassification(T.SwiftFormerConfig(
             depths=[1, 1, 1, 1], embed_dims=[8, 16, 16, 16], num_labels=3)), _image(32)),

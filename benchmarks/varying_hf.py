@@ -41,7 +41,7 @@ SLOW = ("rwkv",)
 # the attention mask, "The size of tensor a (9) must match the size of tensor b (16)")
 IMAGES = ("vit", "dinov2", "convnext", "resnet", "mobilenet_v2", "segformer", "mobilenet_v1",
           "regnet", "poolformer", "convnextv2", "focalnet", "mobilevit", "beit",
-          "data2vec_vision", "deit", "vit_msn", "pvt_v2", "swiftformer")
+          "data2vec_vision", "deit", "vit_msn", "pvt_v2", "bit", "swiftformer")
 AUDIO = ("wav2vec2", "wav2vec2_conformer")
 
 
