@@ -135,6 +135,26 @@ def models(T) -> dict:
         "xlnet": (lambda: T.XLNetForSequenceClassification(T.XLNetConfig(
             vocab_size=99, d_model=32, n_layer=2, n_head=4, d_inner=37, num_labels=3)),
             _classify),
+        # (added 2026-11-30, forty-eighth session: rotary positions, relative position
+        # buckets, a funnel's pooled lengths, a bottlenecked BERT, a sliding window padded
+        # to its multiple, block-sparse BigBird (full attention at these lengths), a
+        # protein LM, a character model downsampled 4x)
+        "roformer": (lambda: _encoder(T, "RoFormer", embedding_size=32), _classify),
+        "mpnet": (lambda: _encoder(T, "MPNet"), _classify),
+        "funnel": (lambda: T.FunnelForSequenceClassification(T.FunnelConfig(
+            vocab_size=99, d_model=32, n_head=4, d_head=8, d_inner=37, block_sizes=[1, 1],
+            num_decoder_layers=1, num_labels=3)), _classify),
+        "megatron_bert": (lambda: _encoder(T, "MegatronBert"), _classify),
+        "mobilebert": (lambda: _encoder(T, "MobileBert", embedding_size=16,
+                                        intra_bottleneck_size=16, true_hidden_size=16,
+                                        num_feedforward_networks=1), _classify),
+        "longformer": (lambda: _encoder(T, "Longformer", attention_window=8), _classify),
+        "big_bird": (lambda: _encoder(T, "BigBird", attention_type="original_full"),
+                     _classify),
+        "esm": (lambda: _encoder(T, "Esm", pad_token_id=1), _classify),
+        "canine": (lambda: T.CanineForSequenceClassification(T.CanineConfig(
+            hidden_size=32, num_hidden_layers=2, num_attention_heads=4, intermediate_size=37,
+            num_labels=3, downsampling_rate=4)), _classify),
         "fnet": (lambda: T.FNetForSequenceClassification(T.FNetConfig(
             vocab_size=99, hidden_size=32, num_hidden_layers=2, intermediate_size=37,
             max_position_embeddings=64, num_labels=3)), _classify),

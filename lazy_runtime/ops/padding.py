@@ -88,7 +88,7 @@ from .. import ir
 from ..dynamic import (NoPadRule, Pad, Rebucket, SymSize, bucket, concrete, cut_at, dnorm,
                        dsize, has_sym, is_sym, sanitize, slice_bounds, sym_or_int)
 from .common import check_index, divide, jdt, norm_dim, norm_dims, opmath, out_of_range, vjp
-from .layout import (_jnp_index, _out_of_bounds, lower_pad, lower_unfold,
+from .layout import (_full_index, _jnp_index, _out_of_bounds, lower_pad, lower_unfold,
                      lower_unfold_backward, mask_rows_put, masked_scatter_from,
                      per_element_count, put_at, scatter_along)
 from .nn import (_add_at_argmax, _avg_pool, _batch_norm, _f32, _lowest, _max_pool,
@@ -3644,19 +3644,37 @@ def pad_scatter(node, ins, cx):
         raise NoPadRule(node.op, "scatter from a padded index dim into another",
                         _syms(il, xl))
     _same_but(node.op, xl, il, d)
-    _end_padded(node.op, xl[d])
+    inside = is_sym(xl[d]) and _inside_padded(xl[d])
+    if not inside or into_own or node.op is aten.scatter_reduce.two:
+        _end_padded(node.op, xl[d])
     src = node.args[3] if len(node.args) > 3 else None
     if type(src).__name__ == "Input" and ins[_i(src)] != il and len(ins[_i(src)]):
         _same_but(node.op, ins[_i(src)], il, -1)
+    # (along a dim padded inside, a gather's gradient there: ``pad_gather``)
+    inside_fn = dict(fn=functools.partial(_scatter_inside_fn, node.op, xl[d]),
+                     tag="scatter inside") if inside else {}
     if own and not into_own:
         # gather's gradient from a padded length into a concrete dim (DeBERTa's relative
         # positions): the padding's values add 0, at position 0 (the index's padding
         # is zeroed by the bounds check's sanitizing)
-        return Pad(xl, pre=((_i(src), (d,), 0),))
+        return Pad(xl, pre=((_i(src), (d,), 0),), **inside_fn)
     if own:
         return Pad(xl, fn=functools.partial(_scatter_to_own_fn, node.op, il, d),
                    tag="scatter to own")
-    return Pad(xl)
+    return Pad(xl, **inside_fn)
+
+
+def _scatter_inside_fn(op, dim_layout, ctx, env, in_lays, x, dim, index, src):
+    """scatter (or scatter_add) along a dim padded inside: each index value, a true
+    position, checked against the true size and written at its place in the layout."""
+    d = norm_dim(dim, x.ndim)
+    n = env.count((dim_layout,), (0,))
+    check_index(index, n, f"{op.__name__.split('.')[0]}: index out of bounds for dimension "
+                f"{d} (a dynamic dim: checked against its true size)")
+    at = _spread(env, dim_layout, index)
+    if op is aten.scatter_add.default:
+        return scatter_along("scatter_add", x, dim, at, src, "add")
+    return scatter_along("scatter", x, dim, at, src)
 
 
 def _scatter_to_own_fn(op, index_layout, d, ctx, env, in_lays, x, dim, index, src):
@@ -3671,13 +3689,25 @@ def _scatter_to_own_fn(op, index_layout, d, ctx, env, in_lays, x, dim, index, sr
 
 @pad_rule(aten.gather.default)
 def pad_gather(node, ins, cx):
-    """Index values point at valid positions; padded index rows gather garbage rows."""
+    """Index values point at valid positions; padded index rows gather garbage rows.
+    Along a dim padded inside (Funnel's sinusoids for positions ``arange(-2T, 2T)``, laid
+    out (4, T), gathered at relative positions) each index value, a true position, is
+    checked against the true size and read at its place in the padded layout."""
     x, dim, index = node.args[:3]
     xl, il = ins[_i(x)], ins[_i(index)]
     d = norm_dim(dim, len(xl))
     _same_but(node.op, xl, il, d)
-    _end_padded(node.op, xl[d])
+    if is_sym(xl[d]) and _inside_padded(xl[d]):
+        return Pad(il, fn=functools.partial(_gather_inside_fn, xl[d]), tag="gather inside")
     return Pad(il)
+
+
+def _gather_inside_fn(dim_layout, ctx, env, in_lays, x, dim, index, *, sparse_grad=False):
+    d = norm_dim(dim, x.ndim)
+    n = env.count((dim_layout,), (0,))
+    check_index(index, n, f"gather: index out of bounds for dimension {d} (a dynamic dim: "
+                "checked against its true size)")
+    return x[_full_index(_spread(env, dim_layout, index), d)]
 
 
 @pad_rule(aten.index_select.default)

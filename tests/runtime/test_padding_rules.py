@@ -317,6 +317,26 @@ def test_repeat_along_a_padded_dim_runs_padded():
     assert m["compiles"] == 1 and m["padded_executions"] == len(sizes), m["recompile_reasons"]
 
 
+def _gathered_rows(x, w):
+    """Rows of ``x`` (B, T, C) flattened to B*T, a dim padded inside, gathered at true
+    positions computed from its length (Funnel's sinusoids of ``arange(-2T, 2T)``, laid
+    out (4, T), read at relative positions)."""
+    B, T, C = x.shape
+    rows = (x @ w).reshape(B * T, C)
+    at = (torch.arange(T, device=x.device) * 7 + 3) % (B * T)         # (T,) positions
+    return {"rows": rows.gather(0, at[:, None].expand(T, C)) * 1.0}
+
+
+def test_a_gather_along_a_dim_padded_inside():
+    """Each index value, a true position, is read at its place in the padded layout (a
+    gather there read the wrong elements: it compiled exactly at every length)."""
+    w = torch.randn(4, 4, generator=torch.Generator().manual_seed(8)).requires_grad_()
+    m = _check_padded(_gathered_rows, lambda T: [torch.randn(
+        3, T, 4, generator=torch.Generator().manual_seed(T))], [(1, "T")], [9, 13, 11],
+        params=(w,), input_grads=False)
+    assert m["exact_compiles"] == {}, m["recompile_reasons"]
+
+
 def _additive_attention(x, wq, wk, wg):
     """SwiftFormer's attention over the pixels of a map: a global query, pooled over them,
     repeated once per pixel (``repeat(1, H * W, 1)``), times the keys."""
