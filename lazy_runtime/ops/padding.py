@@ -593,10 +593,11 @@ def pad_view(node, ins, cx):
     reordered = _refactored_view(node, lay, cx, reordered=True)
     if reordered is not None:
         return reordered
-    if _square_of_a_symbol(cx, node, lay):
+    square = _square_of_a_symbol(cx, node, lay)
+    if square is not None:
         refactored = _refactored_view(node, lay, cx)
         if refactored is not None:
-            _bucket_as_its_square(cx, lay, refactored.layout)
+            _bucket_as_its_square(cx, *square, refactored.layout)
             return refactored
     try:
         out = regroup(node.op, lay, node.shape, cx)
@@ -608,31 +609,31 @@ def pad_view(node, ins, cx):
     return Pad(out, args=_view_args(node, out))
 
 
-def _square_of_a_symbol(cx, node, lay) -> bool:
-    """Whether the view splits one lone input symbol, all of that dim, into dims of one
-    size that another symbol has (BEiT's relative position bias, gathered by a host index of
-    (N+1)^2 positions and viewed as (N+1, N+1), added to scores of (N+1, N+1)): read as
-    that symbol, twice (``_refactored_view``'s guesses), before a split by a concrete
-    factor of that size, (T//k, k), which the scores' dims would contradict."""
+def _square_of_a_symbol(cx, node, lay):
+    """(the symbol, the count of dims kept whole at the front and at the end) where the
+    view splits one lone input symbol, all of that dim, into dims of one size that another
+    symbol has (BEiT's relative position bias, gathered by a host index of (N+1)^2
+    positions and viewed as (N+1, N+1), added to scores of (N+1, N+1)): read as that
+    symbol, twice (``_refactored_view``'s guesses), before a split by a concrete factor
+    of that size, (T//k, k), which the scores' dims would contradict. Else None."""
     a, t = _equal_ends([dsize(d, cx.sizes) for d in lay], node.shape)
     old = lay[a:len(lay) - t]
     new = {v for v in node.shape[a:len(node.shape) - t] if v > 1}
     if len(old) != 1 or not _is_lone_sym(old[0]) or old[0][0] not in cx.inputs or \
             len(new) != 1:
-        return False
+        return None
     (v,) = new
-    return any(w == v for s, w in cx.sizes.items() if s != old[0][0])
+    sym = old[0][0]
+    return (sym, a, t) if any(w == v for s, w in cx.sizes.items() if s != sym) else None
 
 
-def _bucket_as_its_square(cx, lay, out) -> None:
-    """An input symbol read as the square of another (``_square_of_a_symbol``) padded to at
+def _bucket_as_its_square(cx, sym, a, t, out) -> None:
+    """Input symbol ``sym`` read as the square of another (``_square_of_a_symbol``: the
+    new dims of ``out`` after its ``a`` first dims, before its ``t`` last) padded to at
     least that one's padded square (``Rebucket``): so it has one bucket per bucket of the
     other, not one per size past ``config.max_bucket``."""
-    (old,) = [d for d in lay if is_sym(d)]
-    sym = old[0]
-    new = [d for d in out if is_sym(d) and d not in lay]
-    need = dsize(tuple(f for d in new for f in d), cx.buckets)
-    if sym in cx.inputs and cx.buckets[sym] < need:
+    need = dsize(tuple(f for d in out[a:len(out) - t] for f in d), cx.buckets)
+    if cx.buckets[sym] < need:
         raise Rebucket(sym, need)
 
 

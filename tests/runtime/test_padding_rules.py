@@ -642,6 +642,23 @@ def test_a_bias_gathered_by_a_host_index_of_the_squared_token_count(monkeypatch)
     assert m["compiles"] == 2, m["recompile_reasons"]
 
 
+def test_a_batch_of_squared_lengths_viewed_as_squares():
+    """The square read beside a dim kept whole before it (a batch of flat (T, T)
+    matrices, (B, S) viewed as (B, T, T)): one executable (before: the rule failed on the
+    batch's own symbol, and every size compiled exactly)."""
+    def fn(x, y):
+        m = y.view(y.shape[0], x.shape[1], x.shape[1])
+        return {"out": (m @ x.unsqueeze(-1)).squeeze(-1) + x}
+
+    def inputs(n):
+        B, T = n
+        g = torch.Generator().manual_seed(T)
+        return [torch.randn(B, T, generator=g), torch.randn(B, T * T, generator=g)]
+    m = _check_padded(fn, inputs, [[(0, "B"), (1, "T")], [(0, "B"), (1, "S")]],
+                      [(3, 5), (4, 6), (3, 7)])
+    assert m["exact_compiles"] == {} and m["compiles"] == 1, m["recompile_reasons"]
+
+
 def test_heads_split_from_a_width_that_an_image_size_shares():
     """DETR at images whose feature map is 16 high, its width 16 too: the queries' (5, B,
     16), guessed to be H' wide, split into heads (5, 2 * B, 8) is refused (a dim split
