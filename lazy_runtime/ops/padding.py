@@ -1437,9 +1437,7 @@ def pad_stack(node, ins, cx):
 
 def _stack_fn(ctx, env, in_lays, parts, d):
     x = jnp.stack([p.astype(jdt(ctx.dtype)) for p in parts], axis=d)
-    widths = [(0, 0)] * x.ndim
-    widths[d] = (0, ctx.shape[d] - x.shape[d])
-    return jnp.pad(x, widths)
+    return _to_length(x, d, ctx.shape[d])
 
 
 def _flip_fn(ctx, env, in_lays, x, dims):
@@ -3499,15 +3497,22 @@ def _true_indices(op: str, padded: dict, env, x, indices) -> list:
     points at the true element's position in the padded layout (``_spread``)."""
     idx = []
     for d, i in enumerate(indices):
-        if i is not None:
-            n = env.count((padded[d],), (0,)) if d in padded else x.shape[d]
-            check_index(i, n, f"{op}: index out of bounds for dimension {d} (a dynamic "
-                        "dim: checked against its true size)" if d in padded
-                        else _out_of_bounds(op, d, n), wraps=True)
-            if d in padded:
-                i = _spread(env, padded[d], jnp.where(i < 0, i + n, i))
+        if i is not None and d in padded:
+            i = _at_true_positions(op, env, padded[d], d, i, wraps=True)
+        elif i is not None:
+            check_index(i, x.shape[d], _out_of_bounds(op, d, x.shape[d]), wraps=True)
         idx.append(i)
     return idx
+
+
+def _at_true_positions(op: str, env, dim, d: int, index, wraps=False):
+    """``index``'s values along dim ``d`` (of layout ``dim``), true positions (counted
+    from the end where ``wraps``), checked against its true size and pointed at their
+    places in its padded layout (``_spread``)."""
+    n = env.count((dim,), (0,))
+    check_index(index, n, f"{op}: index out of bounds for dimension {d} (a dynamic dim: "
+                "checked against its true size)", wraps=wraps)
+    return _spread(env, dim, jnp.where(index < 0, index + n, index) if wraps else index)
 
 
 def _index_true_size_fn(padded, ctx, env, in_lays, x, indices):
@@ -3668,11 +3673,8 @@ def pad_scatter(node, ins, cx):
 def _scatter_inside_fn(op, dim_layout, ctx, env, in_lays, x, dim, index, src):
     """scatter (or scatter_add) along a dim padded inside: each index value, a true
     position, checked against the true size and written at its place in the layout."""
-    d = norm_dim(dim, x.ndim)
-    n = env.count((dim_layout,), (0,))
-    check_index(index, n, f"{op.__name__.split('.')[0]}: index out of bounds for dimension "
-                f"{d} (a dynamic dim: checked against its true size)")
-    at = _spread(env, dim_layout, index)
+    at = _at_true_positions(op.__name__.split(".")[0], env, dim_layout,
+                            norm_dim(dim, x.ndim), index)
     if op is aten.scatter_add.default:
         return scatter_along("scatter_add", x, dim, at, src, "add")
     return scatter_along("scatter", x, dim, at, src)
@@ -3705,10 +3707,7 @@ def pad_gather(node, ins, cx):
 
 def _gather_inside_fn(dim_layout, ctx, env, in_lays, x, dim, index, *, sparse_grad=False):
     d = norm_dim(dim, x.ndim)
-    n = env.count((dim_layout,), (0,))
-    check_index(index, n, f"gather: index out of bounds for dimension {d} (a dynamic dim: "
-                "checked against its true size)")
-    return x[_full_index(_spread(env, dim_layout, index), d)]
+    return x[_full_index(_at_true_positions("gather", env, dim_layout, d, index), d)]
 
 
 @pad_rule(aten.index_select.default)
