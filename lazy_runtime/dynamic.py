@@ -429,6 +429,12 @@ class Cx:
         # change (``fit_symbol``)
         self.follows: dict = {}
         self.input_layouts = lambda: ()   # the data leaves' layouts (None: not laid yet)
+        # the graph's family's (misses, second hints) for ``follows`` (``_refit``), and
+        # its leaf shapes
+        self.refits = None
+        self.shapes: tuple = ()
+        # (constant, dim) -> its own symbol, where its length followed none when learnt
+        self.soft: dict = {}
 
     def note_merged(self, layout) -> None:
         """Remember the merged dynamic dims (several factors, a symbol among them) of a
@@ -566,6 +572,23 @@ class Cx:
         hint = self.follows.get(key)
         if hint is None:
             return None
+        fits = self._fits(hint, v)
+        if not fits and self.refits is not None and key[1:] not in self.soft:
+            fits = self._refit(key, v)
+        if not fits:
+            return None
+        _, a, _, sym, b = min(fits)   # (the others are that fit again, worse: 4*(T+1)-4)
+        if b == 0 and a > 1 and not multiples:
+            return None   # (a multiple: ``symbolize``'s merged dims first)
+        if ((self.site, site), sym) in self.disabled:
+            return None
+        self.guesses.append(((self.site, site), sym))
+        base = self.scaled(sym, a, max(b, 0))
+        return (self.shrink(base, -b) if b < 0 else base,)
+
+    def _fits(self, hint, v: int) -> list:
+        """``(|b|, a, order, symbol, b)`` for each symbol that went as ``a * n + b`` where
+        hint ``(u, w, traces)``'s size went from u to w, and gives ``v`` here."""
         u, w, traces = hint
         then = [self._sizes_in(t) for t in traces]
         fits = []
@@ -577,16 +600,25 @@ class Cx:
             b = u - a * n1
             if r == 0 and a >= 1 and a * self.sizes[sym] + b == v:
                 fits.append((abs(b), a, order, sym, b))
+        return fits
+
+    def _refit(self, key, v: int) -> list:
+        """``_fits`` of size ``v`` of ``key`` from its family's second hint, where its
+        first explains none: the sizes it had in the last graph the first did not explain
+        and here (a length whose formula changes with a size's parity: Funnel's relative
+        positions, ``2T`` at an even T, ``2T+1`` at an odd one). Where none fits, this
+        graph is that last one."""
+        misses, refits = self.refits
+        fits = self._fits(refits[key], v) if key in refits else []
+        last = misses.get(key)
+        if not fits and last is not None and last[0] != v:
+            hint = (last[0], v, (last[1], self.shapes))
+            fits = self._fits(hint, v)
+            if fits:
+                refits[key] = hint
         if not fits:
-            return None
-        _, a, _, sym, b = min(fits)   # (the others are that fit again, worse: 4*(T+1)-4)
-        if b == 0 and a > 1 and not multiples:
-            return None   # (a multiple: ``symbolize``'s merged dims first)
-        if ((self.site, site), sym) in self.disabled:
-            return None
-        self.guesses.append(((self.site, site), sym))
-        base = self.scaled(sym, a, max(b, 0))
-        return (self.shrink(base, -b) if b < 0 else base,)
+            misses[key] = (v, self.shapes)
+        return fits
 
     def _sizes_in(self, shapes) -> dict:
         """The sizes the symbols known here had in a graph of leaf shapes ``shapes``:
@@ -631,7 +663,8 @@ class Cx:
             # (a merged dim from an earlier try may hold a symbol not derived yet here)
             cands = [s for s in tier if self.sizes[s] == v] if tier is not merged else \
                 [d for d in tier if all(type(f) is not str or f in self.sizes for f in d)]
-            if len(cands) > 1 and (at, None) not in self.disabled:
+            if len(cands) > 1 and (at, None) not in self.disabled \
+                    and not (tier is not merged and self._one_length(cands)):
                 self.guesses.append((at, None))
                 self.kept[at] = v
                 return (v,)
@@ -648,6 +681,15 @@ class Cx:
             return dim
         self.unmatched.append((self.site, v))
         return (v,)
+
+    def _one_length(self, syms) -> bool:
+        """Are derived symbols ``syms`` one length under names of their own, all derived
+        from one symbol and padded alike (``(T+1)//2`` and ``(T+2)//2`` at an odd T: a
+        size of theirs is either, never a constant)?"""
+        if not all(s in self.derived for s in syms):
+            return False
+        roots = {frozenset(self.origins((s,))) - self.derived for s in syms}
+        return len(roots) == 1 and len({self.buckets[s] for s in syms}) == 1
 
     def adopt(self, v: int, site, dim, firm=False):
         """``dim`` for size ``v`` at ``site`` where it is a dim of that size (a dynamic
@@ -904,11 +946,14 @@ def _build(g, fresh, auto, disabled, bump, merged, early):
     _lockstep(sizes, buckets)
     cx = Cx(sizes, buckets, disabled)
     cx.bump = bump
-    soft = {k[1:]: s for k, s in auto.items() if k[0] == "soft"}
+    soft = cx.soft = {k[1:]: s for k, s in auto.items() if k[0] == "soft"}
     cx.merged = {v: list(ds) for v, ds in merged.items()}
     cx.nodes = g.nodes
     cx.follows = {k: h for k, h in auto.items() if k[0] in ("leaf", "length", "resize")}
     cx.input_layouts = lambda: [layouts[i] for i in data_at]
+    if cx.follows:
+        cx.refits = _REFITS.get(_family(g)) or _bounded_put(_REFITS, _family(g), ({}, {}))
+        cx.shapes = tuple(n.shape for n in g.data_nodes)
     for name, (size, padded, base, rule) in early.items():
         cx.derive(name, size, padded, base, rule)
     cx.slice_marks = slice_marks
@@ -962,7 +1007,7 @@ def _build(g, fresh, auto, disabled, bump, merged, early):
         if v <= 1:
             return (v,)
         at, key = ("follows", d), ("leaf", k, d)
-        return cx.fit_symbol(key, v, at, multiples=False) or cx.symbolize(
+        return cx.fit_symbol(key, v, at, multiples=ndim == 1) or cx.symbolize(
             v, ("leaf", d), merged="after",
             fallback=(lambda: cx.fit_symbol(key, v, at)) if ndim == 1 else None)
 
@@ -1195,6 +1240,16 @@ def sanitize(env, x, layout, axes, fill):
 # family (the graph's structure without sizes) -> first data shapes seen, or the auto marks
 _FAMILIES: "collections.OrderedDict" = collections.OrderedDict()
 _AUTO: dict = {}
+# family -> ({key: (size, leaf shapes)}, {key: hint}): ``Cx._refit``'s misses and hints
+_REFITS: "collections.OrderedDict" = collections.OrderedDict()
+
+
+def _bounded_put(store, key, value, most=256):
+    """``store[key] = value``, the oldest entries dropped past ``most``; ``value``."""
+    store[key] = value
+    while len(store) > most:
+        store.popitem(last=False)
+    return value
 _PLANS: "collections.OrderedDict" = collections.OrderedDict()
 # The structure up to a pad seen padding by varying amounts: the graphs of other families
 # with that pad grow there too (a crop back, ``y[..., :H, :W]``, is no op where the pad
@@ -1338,9 +1393,7 @@ def _auto_marks(g: ir.Graph, inputs: frozenset | None = None) -> dict:
     auto = _grown_before(fam, cuts, _AUTO.get(fam))
     seen = _FAMILIES.get(fam)
     if seen is None or len(seen[0]) != len(shapes):
-        _FAMILIES[fam] = (shapes, slices, cuts)
-        while len(_FAMILIES) > 256:
-            _FAMILIES.popitem(last=False)
+        _bounded_put(_FAMILIES, fam, (shapes, slices, cuts))
         return auto or {}
     seen, seen_slices, seen_cuts = seen
     known = auto or {}
@@ -1587,6 +1640,7 @@ def refuse_plan(g: ir.Graph, why: str) -> str:
 
 def reset() -> None:
     _FAMILIES.clear()
+    _REFITS.clear()
     _AUTO.clear()
     _GROWN.clear()
     _PLANS.clear()

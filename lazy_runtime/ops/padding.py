@@ -909,6 +909,18 @@ def _place_fn(ctx, env, in_lays, base, src, d, start, size, merged=None):
     return _place(base, src, d, _at(env, start), _at(env, size))
 
 
+def _strided_place_fn(ctx, env, in_lays, base, src, d, start, size, step):
+    """``base`` with ``src[:size]`` written at ``start``, ``start + step``, ... along ``d``
+    (``size`` may be a spec read at run time: the true length of a strided slice)."""
+    pos = jnp.arange(base.shape[d]) - start
+    at = jnp.clip(pos // step, 0, src.shape[d] - 1)
+    hit = (pos >= 0) & (pos % step == 0) & (pos // step < _at(env, size))
+    shape = [1] * base.ndim
+    shape[d] = base.shape[d]
+    placed = jnp.take(src, at, axis=d).astype(base.dtype)
+    return jnp.where(hit.reshape(shape), placed, base)
+
+
 def _offset_slice_fn(ctx, env, in_lays, x, d, start, length, step):
     """``x[start:start + length * step:step]`` along ``d`` with a run-time start (the
     host normalized it as torch does, so the window lies inside the dim)."""
@@ -1084,10 +1096,12 @@ def pad_slice(node, ins, cx):
                 return Pad(tuple(out), args=(x, d, 0, SymSize(nd), 1))
         out[d] = (node.shape[d],)   # (of any step)
         return Pad(tuple(out))
-    if step != 1 or m == 0:
+    if m <= 0 or (step != 1 and 2 * lo > cx.sizes[sym]):
         # (retried: the dim may be a guess, ``arange(8)`` read as an 8-pixel H)
         raise NoPadRule(node.op, f"slice of step {step} or empty inside a dynamic dim",
                         {sym})
+    if step != 1:
+        return _strided_slice(node, lay, d, sym, lo, hi, step, cx)
     piece = _piece(cx, sym, lo, hi)
     if piece is not None:   # one piece of a cat of dynamic pieces (that cat's backward)
         out[d], start = piece
@@ -1124,6 +1138,46 @@ def pad_slice(node, ins, cx):
     if out[d] == src:
         return Pad(lay, args=(x, d, 0, SymSize(src), 1))
     return Pad(tuple(out), args=(x, d, start), fn=_slice_fn, tag="slice")
+
+
+def _strided_slice(node, lay, d, sym, lo, hi, step, cx):
+    """``x[lo:hi:step]`` along padded dim ``sym``, ``lo`` from the front (Funnel's pooling
+    of tokens, ``x[:, ::2]``; YOLO's space-to-depth, ``x[..., 1::2, ::2]``): its true
+    elements are the first ones of the padded input's slice, so it is that slice, a dim of
+    the symbol ``ceil((sym - lo - e) / step)`` where ``hi`` is e from the end (a guess, as
+    a step-1 slice's end), of ``hi``'s length where ``hi`` is read from the front."""
+    out = list(lay)
+    end = _pos_spec(hi, cx.sizes[sym], sym, cx, "end")
+    if type(end) is int and hi == cx.sizes[sym]:
+        # (a slice to the end read from the front: its guess withdrawn, the dim's is
+        # next, ``arange(8)`` read as an 8-pixel H)
+        raise NoPadRule(node.op, f"slice of step {step} to the end of a dynamic dim "
+                        "read from the front", {sym})
+    if type(end) is int:   # (the input's true elements up to hi are where they are)
+        out[d] = (len(range(lo, hi, step)),)
+        return Pad(tuple(out))
+    out[d] = (_stepped(cx, sym, lo + end[1], step),)
+    return Pad(tuple(out), args=(node.args[0], d, lo, step), fn=_strided_slice_fn,
+               tag="strided slice")
+
+
+def _stepped(cx, sym: str, cut: int, step: int) -> str:
+    """The symbol ``ceil((sym - cut) / step)``: how many of ``sym``'s elements from the
+    ``cut``-th on a slice of ``step`` takes; padded to ``ceil(bucket / step)`` whatever
+    the cut, so that slices from different starts cat (YOLO's space-to-depth, ``x[...,
+    ::2]`` beside ``x[..., 1::2]``)."""
+    c = step - 1 - cut
+    name = f"({sym}{c:+d})//{step}" if c else \
+        f"{sym}//{step}" if sym.isidentifier() else f"({sym})//{step}"
+    return cx.derive(name, (cx.sizes[sym] + c) // step, -(-cx.buckets[sym] // step), sym,
+                     rule=lambda n: (n[sym] + c) // step)
+
+
+def _strided_slice_fn(ctx, env, in_lays, x, d, start, step):
+    """``x[start::step]`` along ``d`` to the output's padded length (past ``x``, its last
+    element: padding)."""
+    at = jnp.minimum(start + step * jnp.arange(ctx.shape[d]), x.shape[d] - 1)
+    return jnp.take(x, at, axis=d)
 
 
 def _shrunk_alike(cx, a: str, b: str) -> bool:
@@ -1167,7 +1221,13 @@ def pad_slice_scatter(node, ins, cx):
             tag="offset place")
     lo, hi, step = slice_bounds(node.args[3:], dsize(base[d], cx.sizes))
     if step != 1:
-        raise NoPadRule(node.op, "slice_scatter of step > 1 into a dynamic dim", retry=False)
+        if sym is None or 2 * lo > cx.sizes[sym]:
+            raise NoPadRule(node.op, "slice_scatter of step > 1 into a dynamic dim",
+                            retry=False)
+        src_sym = _lone_sym(node.op, src[d])   # (the gradient of ``_strided_slice``)
+        size = (src_sym, 0) if src_sym is not None else dsize(src[d], cx.sizes)
+        return Pad(base, args=(x, y, d, lo, size, step), fn=_strided_place_fn,
+                   tag="strided place")
     piece = _piece(cx, sym, lo, hi) if sym is not None else None
     if piece is not None and piece[0] == src[d]:   # a piece of a cat of dynamic pieces
         merged = src[d] if len(src[d]) > 1 else None

@@ -671,6 +671,44 @@ def test_constants_whose_length_follows_an_input_are_derived_from_its_symbol():
     assert {"2*s0_0", "2*s0_0-1"} <= m["buckets"].keys(), m["buckets"]
 
 
+class _PooledTokens(torch.nn.Module):
+    """Funnel's token pooling in brief (transformers' ``FunnelAttentionStructure``):
+    positions made on the host from Python lists whose length depends on T's parity
+    (``arange(top, -T, -1)``: 2T elements at an even T, 2T+1 at an odd one), added to the
+    tokens, then the first token put before them and every second one kept (``cat([h[:,
+    :1], h], 1)[:, ::2]``, a step-2 slice of a padded dim)."""
+
+    def __init__(self, d=8):
+        super().__init__()
+        self.freq = torch.nn.Parameter(torch.rand(d))
+        self.lin = torch.nn.Linear(d, d)
+
+    def forward(self, h):   # (B, T, d)
+        T = h.shape[1]
+        top = 2 * ((T + 1) // 2)
+        pos = torch.arange(top, -T, -1, device=h.device)
+        pe = (pos.float()[:, None] * self.freq).sin()
+        h = self.lin(h + pe.index_select(0, torch.arange(T, device=h.device) + (T - 1)))
+        # (a linear layer after the pooling would copy it at an even T only, where the
+        # slice's elements are not evenly spaced: a graph of another structure)
+        return torch.cat([h[:, :1], h], 1)[:, ::2].tanh()
+
+
+def test_a_constant_whose_length_formula_changes_with_a_parity_is_fitted_again():
+    """Funnel-style pooling trained at lengths that change every step: the positions'
+    length, learnt as ``2*T`` from two even lengths, is ``2T+1`` at an odd one; the first
+    odd length keeps it concrete (its own compile) and the next fits it again from the
+    two (``Cx._refit``), so the odd lengths of a bucket share one executable after it, as
+    the even ones do (before: one compile per odd length). Losses and weights eager
+    torch's."""
+    m = _train_at_lengths(_PooledTokens(), lambda T: torch.randn(
+        2, T, 8, generator=torch.Generator().manual_seed(T)), (12, 20, 17, 30, 25, 23, 27, 19))
+    assert m["exact_compiles"] == {}, m["recompile_reasons"]
+    # 12; 20 (learnt, bucket 32) and 30; 17 (odd, concrete); 25 (fitted again), 23, 27, 19
+    assert m["compiles"] == 4, m["recompile_reasons"]
+    assert {"2*s0_0", "2*s0_0+1"} <= m["buckets"].keys(), m["buckets"]
+
+
 class _CentredPositions(torch.nn.Module):
     """The Conformer's relative positions (ESPnet; transformers' Wav2Vec2-Conformer): a
     table of ``2 * 64 - 1`` positions (learnt here, so its gradient flows back), the
