@@ -709,6 +709,35 @@ def test_a_constant_whose_length_formula_changes_with_a_parity_is_fitted_again()
     assert {"2*s0_0", "2*s0_0+1"} <= m["buckets"].keys(), m["buckets"]
 
 
+class _WidePositions(torch.nn.Module):
+    """Funnel's position table in brief: sinusoids of the 4T positions ``arange(-2T, 2T)``
+    made on the host, read at ``2T + arange(T)``, beside a batch of 4 whose tokens a
+    linear layer flattens to 4T rows (a merged dim of the table's length)."""
+
+    def __init__(self, d=8):
+        super().__init__()
+        self.freq = torch.nn.Parameter(torch.rand(d))
+        self.lin = torch.nn.Linear(d, d)
+
+    def forward(self, h):   # (4, T, d)
+        T = h.shape[1]
+        h = self.lin(h)
+        pe = (torch.arange(-2 * T, 2 * T, device=h.device).float()[:, None]
+              * self.freq).sin()
+        return h + pe.index_select(0, torch.arange(T, device=h.device) + 2 * T)
+
+
+def test_a_constant_as_long_as_a_batch_of_tokens_follows_the_length_as_a_multiple():
+    """The table's 4T positions learnt as following T as ``4*T`` (a multiple), before the
+    merged (4, T) rows of that size, which kept it concrete first: a compile at every
+    length before, one per bucket now."""
+    m = _train_at_lengths(_WidePositions(), lambda T: torch.randn(
+        4, T, 8, generator=torch.Generator().manual_seed(T)), (12, 20, 17, 30, 25))
+    assert m["exact_compiles"] == {}, m["recompile_reasons"]
+    assert m["compiles"] == 2, m["recompile_reasons"]   # 12; 20 and after (bucket 32)
+    assert "4*s0_0" in m["buckets"], m["buckets"]
+
+
 class _CentredPositions(torch.nn.Module):
     """The Conformer's relative positions (ESPnet; transformers' Wav2Vec2-Conformer): a
     table of ``2 * 64 - 1`` positions (learnt here, so its gradient flows back), the
