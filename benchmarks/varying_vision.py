@@ -3,7 +3,7 @@ at an exact shape, and whether the losses are eager torch's.
 
     python benchmarks/varying_vision.py [--steps 8] [--only vit,fpn,...] [--write]
 
-Eight small models as their papers' code writes them, trained unmodified with SGD on
+Nine small models as their papers' code writes them, trained unmodified with SGD on
 batches of 2 images whose height and width change every step (drawn uniform in [24, 64],
 seed 0; H and W marked dynamic with ``lr.mark_dynamic``, power-of-two buckets):
 
@@ -28,7 +28,12 @@ seed 0; H and W marked dynamic with ``lr.mark_dynamic``, power-of-two buckets):
 * ``style``: fast style transfer's image transformation network
   (``examples/fast_neural_style.py``, channels 4, 8, 8): reflection pads before every
   convolution, two stride-2 ones, five residual blocks, two nearest upsamplings back,
-  instance norms; its output against its input (sizes multiples of 4).
+  instance norms; its output against its input (sizes multiples of 4);
+* ``yolo``: YOLOv5's stem and neck in brief: space-to-depth by step-2 slices (``Focus``:
+  ``cat([x[..., ::2, ::2], x[..., 1::2, ::2], ...], 1)``), a stride-2 convolution, a
+  max pool of stride 1 beside its input (SPPF's), nearest upsampling by 2 and a cat with
+  the stem's map, a per-pixel loss against a step-2 slice of the image (sizes multiples
+  of 4).
 
 Reported per model: steps, compiles, exact-shape compiles among them, the largest relative
 difference of a loss from eager torch's, and the median step of each (lazy_runtime's
@@ -199,6 +204,23 @@ class Swin(nn.Module):
         return self.head((h + t[:, :H, :W]).mean((1, 2)))
 
 
+class YOLO(nn.Module):
+    def __init__(self, c=8, classes=3):
+        super().__init__()
+        self.focus = nn.Conv2d(12, c, 3, 1, 1)
+        self.down = nn.Conv2d(c, 2 * c, 3, 2, 1)
+        self.lateral = nn.Conv2d(2 * c, c, 1)
+        self.head = nn.Conv2d(3 * c, classes, 1)
+
+    def forward(self, x):
+        x = torch.cat([x[..., ::2, ::2], x[..., 1::2, ::2], x[..., ::2, 1::2],
+                       x[..., 1::2, 1::2]], 1)
+        p3 = F.silu(self.focus(x))
+        s = self.lateral(F.silu(self.down(p3)))
+        s = torch.cat([s, F.max_pool2d(s, 5, 1, 2)], 1)
+        return self.head(F.silu(torch.cat([F.interpolate(s, scale_factor=2.0), p3], 1)))
+
+
 def _style_net():
     sys.path.insert(0, str(ROOT / "examples"))
     from fast_neural_style import TransformerNet
@@ -215,6 +237,7 @@ MODELS = {   # name: (model, the loss of its output given the image)
     "unet": (UNet, lambda out, x, y: F.cross_entropy(out, (x[:, 0] > 0).long())),
     "swin": (Swin, lambda out, x, y: F.cross_entropy(out, y % 3)),
     "style": (_style_net, lambda out, x, y: (out - x).square().mean()),
+    "yolo": (YOLO, lambda out, x, y: F.cross_entropy(out, (x[:, 0, ::2, ::2] > 0).long())),
 }
 
 
@@ -268,7 +291,8 @@ def side_by_side(make, loss_of, batches, mark, loss_on=None) -> dict:
 def run(name: str, steps: int) -> dict:
     make, loss_of = MODELS[name]
     batches = []
-    for step, (H, W) in enumerate(sizes(steps, 4 if name in ("mae", "vit", "style") else 1)):
+    four = ("mae", "vit", "style", "yolo")
+    for step, (H, W) in enumerate(sizes(steps, 4 if name in four else 1)):
         g = torch.Generator().manual_seed(step)
         batches.append((torch.randn(2, 3, H, W, generator=g),
                         torch.randint(0, 5, (2,), generator=g)))
@@ -292,7 +316,7 @@ def table(heading: str, intro: str, rows: dict) -> str:
 
 def main(doc=__doc__, models=MODELS, run=run, steps=8, heading=HEADING,
          intro=lambda steps: f"`python benchmarks/varying_vision.py --steps {steps} --write`: "
-         "eight small vision models trained unmodified (SGD, batches of 2) at image sizes "
+         "nine small vision models trained unmodified (SGD, batches of 2) at image sizes "
          "drawn uniform in [24, 64] each step, H and W marked dynamic (power-of-two "
          "buckets); each against eager torch in the same loop. See the script's docstring "
          "for the models."):

@@ -21,7 +21,7 @@ import lazy_runtime as lr
 from conftest import DEV, assert_same, load_example
 
 sys.path.insert(0, str(Path(__file__).resolve().parents[2] / "benchmarks"))
-from varying_vision import DETR, Attention, Swin  # noqa: E402
+from varying_vision import DETR, YOLO, Attention, Swin  # noqa: E402
 
 
 @pytest.fixture(autouse=True)
@@ -772,6 +772,14 @@ def test_strided_slices_of_a_padded_dim_run_padded_with_their_gradients():
     assert m["exact_compiles"] == {}, m["recompile_reasons"]
     assert m["compiles"] == 1, m["recompile_reasons"]
     assert {"(T+1)//2", "T//2", "T//3"} <= m["buckets"].keys(), m["buckets"]
+
+
+def test_space_to_depth_by_step_two_slices_runs_padded():
+    """YOLOv5's Focus (the four step-2 slices of an image cat along channels), a strided
+    convolution, a pool and an upsampling back to the stem's map: one compile for the
+    sizes of a bucket (before: an exact compile at each)."""
+    torch.manual_seed(0)
+    _check_images_through(YOLO(), [(24, 28), (28, 20), (32, 32)])
 
 
 def test_max_pool_backward_when_automatic_dynamic_pads_the_gradient_only():
