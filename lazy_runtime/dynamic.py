@@ -683,11 +683,11 @@ class Cx:
         return (v,)
 
     def _one_length(self, syms) -> bool:
-        """Are derived symbols ``syms`` one length under names of their own, all derived
-        from one symbol and padded alike (``(T+1)//2`` and ``(T+2)//2`` at an odd T: a
-        size of theirs is either, never a constant)?"""
-        if not all(s in self.derived for s in syms):
-            return False
+        """Are derived symbols ``syms`` one length under names of their own, all functions
+        of one symbol (their rules) and padded alike (``(T+1)//2`` and ``(T+2)//2`` at
+        an odd T: a size of theirs is either, never a constant)?"""
+        if not all(s in self.derived and s in self.rules for s in syms):
+            return False   # (a pad's own symbol, ``W+pad1``, follows no rule)
         roots = {frozenset(self.origins((s,))) - self.derived for s in syms}
         return len(roots) == 1 and len({self.buckets[s] for s in syms}) == 1
 
@@ -950,6 +950,7 @@ def _build(g, fresh, auto, disabled, bump, merged, early):
     cx.merged = {v: list(ds) for v, ds in merged.items()}
     cx.nodes = g.nodes
     cx.follows = {k: h for k, h in auto.items() if k[0] in ("leaf", "length", "resize")}
+    steady = {k[1:]: v for k, v in auto.items() if k[0] == "steady"}
     cx.input_layouts = lambda: [layouts[i] for i in data_at]
     if cx.follows:
         cx.refits = _REFITS.get(_family(g)) or _bounded_put(_REFITS, _family(g), ({}, {}))
@@ -1003,10 +1004,21 @@ def _build(g, fresh, auto, disabled, bump, merged, early):
         coincidence more often: a source as long as the target), else as
         ``Cx.symbolize`` finds it, else, for a vector, a multiple of a symbol it followed
         (XLNet's 2T positions; not the rows of a matrix, ``B*T`` rows of zeros, which a
-        view of the graph's lays out as (B, T) on a try after)."""
+        view of the graph's lays out as (B, T) on a try after). A matrix's dim that
+        followed a symbol and is as long as a merged dim of the graph is that dim before
+        any fit or a size of its own (a gradient's zeros of flattened (H, W) pixels: two
+        sizes fit some ``a * n + b`` by chance; not 16 embedding rows beside 2 x 8
+        tokens, which stay 16)."""
         if v <= 1:
             return (v,)
+        site = (cx.site, ("steady", d))
+        if steady.get((k, d)) == v and (site, None) not in cx.disabled:
+            cx.guesses.append((site, None))
+            cx.kept[site] = v
+            return (v,)
         at, key = ("follows", d), ("leaf", k, d)
+        if ndim > 1 and key in cx.follows and cx.merged.get(v):
+            return cx.symbolize(v, ("leaf", d), merged=True)
         return cx.fit_symbol(key, v, at, multiples=ndim == 1) or cx.symbolize(
             v, ("leaf", d), merged="after",
             fallback=(lambda: cx.fit_symbol(key, v, at)) if ndim == 1 else None)
@@ -1409,6 +1421,7 @@ def _auto_marks(g: ir.Graph, inputs: frozenset | None = None) -> dict:
         traces = (tuple(seen), tuple(shapes))
         follows = _follow_hints(traces, host, known)
         new.update(follows)
+        new.update(_steady_leaves(traces, host, known))
         new.update(_moving_windows(traces, seen_cuts, cuts, known))
         new.update(_resized(traces, seen_cuts, cuts, known))
         changed = [(k, d, x, y) for k, (a, b) in enumerate(zip(seen, shapes))
@@ -1456,6 +1469,18 @@ def _follow_hints(traces, host, known) -> dict:
             for k, (p, q) in enumerate(zip(*traces)) if host[k]
             for d, (u, v) in enumerate(zip(p, q))
             if u != v and ("leaf", k, d) not in known}
+
+
+def _steady_leaves(traces, host, known) -> dict:
+    """``{("steady", k, d): size}`` for each dim of a constant the step made (``host``)
+    whose size stayed in the two graphs' leaf shapes ``traces`` while inputs' sizes
+    changed: laid out concrete at that size before any symbol of it (DETR's ``arange(8)``
+    sine features beside a map 8 high, whose step-2 slices would derive symbols of it; a
+    guess, withdrawn on a contradiction: a batch that stayed while the length changed)."""
+    return {("steady", k, d): u
+            for k, (p, q) in enumerate(zip(*traces)) if host[k] and len(p) == len(q)
+            for d, (u, v) in enumerate(zip(p, q))
+            if u == v and u > 1 and ("steady", k, d) not in known}
 
 
 def _moving_windows(traces, seen_cuts, cuts, known) -> dict:
@@ -1523,8 +1548,11 @@ def _learnt(fam, auto: dict, new: dict) -> dict:
         f"resampling at node {k[1]} dim {k[2]} -> the symbol its size follows"
         if k[0] == "resize" else
         f"input {k[0]} dim {k[1]} -> {s}"
-        for k, s in new.items()))
-    log.made_dynamic(METRICS.automatic_dynamic[-1])
+        for k, s in new.items() if k[0] != "steady"))   # (what stays is not reported)
+    if not METRICS.automatic_dynamic[-1]:
+        METRICS.automatic_dynamic.pop()
+    else:
+        log.made_dynamic(METRICS.automatic_dynamic[-1])
     return auto
 
 
@@ -1547,7 +1575,8 @@ def _dynamic_inputs(g: ir.Graph) -> tuple:
     auto = _auto_marks(g, plain)
     if has_dyn:   # (a plain input's dims are soft: used where its layout finds no symbol)
         auto = {(("soft",) + k if type(k[0]) is int else k): s for k, s in auto.items()
-                if k[0] in ("offset", "fixed", "grow", "shift", "leaf", "length", "resize")
+                if k[0] in ("offset", "fixed", "grow", "shift", "leaf", "length", "resize",
+                            "steady")
                 or type(k[0]) is int}
     # (laid leaves are marked as an earlier graph marked them; the others learnt as ever)
     return has_dyn or laid, auto

@@ -85,8 +85,9 @@ import torch
 from jax import lax
 
 from .. import ir
-from ..dynamic import (NoPadRule, Pad, Rebucket, SymSize, bucket, concrete, cut_at, dnorm,
-                       dsize, has_sym, is_sym, sanitize, slice_bounds, sym_or_int)
+from ..dynamic import (NoPadRule, Pad, Rebucket, RtInt, SymSize, bucket, concrete, cut_at,
+                       dnorm, dsize, fill_value, has_sym, is_sym, sanitize, slice_bounds,
+                       sym_or_int)
 from .common import check_index, divide, jdt, norm_dim, norm_dims, opmath, out_of_range, vjp
 from .layout import (_full_index, _jnp_index, _out_of_bounds, lower_pad, lower_unfold,
                      lower_unfold_backward, mask_rows_put, masked_scatter_from,
@@ -189,6 +190,12 @@ def _alike(cx, a, b) -> bool:
 # them) become run-time values.
 # (Only divisors: an int multiplier is more often a true constant that T happens to divide.)
 _SIZE_ARGS = {aten.div.Scalar, aten.div.Tensor}
+# Integer divisions that unravel a flat index into a padded map's rows and columns (``idx
+# // W``, ``idx % W`` of an argmax over flattened pixels): an int argument of one symbol's
+# true size is that size at run time (a guess, as ``Cx.symbolize``'s: a constant that
+# happens to equal a symbol's size keys its trace apart, never wrongly).
+_POSITION_ARGS = {aten.floor_divide.default, aten.floor_divide.Scalar, aten.remainder.Scalar,
+                  aten.div.Tensor_mode, aten.div.Scalar_mode}
 
 
 def _end_padded(op, dim) -> None:
@@ -233,6 +240,11 @@ def pad_elementwise(node, ins, cx):
         p = pad_elementwise_layout(node, lays, cx)
         p.pre = _loop_operand(node, ins)
         return p
+    if node.op in _POSITION_ARGS and any(type(a) is int and a > 1 for a in node.args):
+        p = pad_elementwise_layout(node, lays, cx)
+        p.args = tuple(_size_int(cx, a, k) if type(a) is int and a > 1 else a
+                       for k, a in enumerate(node.args))
+        return p
     if node.op in _SIZE_ARGS and any(type(a) is int and a > 1 for a in node.args):
         if _syms(*lays):
             args = tuple(cx.runtime_int(a, lays) if type(a) is int and a > 1 else a
@@ -241,6 +253,13 @@ def pad_elementwise(node, ins, cx):
             p.args = args
             return p
     return pad_elementwise_layout(node, lays, cx)
+
+
+def _size_int(cx, v: int, k: int):
+    """Int argument ``k`` of value ``v``: the true size of the symbol of that size
+    (``Cx.symbolize``'s guess), else ``v``."""
+    dim = cx.symbolize(v, ("int", k))
+    return RtInt(1, dim) if is_sym(dim) and len(dim) == 1 else v
 
 
 def pad_elementwise_layout(node, lays, cx=None):
@@ -1710,10 +1729,27 @@ def pad_arg_reduce(node, ins, cx):
     fill = "min" if node.op in (aten.max.dim, aten.argmax.default) else "max"
     out = _reduce_layout(lay, (d,), _keep(node))
     pre = ((0, (d,), fill),) if is_sym(lay[d]) else ()
-    _end_padded(node.op, lay[d])   # the index found is a padded position
-    if isinstance(node.dtype, tuple):
-        return Pad((out, out), pre=pre)
-    return Pad(out, pre=pre)
+    outs = (out, out) if isinstance(node.dtype, tuple) else out
+    if is_sym(lay[d]) and _inside_padded(lay[d]):
+        # (a heatmap's peak over its flattened pixels, ``h.flatten(2).argmax(-1)``: the
+        # index found in the true flattened order, torch's)
+        return Pad(outs, fn=functools.partial(_arg_reduce_inside_fn, node.op, d, lay[d],
+                                              fill), tag="arg reduce along a merged dim")
+    return Pad(outs, pre=pre)
+
+
+def _true_first(env, x, d, merged, n, fill):
+    """``x`` with merged dim ``d``'s ``n`` true elements first, in torch's order, and
+    ``fill`` (``fill_value``'s) after them."""
+    x = _compact(env, x, d, merged)
+    keep = _axis_iota(x.shape[d], d, x.ndim) < n
+    return jnp.where(keep, x, fill_value(fill, x.dtype))
+
+
+def _arg_reduce_inside_fn(op, d, merged, fill, ctx, env, in_lays, x, *args, **kwargs):
+    from .registry import LOWERINGS
+    x = _true_first(env, x, d, merged, env.count(in_lays[0], (d,)), fill)
+    return LOWERINGS[op].fn(x, *args, **kwargs)
 
 
 def _sort_dim(node):
@@ -1746,8 +1782,8 @@ def pad_sort(node, ins, cx):
         flat = lay[:d] + ((_flat(cx, lay[d]),),) + lay[d + 1:]
         return Pad((flat, flat), fn=functools.partial(_sort_padded_fn, d, lay[d]),
                    tag="sort along a merged padded dim")
-    _end_padded(node.op, lay[d])
-    fn = functools.partial(_topk_padded_fn, d) if node.op is aten.topk.default else \
+    inside = lay[d] if _inside_padded(lay[d]) else None   # (topk's: true elements first)
+    fn = functools.partial(_topk_padded_fn, d, inside) if node.op is aten.topk.default else \
         functools.partial(_sort_padded_fn, d, None)
     return Pad((out, out), fn=fn, tag="sort along a padded dim")
 
@@ -1759,11 +1795,11 @@ def _sort_padded_fn(d, merged, ctx, env, in_lays, x, *args, stable=None, dim=-1,
                         env.count(in_lays[0], (d,)))
 
 
-def _topk_padded_fn(d, ctx, env, in_lays, x, k, dim=-1, largest=True, sorted=True):
+def _topk_padded_fn(d, merged, ctx, env, in_lays, x, k, dim=-1, largest=True, sorted=True):
     n = env.count(in_lays[0], (d,))
     check(k > n, "selected index k out of range (a dynamic dim: checked against its true "
                  "size)")
-    return top_k(x, k, d, largest, n)
+    return top_k(_compact(env, x, d, merged), k, d, largest, n)
 
 
 # op -> (the position of its dim argument, the dim's default)
@@ -1786,13 +1822,14 @@ def pad_pick(node, ins, cx):
     out = _reduce_layout(lay, (d,), _keep(node, pos + 1))
     if not is_sym(lay[d]):
         return Pad((out, out))
-    _end_padded(node.op, lay[d])
-    return Pad((out, out), fn=functools.partial(_pick_padded_fn, node.op, d),
+    inside = lay[d] if _inside_padded(lay[d]) else None   # (true elements first)
+    return Pad((out, out), fn=functools.partial(_pick_padded_fn, node.op, d, inside),
                tag="pick along a padded dim")
 
 
-def _pick_padded_fn(op, d, ctx, env, in_lays, x, *args, **kwargs):
+def _pick_padded_fn(op, d, merged, ctx, env, in_lays, x, *args, **kwargs):
     n = env.count(in_lays[0], (d,))
+    x = _compact(env, x, d, merged)
     if op is aten.kthvalue.default:
         k = args[0]
         check(k > n, f"kthvalue(): selected number k out of range for dimension {d} (a "

@@ -474,6 +474,15 @@ def test_a_sine_position_embedding_with_step_two_slices_of_a_concrete_dim():
     assert m["compiles"] == 2, m["recompile_reasons"]   # H's buckets 8 and 16
 
 
+def test_a_constant_that_stayed_while_the_sizes_changed_stays_concrete():
+    """DETR's sine features' ``arange(8)`` stayed 8 while H and W changed, so where its
+    map is 8 high (H = 31) it is not read as that size (``dynamic._steady_leaves``): its
+    step-2 slices, which run padded along a padded dim, would make symbols of it and an
+    executable of their own (2 compiles here; DETR at 24 sizes: 6, 4 after)."""
+    torch.manual_seed(0)
+    _check_images_through(DETR(), [(20, 27), (26, 23), (31, 18), (32, 29)])
+
+
 def _patches(x, w, p):
     """Patchify by views (MAE, DiT): (B, C, H, W) to (B, H/p * W/p, p * p * C) tokens, a
     linear map, and back to an image."""
@@ -780,6 +789,33 @@ def test_space_to_depth_by_step_two_slices_runs_padded():
     sizes of a bucket (before: an exact compile at each)."""
     torch.manual_seed(0)
     _check_images_through(YOLO(), [(24, 28), (28, 20), (32, 32)])
+
+
+def peaks(x):
+    """x (B, C, H, W): picks over each map's flattened pixels (CenterNet's top-k peaks, a
+    keypoint's argmax and its row), a dim padded inside."""
+    flat = x.flatten(2)
+    top, at = flat.topk(5, -1)
+    idx = flat.argmax(-1)
+    return {"top": top, "top_at": at.float(), "peak": flat.max(-1).values,
+            "peak_at": idx.float(), "row": (idx // x.shape[-1]).float(),
+            "low_at": flat.argmin(-1, keepdim=True).float(),
+            "median": flat.median(-1).values, "kth": flat.kthvalue(3, -1).values,
+            "mode": flat.round().mode(-1).values}
+
+
+def test_picks_over_flattened_pixels_run_padded():
+    """topk, argmax, max, argmin, median, kthvalue and mode along flattened (H, W): the
+    true pixels put first, in torch's order, so values and indices are torch's, and the
+    gradients go back to their pixels (before: an exact compile at every size). Two
+    compiles: the first size keeps the gradient's zeros of 540 flattened pixels concrete
+    (a constant as long as no symbol), the second learns that they follow (H, W)."""
+    # (not square: ``idx // W`` at H = W would be either symbol's size, a guess kept
+    # concrete first, an executable of its own)
+    m = _check_padded(peaks, _rgb_images, [[(2, "H"), (3, "W")]],
+                      [(20, 27), (26, 23), (31, 18), (32, 29)])
+    assert m["exact_compiles"] == {}, m["recompile_reasons"]
+    assert m["compiles"] == 2, m["recompile_reasons"]
 
 
 def test_max_pool_backward_when_automatic_dynamic_pads_the_gradient_only():
