@@ -1008,7 +1008,8 @@ def _build(g, fresh, auto, disabled, bump, merged, early):
         followed a symbol and is as long as a merged dim of the graph is that dim before
         any fit or a size of its own (a gradient's zeros of flattened (H, W) pixels: two
         sizes fit some ``a * n + b`` by chance; not 16 embedding rows beside 2 x 8
-        tokens, which stay 16)."""
+        tokens, which stay 16). A dim that stayed while the sizes changed
+        (``_steady_leaves``) stays concrete first."""
         if v <= 1:
             return (v,)
         site = (cx.site, ("steady", d))
@@ -1254,6 +1255,11 @@ _FAMILIES: "collections.OrderedDict" = collections.OrderedDict()
 _AUTO: dict = {}
 # family -> ({key: (size, leaf shapes)}, {key: hint}): ``Cx._refit``'s misses and hints
 _REFITS: "collections.OrderedDict" = collections.OrderedDict()
+_PLANS: "collections.OrderedDict" = collections.OrderedDict()
+# The structure up to a pad seen padding by varying amounts: the graphs of other families
+# with that pad grow there too (a crop back, ``y[..., :H, :W]``, is no op where the pad
+# added nothing to a dim, so the amounts make families of their own)
+_GROWN: "collections.OrderedDict" = collections.OrderedDict()
 
 
 def _bounded_put(store, key, value, most=256):
@@ -1262,11 +1268,6 @@ def _bounded_put(store, key, value, most=256):
     while len(store) > most:
         store.popitem(last=False)
     return value
-_PLANS: "collections.OrderedDict" = collections.OrderedDict()
-# The structure up to a pad seen padding by varying amounts: the graphs of other families
-# with that pad grow there too (a crop back, ``y[..., :H, :W]``, is no op where the pad
-# added nothing to a dim, so the amounts make families of their own)
-_GROWN: "collections.OrderedDict" = collections.OrderedDict()
 
 
 def _family(g: ir.Graph):

@@ -258,6 +258,8 @@ def pad_elementwise(node, ins, cx):
 def _size_int(cx, v: int, k: int):
     """Int argument ``k`` of value ``v``: the true size of the symbol of that size
     (``Cx.symbolize``'s guess), else ``v``."""
+    if v not in cx.sizes.values():   # (no symbol of its size: a constant, as always)
+        return v
     dim = cx.symbolize(v, ("int", k))
     return RtInt(1, dim) if is_sym(dim) and len(dim) == 1 else v
 
