@@ -291,10 +291,27 @@ pad_rule(aten.masked_fill.Scalar, aten.masked_fill.Tensor, aten._to_copy.default
           aten.cummax.default, aten.cummin.default)
 def pad_cumulative(node, ins, cx):
     """Along a dim padded at its end the true positions come first: padding passes (a
-    running max's indices point at true positions)."""
-    if ins[0]:
-        _end_padded(node.op, ins[0][norm_dim(node.args[1], len(ins[0]))])
+    running max's indices point at true positions). Along a merged dim padded inside
+    (flattened pixels) the true elements are put first in torch's order, the op runs, and
+    its results go back to their places (a running max's indices are torch's)."""
+    lay = ins[0]
+    d = norm_dim(node.args[1], len(lay)) if lay else 0
+    if lay and is_sym(lay[d]) and _inside_padded(lay[d]):
+        p = pad_elementwise(node, ins, cx)
+        p.fn = functools.partial(_cumulative_inside_fn, node.op, d, lay[d])
+        p.tag = "cumulative along a merged dim"
+        return p
     return pad_elementwise(node, ins, cx)
+
+
+def _cumulative_inside_fn(op, d, merged, ctx, env, in_lays, x, *args, **kwargs):
+    from .registry import LOWERINGS
+    low = LOWERINGS[op]
+    x = _compact(env, x, d, merged)
+    r = low.fn(ctx, x, *args, **kwargs) if low.ctx else low.fn(x, *args, **kwargs)
+    if isinstance(r, tuple):
+        return tuple(_compact(env, t, d, merged, back=True) for t in r)
+    return _compact(env, r, d, merged, back=True)
 
 
 @pad_rule(aten.tril.default, aten.triu.default)
@@ -1522,12 +1539,16 @@ def _stack_fn(ctx, env, in_lays, parts, d):
 
 
 def _flip_fn(ctx, env, in_lays, x, dims):
+    """A merged dim padded inside (flattened pixels) is flipped with its true elements put
+    first, in torch's order, and put back at their places after."""
     lay = in_lays[0]
     for d in dims:
         d = norm_dim(d, x.ndim)
-        x = jnp.flip(x, d)
+        merged = lay[d] if is_sym(lay[d]) else None
+        x = jnp.flip(_compact(env, x, d, merged), d)
         if is_sym(lay[d]):  # valid data now ends the dim: move it back to the front
             x = jnp.roll(x, env.count(lay, (d,)) - env.dsize(lay[d]), axis=d)
+        x = _compact(env, x, d, merged, back=True)
     return x
 
 
@@ -1537,8 +1558,6 @@ def pad_flip(node, ins, cx):
     dims = [norm_dim(d, len(lay)) for d in node.args[1]]
     if not any(is_sym(lay[d]) for d in dims):
         return Pad(lay)
-    if any(len(lay[d]) != 1 for d in dims if is_sym(lay[d])):
-        raise NoPadRule(node.op, "flip of a merged dynamic dim", retry=False)
     return Pad(lay, fn=_flip_fn, tag="flip")
 
 

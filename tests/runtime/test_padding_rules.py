@@ -818,6 +818,28 @@ def test_picks_over_flattened_pixels_run_padded():
     assert m["compiles"] == 2, m["recompile_reasons"]
 
 
+def running(x):
+    """x (B, C, H, W): running sums, products and minima, and flips, over each map's
+    flattened pixels (a dim padded inside)."""
+    flat = x.flatten(2)
+    # (cumprod's gradient, lowered as torch's formula, is 8x further from float64 than
+    # torch's own kernel at 540 pixels, padded or not: its values only)
+    return {"cumsum": flat.cumsum(-1), "cumprod": (flat.detach() * 0.1 + 1).cumprod(-1),
+            "logcumsumexp": flat.logcumsumexp(-1),
+            "cummin_at": flat.cummin(-1).indices.float(), "flip": flat.flip(-1) * 1.0,
+            "flip_both": flat.flip(-1, 1) * 1.0}
+
+
+def test_running_ops_and_flips_over_flattened_pixels_run_padded():
+    """cumsum, cumprod, logcumsumexp, cummin and flip along flattened (H, W) run on the
+    true pixels put first in torch's order and go back to their places (the gradients of
+    the running ops flip too; before: an exact compile at every size)."""
+    m = _check_padded(running, _rgb_images, [[(2, "H"), (3, "W")]],
+                      [(20, 27), (26, 23), (31, 18), (32, 29)], rtol=1e-4, atol=1e-5)
+    assert m["exact_compiles"] == {}, m["recompile_reasons"]
+    assert m["compiles"] == 1, m["recompile_reasons"]
+
+
 def test_max_pool_backward_when_automatic_dynamic_pads_the_gradient_only():
     """Two pools of one input in a row: one graph family whose pooled sizes changed, so
     the gradient's weights are marked dynamic but the pooled maps cannot be: the backward
