@@ -100,7 +100,7 @@ from . import recurrent
 from .fft import _scaled, lower_fft_c2c, lower_fft_c2r
 from .recurrent import layer_backward, layer_forward
 from .resample import (NEAREST, TAPS_TABLE_MAX, _apply, _index_dtype, _nearest,
-                       _one_length_taps, linear_taps, lower_upsample_bilinear,
+                       _one_length_taps, grid_sample, linear_taps, lower_upsample_bilinear,
                        nearest_source, pairs_table, resample_axis, taps_table)
 from .reduction import (histogram_linear, kth_position, lower_logsumexp, median_position,
                         mode_position, pick_sorted, sorted_along, squared_magnitude, top_k,
@@ -818,6 +818,54 @@ def pad_as_strided(node, ins, cx):
     lead = tuple(size[:-2])
     return Pad(tuple((n,) for n in lead) + (out, (window,)),
                args=(x, lead, window, step, extra), fn=_frames_fn, tag="frames")
+
+
+@pad_rule(aten.grid_sampler_2d.default, aten.grid_sampler_3d.default)
+def pad_grid_sampler(node, ins, cx):
+    """An input padded along its spatial dims is read at the grid's points unnormalized
+    by its true sizes (a spatial transformer's ``affine_grid`` of the padded image, the
+    sampling offsets of deformable attention), its padding never read; the grid's padded
+    points are padding of the output."""
+    x, grid = ins
+    _grid_batch(node.op, x, grid, cx)
+    return Pad(x[:2] + grid[1:-1], fn=_grid_sample_fn, tag="grid sample")
+
+
+def _grid_batch(op, x, grid, cx):
+    if has_sym(x[1:2]) or has_sym(grid[-1:]) or \
+            any(is_sym(d) and len(d) != 1 for d in x[2:]) or \
+            not same_layout(cx, x[:1], grid[:1]):
+        raise NoPadRule(op, "grid sampling of padded channels, coordinates, merged "
+                        "dims or batches padded apart", _syms(x, grid))
+
+
+def _true_sizes(env, lay):
+    return [env.count(lay, (d,)) if is_sym(lay[d]) else lay[d][0]
+            for d in range(2, len(lay))]
+
+
+def _grid_sample_fn(ctx, env, in_lays, x, grid, mode, padding, align_corners):
+    return grid_sample(x, grid, mode, padding, align_corners, _true_sizes(env, in_lays[0]))
+
+
+@pad_rule(aten.grid_sampler_2d_backward.default, aten.grid_sampler_3d_backward.default)
+def pad_grid_sampler_backward(node, ins, cx):
+    """The pullback of ``pad_grid_sampler``'s sampling, the output gradient zeroed at the
+    grid's padded points first (they read true elements too)."""
+    g, x, grid = ins[:3]
+    _grid_batch(node.op, x, grid, cx)
+    axes = _sym_axes(g, range(len(g)))
+    return Pad((x if node.shape[0] is not None else None, grid),
+               pre=((_i(node.args[0]), axes, 0),) if axes else (),
+               fn=_grid_sample_backward_fn, tag="grid sample backward")
+
+
+def _grid_sample_backward_fn(ctx, env, in_lays, g, x, grid, mode, padding, align_corners,
+                             output_mask):
+    true = _true_sizes(env, in_lays[1])
+    gx, gg = vjp(lambda a, b: grid_sample(a, b, mode, padding, align_corners, true),
+                 (x, grid), g)
+    return (gx if output_mask[0] else None), gg
 
 
 @pad_rule(aten.permute.default)

@@ -25,7 +25,7 @@ import numpy as np
 import torch
 
 from ..errors import NoLowering
-from .common import HIGHEST, sf, vjp
+from .common import HIGHEST, is_array, sf, vjp
 from .nn import _f32
 from .registry import lowering, rule
 
@@ -412,15 +412,22 @@ def _clip(c, size):
 
 
 def _reflect(c, twice_low, twice_high):
-    """``c`` reflected at the bounds until it lies in [low, high] (derivative +-1)."""
-    if twice_low == twice_high:
+    """``c`` reflected at the bounds until it lies in [low, high] (derivative +-1); the
+    bounds may be traced (a padded input's true size)."""
+    traced = is_array(twice_high)
+    if not traced and twice_low == twice_high:
         return jnp.zeros_like(c)
     low, span = twice_low / 2, (twice_high - twice_low) / 2
+    if traced:   # (a span of 0, a true size of 1 with align_corners: 0, as above)
+        safe = jnp.where(span == 0, 1, span)
+    else:
+        safe = span
     d = c - low
     d = jnp.where(d < 0, -d, d)     # not abs: its derivative at 0 is 0, torch's 1
-    extra = jnp.fmod(d, span)
-    even = jnp.fmod(jnp.floor(d / span), 2) == 0
-    return jnp.where(even, extra + low, span - extra + low)
+    extra = jnp.fmod(d, safe)
+    even = jnp.fmod(jnp.floor(d / safe), 2) == 0
+    r = jnp.where(even, extra + low, safe - extra + low)
+    return jnp.where(span == 0, 0, r).astype(c.dtype) if traced else r
 
 
 def _pad_coord(c, size, padding, align_corners):
@@ -448,22 +455,25 @@ def _axis_taps(c, size, mode, padding, align_corners):
     return jnp.stack([x0, x0 + 1], -1), jnp.stack([(x0 + 1) - s, s - x0], -1)
 
 
-def grid_sample(x, grid, mode, padding, align_corners):
+def grid_sample(x, grid, mode, padding, align_corners, true_sizes=None):
     """``x`` [N, C, *S] read at ``grid`` [N, *O, n]: [N, C, *O]. Taps outside the input
     (zeros padding) read zero. The taps of all axes are combined by broadcasting and read
-    by one gather (its vjp: one scatter-add)."""
+    by one gather (its vjp: one scatter-add). ``true_sizes``: the spatial sizes the grid
+    spans (traced: an input padded past them, its true elements first along each)."""
     n = grid.shape[-1]
     N, C, sizes = x.shape[0], x.shape[1], x.shape[2:]
     flat_x = jnp.moveaxis(_f32(x), 1, -1).reshape(N, -1, C)
     g = _f32(grid).reshape(N, -1, n)
+    spans = sizes if true_sizes is None else [
+        t if type(t) is int else jnp.asarray(t, g.dtype) for t in true_sizes]
     flat, valid, w = 0, True, None
     for j in range(n):   # x, y, z: the spatial axes from the last (weights in torch's order)
         k = n - 1 - j
-        pos, wj = _axis_taps(g[..., j], sizes[k], mode, padding, align_corners)
+        pos, wj = _axis_taps(g[..., j], spans[k], mode, padding, align_corners)
 
         def spread(a, j=j):   # [N, M, taps] onto its own axis of [N, M, taps_x, taps_y, ...]
             return a.reshape(a.shape[:2] + (1,) * j + a.shape[2:] + (1,) * (n - 1 - j))
-        inside = (pos >= 0) & (pos <= sizes[k] - 1)     # False for NaN too
+        inside = (pos >= 0) & (pos <= spans[k] - 1)     # False for NaN too
         valid = valid & spread(inside)
         stride = int(np.prod(sizes[k + 1:]))
         flat = flat + spread(jnp.where(inside, pos, 0).astype(jnp.int64) * stride)

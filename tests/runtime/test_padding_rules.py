@@ -840,6 +840,41 @@ def test_running_ops_and_flips_over_flattened_pixels_run_padded():
     assert m["compiles"] == 1, m["recompile_reasons"]
 
 
+class _SpatialTransformer(nn.Module):
+    """A spatial transformer (Jaderberg et al.): an affine map predicted from the pooled
+    image, its grid over the image's own size (``affine_grid(theta, x.size())``), the
+    image sampled there (``mode``, ``padding_mode``), then a convolution."""
+
+    def __init__(self, mode, padding_mode, align_corners):
+        super().__init__()
+        self.loc = nn.Linear(3, 6)
+        self.conv = nn.Conv2d(3, 4, 3, padding=1)
+        self.how = dict(mode=mode, padding_mode=padding_mode, align_corners=align_corners)
+
+    def forward(self, x):
+        eye = torch.tensor([1.0, 0, 0, 0, 1, 0], device=x.device)
+        theta = (eye + 0.3 * torch.tanh(self.loc(x.mean((2, 3))))).view(-1, 2, 3) * 1.2
+        grid = F.affine_grid(theta, list(x.shape), align_corners=self.how["align_corners"])
+        return self.conv(F.grid_sample(x, grid, **self.how))
+
+
+@pytest.mark.parametrize("how", [("bilinear", "zeros", False), ("bilinear", "border", True),
+                                 ("nearest", "reflection", False),
+                                 ("bicubic", "reflection", True)])
+def test_grid_sampling_of_a_padded_image_runs_padded(how):
+    """The grid unnormalized by the image's true H and W, the padding never read, the
+    output gradient zeroed at the grid's padded points (before: an exact compile at every
+    size)."""
+    torch.manual_seed(0)
+    run, params = _module_call(_SpatialTransformer(*how))
+    # (atol 1e-3: the affine map's gradient sums the grid's over every pixel; eager
+    # float32's is itself up to 4e-4 from float64's, the lazy one, padded or not, alike)
+    m = _check_padded(run, _rgb_images, [[(2, "H"), (3, "W")]], [(20, 27), (26, 23), (31, 18)],
+                      params=params, rtol=1e-4, atol=1e-3)
+    assert m["exact_compiles"] == {}, m["recompile_reasons"]
+    assert m["compiles"] == 1, m["recompile_reasons"]
+
+
 def test_max_pool_backward_when_automatic_dynamic_pads_the_gradient_only():
     """Two pools of one input in a row: one graph family whose pooled sizes changed, so
     the gradient's weights are marked dynamic but the pooled maps cannot be: the backward
