@@ -953,7 +953,8 @@ def _build(g, fresh, auto, disabled, bump, merged, early):
     steady = {k[1:]: v for k, v in auto.items() if k[0] == "steady"}
     cx.input_layouts = lambda: [layouts[i] for i in data_at]
     if cx.follows:
-        cx.refits = _REFITS.get(_family(g)) or _bounded_put(_REFITS, _family(g), ({}, {}))
+        fam = _family(g)
+        cx.refits = _REFITS.get(fam) or _bounded_put(_REFITS, fam, ({}, {}))
         cx.shapes = tuple(n.shape for n in g.data_nodes)
     for name, (size, padded, base, rule) in early.items():
         cx.derive(name, size, padded, base, rule)

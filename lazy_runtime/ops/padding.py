@@ -100,8 +100,9 @@ from . import recurrent
 from .fft import _scaled, lower_fft_c2c, lower_fft_c2r
 from .recurrent import layer_backward, layer_forward
 from .resample import (NEAREST, TAPS_TABLE_MAX, _apply, _index_dtype, _nearest,
-                       _one_length_taps, grid_sample, linear_taps, lower_upsample_bilinear,
-                       nearest_source, pairs_table, resample_axis, taps_table)
+                       _one_length_taps, linear_taps, lower_grid_sampler,
+                       lower_grid_sampler_backward, lower_upsample_bilinear, nearest_source,
+                       pairs_table, resample_axis, taps_table)
 from .reduction import (histogram_linear, kth_position, lower_logsumexp, median_position,
                         mode_position, pick_sorted, sorted_along, squared_magnitude, top_k,
                         var_input)
@@ -304,11 +305,15 @@ def pad_cumulative(node, ins, cx):
     return pad_elementwise(node, ins, cx)
 
 
-def _cumulative_inside_fn(op, d, merged, ctx, env, in_lays, x, *args, **kwargs):
+def _lowered(op, ctx, *args, **kwargs):
+    """``op``'s own lowering of ``args`` (padded values a rule's ``fn`` prepared)."""
     from .registry import LOWERINGS
     low = LOWERINGS[op]
-    x = _compact(env, x, d, merged)
-    r = low.fn(ctx, x, *args, **kwargs) if low.ctx else low.fn(x, *args, **kwargs)
+    return low.fn(ctx, *args, **kwargs) if low.ctx else low.fn(*args, **kwargs)
+
+
+def _cumulative_inside_fn(op, d, merged, ctx, env, in_lays, x, *args, **kwargs):
+    r = _lowered(op, ctx, _compact(env, x, d, merged), *args, **kwargs)
     if isinstance(r, tuple):
         return tuple(_compact(env, t, d, merged, back=True) for t in r)
     return _compact(env, r, d, merged, back=True)
@@ -844,8 +849,8 @@ def _true_sizes(env, lay):
             for d in range(2, len(lay))]
 
 
-def _grid_sample_fn(ctx, env, in_lays, x, grid, mode, padding, align_corners):
-    return grid_sample(x, grid, mode, padding, align_corners, _true_sizes(env, in_lays[0]))
+def _grid_sample_fn(ctx, env, in_lays, x, grid, *args):
+    return lower_grid_sampler(x, grid, *args, true_sizes=_true_sizes(env, in_lays[0]))
 
 
 @pad_rule(aten.grid_sampler_2d_backward.default, aten.grid_sampler_3d_backward.default)
@@ -860,12 +865,9 @@ def pad_grid_sampler_backward(node, ins, cx):
                fn=_grid_sample_backward_fn, tag="grid sample backward")
 
 
-def _grid_sample_backward_fn(ctx, env, in_lays, g, x, grid, mode, padding, align_corners,
-                             output_mask):
-    true = _true_sizes(env, in_lays[1])
-    gx, gg = vjp(lambda a, b: grid_sample(a, b, mode, padding, align_corners, true),
-                 (x, grid), g)
-    return (gx if output_mask[0] else None), gg
+def _grid_sample_backward_fn(ctx, env, in_lays, g, x, grid, *args):
+    return lower_grid_sampler_backward(g, x, grid, *args,
+                                       true_sizes=_true_sizes(env, in_lays[1]))
 
 
 @pad_rule(aten.permute.default)
@@ -1816,9 +1818,8 @@ def _true_first(env, x, d, merged, n, fill):
 
 
 def _arg_reduce_inside_fn(op, d, merged, fill, ctx, env, in_lays, x, *args, **kwargs):
-    from .registry import LOWERINGS
     x = _true_first(env, x, d, merged, env.count(in_lays[0], (d,)), fill)
-    return LOWERINGS[op].fn(x, *args, **kwargs)
+    return _lowered(op, ctx, x, *args, **kwargs)
 
 
 def _sort_dim(node):

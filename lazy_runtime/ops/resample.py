@@ -418,10 +418,8 @@ def _reflect(c, twice_low, twice_high):
     if not traced and twice_low == twice_high:
         return jnp.zeros_like(c)
     low, span = twice_low / 2, (twice_high - twice_low) / 2
-    if traced:   # (a span of 0, a true size of 1 with align_corners: 0, as above)
-        safe = jnp.where(span == 0, 1, span)
-    else:
-        safe = span
+    # (traced: a span of 0, a true size of 1 with align_corners, gives 0 as above)
+    safe = jnp.where(span == 0, 1, span) if traced else span
     d = c - low
     d = jnp.where(d < 0, -d, d)     # not abs: its derivative at 0 is 0, torch's 1
     extra = jnp.fmod(d, safe)
@@ -511,13 +509,16 @@ _grid_rules(aten.grid_sampler_3d.default, aten.grid_sampler_3d_backward.default,
 
 
 @lowering(aten.grid_sampler_2d.default, aten.grid_sampler_3d.default)
-def lower_grid_sampler(x, grid, mode, padding, align_corners):
-    return grid_sample(x, grid, mode, padding, align_corners)
+def lower_grid_sampler(x, grid, mode, padding, align_corners, true_sizes=None):
+    """``true_sizes``: ``grid_sample``'s (the padding rule's, of a padded input)."""
+    return grid_sample(x, grid, mode, padding, align_corners, true_sizes)
 
 
 @lowering(aten.grid_sampler_2d_backward.default, aten.grid_sampler_3d_backward.default)
-def lower_grid_sampler_backward(g, x, grid, mode, padding, align_corners, output_mask):
-    gx, gg = vjp(lambda a, b: grid_sample(a, b, mode, padding, align_corners), (x, grid), g)
+def lower_grid_sampler_backward(g, x, grid, mode, padding, align_corners, output_mask,
+                                true_sizes=None):
+    gx, gg = vjp(lambda a, b: grid_sample(a, b, mode, padding, align_corners, true_sizes),
+                 (x, grid), g)
     return (gx if output_mask[0] else None), gg
 
 
