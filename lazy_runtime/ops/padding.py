@@ -9,8 +9,8 @@ multiplying by a mask, which would keep NaN). An op whose inputs carry no dynami
 needs no rule; an op with no rule that sees one makes the graph compile exactly.
 
 Rules by family:
-* elementwise (and dropout, masked_fill, copies; the prefix scans and tril/triu where
-  the padding is at the dim's end, ``_end_padded``):
+* elementwise (and dropout, masked_fill, copies; the prefix scans and tril/triu, which
+  along a merged dim padded inside read the true order):
   padding passes through; broadcasting a dynamic dim against another size is refused.
 * views: view/reshape regroup the factors of the input dims in order (a dynamic factor T
   splits only into (T//k, k), its bucket a multiple of k); permute permutes;
@@ -321,10 +321,32 @@ def _cumulative_inside_fn(op, d, merged, ctx, env, in_lays, x, *args, **kwargs):
 
 @pad_rule(aten.tril.default, aten.triu.default)
 def pad_triangle(node, ins, cx):
-    """Position-based masks: padded positions keep their indices (end padding)."""
-    for dim in ins[0][-2:]:
-        _end_padded(node.op, dim)
-    return pad_elementwise(node, ins, cx)
+    """Position-based masks. Along a dim padded at its end the true positions keep their
+    indices. Along a merged dim padded inside (a causal mask over flattened pixels) each
+    position's index in the true flattened order is computed, and the mask compares
+    those (what the padding holds after is no matter)."""
+    p = pad_elementwise(node, ins, cx)
+    if any(is_sym(dim) and _inside_padded(dim) for dim in ins[0][-2:]):
+        p.fn = functools.partial(_triangle_inside_fn, node.op is aten.tril.default)
+        p.tag = "triangle along a merged dim"
+    return p
+
+
+def _triangle_inside_fn(lower, ctx, env, in_lays, x, diagonal=0):
+    rows, cols = (_true_positions(env, x.shape[d], dim)
+                  for d, dim in ((-2, in_lays[0][-2]), (-1, in_lays[0][-1])))
+    offset = cols[None, :] - rows[:, None]
+    keep = offset <= diagonal if lower else offset >= diagonal
+    return jnp.where(keep, x, jnp.zeros((), x.dtype))
+
+
+def _true_positions(env, n, dim):
+    """For each of the ``n`` positions of a dim laid out ``dim``, its index in the true
+    order (a merged dim padded inside: its padded positions' indices are any)."""
+    if not is_sym(dim) or not _inside_padded(dim):
+        return jnp.arange(n)
+    true, padded = _factor_sizes(env, dim)
+    return _flat_index(n, true, padded)
 
 
 @pad_rule(aten.view_as_real.default, aten.view_as_complex.default)

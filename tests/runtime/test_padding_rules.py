@@ -439,6 +439,36 @@ def test_attention_over_the_pixels_of_a_padded_image():
     _check_images_through(Attention(), [(10, 12), (13, 9), (16, 16)])
 
 
+class _CausalPixels(nn.Module):
+    """Attention over an image's flattened pixels, each attending to those before it (an
+    image GPT's), the causal mask built at the pixel count as code does it."""
+
+    def __init__(self, mask, c=8):
+        super().__init__()
+        self.mask, self.proj = mask, nn.Conv2d(3, c, 3, padding=1)
+        self.qkv = nn.Linear(c, 3 * c)
+
+    def forward(self, x):
+        h = self.proj(x).flatten(2).transpose(1, 2)
+        q, k, v = self.qkv(h).chunk(3, -1)
+        n = h.shape[1]
+        s = q @ k.transpose(1, 2) / 8 ** 0.5
+        if self.mask == "tril":
+            s = s.masked_fill(torch.ones(n, n, device=x.device).tril() == 0, float("-inf"))
+        else:
+            s = s + torch.full((n, n), float("-inf"), device=x.device).triu(1)
+        return (s.softmax(-1) @ v).sum(-1)
+
+
+@pytest.mark.parametrize("mask", ["tril", "triu"])
+def test_a_causal_mask_over_flattened_pixels_runs_padded(mask):
+    """tril/triu of a (H*W, H*W) matrix, the merged dims padded inside: the mask compares
+    the pixels' indices in the true flattened order. Values and gradients eager's, one
+    compile for three sizes. Before: an exact compile at each."""
+    torch.manual_seed(0)
+    _check_images_through(_CausalPixels(mask), [(5, 6), (7, 5), (8, 8)])
+
+
 def _sine_positions(x, w):
     """DETR's sine position embedding of an image's feature map (from a mask of the
     padded pixels: none here), feature pairs interleaved by step-2 slices of a concrete
