@@ -3840,7 +3840,7 @@ def pad_scatter(node, ins, cx):
                         _syms(il, xl))
     _same_but(node.op, xl, il, d)
     inside = is_sym(xl[d]) and _inside_padded(xl[d])
-    if not inside or into_own or node.op is aten.scatter_reduce.two:
+    if inside and node.op is aten.scatter_reduce.two:
         _end_padded(node.op, xl[d])
     src = node.args[3] if len(node.args) > 3 else None
     if type(src).__name__ == "Input" and ins[_i(src)] != il and len(ins[_i(src)]):
@@ -3871,9 +3871,15 @@ def _scatter_inside_fn(op, dim_layout, ctx, env, in_lays, x, dim, index, src):
 
 def _scatter_to_own_fn(op, index_layout, d, ctx, env, in_lays, x, dim, index, src):
     """scatter (or scatter_add) where ``index`` is padded along the scatter dim ``d`` as
-    x is: a padded position writes at its own position, in x's padding."""
-    at = lax.broadcasted_iota(index.dtype, index.shape, d)
-    index = jnp.where(at < env.count(index_layout, (d,)), index, at)
+    x is: a padded position writes at its own position, in x's padding. Along a dim
+    padded inside (cummax's gradient over flattened pixels: its indices, true positions)
+    the true positions' values are checked and pointed at their places in the layout."""
+    own = lax.broadcasted_iota(index.dtype, index.shape, d)
+    valid = env.mask(index_layout, (d,))
+    if _inside_padded(index_layout[d]):
+        index = _at_true_positions(op.__name__.split(".")[0], env, index_layout[d], d,
+                                   jnp.where(valid, index, 0))
+    index = jnp.where(valid, index, own)
     if op is aten.scatter_add.default:
         return scatter_along("scatter_add", x, dim, index, src, "add")
     return scatter_along("scatter", x, dim, index, src)

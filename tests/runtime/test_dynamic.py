@@ -204,7 +204,8 @@ INSIDE = {
     "unflatten": lambda f: f.reshape(2, 3, -1)[:, 1], "cumsum": lambda f: f.cumsum(1),
     "cumprod": lambda f: f.cumprod(1) * 1e-3, "argmax": lambda f: f.argmax(1),
     "argmin": lambda f: f.argmin(-1), "max": lambda f: f.max(1).indices,
-    "flip": lambda f: f.flip(1),
+    "flip": lambda f: f.flip(1), "cummax": lambda f: f.cummax(1).values,
+    "cummin": lambda f: f.cummin(1).values * 2,
     "tril": lambda f: (f[:, :, None] * f[:, None, :]).tril(1).sum(1),
     "triu": lambda f: (f[:, :, None] * f[:, None, :]).triu(2).sum(2),
     "gather": lambda f: f.gather(1, _index_into(f)),
@@ -253,11 +254,12 @@ def test_position_reading_ops_run_padded_along_a_dim_padded_inside():
     """Their values: ``test_ops_along_a_dim_padded_inside_match_torch``; here that none
     compiled at its exact shape: gather and scatter_add read and write each true position
     at its place in the padded layout (``padding.pad_gather``), argmax, max, cumsum,
-    cumprod and flip run on the true elements put first, in torch's order, and tril and
-    triu compare the positions' indices in the true order (before, each exact)."""
+    cumprod, flip and cummax run on the true elements put first, in torch's order (and
+    cummax's gradient scatters to its indices' places), and tril and triu compare the
+    positions' indices in the true order (before, each exact)."""
     lr.reset_metrics()
     for name in ("gather", "scatter_add", "argmax", "max", "cumsum", "cumprod", "flip",
-                 "tril", "triu"):
+                 "cummax", "tril", "triu"):
         for length in (5, 6):
             x = lr.mark_dynamic(torch.randn(2, 3, length).to(DEV), 2, "T")
             # (a float result: argmax's ints read alone are computed on the host)

@@ -856,14 +856,16 @@ def running(x):
     # torch's own kernel at 540 pixels, padded or not: its values only)
     return {"cumsum": flat.cumsum(-1), "cumprod": (flat.detach() * 0.1 + 1).cumprod(-1),
             "logcumsumexp": flat.logcumsumexp(-1),
-            "cummin_at": flat.cummin(-1).indices.float(), "flip": flat.flip(-1) * 1.0,
+            "cummin_at": flat.cummin(-1).indices.float(), "cummax": flat.cummax(-1).values,
+            "flip": flat.flip(-1) * 1.0,
             "flip_both": flat.flip(-1, 1) * 1.0}
 
 
 def test_running_ops_and_flips_over_flattened_pixels_run_padded():
-    """cumsum, cumprod, logcumsumexp, cummin and flip along flattened (H, W) run on the
-    true pixels put first in torch's order and go back to their places (the gradients of
-    the running ops flip too; before: an exact compile at every size)."""
+    """cumsum, cumprod, logcumsumexp, cummin/cummax and flip along flattened (H, W) run
+    on the true pixels put first in torch's order and go back to their places (the
+    gradients of the running ops flip too; cummax's scatters to its indices' places in the
+    padded layout; before: an exact compile at every size)."""
     m = _check_padded(running, _rgb_images, [[(2, "H"), (3, "W")]],
                       [(20, 27), (26, 23), (31, 18), (32, 29)], rtol=1e-4, atol=1e-5)
     assert m["exact_compiles"] == {}, m["recompile_reasons"]
