@@ -2571,9 +2571,40 @@ def pad_adaptive_avg_pool(node, ins, cx):
     axes = _sym_axes(lay, range(len(lay) - n, len(lay)))
     if not axes:
         return Pad(out)
-    for a in axes:   # (windows are positions: the padding must come after them)
-        _end_padded(node.op, lay[a])
-    return Pad(out, pre=((0, axes, 0),), fn=_adaptive_avg_fn, tag="adaptive_avg")
+    # (windows are positions: along a merged dim padded inside, the true elements first)
+    return Pad(out, pre=((0, axes, 0),), fn=_true_first_fn(_adaptive_avg_fn, lay, 0),
+               tag="adaptive_avg")
+
+
+def _true_first_fn(fn, lay, fill):
+    """``fn`` (a rule's for dims padded at their end) of an input of layout ``lay`` whose
+    merged dims padded inside (an adaptive pooling of flattened pixels) are given their
+    true elements first, in torch's order, and ``fill`` after them."""
+    inside = [(a, dim) for a, dim in enumerate(lay) if is_sym(dim) and _inside_padded(dim)]
+    if not inside:
+        return fn
+
+    def first(ctx, env, in_lays, x, *args):
+        for a, dim in inside:
+            x = _true_first(env, x, a, dim, env.count(lay, (a,)), fill)
+        return fn(ctx, env, in_lays, x, *args)
+    return first
+
+
+def _back_in_place_fn(fn, lay):
+    """``fn`` (the backward of a ``_true_first_fn``'s) whose result, laid out ``lay``
+    with the true elements first along merged dims padded inside, goes back to their
+    places."""
+    inside = [(a, dim) for a, dim in enumerate(lay) if is_sym(dim) and _inside_padded(dim)]
+    if not inside:
+        return fn
+
+    def back(ctx, env, in_lays, *args):
+        out = fn(ctx, env, in_lays, *args)
+        for a, dim in inside:
+            out = _compact(env, out, a, dim, back=True)
+        return out
+    return back
 
 
 @pad_rule(aten._adaptive_avg_pool2d_backward.default,
@@ -2596,9 +2627,7 @@ def _adaptive_backward_pad(node, ins, cx, n, tensors, fn, tag):
     axes = _sym_axes(xl, range(len(xl) - n, len(xl)))
     if not axes:
         return Pad(xl)
-    for a in axes:
-        _end_padded(node.op, xl[a])
-    return Pad(xl, args=tensors + (n,), fn=fn, tag=tag)
+    return Pad(xl, args=tensors + (n,), fn=_back_in_place_fn(fn, xl), tag=tag)
 
 
 # Adaptive max pooling along padded spatial dims: the same windows, the pick made among
@@ -2629,9 +2658,8 @@ def pad_adaptive_max_pool(node, ins, cx):
     axes = _sym_axes(lay, range(len(lay) - n, len(lay)))
     if not axes:
         return Pad((out, out))
-    for a in axes:
-        _end_padded(node.op, lay[a])
-    return Pad((out, out), fn=_adaptive_max_fn, tag="adaptive_max")
+    return Pad((out, out), fn=_true_first_fn(_adaptive_max_fn, lay, "min"),
+               tag="adaptive_max")
 
 
 @pad_rule(aten.adaptive_max_pool2d_backward.default,

@@ -872,6 +872,27 @@ def test_running_ops_and_flips_over_flattened_pixels_run_padded():
     assert m["compiles"] == 1, m["recompile_reasons"]
 
 
+def pooled_flat(x):
+    """x (B, C, H, W): adaptive pools over each map's flattened pixels (a dim padded
+    inside), 1-d and 2-d ((C, H*W) as a plane), with max's indices."""
+    flat = x.flatten(2)
+    top, at = F.adaptive_max_pool1d(flat, 5, return_indices=True)
+    plane, at2 = F.adaptive_max_pool2d(flat[:, None], (2, 7), return_indices=True)
+    return {"avg": F.adaptive_avg_pool1d(flat, 6), "avg2d": F.adaptive_avg_pool2d(flat, (2, 3)),
+            "max": top, "max_at": at.float(), "max2d": plane, "max2d_at": at2.float()}
+
+
+def test_adaptive_pools_over_flattened_pixels_run_padded():
+    """Adaptive average and max pooling along flattened (H, W) pool the true pixels put
+    first in torch's order (windows are positions in it); their gradients go back to the
+    pixels' places. Values, max's indices and gradients eager's, one compile for three
+    sizes (before: an exact compile at each)."""
+    m = _check_padded(pooled_flat, _rgb_images, [[(2, "H"), (3, "W")]],
+                      [(5, 7), (7, 6), (8, 8)], rtol=1e-4, atol=1e-5)
+    assert m["exact_compiles"] == {}, m["recompile_reasons"]
+    assert m["compiles"] == 1, m["recompile_reasons"]
+
+
 class _SpatialTransformer(nn.Module):
     """A spatial transformer (Jaderberg et al.): an affine map predicted from the pooled
     image, its grid over the image's own size (``affine_grid(theta, x.size())``), the
