@@ -558,7 +558,17 @@ class Cx:
         self.grown_from[name] = (sym, g)
         return name
 
-    def fit_symbol(self, key, v: int, site, multiples=True):
+    def stepped(self, sym: str, c: int, k: int) -> str:
+        """The symbol ``(sym + c) // k`` (k at least 2): a slice of step k's length, a
+        resampling to half a size; padded to ``ceil(bucket / k)`` whatever ``c``, so that
+        slices from different starts cat (YOLO's space-to-depth, ``x[..., ::2]`` beside
+        ``x[..., 1::2]``)."""
+        name = f"({sym}{c:+d})//{k}" if c else \
+            f"{sym}//{k}" if sym.isidentifier() else f"({sym})//{k}"
+        return self.derive(name, (self.sizes[sym] + c) // k, -(-self.buckets[sym] // k), sym,
+                           rule=lambda n: (n[sym] + c) // k)
+
+    def fit_symbol(self, key, v: int, site, multiples=True, prefer=None):
         """Where ``key`` (``("leaf", constant, dim)``; ``("length", node index)``, a moving
         window's; ``("resize", node index, dim)``, a resampling's size) went from u to v
         in the two graphs automatic dynamic compared (``_follow_hints``), the dim of a
@@ -568,7 +578,10 @@ class Cx:
         convolutions derived), the fit of the smallest ``|b|`` first (a guess, withdrawn
         at ``site``); else None. Unless ``multiples``, None where that fit is a multiple
         (b 0, a over 1), as a merged dim of the graph's may be (``B*T`` rows, laid out as
-        (B, T) where a view made that dim)."""
+        (B, T) where a view made that dim). ``prefer``: a symbol whose fits come first,
+        and those of the symbols it was derived from or that derive from its own (a
+        resampling's size follows the dim it resamples: ``H // 2``, not ``W//2 + 1``,
+        which fitted two sizes as well)."""
         hint = self.follows.get(key)
         if hint is None:
             return None
@@ -577,30 +590,43 @@ class Cx:
             fits = self._refit(key, v)
         if not fits:
             return None
-        _, a, _, sym, b = min(fits)   # (the others are that fit again, worse: 4*(T+1)-4)
+        # (the others are that fit again, worse: 4*(T+1)-4)
+        kin = self.origins((prefer,)) - self.derived if prefer in self.sizes else ()
+        k, _, a, _, sym, b = min(fits, key=lambda f: (
+            bool(kin) and not (self.origins((f[4],)) & kin), f))
         if b == 0 and a > 1 and not multiples:
             return None   # (a multiple: ``symbolize``'s merged dims first)
         if ((self.site, site), sym) in self.disabled:
             return None
         self.guesses.append(((self.site, site), sym))
+        # (withdrawn after the guesses of sizes kept concrete: learnt from two graphs and
+        # met again here, a fit is the likelier of two contradicting guesses)
+        self.firm.add((self.site, site))
+        if k > 1:
+            return (self.stepped(sym, b, k),)
         base = self.scaled(sym, a, max(b, 0))
         return (self.shrink(base, -b) if b < 0 else base,)
 
     def _fits(self, hint, v: int) -> list:
-        """``(|b|, a, order, symbol, b)`` for each symbol that went as ``a * n + b`` where
-        hint ``(u, w, traces)``'s size went from u to w, and gives ``v`` here."""
+        """``(1, |b|, a, order, symbol, b)`` for each symbol that went as ``a * n + b``
+        where hint ``(u, w, traces)``'s size went from u to w, and gives ``v`` here;
+        ``(k, |c|, 1, order, symbol, c)`` for each that went as ``(n + c) // k`` (k from 2
+        to ``FLOOR_FITS``, |c| under k: a resampling to ``H // 2``)."""
         u, w, traces = hint
         then = [self._sizes_in(t) for t in traces]
+        moved = [(order, sym, then[0][sym], then[1][sym])
+                 for order, sym in enumerate(self.sizes)
+                 if then[0].get(sym) not in (None, then[1].get(sym)) and sym in then[1]]
         fits = []
-        for order, sym in enumerate(self.sizes):
-            n1, n2 = then[0].get(sym), then[1].get(sym)
-            if n1 is None or n2 is None or n1 == n2:
-                continue
+        for order, sym, n1, n2 in moved:
             a, r = divmod(w - u, n2 - n1)
             b = u - a * n1
             if r == 0 and a >= 1 and a * self.sizes[sym] + b == v:
-                fits.append((abs(b), a, order, sym, b))
-        return fits
+                fits.append((1, abs(b), a, order, sym, b))
+        return fits + [(k, abs(c), 1, order, sym, c) for order, sym, n1, n2 in moved
+                       for k in range(2, FLOOR_FITS + 1) for c in range(1 - k, k)
+                       if (n1 + c) // k == u and (n2 + c) // k == w
+                       and (self.sizes[sym] + c) // k == v]
 
     def _refit(self, key, v: int) -> list:
         """``_fits`` of size ``v`` of ``key`` from its family's second hint, where its
@@ -1288,6 +1314,9 @@ _SLICE = _aten.slice.Tensor
 CUTS = frozenset((_SLICE, _aten.select.int, _aten.slice_scatter.default,
                   _aten.select_scatter.default))
 _PAD = _aten.constant_pad_nd.default
+# The largest divisor k of a size ``(n + c) // k`` that ``Cx.fit_symbol`` tries (a
+# resampling to a fraction of a size computed in Python: ``H // 2``, ``W // 32``)
+FLOOR_FITS = 32
 # resamplings to a size given (``F.interpolate(x, size=...)``): ``_resized``
 RESAMPLES = frozenset((_aten.upsample_nearest1d.default, _aten.upsample_nearest2d.default,
                        _aten.upsample_nearest3d.default, _aten._upsample_nearest_exact1d.default,
@@ -1295,6 +1324,12 @@ RESAMPLES = frozenset((_aten.upsample_nearest1d.default, _aten.upsample_nearest2
                        _aten._upsample_nearest_exact3d.default, _aten.upsample_linear1d.default,
                        _aten.upsample_bilinear2d.default, _aten.upsample_bicubic2d.default,
                        _aten.upsample_trilinear3d.default))
+# Resamplings to a size given (an adaptive pool's: ``interpolate(mode="area")``), whose
+# sizes automatic dynamic compares between graphs (``_resized``)
+SIZED = RESAMPLES | frozenset((_aten._adaptive_avg_pool2d.default,
+                               _aten._adaptive_avg_pool3d.default,
+                               _aten.adaptive_max_pool2d.default,
+                               _aten.adaptive_max_pool3d.default))
 # a scatter -> the cut whose gradient it is
 _SCATTERS = {_aten.slice_scatter.default: _SLICE,
              _aten.select_scatter.default: _aten.select.int}
@@ -1351,7 +1386,7 @@ def _cuts(g: ir.Graph) -> tuple:
                 slices.append((i, (d, lo, step), length))
         elif n.op is _PAD:   # (its sizes and amounts: ``_offset_marks``)
             cuts.append((i, (_PAD,), (n.inputs[0].shape, n.shape, tuple(n.args[1]))))
-        elif n.op in RESAMPLES and n.args[1] is not None:   # (``_resized``)
+        elif n.op in SIZED and n.args[1] is not None:   # (``_resized``)
             cuts.append((i, (n.op,), tuple(n.args[1])))
     return tuple(slices), tuple(cuts)
 
@@ -1511,7 +1546,7 @@ def _resized(traces, seen_cuts, cuts, known) -> dict:
     (``ceil(h / 2) * 2``), laid out as the symbol it follows (``Cx.fit_symbol``)."""
     return {("resize", i, k): (u, v, traces)
             for (i, how, a), (_, how2, b) in zip(seen_cuts, cuts)
-            if how[0] in RESAMPLES and how == how2 and len(a) == len(b)
+            if how[0] in SIZED and how == how2 and len(a) == len(b)
             for k, (u, v) in enumerate(zip(a, b))
             if u != v and ("resize", i, k) not in known}
 

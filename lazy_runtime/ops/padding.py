@@ -1273,14 +1273,8 @@ def _strided_slice(node, lay, d, sym, lo, hi, step, cx):
 
 def _stepped(cx, sym: str, cut: int, step: int) -> str:
     """The symbol ``ceil((sym - cut) / step)``: how many of ``sym``'s elements from the
-    ``cut``-th on a slice of ``step`` takes; padded to ``ceil(bucket / step)`` whatever
-    the cut, so that slices from different starts cat (YOLO's space-to-depth, ``x[...,
-    ::2]`` beside ``x[..., 1::2]``)."""
-    c = step - 1 - cut
-    name = f"({sym}{c:+d})//{step}" if c else \
-        f"{sym}//{step}" if sym.isidentifier() else f"({sym})//{step}"
-    return cx.derive(name, (cx.sizes[sym] + c) // step, -(-cx.buckets[sym] // step), sym,
-                     rule=lambda n: (n[sym] + c) // step)
+    ``cut``-th on a slice of ``step`` takes (``Cx.stepped``)."""
+    return cx.stepped(sym, step - 1 - cut, step)
 
 
 def _strided_slice_fn(ctx, env, in_lays, x, d, start, step):
@@ -2524,25 +2518,28 @@ _ADAPTIVE_AVG = {aten._adaptive_avg_pool2d.default: 2, aten._adaptive_avg_pool3d
                  aten._adaptive_avg_pool3d_backward.default: 3}
 
 
-def _adaptive_windows(env, dim, n_pad, n_out):
-    """(membership (n_out, n_pad) as 0/1, window sizes (n_out,)) along one dim."""
+def _adaptive_windows(env, dim, n_pad, out):
+    """(membership (n_out, n_pad) as 0/1, window sizes (n_out,)) along one dim, pooled to
+    dim ``out`` (a symbol's: its padded rows' windows lie past the true ones)."""
     n = dsize(dim, env.n) if is_sym(dim) else dim[0]
-    i = jnp.arange(n_out)
-    start = (i * n) // n_out
-    end = ((i + 1) * n + n_out - 1) // n_out
+    o = env.count((out,), (0,))
+    i = jnp.arange(env.dsize(out))
+    start = (i * n) // o
+    end = ((i + 1) * n + o - 1) // o
     j = jnp.arange(n_pad)
-    return (j[None, :] >= start[:, None]) & (j[None, :] < end[:, None]), end - start
+    return (j[None, :] >= start[:, None]) & (j[None, :] < end[:, None]), \
+        jnp.maximum(end - start, 1)
 
 
-def _adaptive_parts(env, lay, spatial, out_size):
+def _adaptive_parts(env, lay, spatial, out_lay):
     return [_adaptive_windows(env, d, p, o)
-            for d, p, o in zip(lay[len(lay) - len(out_size):], spatial, out_size)]
+            for d, p, o in zip(lay[len(lay) - len(out_lay):], spatial, out_lay)]
 
 
-def _adaptive_avg_fn(ctx, env, in_lays, x, output_size):
-    n = len(output_size)
+def _adaptive_avg_fn(out_lay, ctx, env, in_lays, x, output_size):
+    n = len(out_lay)
     xf = _f32(x)
-    parts = _adaptive_parts(env, in_lays[0], x.shape[x.ndim - n:], tuple(output_size))
+    parts = _adaptive_parts(env, in_lays[0], x.shape[x.ndim - n:], out_lay)
     total = _apply(xf, [m.astype(xf.dtype) for m, _ in parts])
     return total / _window_counts(parts, xf.dtype)
 
@@ -2558,7 +2555,7 @@ def _window_counts(parts, dtype):
 
 def _adaptive_avg_backward_fn(ctx, env, in_lays, g, x, n):
     gf = _f32(g)
-    parts = _adaptive_parts(env, in_lays[1], x.shape[x.ndim - n:], g.shape[g.ndim - n:])
+    parts = _adaptive_parts(env, in_lays[1], x.shape[x.ndim - n:], in_lays[0][g.ndim - n:])
     return _apply(gf / _window_counts(parts, gf.dtype), [m.astype(gf.dtype) for m, _ in parts],
                   transpose=True)
 
@@ -2567,13 +2564,31 @@ def _adaptive_avg_backward_fn(ctx, env, in_lays, g, x, n):
 def pad_adaptive_avg_pool(node, ins, cx):
     (lay,) = ins
     n = _ADAPTIVE_AVG[node.op]
-    out = lay[:len(lay) - n] + concrete(node.shape[len(lay) - n:])
+    pooled = _pooled_dims(cx, lay, node.args[1])
+    out = lay[:len(lay) - n] + pooled
     axes = _sym_axes(lay, range(len(lay) - n, len(lay)))
     if not axes:
         return Pad(out)
     # (windows are positions: along a merged dim padded inside, the true elements first)
-    return Pad(out, pre=((0, axes, 0),), fn=_true_first_fn(_adaptive_avg_fn, lay, 0),
+    return Pad(out, args=(node.args[0], pooled), pre=((0, axes, 0),),
+               fn=_true_first_fn(functools.partial(_adaptive_avg_fn, pooled), lay, 0),
                tag="adaptive_avg")
+
+
+def _pooled_dims(cx, lay, output_size) -> tuple:
+    """The dims an adaptive pool of spatial dims laid out as ``lay``'s last ones pools
+    to: ``output_size``, each fixed, or a symbol that a size following a padded dim's
+    symbol was learnt as (``Cx.fit_symbol``: ``interpolate(x, size=(H // 2, W // 2),
+    mode="area")``, a size computed in Python)."""
+    lead = len(lay) - len(output_size)
+    out = []
+    for k, v in enumerate(output_size):
+        d = lay[lead + k]
+        nd = cx.fit_symbol(("resize", cx.site, k), v, ("fit", k),
+                           prefer=d[0] if len(d) == 1 else None) if is_sym(d) else None
+        out.append(nd if nd is not None else (v,))
+    return tuple(out)
+
 
 
 def _true_first_fn(fn, lay, fill):
@@ -2620,14 +2635,18 @@ def _adaptive_backward_pad(node, ins, cx, n, tensors, fn, tag):
     padded elsewhere as the input is; along the input's padded spatial dims, ``fn``."""
     g, x = tensors[:2]
     gl, xl = ins[_i(g)], ins[_i(x)]
-    if has_sym(gl[len(gl) - n:]) or not same_layout(cx, gl[:len(gl) - n], xl[:len(xl) - n]) \
+    pooled = _sym_axes(gl, range(len(gl) - n, len(gl)))
+    if pooled and not _sym_axes(xl, range(len(xl) - n, len(xl))) \
+            or not same_layout(cx, gl[:len(gl) - n], xl[:len(xl) - n]) \
             or not all(same_layout(cx, ins[_i(t)], gl) for t in tensors[2:]):
         raise NoPadRule(node.op, "gradient or indices padded unlike the pooled output",
                         unlike(gl[:len(gl) - n], xl[:len(xl) - n]) | _syms(gl[len(gl) - n:]))
     axes = _sym_axes(xl, range(len(xl) - n, len(xl)))
     if not axes:
         return Pad(xl)
-    return Pad(xl, args=tensors + (n,), fn=_back_in_place_fn(fn, xl), tag=tag)
+    # (the gradient's padded pooled rows, a pooled size learnt as a symbol's, add 0)
+    return Pad(xl, args=tensors + (n,), pre=((_i(g), pooled, 0),) if pooled else (),
+               fn=_back_in_place_fn(fn, xl), tag=tag)
 
 
 # Adaptive max pooling along padded spatial dims: the same windows, the pick made among
@@ -2638,11 +2657,11 @@ _ADAPTIVE_MAX = {aten.adaptive_max_pool2d.default: 2, aten.adaptive_max_pool3d.d
                  aten.adaptive_max_pool3d_backward.default: 3}
 
 
-def _adaptive_max_fn(ctx, env, in_lays, x, output_size):
-    n = len(output_size)
+def _adaptive_max_fn(out_lay, ctx, env, in_lays, x, output_size):
+    n = len(out_lay)
     spatial = x.shape[x.ndim - n:]
-    parts = _adaptive_parts(env, in_lays[0], spatial, tuple(output_size))
-    vals, idx = adaptive_max(x, tuple(output_size), [m for m, _ in parts])
+    parts = _adaptive_parts(env, in_lays[0], spatial, out_lay)
+    vals, idx = adaptive_max(x, tuple(env.dsize(d) for d in out_lay), [m for m, _ in parts])
     return vals, _plane_index(idx, spatial, _true_plane(env, in_lays[0], n))
 
 
@@ -2654,11 +2673,13 @@ def _adaptive_max_backward_fn(ctx, env, in_lays, g, x, indices, n):
 def pad_adaptive_max_pool(node, ins, cx):
     (lay,) = ins
     n = _ADAPTIVE_MAX[node.op]
-    out = lay[:len(lay) - n] + concrete(node.shape[0][len(lay) - n:])
+    pooled = _pooled_dims(cx, lay, node.args[1])
+    out = lay[:len(lay) - n] + pooled
     axes = _sym_axes(lay, range(len(lay) - n, len(lay)))
     if not axes:
         return Pad((out, out))
-    return Pad((out, out), fn=_true_first_fn(_adaptive_max_fn, lay, "min"),
+    return Pad((out, out), args=(node.args[0], pooled),
+               fn=_true_first_fn(functools.partial(_adaptive_max_fn, pooled), lay, "min"),
                tag="adaptive_max")
 
 
@@ -3058,7 +3079,8 @@ def _between_run_time_lengths(node, cx, lay, size, scales, kind, align_corners):
     for k, v in enumerate(size):
         d = lay[lead + k]
         known = set(cx.sizes)
-        nd = cx.fit_symbol(("resize", cx.site, k), v, ("fit", k))
+        nd = cx.fit_symbol(("resize", cx.site, k), v, ("fit", k),
+                           prefer=d[0] if is_sym(d) and len(d) == 1 else None)
         if nd is not None:
             if nd[0] not in known:   # (made here at its padded size: may be padded on)
                 cx.elastic.add(nd[0])
