@@ -162,6 +162,24 @@ class LazyTensor(torch.Tensor):
                 return
         torch.Tensor.__setitem__(self, key, value)
 
+    def as_strided(self, size, stride, storage_offset=None):
+        """As torch's; where the view cuts one dim of the tensor's storage into windows
+        and reads the others whole (Longformer's overlapping chunks), recorded as the
+        same view made by unfold (``layout.as_chunks``): its padded form and gradient are
+        unfold's."""
+        base = self if self._base is None else self._base
+        # (its storage as a contiguous tensor: a base whose dims are permuted, the result
+        # of an op that kept its input's strides, read in the order of its strides)
+        base = base.permute(sorted(range(base.dim()), key=lambda d: -base.stride(d)))
+        if base.is_contiguous() and base.storage_offset() == 0 and \
+                base.numel() == base.untyped_storage().nbytes() // base.element_size():
+            from .ops.layout import as_chunks
+            at = self.storage_offset() if storage_offset is None else storage_offset
+            out = as_chunks(base, size, stride, at)
+            if out is not None:
+                return out
+        return torch.Tensor.as_strided(self, size, stride, storage_offset)
+
     def tolist(self):
         from .executor import to_cpu
         return to_cpu(self).tolist()

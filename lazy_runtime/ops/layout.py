@@ -156,6 +156,56 @@ def lower_as_strided(x, size, stride, storage_offset=None):
     return jnp.take(x.reshape(-1), jnp.asarray(idx), mode="clip")
 
 
+def chunking(shape, p, size, stride, offset):
+    """(frames axis, window, step, labels) where ``as_strided(size, stride, offset)`` of
+    a row-major tensor of ``shape`` cuts its dim ``p`` into windows of ``window`` every
+    ``step`` and reads every other dim whole, regrouped as some of the output's dims
+    (Longformer's overlapping chunks of 2w every w tokens): the tensor viewed as (A, T,
+    R) (the dims before p, p's, those after), its unfold along T is (A, frames, R,
+    window), and ``labels`` name, in that order, the output axis each of its dims, A and
+    R split, becomes; else None."""
+    A, L, R = math.prod(shape[:p]), shape[p], math.prod(shape[p + 1:])
+    dims = [(s, j) for j, (n, s) in enumerate(zip(size, stride)) if n != 1]
+    outer = sorted((s, j) for s, j in dims if s >= L * R and s % (L * R) == 0)
+    inner = sorted((s, j) for s, j in dims if s < R)
+    along = [(s, j) for s, j in dims if (s, j) not in outer + inner]
+    windows = [j for s, j in along if s == R]
+    frames = [(s // R, j) for s, j in along if s != R and s % R == 0]
+    if offset or L < 2 or len(windows) != 1 or len(frames) != 1 or len(along) != 2:
+        return None
+    (step, f), w = frames[0], windows[0]
+    if size[w] > L or size[f] != (L - size[w]) // step + 1:
+        return None
+    for group, first, total in ((outer, L * R, A * L * R), (inner, 1, R)):
+        expect = first
+        for s, j in group:   # (each a whole block: strides of a row-major split)
+            if s != expect:
+                return None
+            expect *= size[j]
+        if expect != total:
+            return None
+    labels = [j for _, j in reversed(outer)] + [f] + [j for _, j in reversed(inner)] + [w]
+    return f, size[w], step, tuple(labels)
+
+
+def as_chunks(base, size, stride, offset):
+    """``base.as_strided(size, stride, offset)`` (base contiguous, at offset 0 of its
+    storage) as a view made by reshape, unfold and permute, where it is a ``chunking``
+    of one of base's dims; else None. Its gradient is then unfold's, not as_strided's
+    (a scatter into the flattened storage, which no padded layout holds)."""
+    for p in range(base.dim()):
+        how = chunking(tuple(base.shape), p, tuple(size), tuple(stride), offset)
+        if how is not None:
+            break
+    else:
+        return None
+    _, window, step, labels = how
+    shape = tuple(base.shape)
+    rows = base.reshape(math.prod(shape[:p]), shape[p], math.prod(shape[p + 1:]))
+    u = rows.unfold(1, window, step).reshape([size[j] for j in labels])
+    return u.permute(sorted(range(len(labels)), key=lambda k: labels[k])).reshape(size)
+
+
 @rule(aten.unfold.default)
 def unfold_rule(x, dim, size, step):
     s = _shape(x)

@@ -177,7 +177,7 @@ def _alike(cx, a, b) -> bool:
             # one length padded two ways (a mask of T made at T's bucket, the ids'
             # T+1-1 at T+1's): the input symbol padded less is padded as the other
             low, high = (x, y) if cx.buckets[x] < cx.buckets[y] else (y, x)
-            if low in cx.inputs:
+            if low in cx.inputs or low in cx.elastic:
                 raise Rebucket(low, cx.buckets[high])
             return False
     return True
@@ -558,6 +558,10 @@ def regroup(op, layout, shape, cx):
                     q[-1] = f // need
                     acc *= need
                     fac.append(need)
+                elif len(q) > 1 and type(q[-2]) is int:
+                    # (concrete factors regrouped across their bounds, (9, 8) as (8, 9):
+                    # Longformer's padded scores viewed with their last two dims swapped)
+                    q.append(q.pop() * q.pop())
                 else:
                     raise NoPadRule(op, f"view {layout} as {shape}", _syms(layout))
         out.append(dnorm(_unsplit(cx, fac)))
@@ -762,6 +766,11 @@ def _unfold_fn(ctx, env, in_lays, x, d, size, step, extra):
     return lower_unfold(jnp.pad(x, widths) if extra else x, d, size, step)
 
 
+def _unfold_padded_fn(ctx, env, in_lays, x, d, size, step, extra):
+    """``_unfold_fn`` to the window count's padded length (padded on: ``Rebucket``)."""
+    return _to_length(_unfold_fn(ctx, env, in_lays, x, d, size, step, extra), d, ctx.shape[d])
+
+
 @pad_rule(aten.unfold.default)
 def pad_unfold(node, ins, cx):
     """Windows of ``size`` every ``step`` along a padded dim (framing a signal): their
@@ -773,9 +782,14 @@ def pad_unfold(node, ins, cx):
     if not lay or not is_sym(lay[d]):
         return Pad(tuple(lay[:d]) + ((node.shape[d],),) + tuple(lay[d + 1:]) + ((size,),)
                    if lay else concrete(node.shape))
+    known = set(cx.sizes)
     out, extra = _spatial_dim(node.op, cx, lay[d], size, step, 0, 1)
+    if out[0] not in known:
+        # (padded on where its count meets itself padded further, ``Rebucket``:
+        # Longformer's chunks written into zeros of ``T // w`` chunks cut by one)
+        cx.elastic.add(out[0])
     return Pad(tuple(lay[:d]) + (out,) + tuple(lay[d + 1:]) + ((size,),),
-               args=(x, d, size, step, extra), fn=_unfold_fn, tag="unfold")
+               args=(x, d, size, step, extra), fn=_unfold_padded_fn, tag="unfold")
 
 
 def _unfold_backward_fn(ctx, env, in_lays, g, d, size, step):
@@ -838,6 +852,8 @@ def pad_as_strided(node, ins, cx):
         return Pad(concrete(node.shape))
     how = _framing(node.inputs[0].shape, tuple(size), tuple(stride), offset or 0)
     if how is None or has_sym(lay[:-1]) or len(lay[-1]) != 1:
+        # (windows along another dim, the others read whole, are recorded as unfold:
+        # ``LazyTensor.as_strided``)
         raise NoPadRule(node.op, "as_strided of a padded dim (other than windows along "
                         "the last)", _syms(lay))
     window, step = how
@@ -3791,6 +3807,9 @@ def _to_length(x, d: int, n: int):
 def pad_index_put(node, ins, cx):
     x, indices, values = node.args[:3]
     xl = ins[_i(x)]
+    fill = _mask_fill(node, ins, cx)
+    if fill is not None:
+        return fill
     r = _leading_index(node, ins, xl, indices, into_padded=True, cx=cx)
     if r is None:
         raise NoPadRule(node.op, "index pattern", _syms(*ins))
@@ -3802,14 +3821,16 @@ def pad_index_put(node, ins, cx):
             node.inputs[_i(values)].shape) is not None:
         return _pad_mask_rows_put(node, xl, ins[_i(masks[0])], vl)
     axes = tuple(p + a for a in range(len(il)) if is_sym(il[a]))
-    if axes and len(vl) != len(il) + len(xl) - k:
+    accumulate = node.args[3] if len(node.args) > 3 else dict(node.kwargs).get("accumulate")
+    if axes and accumulate and len(vl) != len(il) + len(xl) - k:
+        # (a write of broadcast values drops the padded rows' writes; a sum would add
+        # them at the padding's indices)
         raise NoPadRule(node.op, "broadcast values", _syms(vl, il))
     written = xl[:p] + il + xl[p + k:]   # (the values broadcast to it, from the right)
     vl, packed = _compacted_like(cx, vl, written)
     if len(vl) > len(written) or not all(
             v == (1,) or same_layout(cx, (v,), (w,)) for v, w in zip(vl[::-1], written[::-1])):
         raise NoPadRule(node.op, f"values {vl} written at {written}", _syms(vl, written))
-    accumulate = node.args[3] if len(node.args) > 3 else dict(node.kwargs).get("accumulate")
     pre = ((_i(values), axes, 0),) if axes and accumulate else ()
     rows = il if axes and not accumulate else None   # (padding rows write nowhere)
     padded = tuple((d, xl[d]) for d in range(p, p + k) if is_sym(xl[d]))
@@ -3829,6 +3850,27 @@ def pad_index_put(node, ins, cx):
     return Pad(xl, pre=pre, fn=functools.partial(_index_put_true_size_fn, dict(padded), rows,
                                                  packed),
                tag="index_put true size")
+
+
+def _mask_fill(node, ins, cx):
+    """``x[mask] = v`` (or ``+=``) of one value, the mask laid out as x's leading dims
+    (Longformer's ``extended_mask[attention_mask == 2] = max``): element by element, a
+    ``where`` (the mask's padding writes into x's); else None."""
+    x, indices, values = node.args[:3]
+    if len(indices) != 1 or indices[0] is None or \
+            node.inputs[_i(indices[0])].dtype != torch.bool or \
+            math.prod(node.inputs[_i(values)].shape) != 1:
+        return None
+    xl, ml = ins[_i(x)], ins[_i(indices[0])]
+    if has_sym(ins[_i(values)]) or len(ml) > len(xl) or not same_layout(cx, ml, xl[:len(ml)]):
+        return None
+    return Pad(xl, fn=functools.partial(_mask_fill_fn, len(ml)), tag="mask fill")
+
+
+def _mask_fill_fn(rank, ctx, env, in_lays, x, indices, values, accumulate=False):
+    mask = indices[0].reshape(indices[0].shape + (1,) * (x.ndim - rank))
+    v = values.reshape(()).astype(x.dtype)
+    return jnp.where(mask, x + v if accumulate else v, x)
 
 
 def _compacted_like(cx, vl, written):

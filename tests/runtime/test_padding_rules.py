@@ -1322,6 +1322,69 @@ def test_index_select_and_column_indexing_with_padded_indices_and_dims():
     assert m["compiles"] == 1 and m["padded_executions"] == len(sizes), m["recompile_reasons"]
 
 
+def written(x, rows, w):
+    """x (B, T, C) padded along T, rows (R,) padded (as nonzero's positions): one value
+    written at a boolean mask over x (``x[mask] = v``: Longformer's global-attention
+    mask) and at rows of a padded index (``h[:, rows] = v``: its ``attn[rows, :, cols] =
+    min``), the rows' padding writing nowhere."""
+    h = torch.tanh(x @ w)
+    masked = h.clone()
+    masked[h > 0.3] = 0.75
+    at_rows = h.clone()
+    at_rows[:, rows % h.shape[1]] = -0.5
+    return {"masked": masked * 1.0, "at_rows": at_rows * 1.0}
+
+
+def test_one_value_written_at_a_mask_or_at_padded_rows_runs_padded():
+    """Before: an exact compile at every size ("a boolean mask over a padded dim",
+    "broadcast values")."""
+    w = torch.randn(4, 4, generator=torch.Generator().manual_seed(1)).requires_grad_()
+
+    def inputs(n):
+        gi = torch.Generator().manual_seed(n)
+        return torch.randn(2, n, 4, generator=gi), torch.randint(0, 99, (n,), generator=gi)
+
+    m = _check_padded(written, inputs, [(1, "T"), (0, "R")], _sizes(5, 8, 3), params=(w,),
+                      rtol=1e-5, atol=1e-5)
+    assert m["exact_compiles"] == {}, m["recompile_reasons"]
+    assert m["compiles"] == 1, m["recompile_reasons"]
+
+
+def _longformer_scores(x, w, window=4):
+    """Longformer's sliding-window scores (transformers' ``_chunk`` and
+    ``_pad_and_transpose_last_two_dims``): x (T, B, C), T a multiple of 2 * window, split
+    into 2 heads; query and key cut into overlapping chunks of 2w every w tokens by
+    ``as_strided`` of a view (not contiguous), their products padded by a row and viewed
+    with the last two dims swapped."""
+    T, B, C = x.shape
+    q = (x @ w).view(T, B, 2, C // 2).transpose(0, 1).transpose(1, 2).reshape(B * 2, T, -1)
+
+    def chunk(h):
+        h = h.view(h.size(0), h.size(1) // (window * 2), window * 2, h.size(2))
+        size, stride = list(h.size()), list(h.stride())
+        size[1], stride[1] = size[1] * 2 - 1, stride[1] // 2
+        return h.as_strided(size=size, stride=stride)
+    s = torch.einsum("bcxd,bcyd->bcxy", (chunk(q), chunk(q.flip(-1))))
+    s = F.pad(s, (0, 0, 0, 1))
+    return {"scores": s.view(*s.shape[:-2], s.size(-1), s.size(-2))}
+
+
+def test_overlapping_chunks_cut_by_as_strided_run_padded():
+    """``as_strided`` that cuts one dim of a tensor's storage into windows, reading the
+    others whole, is recorded as the same view made by unfold (``LazyTensor.as_strided``):
+    padded as unfold is, its gradient unfold's; a view regrouping concrete dims across
+    their bounds ((9, 8) as (8, 9)) too. Values and gradients eager's, one compile for
+    three lengths. Before: exact at each (as_strided of a padded dim)."""
+    w = torch.randn(8, 8, generator=torch.Generator().manual_seed(2), dtype=torch.float64)
+    m = _check_padded(_longformer_scores, lambda T: (torch.randn(
+        T, 2, 8, generator=torch.Generator().manual_seed(T), dtype=torch.float64),),
+        [(0, "T")], [40, 48, 56], params=(w.requires_grad_(),), rtol=1e-5, atol=1e-5)
+    # (float64 values equal to 1e-12; the gradients' weights are taken in float32, where a
+    # score 1e-15 apart may round to the next float: 4e-6 apart at most)
+    assert m["exact_compiles"] == {}, m["recompile_reasons"]
+    assert m["compiles"] == 1, m["recompile_reasons"]
+
+
 def _read_at_keys(mask, h):
     """A padding mask read at ``[batch, kv]`` (transformers' mask functions), from the end
     too, combined with scores whose T comes from elsewhere."""
