@@ -623,10 +623,11 @@ class Cx:
             b = u - a * n1
             if r == 0 and a >= 1 and a * self.sizes[sym] + b == v:
                 fits.append((1, abs(b), a, order, sym, b))
+        # (c from the first size: (n1 + c) // k == u holds for k values of c only)
         return fits + [(k, abs(c), 1, order, sym, c) for order, sym, n1, n2 in moved
-                       for k in range(2, FLOOR_FITS + 1) for c in range(1 - k, k)
-                       if (n1 + c) // k == u and (n2 + c) // k == w
-                       and (self.sizes[sym] + c) // k == v]
+                       for k in range(2, FLOOR_FITS + 1)
+                       for c in range(max(1 - k, u * k - n1), min(k, u * k - n1 + k))
+                       if (n2 + c) // k == w and (self.sizes[sym] + c) // k == v]
 
     def _refit(self, key, v: int) -> list:
         """``_fits`` of size ``v`` of ``key`` from its family's second hint, where its
