@@ -578,10 +578,12 @@ class Cx:
         convolutions derived), the fit of the smallest ``|b|`` first (a guess, withdrawn
         at ``site``); else None. Unless ``multiples``, None where that fit is a multiple
         (b 0, a over 1), as a merged dim of the graph's may be (``B*T`` rows, laid out as
-        (B, T) where a view made that dim). ``prefer``: a symbol whose fits come first,
-        and those of the symbols it was derived from or that derive from its own (a
-        resampling's size follows the dim it resamples: ``H // 2``, not ``W//2 + 1``,
-        which fitted two sizes as well)."""
+        (B, T) where a view made that dim). ``prefer``: a symbol whose fits, and those of
+        the symbols of the input symbols it was derived from, come first where all of them
+        are floors (a resampling's size follows the dim it resamples: ``(W + 1) // 2``,
+        not ``H//2 + 1``, which fitted two sizes as well); among ``a * n + b`` fits the
+        smallest ``|b|`` still (MobileViT's map, whose size changes with a parity, fits
+        none of them for good)."""
         hint = self.follows.get(key)
         if hint is None:
             return None
@@ -591,9 +593,11 @@ class Cx:
         if not fits:
             return None
         # (the others are that fit again, worse: 4*(T+1)-4)
-        kin = self.origins((prefer,)) - self.derived if prefer in self.sizes else ()
-        k, _, a, _, sym, b = min(fits, key=lambda f: (
-            bool(kin) and not (self.origins((f[4],)) & kin), f))
+        kin = self.origins((prefer,)) - self.derived if prefer in self.sizes else set()
+        ours = [f for f in fits if self.origins((f[4],)) & kin]
+        if ours and all(f[0] > 1 for f in ours):   # (only floors of its own: those first)
+            fits = ours
+        k, _, a, _, sym, b = min(fits)
         if b == 0 and a > 1 and not multiples:
             return None   # (a multiple: ``symbolize``'s merged dims first)
         if ((self.site, site), sym) in self.disabled:
@@ -610,8 +614,8 @@ class Cx:
     def _fits(self, hint, v: int) -> list:
         """``(1, |b|, a, order, symbol, b)`` for each symbol that went as ``a * n + b``
         where hint ``(u, w, traces)``'s size went from u to w, and gives ``v`` here;
-        ``(k, |c|, 1, order, symbol, c)`` for each that went as ``(n + c) // k`` (k from 2
-        to ``FLOOR_FITS``, |c| under k: a resampling to ``H // 2``)."""
+        ``(k, |c|, 1, order, symbol, c)`` for each input symbol that went as ``(n + c) //
+        k`` (k from 2 to ``FLOOR_FITS``, |c| under k: a resampling to ``H // 2``)."""
         u, w, traces = hint
         then = [self._sizes_in(t) for t in traces]
         moved = [(order, sym, then[0][sym], then[1][sym])
@@ -623,8 +627,12 @@ class Cx:
             b = u - a * n1
             if r == 0 and a >= 1 and a * self.sizes[sym] + b == v:
                 fits.append((1, abs(b), a, order, sym, b))
-        # (c from the first size: (n1 + c) // k == u holds for k values of c only)
+        # (c from the first size: (n1 + c) // k == u holds for k values of c only; of the
+        # input symbols only: a floor of a derived one, itself a floor of an input's, is
+        # one of that input's, and derived ones fit spuriously: MobileViT's map brought to
+        # a multiple of its patch fitted ``(2*X-6)//2`` of its ``X`` at two sizes)
         return fits + [(k, abs(c), 1, order, sym, c) for order, sym, n1, n2 in moved
+                       if sym not in self.derived
                        for k in range(2, FLOOR_FITS + 1)
                        for c in range(max(1 - k, u * k - n1), min(k, u * k - n1 + k))
                        if (n2 + c) // k == w and (self.sizes[sym] + c) // k == v]
