@@ -614,8 +614,8 @@ class Cx:
     def _fits(self, hint, v: int) -> list:
         """``(1, |b|, a, order, symbol, b)`` for each symbol that went as ``a * n + b``
         where hint ``(u, w, traces)``'s size went from u to w, and gives ``v`` here;
-        ``(k, |c|, 1, order, symbol, c)`` for each input symbol that went as ``(n + c) //
-        k`` (k from 2 to ``FLOOR_FITS``, |c| under k: a resampling to ``H // 2``)."""
+        ``(k, |c|, 1, order, symbol, c)`` for each that went as ``(n + c) // k`` (k from 2
+        to ``FLOOR_FITS``, |c| under k: a resampling to ``H // 2``)."""
         u, w, traces = hint
         then = [self._sizes_in(t) for t in traces]
         moved = [(order, sym, then[0][sym], then[1][sym])
@@ -627,12 +627,8 @@ class Cx:
             b = u - a * n1
             if r == 0 and a >= 1 and a * self.sizes[sym] + b == v:
                 fits.append((1, abs(b), a, order, sym, b))
-        # (c from the first size: (n1 + c) // k == u holds for k values of c only; of the
-        # input symbols only: a floor of a derived one, itself a floor of an input's, is
-        # one of that input's, and derived ones fit spuriously: MobileViT's map brought to
-        # a multiple of its patch fitted ``(2*X-6)//2`` of its ``X`` at two sizes)
+        # (c from the first size: (n1 + c) // k == u holds for k values of c only)
         return fits + [(k, abs(c), 1, order, sym, c) for order, sym, n1, n2 in moved
-                       if sym not in self.derived
                        for k in range(2, FLOOR_FITS + 1)
                        for c in range(max(1 - k, u * k - n1), min(k, u * k - n1 + k))
                        if (n2 + c) // k == w and (self.sizes[sym] + c) // k == v]
