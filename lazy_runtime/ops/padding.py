@@ -2606,7 +2606,6 @@ def _pooled_dims(cx, lay, output_size) -> tuple:
     return tuple(out)
 
 
-
 def _true_first_fn(fn, lay, fill):
     """``fn`` (a rule's for dims padded at their end) of an input of layout ``lay`` whose
     merged dims padded inside (an adaptive pooling of flattened pixels) are given their
