@@ -2600,17 +2600,24 @@ def _pooled_dims(cx, lay, output_size) -> tuple:
     out = []
     for k, v in enumerate(output_size):
         d = lay[lead + k]
-        nd = cx.fit_symbol(("resize", cx.site, k), v, ("fit", k),
-                           prefer=d[0] if len(d) == 1 else None) if is_sym(d) else None
+        nd = _learnt_size(cx, d, k, v) if is_sym(d) else None
         out.append(nd if nd is not None else (v,))
     return tuple(out)
+
+
+def _learnt_size(cx, d, k, v):
+    """The dim for size ``v`` of the ``k``-th spatial dim, of layout ``d``, that the op at
+    the site resamples or pools to, where automatic dynamic learnt that size following a
+    symbol (``Cx.fit_symbol``, the resampled dim's own symbol first); else None."""
+    return cx.fit_symbol(("resize", cx.site, k), v, ("fit", k),
+                         prefer=d[0] if is_sym(d) and len(d) == 1 else None)
 
 
 def _true_first_fn(fn, lay, fill):
     """``fn`` (a rule's for dims padded at their end) of an input of layout ``lay`` whose
     merged dims padded inside (an adaptive pooling of flattened pixels) are given their
     true elements first, in torch's order, and ``fill`` after them."""
-    inside = [(a, dim) for a, dim in enumerate(lay) if is_sym(dim) and _inside_padded(dim)]
+    inside = _inside_dims(lay)
     if not inside:
         return fn
 
@@ -2621,11 +2628,16 @@ def _true_first_fn(fn, lay, fill):
     return first
 
 
+def _inside_dims(lay) -> list:
+    """(axis, dim) of each merged dim of layout ``lay`` padded inside."""
+    return [(a, dim) for a, dim in enumerate(lay) if is_sym(dim) and _inside_padded(dim)]
+
+
 def _back_in_place_fn(fn, lay):
     """``fn`` (the backward of a ``_true_first_fn``'s) whose result, laid out ``lay``
     with the true elements first along merged dims padded inside, goes back to their
     places."""
-    inside = [(a, dim) for a, dim in enumerate(lay) if is_sym(dim) and _inside_padded(dim)]
+    inside = _inside_dims(lay)
     if not inside:
         return fn
 
@@ -3094,8 +3106,7 @@ def _between_run_time_lengths(node, cx, lay, size, scales, kind, align_corners):
     for k, v in enumerate(size):
         d = lay[lead + k]
         known = set(cx.sizes)
-        nd = cx.fit_symbol(("resize", cx.site, k), v, ("fit", k),
-                           prefer=d[0] if is_sym(d) and len(d) == 1 else None)
+        nd = _learnt_size(cx, d, k, v)
         if nd is not None:
             if nd[0] not in known:   # (made here at its padded size: may be padded on)
                 cx.elastic.add(nd[0])
@@ -3955,9 +3966,7 @@ def _scatter_inside_fn(op, dim_layout, ctx, env, in_lays, x, dim, index, src):
     position, checked against the true size and written at its place in the layout."""
     at = _at_true_positions(op.__name__.split(".")[0], env, dim_layout,
                             norm_dim(dim, x.ndim), index)
-    if op is aten.scatter_add.default:
-        return scatter_along("scatter_add", x, dim, at, src, "add")
-    return scatter_along("scatter", x, dim, at, src)
+    return _scatter_at(op, x, dim, at, src)
 
 
 def _scatter_to_own_fn(op, index_layout, d, ctx, env, in_lays, x, dim, index, src):
@@ -3970,7 +3979,12 @@ def _scatter_to_own_fn(op, index_layout, d, ctx, env, in_lays, x, dim, index, sr
     if _inside_padded(index_layout[d]):
         index = _at_true_positions(op.__name__.split(".")[0], env, index_layout[d], d,
                                    jnp.where(valid, index, 0))
-    index = jnp.where(valid, index, own)
+    return _scatter_at(op, x, dim, jnp.where(valid, index, own), src)
+
+
+def _scatter_at(op, x, dim, index, src):
+    """scatter (or scatter_add) of ``src`` into ``x`` at ``index`` (positions in x's
+    padded layout)."""
     if op is aten.scatter_add.default:
         return scatter_along("scatter_add", x, dim, index, src, "add")
     return scatter_along("scatter", x, dim, index, src)
