@@ -8,6 +8,8 @@ target length, which torch's kernels also read on the host)."""
 
 from __future__ import annotations
 
+import itertools
+
 import numpy as np
 import jax
 import jax.numpy as jnp
@@ -61,12 +63,37 @@ def _conv(x, w, stride, padding, dilation, groups):
     unbatched = x.ndim == n + 1
     if unbatched:
         x = x[None]
+    if jnp.issubdtype(x.dtype, jnp.integer):
+        out = _integer_conv(x, w, _tup(stride, n), _tup(padding, n), _tup(dilation, n), groups)
+        return out[0] if unbatched else out
     pref = jnp.float32 if x.dtype in (jnp.float16, jnp.dtype("bfloat16")) else None
     out = lax.conv_general_dilated(
         x, w, window_strides=_tup(stride, n), padding=[(p, p) for p in _tup(padding, n)],
         rhs_dilation=_tup(dilation, n), dimension_numbers=_DN[n], feature_group_count=groups,
         precision=HIGHEST, preferred_element_type=pref)
     return out[0] if unbatched else out
+
+
+def _integer_conv(x, w, stride, padding, dilation, groups):
+    """A batched integer convolution as a sum of shifted products, one per kernel offset:
+    XLA:GPU hands convolutions to cuDNN, whose only integer convolutions are int8 ones
+    (int32 and int64 were refused as UNIMPLEMENTED on an H200, 2026-11-30). The products
+    and sums stay in the input's dtype, wrapping as torch's integer kernel does."""
+    n = w.ndim - 2
+    x = jnp.pad(x, [(0, 0), (0, 0)] + [(q, q) for q in padding])
+    batch, out_channels, per_group = x.shape[0], w.shape[0], w.shape[1]
+    kernel = w.shape[2:]
+    out = tuple((size - di * (k - 1) - 1) // si + 1
+                for size, k, si, di in zip(x.shape[2:], kernel, stride, dilation))
+    xg = x.reshape((batch, groups, 1, per_group) + x.shape[2:])
+    wg = w.reshape((groups, out_channels // groups, per_group) + kernel)
+    total = jnp.zeros((batch, groups, out_channels // groups) + out, x.dtype)
+    for offset in itertools.product(*map(range, kernel)):
+        window = tuple(slice(o * di, o * di + (m - 1) * si + 1, si)
+                       for o, di, m, si in zip(offset, dilation, out, stride))
+        taps = wg[(Ellipsis,) + offset].reshape(wg.shape[:3] + (1,) * n)
+        total = total + jnp.sum(xg[(Ellipsis,) + window] * taps, axis=3, dtype=x.dtype)
+    return total.reshape((batch, out_channels) + out)
 
 
 def _conv_any(x, w, stride, padding, dilation, transposed, output_padding, groups, out_shape):

@@ -249,6 +249,12 @@ def test_what_torch_refuses_raises_torchs_error(name, fn, xs):
     assert_torchs_error(fn, xs)
 
 
+def _ints(*shape, dtype=I64):
+    """Integers in [-50, 50), the same ones each run."""
+    gen = torch.Generator().manual_seed(sum(shape))
+    return torch.randint(-50, 50, shape, generator=gen).to(dtype)
+
+
 def _case(name, fn, *xs):
     return Case(name, fn, lambda gen, r: [x.clone() for x in xs])
 
@@ -357,6 +363,17 @@ ACCEPTED = [
           torch.ones(1, 1, 2, 2, dtype=I64)),
     _case("conv2d int32", lambda a, w: F.conv2d(a, w, padding=1), _x().int()[None, None],
           torch.ones(1, 1, 2, 2, dtype=I32)),
+    # integer convolutions of other geometries (lowered as sums of shifted products, which
+    # XLA:GPU runs: its cuDNN convolutions take no int32 or int64)
+    _case("conv1d int64 strided with bias", lambda a, w, b: F.conv1d(a, w, b, stride=2),
+          _ints(2, 3, 11), _ints(4, 3, 3), _ints(4)),
+    _case("conv2d int64 grouped padded", lambda a, w, b: F.conv2d(
+        a, w, b, stride=(2, 1), padding=(1, 2), groups=2), _ints(2, 4, 7, 6), _ints(6, 2, 3, 2),
+        _ints(6)),
+    _case("conv3d int32 padded", lambda a, w: F.conv3d(a, w, padding=1),
+          _ints(1, 2, 4, 5, 3, dtype=I32), _ints(3, 2, 2, 3, 2, dtype=I32)),
+    _case("conv2d int64 unbatched", lambda a, w: F.conv2d(a, w), _ints(3, 5, 6),
+          _ints(2, 3, 2, 2)),
     _case("avg_pool2d int64", lambda a: F.avg_pool2d(a, 2), _x().long()[None]),
     _case("relu6 uint8", lambda a: F.relu6(a), _x().byte()),
     _case("cumsum bool", lambda a: torch.cumsum(a, 0), _M),

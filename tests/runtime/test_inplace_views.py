@@ -184,7 +184,8 @@ def test_outputs_of_permuted_inputs_have_torchs_strides(name, permute):
     want = LAYOUT_KEEPING[name](permute(x))
     got = LAYOUT_KEEPING[name](permute(x.to(DEV)))
     assert got.stride() == want.stride() and got.is_contiguous() == want.is_contiguous()
-    assert torch.equal(got.cpu(), want)
+    # (close, not equal: XLA:GPU's sin is an ulp from torch's; a misplaced value is not)
+    torch.testing.assert_close(got.cpu(), want)
 
 
 def test_a_reshape_that_copies_in_torch_copies_here():
