@@ -78,7 +78,7 @@ EOF
 
 if want 4; then
   step 4 training-step benchmark 2>&1 | tee "$out/step.log"
-  timeout 270 $py benchmarks/runtime_step.py --steps 10 --rounds 5 --eager-device cuda \
+  timeout 420 $py benchmarks/runtime_step.py --steps 10 --rounds 5 --eager-device cuda \
     --write 2>&1 | tee -a "$out/step.log"
   cp benchmarks/RESULTS.md "$out/"
 fi
