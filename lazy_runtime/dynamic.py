@@ -428,7 +428,9 @@ class Cx:
         # dim) -> (size, size, the two graphs' leaf shapes): sizes automatic dynamic saw
         # change (``fit_symbol``)
         self.follows: dict = {}
-        self.input_layouts = lambda: ()   # the data leaves' layouts (None: not laid yet)
+        # the data leaves' layouts (None: not laid yet; ``marks``: an input marked dynamic
+        # that is not laid yet, its marked layout)
+        self.input_layouts = lambda marks=False: ()
         # the graph's family's (misses, second hints) for ``follows`` (``_refit``), and
         # its leaf shapes
         self.refits = None
@@ -565,8 +567,13 @@ class Cx:
         ``x[..., 1::2]``)."""
         name = f"({sym}{c:+d})//{k}" if c else \
             f"{sym}//{k}" if sym.isidentifier() else f"({sym})//{k}"
-        return self.derive(name, (self.sizes[sym] + c) // k, -(-self.buckets[sym] // k), sym,
+        name = self.derive(name, (self.sizes[sym] + c) // k, -(-self.buckets[sym] // k), sym,
                            rule=lambda n: (n[sym] + c) // k)
+        if c == 0 and self.buckets[sym] % k == 0:
+            # (``sym // k`` merges back into ``sym`` with k, as a view's split does: a
+            # constant of ``T // w`` chunks of w, viewed as T, Longformer's scores)
+            self.splits.setdefault(name, (sym, k))
+        return name
 
     def fit_symbol(self, key, v: int, site, multiples=True, prefer=None):
         """Where ``key`` (``("leaf", constant, dim)``; ``("length", node index)``, a moving
@@ -587,7 +594,10 @@ class Cx:
         hint = self.follows.get(key)
         if hint is None:
             return None
-        fits = self._fits(hint, v)
+        # (where the symbols laid out so far explain none, those of the inputs marked
+        # dynamic too: a constant the graph reaches before them, Longformer's zeros of
+        # T // w chunks)
+        fits = self._fits(hint, v) or self._fits(hint, v, marks=True)
         if not fits and self.refits is not None and key[1:] not in self.soft:
             fits = self._refit(key, v)
         if not fits:
@@ -611,13 +621,13 @@ class Cx:
         base = self.scaled(sym, a, max(b, 0))
         return (self.shrink(base, -b) if b < 0 else base,)
 
-    def _fits(self, hint, v: int) -> list:
+    def _fits(self, hint, v: int, marks: bool = False) -> list:
         """``(1, |b|, a, order, symbol, b)`` for each symbol that went as ``a * n + b``
         where hint ``(u, w, traces)``'s size went from u to w, and gives ``v`` here;
         ``(k, |c|, 1, order, symbol, c)`` for each that went as ``(n + c) // k`` (k from 2
         to ``FLOOR_FITS``, |c| under k: a resampling to ``H // 2``)."""
         u, w, traces = hint
-        then = [self._sizes_in(t) for t in traces]
+        then = [self._sizes_in(t, marks) for t in traces]
         moved = [(order, sym, then[0][sym], then[1][sym])
                  for order, sym in enumerate(self.sizes)
                  if then[0].get(sym) not in (None, then[1].get(sym)) and sym in then[1]]
@@ -651,12 +661,12 @@ class Cx:
             misses[key] = (v, self.shapes)
         return fits
 
-    def _sizes_in(self, shapes) -> dict:
+    def _sizes_in(self, shapes, marks: bool = False) -> dict:
         """The sizes the symbols known here had in a graph of leaf shapes ``shapes``:
         the inputs' read off their dims, the derived by their rules (where they have
         one)."""
         out = {}
-        for k, lay in enumerate(self.input_layouts()):
+        for k, lay in enumerate(self.input_layouts(marks)):
             for d, dim in enumerate(lay or ()):
                 if len(dim) == 1 and type(dim[0]) is str and dim[0] not in self.rules \
                         and k < len(shapes) and d < len(shapes[k]):
@@ -982,7 +992,8 @@ def _build(g, fresh, auto, disabled, bump, merged, early):
     cx.nodes = g.nodes
     cx.follows = {k: h for k, h in auto.items() if k[0] in ("leaf", "length", "resize")}
     steady = {k[1:]: v for k, v in auto.items() if k[0] == "steady"}
-    cx.input_layouts = lambda: [layouts[i] for i in data_at]
+    cx.input_layouts = lambda marks=False: [layouts[i] or (marks and marked.get(i) or None)
+                                            for i in data_at]
     if cx.follows:
         fam = _family(g)
         cx.refits = _REFITS.get(fam) or _bounded_put(_REFITS, fam, ({}, {}))

@@ -571,11 +571,9 @@ def regroup(op, layout, shape, cx):
 
 
 def _split(cx, sym, k) -> str:
-    """The symbol ``sym//k`` of the outer part of ``sym`` split into (sym//k, k)."""
-    name = cx.derive(f"{sym}//{k}", cx.sizes[sym] // k, cx.buckets[sym] // k, sym,
-                     rule=lambda n, s=sym, k=k: n[s] // k)
-    cx.splits[name] = (sym, k)
-    return name
+    """The symbol ``sym//k`` of the outer part of ``sym`` split into (sym//k, k) (its bucket
+    a multiple of k): ``Cx.stepped``'s, which merges back into sym (``_unsplit``)."""
+    return cx.stepped(sym, 0, k)
 
 
 def _spread_dims(cx, lay):
@@ -3744,6 +3742,10 @@ def pad_index(node, ins, cx):
     xl = ins[_i(x)]
     r = _leading_index(node, ins, xl, indices, into_padded=True, cx=cx)
     if r is None:
+        if not any(map(has_sym, filter(None, ins))):
+            # (nothing dynamic: runs as it is, Longformer's ``x[rows, :, cols]`` at its
+            # global tokens)
+            return Pad(concrete(node.shape))
         raise NoPadRule(node.op, "index pattern", _syms(*ins))
     il, p, k = r
     out = xl[:p] + il + xl[p + k:]
@@ -3822,6 +3824,8 @@ def pad_index_put(node, ins, cx):
         return fill
     r = _leading_index(node, ins, xl, indices, into_padded=True, cx=cx)
     if r is None:
+        if not any(map(has_sym, filter(None, ins))):
+            return Pad(xl)   # (nothing dynamic: runs as it is)
         raise NoPadRule(node.op, "index pattern", _syms(*ins))
     il, p, k = r
     vl = ins[_i(values)]

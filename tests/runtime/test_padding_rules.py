@@ -53,8 +53,9 @@ def _backward(total) -> None:
 
 
 def _marked(x, marks):
-    """``x`` with ``marks`` (one (dim, name) pair, or a list of them) marked dynamic."""
-    for d, name in [marks] if type(marks[0]) is int else marks:
+    """``x`` with ``marks`` (one (dim, name) pair, or a list of them, maybe empty) marked
+    dynamic."""
+    for d, name in [marks] if marks and type(marks[0]) is int else marks:
         x = lr.mark_dynamic(x, d, name)
     return x
 
@@ -1383,6 +1384,57 @@ def test_overlapping_chunks_cut_by_as_strided_run_padded():
     # score 1e-15 apart may round to the next float: 4e-6 apart at most)
     assert m["exact_compiles"] == {}, m["recompile_reasons"]
     assert m["compiles"] == 1, m["recompile_reasons"]
+
+
+def _longformer_diagonals(x, w, window=4):
+    """The chunks' scores (``_longformer_scores``) laid out as each token's 2w+1 diagonals
+    (transformers' ``_sliding_chunks_query_key_matmul``): zeros of T // w chunks of w rows
+    (a size the code computes from T), written piecewise from the scores, then viewed as
+    (B, heads, T, 2w + 1)."""
+    s = _longformer_scores(x, w, window)["scores"]
+    bh, chunks = s.shape[:2]
+    d = s.new_zeros((bh, chunks + 1, window, 2 * window + 1))
+    d[:, :-1, :, window:] = s[:, :, :window, :window + 1]
+    d[:, -1, :, window:] = s[:, -1, window:, :window + 1]
+    d[:, 1:, :, :window] = s[:, :, -(window + 1):-1, window + 1:]
+    d[:, 0, 1:window, 1:window] = s[:, 0, :window - 1, 1 - window:]
+    return {"diagonals": d.view(bh // 2, 2, x.shape[0], 2 * window + 1).transpose(2, 1)}
+
+
+def test_diagonals_of_overlapping_chunks_run_padded():
+    """Zeros whose size the code computes from T (T // w chunks, automatic dynamic's fit
+    ``T//4``, a floor) written piecewise from the chunks' scores and viewed as T: the
+    fit sees T though the zeros come first in the graph, ``T//4`` with 4 merges back
+    into T (as a view's split does). Values and gradients eager's; the first length
+    exact (nothing learnt yet: the zeros' size kept), one padded compile for the next
+    two. Before: exact at each (a scatter of different layouts)."""
+    w = torch.randn(8, 8, generator=torch.Generator().manual_seed(3), dtype=torch.float64)
+    m = _check_padded(_longformer_diagonals, lambda T: (torch.randn(
+        T, 2, 8, generator=torch.Generator().manual_seed(T), dtype=torch.float64),),
+        [(0, "T")], [40, 48, 56], params=(w.requires_grad_(),), rtol=1e-5, atol=1e-5)
+    assert m["exact_compiles"] == {"aten.slice_scatter.default": 1}, m["recompile_reasons"]
+    assert m["compiles"] == 2, m["recompile_reasons"]
+
+
+def _rows_and_columns_of_a_fixed_table(x, table):
+    """``table[rows, :, cols]`` (index tensors apart: a pattern no padding rule reads)
+    read and written beside a padded T: nothing dynamic flows in, so it runs as it is
+    (Longformer's global tokens)."""
+    rows, cols = torch.tensor([0, 2, 3]).to(x.device), torch.tensor([1, 0, 4]).to(x.device)
+    picked = table[rows, :, cols]                                  # (3, 3)
+    written = table.clone()
+    written[rows, :, cols] = picked * 2
+    return {"read": x.sum(1) @ picked, "written": written * x.mean()}
+
+
+def test_an_index_pattern_with_nothing_dynamic_runs_as_it_is():
+    def inputs(n):
+        gi = torch.Generator().manual_seed(n)
+        return torch.randn(2, n, 3, generator=gi), torch.randn(4, 3, 5, generator=gi)
+
+    m = _check_padded(_rows_and_columns_of_a_fixed_table, inputs, [(1, "T"), []],
+                      _sizes(5, 8, 3))
+    assert m["exact_compiles"] == {} and m["compiles"] == 1, m["recompile_reasons"]
 
 
 def _read_at_keys(mask, h):
