@@ -565,10 +565,8 @@ class Cx:
         resampling to half a size; padded to ``ceil(bucket / k)`` whatever ``c``, so that
         slices from different starts cat (YOLO's space-to-depth, ``x[..., ::2]`` beside
         ``x[..., 1::2]``)."""
-        name = f"({sym}{c:+d})//{k}" if c else \
-            f"{sym}//{k}" if sym.isidentifier() else f"({sym})//{k}"
-        name = self.derive(name, (self.sizes[sym] + c) // k, -(-self.buckets[sym] // k), sym,
-                           rule=lambda n: (n[sym] + c) // k)
+        name = self.derive(floor_name(sym, c, k), (self.sizes[sym] + c) // k,
+                           -(-self.buckets[sym] // k), sym, rule=lambda n: (n[sym] + c) // k)
         if c == 0 and self.buckets[sym] % k == 0:
             # (``sym // k`` merges back into ``sym`` with k, as a view's split does: a
             # constant of ``T // w`` chunks of w, viewed as T, Longformer's scores)
@@ -881,6 +879,13 @@ def _late_info(cx) -> dict:
     """``{symbol: Cx.derived_info}`` of the symbols ``cx`` derived after a size of
     theirs was kept concrete for want of one (``Cx.late``)."""
     return {s: cx.derived_info(s) for s in cx.late}
+
+
+def floor_name(sym: str, c: int, k: int) -> str:
+    """The name of the symbol ``(sym + c) // k``: one spelling for one function, so that a
+    slice's, a resampling's and a window op's counts of the same size meet as one."""
+    return f"({sym}{c:+d})//{k}" if c else \
+        f"{sym}//{k}" if sym.isidentifier() else f"({sym})//{k}"
 
 
 def _unknown(late: dict, early: dict) -> dict:

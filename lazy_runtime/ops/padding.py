@@ -86,8 +86,8 @@ from jax import lax
 
 from .. import ir
 from ..dynamic import (NoPadRule, Pad, Rebucket, RtInt, SymSize, bucket, concrete, cut_at,
-                       dnorm, dsize, fill_value, has_sym, is_sym, sanitize, slice_bounds,
-                       sym_or_int)
+                       dnorm, dsize, fill_value, floor_name, has_sym, is_sym, sanitize,
+                       slice_bounds, sym_or_int)
 from .common import check_index, divide, jdt, norm_dim, norm_dims, opmath, out_of_range, vjp
 from .layout import (_full_index, _jnp_index, _out_of_bounds, lower_pad, lower_unfold,
                      lower_unfold_backward, mask_rows_put, masked_scatter_from,
@@ -809,6 +809,13 @@ def pad_unfold_backward(node, ins, cx):
         raise NoPadRule(node.op, f"windows of {lay[-1]}, not {size}", _syms(lay[-1:]))
     frames = _lone_sym(node.op, lay[d])
     base = cx.shrunk.get(frames, (cx.bases.get(frames),))[0]
+    if base is not None and cx.sizes.get(base) != sizes[d]:
+        # (windows counted from the dim before a pad that grew the windowed one:
+        # ``_spatial_dim``)
+        grown = [s for s, (b, g) in cx.grown_from.items()
+                 if b == base and cx.sizes[s] == sizes[d]
+                 and cx.buckets[s] == cx.buckets[base] + g]
+        base = grown[0] if len(grown) == 1 else None
     if base is None or cx.sizes.get(base) != sizes[d]:
         raise NoPadRule(node.op, f"windows {frames} of no padded dim of size {sizes[d]}",
                         {frames})
@@ -2197,9 +2204,14 @@ def _spatial_dim(op, cx, dim, k, s, p, dl):
             return (base,), cx.buckets[base] - cx.buckets[sym] - c
         return (cx.shrink(sym, -c),), -c
     c += s - 1
-    name = f"({sym}{c:+d})//{s}"
-    return (cx.derive(name, (cx.sizes[sym] + c) // s, (cx.buckets[sym] + c) // s, sym,
-                      rule=lambda n: (n[sym] + c) // s),), 0
+    base, g = cx.grown_from.get(sym, (sym, 0))
+    if g and cx.buckets[sym] == cx.buckets[base] + g:
+        # (windows over a dim a pad grew, padded as much: counted from the dim before the
+        # pad, as the same count made otherwise is, Longformer's chunks of its values
+        # padded by w on both sides beside those of its probabilities)
+        sym, c = base, c + g
+    return (cx.derive(floor_name(sym, c, s), (cx.sizes[sym] + c) // s,
+                      (cx.buckets[sym] + c) // s, sym, rule=lambda n: (n[sym] + c) // s),), 0
 
 
 def _transposed_dim(cx, dim, k, s, p, dl, op):

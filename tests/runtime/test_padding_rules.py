@@ -1416,6 +1416,43 @@ def test_diagonals_of_overlapping_chunks_run_padded():
     assert m["compiles"] == 2, m["recompile_reasons"]
 
 
+def _longformer_context(p, v, window=4):
+    """Longformer's weighted sum of values (transformers'
+    ``_sliding_chunks_matmul_attn_probs_value``): weights p (T, B, 2, 2w+1) split by a view
+    into T // w chunks of w rows, their diagonals laid out by a pad and two views; values v
+    (T, B, 2, D) padded by w at both ends and cut by ``as_strided`` into windows of 3w
+    every w (T // w of them, counted over the padded length)."""
+    T, B, H, D = v.shape
+    probs = p.transpose(0, 1).transpose(1, 2).reshape(B * H, T // window, window, -1)
+    padded = F.pad(v.transpose(0, 1).transpose(1, 2).reshape(B * H, T, D),
+                   (0, 0, window, window), value=-1)
+    st = padded.stride()
+    chunks = padded.as_strided(size=(B * H, T // window, 3 * window, D),
+                               stride=(st[0], window * st[1], st[1], st[2]))
+    diag = F.pad(probs, (0, window + 1)).view(B * H, T // window, -1)[:, :, :-window]
+    diag = diag.view(B * H, T // window, window, 3 * window + 1)[:, :, :, :-1]
+    out = torch.einsum("bcwd,bcdh->bcwh", (diag, chunks))
+    return {"context": out.view(B, H, T, D).transpose(1, 2)}
+
+
+def test_windows_over_a_grown_dim_meet_chunks_split_by_a_view():
+    """The values' windows, counted over T + 2w (``((T+8) - 8) // 4``), and the weights'
+    chunks, T split by a view (``T // 4``), are one symbol (a window op over a dim a pad
+    grew is counted from the dim before the pad; one spelling for a floor), so their
+    product pads; the windows' gradient goes back to the grown dim. Values and gradients
+    eager's, one compile for three lengths. Before: exact at each (the product's batch
+    layouts differ)."""
+    def inputs(T):
+        g = torch.Generator().manual_seed(T)
+        return (torch.rand(T, 2, 2, 9, generator=g, dtype=torch.float64),
+                torch.randn(T, 2, 2, 8, generator=g, dtype=torch.float64))
+
+    m = _check_padded(_longformer_context, inputs, [(0, "T"), (0, "T")], [40, 48, 56],
+                      rtol=1e-5, atol=1e-5)
+    assert m["exact_compiles"] == {}, m["recompile_reasons"]
+    assert m["compiles"] == 1, m["recompile_reasons"]
+
+
 def _rows_and_columns_of_a_fixed_table(x, table):
     """``table[rows, :, cols]`` (index tensors apart: a pattern no padding rule reads)
     read and written beside a padded T: nothing dynamic flows in, so it runs as it is
