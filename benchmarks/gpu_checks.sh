@@ -20,6 +20,8 @@
 #       benchmark; 5b: step 5's failures rerun on XLA:CPU). Default: all but 4x and 6.
 #   SUITE_ORDER=reverse ...   # step 5 runs the files after the first ones in reverse order
 #                             # (the other half of a suite a time limit cut short before)
+#   SUITE_FILES="tests/runtime/test_a.py ..." ...   # step 5 runs these files only (those
+#       added since the last lease, say: git diff --name-only REV HEAD -- tests/runtime)
 # Logs, and RESULTS.md after step 4, go to OUT_DIR (default /tmp/gpu_checks).
 set -u
 out=${1:-/tmp/gpu_checks}
@@ -120,6 +122,7 @@ test_lowerings_special test_lowerings test_lowerings_sweep test_heap"
     files=$(printf 'tests/runtime/%s.py ' $first)
     files="$files tests/runtime"
   fi
+  files=${SUITE_FILES:-$files}
   # (-v: each failure is named as it happens, should the time limit cut the summary)
   timeout -s INT -k 30 "$suite_s" $py -m pytest $files -v -n 12 --dist loadfile -rfE \
     --continue-on-collection-errors
