@@ -20,6 +20,7 @@ from __future__ import annotations
 
 import argparse
 import ctypes
+import datetime
 import json
 import statistics
 import subprocess
@@ -29,7 +30,7 @@ from pathlib import Path
 
 ROOT = Path(__file__).resolve().parents[1]
 HEADING = "## The device guard in traced steps"
-DATE = "2026-11-27"
+DATE = datetime.date.today().isoformat()   # (of the run)
 NAMES = ("mlp", "cnn", "lstm", "gpt")
 PRIVATE_USE1 = 20   # c10::DeviceType::PrivateUse1
 

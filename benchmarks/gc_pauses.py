@@ -15,6 +15,7 @@ barriers), where they are frequent. ``--write`` puts the table into benchmarks/R
 from __future__ import annotations
 
 import argparse
+import datetime
 import json
 import statistics
 import subprocess
@@ -24,7 +25,7 @@ from pathlib import Path
 
 ROOT = Path(__file__).resolve().parents[1]
 HEADING = "## Python's garbage collector in traced steps"
-DATE = "2026-11-23"
+DATE = datetime.date.today().isoformat()   # (of the run)
 NAMES = ("mlp", "cnn", "lstm", "gpt")
 
 

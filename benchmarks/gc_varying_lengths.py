@@ -18,6 +18,7 @@ young: the generation 0 and 1 collections' time per step.
 from __future__ import annotations
 
 import argparse
+import datetime
 import json
 import statistics
 import sys
@@ -28,7 +29,7 @@ from gc_pauses import Collections, _med, child
 
 ROOT = Path(__file__).resolve().parents[1]
 HEADING = "## Python's collector in steps whose lengths vary"
-DATE = "2026-11-28"
+DATE = datetime.date.today().isoformat()   # (of the run)
 LOOPS = ("traced", "whole step")
 
 

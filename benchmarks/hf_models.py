@@ -16,6 +16,7 @@ from __future__ import annotations
 
 import argparse
 import copy
+import datetime
 import statistics
 import sys
 import time
@@ -33,7 +34,7 @@ from results_file import replace_section  # noqa: E402
 
 lr.config.compile_cache = None   # first results are timed with cold compiles
 
-DATE = "2026-11-22"
+DATE = datetime.date.today().isoformat()   # (of the run)
 WARMUP = 6
 
 

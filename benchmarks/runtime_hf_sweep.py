@@ -21,6 +21,7 @@ from __future__ import annotations
 
 import argparse
 import copy
+import datetime
 import sys
 import time
 import warnings
@@ -35,7 +36,7 @@ sys.path.insert(0, str(ROOT / "benchmarks"))
 import lazy_runtime as lr  # noqa: E402
 from results_file import replace_section  # noqa: E402
 
-DATE = "2026-11-22"
+DATE = datetime.date.today().isoformat()   # (of the run)
 TITLE = "## lazy_runtime on transformers models"
 
 

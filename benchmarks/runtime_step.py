@@ -19,6 +19,7 @@ not flattered.
 from __future__ import annotations
 
 import argparse
+import datetime
 import json
 import subprocess
 import statistics
@@ -40,7 +41,7 @@ from results_file import replace_section  # noqa: E402
 
 lr.config.compile_cache = None   # first results are timed with cold compiles
 
-DATE = "2026-11-27"
+DATE = datetime.date.today().isoformat()   # (of the run)
 
 
 def _median_ms(ts):
