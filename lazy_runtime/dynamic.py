@@ -623,7 +623,8 @@ class Cx:
         """``(1, |b|, a, order, symbol, b)`` for each symbol that went as ``a * n + b``
         where hint ``(u, w, traces)``'s size went from u to w, and gives ``v`` here;
         ``(k, |c|, 1, order, symbol, c)`` for each that went as ``(n + c) // k`` (k from 2
-        to ``FLOOR_FITS``, |c| under k: a resampling to ``H // 2``)."""
+        to ``FLOOR_FITS``, |c| under k: a resampling to ``H // 2``). ``marks``: the
+        symbols of inputs marked dynamic and not laid out yet are candidates too."""
         u, w, traces = hint
         then = [self._sizes_in(t, marks) for t in traces]
         moved = [(order, sym, then[0][sym], then[1][sym])
@@ -661,8 +662,8 @@ class Cx:
 
     def _sizes_in(self, shapes, marks: bool = False) -> dict:
         """The sizes the symbols known here had in a graph of leaf shapes ``shapes``:
-        the inputs' read off their dims, the derived by their rules (where they have
-        one)."""
+        the inputs' read off their dims (``marks``: those not laid out yet off their
+        marked layouts), the derived by their rules (where they have one)."""
         out = {}
         for k, lay in enumerate(self.input_layouts(marks)):
             for d, dim in enumerate(lay or ()):
