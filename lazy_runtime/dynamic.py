@@ -998,7 +998,7 @@ def _build(g, fresh, auto, disabled, bump, merged, early):
     cx.nodes = g.nodes
     cx.follows = {k: h for k, h in auto.items() if k[0] in ("leaf", "length", "resize")}
     steady = {k[1:]: v for k, v in auto.items() if k[0] == "steady"}
-    cx.input_layouts = lambda marks=False: [layouts[i] or (marks and marked.get(i) or None)
+    cx.input_layouts = lambda marks=False: [layouts[i] or (marked.get(i) if marks else None)
                                             for i in data_at]
     if cx.follows:
         fam = _family(g)

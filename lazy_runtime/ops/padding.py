@@ -812,9 +812,8 @@ def pad_unfold_backward(node, ins, cx):
     if base is not None and cx.sizes.get(base) != sizes[d]:
         # (windows counted from the dim before a pad that grew the windowed one:
         # ``_spatial_dim``)
-        grown = [s for s, (b, g) in cx.grown_from.items()
-                 if b == base and cx.sizes[s] == sizes[d]
-                 and cx.buckets[s] == cx.buckets[base] + g]
+        grown = [s for s in cx.grown_from
+                 if _grown_alike(cx, s)[0] == base and cx.sizes[s] == sizes[d]]
         base = grown[0] if len(grown) == 1 else None
     if base is None or cx.sizes.get(base) != sizes[d]:
         raise NoPadRule(node.op, f"windows {frames} of no padded dim of size {sizes[d]}",
@@ -1537,6 +1536,13 @@ def _grown_padding(cx, base, g, around):
     return max(need, cx.buckets[base])
 
 
+def _grown_alike(cx, sym) -> tuple:
+    """(base, g) where ``sym`` is ``base`` grown by g and padded by exactly g more (a
+    constant pad of a padded dim: ``cx.grow``), else (sym, 0)."""
+    base, g = cx.grown_from.get(sym, (sym, 0))
+    return (base, g) if g and cx.buckets[sym] == cx.buckets[base] + g else (sym, 0)
+
+
 def _ungrown(cx, sym, k):
     """The symbol ``sym`` was grown from by exactly ``k`` (``T`` for ``T+2`` and 2, for
     ``T+4-2`` and 2 too), or None: what a cut of k from it is, padded as that symbol is."""
@@ -2204,12 +2210,11 @@ def _spatial_dim(op, cx, dim, k, s, p, dl):
             return (base,), cx.buckets[base] - cx.buckets[sym] - c
         return (cx.shrink(sym, -c),), -c
     c += s - 1
-    base, g = cx.grown_from.get(sym, (sym, 0))
-    if g and cx.buckets[sym] == cx.buckets[base] + g:
-        # (windows over a dim a pad grew, padded as much: counted from the dim before the
-        # pad, as the same count made otherwise is, Longformer's chunks of its values
-        # padded by w on both sides beside those of its probabilities)
-        sym, c = base, c + g
+    # (windows over a dim a pad grew, padded as much: counted from the dim before the pad,
+    # as the same count made otherwise is, Longformer's chunks of its values padded by w
+    # on both sides beside those of its probabilities)
+    sym, g = _grown_alike(cx, sym)
+    c += g
     return (cx.derive(floor_name(sym, c, s), (cx.sizes[sym] + c) // s,
                       (cx.buckets[sym] + c) // s, sym, rule=lambda n: (n[sym] + c) // s),), 0
 
