@@ -130,6 +130,18 @@ def lazy_step(cfg, mode):
     return training_step(cfg, model, opt, dev), model, opt
 
 
+def timed_step(train_step, x, y):
+    """(seconds before ``mark_step``, seconds to the loss read, ops recorded) of one lazy
+    step."""
+    ops0 = lr.metrics()["traced_ops"]
+    t0 = time.perf_counter()
+    loss = train_step(x, y)
+    t1 = time.perf_counter()
+    lr.mark_step()
+    loss.item()
+    return t1 - t0, time.perf_counter() - t0, lr.metrics()["traced_ops"] - ops0
+
+
 def bench_lazy(cfg, steps, mode="plain"):
     """Lazy steps traced ("plain") or with forward, backward and optimizer replayed
     ("replay"), one after another (``lazy_step``)."""
@@ -139,20 +151,13 @@ def bench_lazy(cfg, steps, mode="plain"):
     times, trace_us = [], []
     ttfr = None
     for i, (x, y) in enumerate(cfg.batches[:steps + WARMUP]):
-        ops0 = lr.metrics()["traced_ops"]
-        t0 = time.perf_counter()
-        loss = train_step(x, y)
-        t1 = time.perf_counter()
-        lr.mark_step()
-        loss.item()
-        t2 = time.perf_counter()
+        trace_s, step_s, ops = timed_step(train_step, x, y)
         if i == 0:
-            ttfr = t2 - t0
-        ops = lr.metrics()["traced_ops"] - ops0
+            ttfr = step_s
         if i >= WARMUP:
-            times.append(t2 - t0)
+            times.append(step_s)
             if ops:
-                trace_us.append((t1 - t0) / ops * 1e6)
+                trace_us.append(trace_s / ops * 1e6)
     m = lr.metrics()
     return dict(step_ms=_median_ms(times), ttfr_s=ttfr,
                 us_per_op=statistics.median(trace_us) if trace_us else float("nan"),

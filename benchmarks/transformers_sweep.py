@@ -331,9 +331,9 @@ def prepare(module_name: str) -> tuple[dict, object, dict, dict]:
 class _Worker:
     """A child process answering one JSON line per module name it is sent."""
 
-    def __init__(self):
+    def __init__(self, script: str):
         env = {**os.environ, "PYTHONPATH": os.pathsep.join([str(ROOT), os.environ.get("PYTHONPATH", "")])}
-        self.proc = subprocess.Popen([sys.executable, __file__, "--worker"], stdin=subprocess.PIPE,
+        self.proc = subprocess.Popen([sys.executable, script, "--worker"], stdin=subprocess.PIPE,
                                      stdout=subprocess.PIPE, stderr=subprocess.DEVNULL, text=True, env=env)
         self.module = None
         self.started = 0.0
@@ -348,8 +348,12 @@ class _Worker:
         self.proc.wait()
 
 
-def run_sweep(modules: list[str], limit: float = 60.0, jobs: int = 1, progress=print) -> list[dict]:
-    """Records for ``modules`` in order; a model over ``limit`` seconds is a timeout."""
+def run_sweep(modules: list[str], limit: float = 60.0, jobs: int = 1, progress=print, script: str = __file__,
+              describe=None) -> list[dict]:
+    """Records for ``modules`` in order; a model over ``limit`` seconds is a timeout. Each worker runs
+    ``script --worker`` (``worker_main``'s loop over its own check); ``describe`` makes a record's
+    progress line (``summary_line``)."""
+    describe = describe or summary_line
     pending = list(reversed(modules))
     records: dict[str, dict] = {}
     selector = selectors.DefaultSelector()
@@ -357,7 +361,7 @@ def run_sweep(modules: list[str], limit: float = 60.0, jobs: int = 1, progress=p
 
     def start(worker=None):
         if worker is None:
-            worker = _Worker()
+            worker = _Worker(script)
             workers.append(worker)
             selector.register(worker.proc.stdout, selectors.EVENT_READ, worker)
         if pending:
@@ -375,7 +379,7 @@ def run_sweep(modules: list[str], limit: float = 60.0, jobs: int = 1, progress=p
 
     def done(record):
         records[record["module"]] = record
-        progress(f"[{len(records)}/{len(modules)}] {summary_line(record)}")
+        progress(f"[{len(records)}/{len(modules)}] {describe(record)}")
 
     for _ in range(min(jobs, len(modules))):
         start()
@@ -401,15 +405,17 @@ def run_sweep(modules: list[str], limit: float = 60.0, jobs: int = 1, progress=p
     return [records[m] for m in modules]
 
 
-def worker_main() -> None:
-    """Answer module names from stdin; the real stdout is kept for the answers only."""
+def worker_main(check=None) -> None:
+    """Answer module names from stdin with ``check``'s record (``sweep_one``); the real
+    stdout is kept for the answers only."""
+    check = check or sweep_one
     out = os.fdopen(os.dup(1), "w")
     os.dup2(2, 1)  # models that print go to stderr
     import torch
 
     torch.set_num_threads(1)
     for line in sys.stdin:
-        record = sweep_one(line.strip())
+        record = check(line.strip())
         out.write(json.dumps(record) + "\n")
         out.flush()
 
