@@ -107,7 +107,8 @@ def relative_difference(lazy, eager) -> float:
     if not bool(same_nan.all()):
         return float("inf")
     finite = torch.isfinite(eager)
-    if not bool((lazy[~finite] == eager[~finite]).all()):
+    infinite = ~finite & ~torch.isnan(eager)
+    if not bool((lazy[infinite] == eager[infinite]).all()):
         return float("inf")
     if not bool(finite.any()):
         return 0.0
@@ -305,8 +306,9 @@ def differences(a: tuple, b: tuple) -> dict:
     if len(outs_a) != len(outs_b):
         out[f"{len(outs_a)} outputs against {len(outs_b)}"] = float("inf")
     for i, (x, y) in enumerate(zip(outs_a, outs_b)):
-        out[f"output {i} {tuple(y.shape)}"] = relative_difference(x, y.to(x.dtype)) \
-            if x.is_floating_point() and y.is_floating_point() else relative_difference(x, y)
+        both_float = x.is_floating_point() and y.is_floating_point()   # (float64's: exact)
+        out[f"output {i} {tuple(y.shape)}"] = relative_difference(
+            *((x.double(), y.double()) if both_float else (x, y)))
     for name in sorted(set(grads_a) ^ set(grads_b)):
         out[f"grad of {name} on one side only"] = float("inf")
     scale = max((g.abs().max().item() for g in grads_b.values() if g.numel()), default=0.0) or 1.0

@@ -7,6 +7,7 @@ import sys
 from pathlib import Path
 
 import pytest
+import torch
 from torch._ops import ops
 
 import lazy_runtime as lr
@@ -15,7 +16,7 @@ from lazy_runtime.ops.registry import LOWERINGS, Lowering
 pytest.importorskip("transformers")
 sys.path.insert(0, str(Path(__file__).resolve().parents[2] / "benchmarks"))
 
-from runtime_transformers_sweep import check_model  # noqa: E402
+from runtime_transformers_sweep import check_model, relative_difference  # noqa: E402
 
 aten = ops.aten
 
@@ -49,3 +50,13 @@ def test_a_wrong_lowering_is_reported_as_differing(monkeypatch):
         lr.clear_cache()   # (graphs compiled with the wrong one)
     assert record["status"] == "differs", record
     assert "from float64" in record["reason"], record
+
+
+def test_values_compare_with_nans_and_infinities_in_their_places():
+    nan, inf = float("nan"), float("inf")
+    want = torch.tensor([2.0, nan, inf, -inf])
+    assert relative_difference(torch.tensor([2.0, nan, inf, -inf]), want) == 0.0
+    assert relative_difference(torch.tensor([2.2, nan, inf, -inf]), want) == pytest.approx(0.1)
+    assert relative_difference(torch.tensor([2.0, 1.0, inf, -inf]), want) == inf
+    assert relative_difference(torch.tensor([2.0, nan, -inf, -inf]), want) == inf
+    assert relative_difference(torch.tensor([2.0, nan, inf]), want) == inf
