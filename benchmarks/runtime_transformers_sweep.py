@@ -26,9 +26,17 @@ output with fixed random weights, and its backward. Each model ends as:
 - ``skipped``, ``timeout``, ``crashed``: the model or its sample could not be built or
   run eagerly / the per-model limit / the worker died.
 
+With ``--train`` each model is trained instead: ``TRAIN_STEPS`` AdamW steps on its batch
+against random targets of its float outputs (mean squared error), eagerly and as a whole
+step under ``lr.compile_step`` (the optimizer through ``lr.compile_optimizer``), the
+batch and targets copied to the device in the step. It ends as ``match`` (every step's
+loss within 1e-4 of eager's, relative, and the step replayed), ``traced`` (the losses
+agree, but every step was traced: the record keeps the runtime's reasons), ``differs``,
+or as above.
+
 Each model runs in a worker process killed past the limit (``transformers_sweep``'s).
 
-Usage: python benchmarks/runtime_transformers_sweep.py [--limit 180] [--only a,b]
+Usage: python benchmarks/runtime_transformers_sweep.py [--train] [--limit 180] [--only a,b]
                                                       [--json FILE] [--write]
 """
 
@@ -38,6 +46,7 @@ import argparse
 import copy
 import datetime
 import json
+import os
 import sys
 import time
 import traceback
@@ -52,7 +61,10 @@ import transformers_sweep as ts  # noqa: E402
 
 JSON = ROOT / "benchmarks" / "runtime_transformers_sweep.json"
 TITLE = "## Conformance: every transformers model on the lazy device"
+TRAIN_TITLE = "## Conformance: every transformers model trained under compile_step"
+TRAIN_JSON = ROOT / "benchmarks" / "runtime_transformers_training.json"
 TOLERANCE = 1e-4
+_TRAIN_ENV = "RUNTIME_TRANSFORMERS_SWEEP_TRAIN"
 
 
 # ---- one model -----------------------------------------------------------------------------
@@ -84,13 +96,18 @@ def _forward(model, kwargs):
     return tensor_leaves(model(**kwargs, **extra))
 
 
-def _loss(outs, weights):
+def _summed(outs, others, term):
+    """The sum of ``term(out, other)`` over the outputs that need grad (None if none)."""
     total = None
-    for t, w in zip(outs, weights):
+    for t, w in zip(outs, others):
         if t.requires_grad:
-            term = (t * w).sum()
-            total = term if total is None else total + term
+            x = term(t, w)
+            total = x if total is None else total + x
     return total
+
+
+def _loss(outs, weights):
+    return _summed(outs, weights, lambda t, w: (t * w).sum())
 
 
 def relative_difference(lazy, eager) -> float:
@@ -151,6 +168,17 @@ def _is_random(model, kwargs) -> bool:
 def check_model(module_name: str) -> dict:
     """Build one modeling file's model, run it eagerly and lazily; a record of how they
     compare."""
+    return _checked(module_name, _compare)
+
+
+def check_training(module_name: str) -> dict:
+    """Build one modeling file's model, train it a few steps eagerly and as a whole step
+    under ``lr.compile_step``; a record of how the losses compare and whether the step
+    replayed."""
+    return _checked(module_name, _compare_training)
+
+
+def _checked(module_name: str, compare) -> dict:
     import warnings
 
     record, model, kwargs, _ = ts.prepare(module_name)
@@ -165,12 +193,91 @@ def check_model(module_name: str) -> dict:
     try:
         with warnings.catch_warnings():
             warnings.simplefilter("ignore")
-            _compare(record, model, kwargs)
+            compare(record, model, kwargs)
     except Exception as e:   # (an error of the sweep's own, outside the lazy run)
         record.update(status="sweep error", reason=f"{type(e).__name__}: {str(e)[:300]}",
                       traceback=traceback.format_exc()[-1500:])
     record["seconds"] = round(record["seconds"] + time.perf_counter() - start, 2)
     return record
+
+
+TRAIN_STEPS = 6
+
+
+def _mse(outs, targets):
+    """The mean squared distance of the outputs that need grad to their targets, summed."""
+    return _summed(outs, targets, lambda t, w: ((t - w) ** 2).mean())
+
+
+def _compare_training(record: dict, model, kwargs) -> None:
+    """``TRAIN_STEPS`` AdamW steps on one batch and random targets of the float outputs
+    (mean squared error; eval mode: no dropout), eagerly and as a
+    whole step under ``lr.compile_step`` (the optimizer through ``lr.compile_optimizer``,
+    as the runtime's README says): the losses compared, and whether the step was replayed
+    (from its third call on, as a shape-stable step is)."""
+    import torch
+
+    import lazy_runtime as lr
+
+    _perturb(model)
+    lazy_model = copy.deepcopy(model)
+    if _is_random(model, kwargs):
+        record.update(status="random", reason="the forward draws random numbers in eval mode")
+        return
+    with torch.no_grad():
+        shapes = [t.shape for t in _floating(_forward(model, kwargs))]
+    gen = torch.Generator().manual_seed(0)
+    weights = [torch.randn(s, generator=gen) for s in shapes]
+
+    def training_step(m, opt, device=None):
+        def step(batch, targets):
+            m.train()
+            m.eval()   # (each step: LeViT's eval-mode cache would hold the last step's graph)
+            if device is not None:   # (the batch and targets copied in the step, as usual)
+                batch = {k: v.to(device) if isinstance(v, torch.Tensor) else v
+                         for k, v in batch.items()}
+                targets = [t.to(device) for t in targets]
+            loss = _mse(_floating(_forward(m, batch)), targets)
+            loss.backward()
+            opt.step()
+            opt.zero_grad()
+            return loss
+        return step
+
+    if _mse(_floating(_forward(model, kwargs)), weights) is None:
+        record.update(status="skipped", reason="no output has a gradient")
+        return
+    eager_step = training_step(model, torch.optim.AdamW(model.parameters(), lr=1e-3))
+    try:
+        eager = [eager_step(kwargs, weights).item() for _ in range(TRAIN_STEPS)]
+    except Exception as e:
+        record.update(status="skipped", reason=f"eager training fails: {type(e).__name__}: "
+                                               f"{str(e)[:200]}")
+        return
+    dev = lr.device()
+    lr.reset_metrics()
+    try:
+        lazy_model = lazy_model.to(dev)
+        opt = lr.compile_optimizer(torch.optim.AdamW(lazy_model.parameters(), lr=1e-3))
+        step = lr.compile_step(training_step(lazy_model, opt, dev), lazy_model, opt)
+        lazy = [step(kwargs, weights).item() for _ in range(TRAIN_STEPS)]
+    except Exception as e:
+        record.update(status="lazy error", reason=f"{type(e).__name__}: {str(e)[:400]}",
+                      traceback=traceback.format_exc()[-2500:], **_metrics(lr))
+        return
+    m = lr.metrics()
+    record.update(_metrics(lr), eager_losses=eager, lazy_losses=lazy,
+                  step_replays=m["step_replays"],
+                  replay_misses=dict(list(m["replay_misses"].items())[:3]))
+    apart = max(abs(a - b) / max(abs(b), 1.0) for a, b in zip(lazy, eager))
+    record["difference"] = apart
+    if apart > TOLERANCE:
+        record.update(status="differs", reason=f"losses {lazy} against eager {eager}")
+    elif not m["step_replays"]:
+        record.update(status="traced", reason="not replayed: "
+                                              f"{'; '.join(record['replay_misses']) or '?'}")
+    else:
+        record["status"] = "match"
 
 
 def _run(model, kwargs, weights, backward=True, device=None):
@@ -342,15 +449,17 @@ def _metrics(lr) -> dict:
 
 # ---- reporting ------------------------------------------------------------------------------
 
-STATUSES = ("match", "differs", "random", "lazy error", "sweep error", "skipped", "timeout",
-            "crashed")
+STATUSES = ("match", "traced", "differs", "random", "lazy error", "sweep error", "skipped",
+            "timeout", "crashed")
 
 
 def describe(r: dict) -> str:
     name = r["module"].rsplit(".", 1)[-1]
     if r["status"] == "match":
         fb = r.get("fallbacks") or {}
-        extra = (f"{r['difference']:.1e} at {r['where']}, {r.get('compiles', 0)} compiles"
+        at = f" at {r['where']}" if r.get("where") else ""
+        extra = (f"{r['difference']:.1e}{at}, {r.get('compiles', 0)} compiles"
+                 + (f", {r['step_replays']} replays" if "step_replays" in r else "")
                  + (f", fallbacks {fb}" if fb else "")
                  + (" (ill-conditioned)" if r.get("ill_conditioned") else ""))
     else:
@@ -370,20 +479,28 @@ def summarize(records: list[dict]) -> dict:
             "fallback_ops_by_models": dict(fallbacks.most_common(20))}
 
 
-def table(records: list[dict], summary: dict, wall: float) -> str:
+def table(records: list[dict], summary: dict, wall: float, train: bool = False) -> str:
     import torch
     import transformers
 
-    lines = [f"{TITLE} ({datetime.date.today().isoformat()})", "",
-             f"`python benchmarks/runtime_transformers_sweep.py`: transformers "
-             f"{transformers.__version__}, torch {torch.__version__}; {summary['files']} modeling "
-             f"files, {wall / 60:.0f} minutes. Each model built as the analyzer's robustness "
-             "sweep builds it (shrunk config, random weights, eval mode, 2 x 7 tokens or the "
-             "config's images, audio or features); one forward and the backward of "
-             "sum(out_i * w_i) over its float outputs, eagerly and on the lazy device. "
-             f"*match*: outputs and gradients within {TOLERANCE:g} of eager's (relative to the "
-             "output's / the model's largest gradient's magnitude).", "",
-             "| outcome | models |", "|---|---:|"]
+    what = (f"{TRAIN_STEPS} AdamW steps on one batch, the loss the mean squared error of the "
+            "float outputs to random targets, eagerly and as a whole step under "
+            "`lr.compile_step`. *match*: "
+            f"the losses within {TOLERANCE:g} of eager's (relative) and the step replayed; "
+            "*traced*: the losses agree but the step was traced every time (why: the "
+            "record's replay misses)") if train else (
+            "one forward and the backward of sum(out_i * w_i) over its float outputs, "
+            f"eagerly and on the lazy device. *match*: outputs and gradients within "
+            f"{TOLERANCE:g} of eager's (relative to the output's / the model's largest "
+            "gradient's magnitude), or, ill-conditioned, no further from float64's than "
+            "float32 rounding explains (see the script)")
+    lines = [f"{TRAIN_TITLE if train else TITLE} ({datetime.date.today().isoformat()})", "",
+             f"`python benchmarks/runtime_transformers_sweep.py{' --train' if train else ''}`: "
+             f"transformers {transformers.__version__}, torch {torch.__version__}; "
+             f"{summary['files']} modeling files, {wall / 60:.0f} minutes. Each model built as "
+             "the analyzer's robustness sweep builds it (shrunk config, random weights plus "
+             "N(0, 0.02), eval mode, 2 x 7 tokens or the config's images, audio or features); "
+             f"{what}.", "", "| outcome | models |", "|---|---:|"]
     lines += [f"| {s} | {summary[s]} |" for s in STATUSES]
     lines += [f"| match, with ops run eagerly by torch | {summary['with_fallbacks']} |", ""]
     if summary["fallback_ops_by_models"]:
@@ -407,12 +524,17 @@ def main() -> None:
     p.add_argument("--only", default="", help="comma-separated model directory names")
     p.add_argument("--json", default=None,
                    help=f"where to write the records (default: {JSON.name} for a full sweep)")
+    p.add_argument("--train", action="store_true",
+                   help=f"train each model {TRAIN_STEPS} steps under lr.compile_step instead")
     p.add_argument("--write", action="store_true",
-                   help=f"put the summary into benchmarks/RESULTS.md under {TITLE!r}")
+                   help=f"put the summary into benchmarks/RESULTS.md under {TITLE!r} "
+                        f"(with --train: {TRAIN_TITLE!r})")
     a = p.parse_args()
-    if a.worker:
-        ts.worker_main(check_model)
+    if a.worker:   # (the parent's --train reaches its workers through the environment)
+        ts.worker_main(check_training if os.environ.get(_TRAIN_ENV) else check_model)
         return
+    if a.train:
+        os.environ[_TRAIN_ENV] = "1"
     modules = ts.modeling_modules()
     if a.only:
         wanted = set(a.only.split(","))
@@ -422,15 +544,15 @@ def main() -> None:
                            script=__file__, describe=describe)
     summary = summarize(records)
     wall = time.time() - start
-    text = table(records, summary, wall)
+    text = table(records, summary, wall, a.train)
     print()
     print(text)
-    out = a.json or (None if a.only else JSON)
+    out = a.json or (None if a.only else TRAIN_JSON if a.train else JSON)
     if out is not None:
         Path(out).write_text(json.dumps({"summary": summary, "records": records}, indent=1))
     if a.write:
         from results_file import replace_section
-        replace_section(TITLE, text)
+        replace_section(TRAIN_TITLE if a.train else TITLE, text)
 
 
 if __name__ == "__main__":

@@ -1,7 +1,8 @@
 """The conformance sweep over every transformers model (benchmarks/runtime_transformers_sweep.py)
 on a small sample: each model's outputs and gradients on the lazy device agree with eager
-torch's, in one graph, with nothing run eagerly; and the sweep reports a lowering broken on
-purpose as differing (it can fail)."""
+torch's, in one graph, with nothing run eagerly; a model trained under ``lr.compile_step``
+gives eager's losses, its step replayed; and the sweep reports a lowering broken on purpose
+as differing (it can fail)."""
 
 import sys
 from pathlib import Path
@@ -16,7 +17,8 @@ from lazy_runtime.ops.registry import LOWERINGS, Lowering
 pytest.importorskip("transformers")
 sys.path.insert(0, str(Path(__file__).resolve().parents[2] / "benchmarks"))
 
-from runtime_transformers_sweep import check_model, relative_difference  # noqa: E402
+from runtime_transformers_sweep import (  # noqa: E402
+    check_model, check_training, relative_difference)
 
 aten = ops.aten
 
@@ -37,6 +39,13 @@ def test_a_transformers_model_matches_eager_in_one_graph(name):
     assert not record.get("ill_conditioned"), record
     assert record["difference"] <= 1e-4 and record["gradients"] > 0, record
     assert record["fallbacks"] == {} and record["graphs"] == 1, record
+
+
+def test_a_transformers_model_trains_as_eager_with_its_step_replayed():
+    record = check_training(_module("gpt2"))
+    assert record["status"] == "match", record
+    assert record["step_replays"] >= 1 and record["difference"] <= 1e-4, record
+    assert record["fallbacks"] == {}, record
 
 
 def test_a_wrong_lowering_is_reported_as_differing(monkeypatch):
