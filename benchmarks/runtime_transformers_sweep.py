@@ -220,7 +220,7 @@ def _compare_training(record: dict, model, kwargs) -> None:
     import lazy_runtime as lr
 
     _perturb(model)
-    lazy_model = copy.deepcopy(model)
+    lazy_model, reference = copy.deepcopy(model), copy.deepcopy(model)
     if _is_random(model, kwargs):
         record.update(status="random", reason="the forward draws random numbers in eval mode")
         return
@@ -269,15 +269,37 @@ def _compare_training(record: dict, model, kwargs) -> None:
     record.update(_metrics(lr), eager_losses=eager, lazy_losses=lazy,
                   step_replays=m["step_replays"],
                   replay_misses=dict(list(m["replay_misses"].items())[:3]))
-    apart = max(abs(a - b) / max(abs(b), 1.0) for a, b in zip(lazy, eager))
+    apart = _losses_apart(lazy, eager)
     record["difference"] = apart
     if apart > TOLERANCE:
-        record.update(status="differs", reason=f"losses {lazy} against eager {eager}")
-    elif not m["step_replays"]:
+        # a float64 run judges: are the lazy losses further from it than eager float32's
+        # (a model whose float32 training amplifies rounding)?
+        try:
+            exact_step = training_step(reference.double(), torch.optim.AdamW(
+                reference.parameters(), lr=1e-3))
+            exact = [exact_step(_doubled(kwargs), [w.double() for w in weights]).item()
+                     for _ in range(TRAIN_STEPS)]
+        except Exception as e:
+            exact, record["float64_error"] = None, f"{type(e).__name__}: {str(e)[:200]}"
+        if exact is None or _losses_apart(lazy, exact) > max(
+                2 * _losses_apart(eager, exact), TOLERANCE):
+            record.update(status="differs", reason=f"losses {lazy} against eager {eager}"
+                          + (f", float64 {exact}" if exact else ""))
+            return
+        record.update(ill_conditioned=True, float64_losses=exact,
+                      reason=f"losses {apart:.1e} from eager's; from float64's lazy "
+                             f"{_losses_apart(lazy, exact):.1e}, eager "
+                             f"{_losses_apart(eager, exact):.1e}")
+    if not m["step_replays"]:
         record.update(status="traced", reason="not replayed: "
                                               f"{'; '.join(record['replay_misses']) or '?'}")
     else:
         record["status"] = "match"
+
+
+def _losses_apart(losses, reference) -> float:
+    """The largest difference of two runs' losses, relative (to 1 where smaller)."""
+    return max(abs(a - b) / max(abs(b), 1.0) for a, b in zip(losses, reference))
 
 
 def _run(model, kwargs, weights, backward=True, device=None):
