@@ -37,7 +37,7 @@ or as above.
 Each model runs in a worker process killed past the limit (``transformers_sweep``'s).
 
 Usage: python benchmarks/runtime_transformers_sweep.py [--train] [--limit 180] [--only a,b]
-                                                      [--json FILE] [--write]
+                                                      [--every N] [--json FILE] [--write]
 """
 
 from __future__ import annotations
@@ -501,7 +501,8 @@ def summarize(records: list[dict]) -> dict:
             "fallback_ops_by_models": dict(fallbacks.most_common(20))}
 
 
-def table(records: list[dict], summary: dict, wall: float, train: bool = False) -> str:
+def table(records: list[dict], summary: dict, wall: float, train: bool = False,
+          every: int = 1) -> str:
     import torch
     import transformers
 
@@ -517,7 +518,8 @@ def table(records: list[dict], summary: dict, wall: float, train: bool = False) 
             "gradient's magnitude), or, ill-conditioned, no further from float64's than "
             "float32 rounding explains (see the script)")
     lines = [f"{TRAIN_TITLE if train else TITLE} ({datetime.date.today().isoformat()})", "",
-             f"`python benchmarks/runtime_transformers_sweep.py{' --train' if train else ''}`: "
+             f"`python benchmarks/runtime_transformers_sweep.py{' --train' if train else ''}"
+             f"{f' --every {every}' if every > 1 else ''}`: "
              f"transformers {transformers.__version__}, torch {torch.__version__}; "
              f"{summary['files']} modeling files, {wall / 60:.0f} minutes. Each model built as "
              "the analyzer's robustness sweep builds it (shrunk config, random weights plus "
@@ -546,6 +548,8 @@ def main() -> None:
     p.add_argument("--only", default="", help="comma-separated model directory names")
     p.add_argument("--json", default=None,
                    help=f"where to write the records (default: {JSON.name} for a full sweep)")
+    p.add_argument("--every", type=int, default=1,
+                   help="every n-th modeling file only (in name order: a sample)")
     p.add_argument("--train", action="store_true",
                    help=f"train each model {TRAIN_STEPS} steps under lr.compile_step instead")
     p.add_argument("--write", action="store_true",
@@ -561,15 +565,16 @@ def main() -> None:
     if a.only:
         wanted = set(a.only.split(","))
         modules = [m for m in modules if m.split(".")[2] in wanted]
+    modules = modules[::a.every]
     start = time.time()
     records = ts.run_sweep(modules, a.limit, 1, progress=lambda s: print(s, flush=True),
                            script=__file__, describe=describe)
     summary = summarize(records)
     wall = time.time() - start
-    text = table(records, summary, wall, a.train)
+    text = table(records, summary, wall, a.train, a.every)
     print()
     print(text)
-    out = a.json or (None if a.only else TRAIN_JSON if a.train else JSON)
+    out = a.json or (None if a.only or a.every > 1 else TRAIN_JSON if a.train else JSON)
     if out is not None:
         Path(out).write_text(json.dumps({"summary": summary, "records": records}, indent=1))
     if a.write:
