@@ -21,7 +21,9 @@ What makes that sound is checked, not assumed:
   nothing pending after it): Python may use it. A value computed on the host (``fold``)
   from constants made on the host and Python numbers alone (``nn.Transformer``'s
   causal-mask check) is kept with the trace (``_folds``): the same for a signature, and
-  computed again by a replay at sizes never traced (``step_numbers._refolds``). Nor
+  computed again by a replay at sizes never traced (``step_numbers._refolds``). One that
+  also reads the step's CPU arguments (a padding mask's ``mask.all()``) is computed again
+  from each call's, and its value extends the signature (``_with_arg_folds``). Nor
   may it draw from a generator on the host (Python's ``random``, numpy's, torch's CPU
   one: an augmentation's coin).
 * **Every input accounted for.** Each tensor the graph reads is an argument, a tensor
@@ -137,7 +139,7 @@ class _Trace:
                  "sizes_on_device", "state_writes", "shared_writes", "host_buffers",
                  "state_aliases", "other_aliases", "state_refs", "tape", "cuts", "syms",
                  "size_list", "bucket_list", "out_same", "arg_writes", "arg_bases",
-                 "grad_sets", "rules", "followed", "shape_key", "folds")
+                 "grad_sets", "rules", "followed", "shape_key", "folds", "arg_folds")
 
 
 class _Entry:
@@ -187,6 +189,9 @@ class StepReplayer:
         # flat positions of the numbers followed, and (position, dim) of the sizes
         self.followed = frozenset()
         self.unfollowed: set = set()  # ... and of those that could not be
+        # a signature's values computed on the host from its CPU arguments (the last
+        # trace's ``arg_folds``, values aside): their values on a call extend its signature
+        self.arg_folds: dict = {}
 
     def _state(self):
         """(the snapshot, the owned tensors), recomputed only when something it reads is
@@ -281,18 +286,32 @@ class StepReplayer:
         return key + tuple(_FOLLOWED[type(v)] if n + j in followed else (type(v), v)
                            for j, v in enumerate(numbers)), flat + list(numbers)
 
+    def _with_arg_folds(self, base, flat, key):
+        """Signature ``key`` extended at its end by the values the traces of signature
+        ``base`` computed on the host from the CPU arguments (a padding mask's
+        ``mask.all()``), computed from this call's: each combination its own entry,
+        confirmed and replayed apart."""
+        folds = self.arg_folds.get(base)
+        if not folds:
+            return key
+        return key + (("host values", tuple(_arg_fold_value(prog, sources, flat)
+                                            for prog, sources in folds)),)
+
     def __call__(self, *args, **kwargs):
         try:
             key, flat, spec, objects = self._signature(args, kwargs)
         except NotWholeStep as e:   # foreign arguments
             METRICS.replay_miss(f"whole step: {e}")
             return self._plain(args, kwargs)
+        base = key
         n_args = len(flat)
         last = self._last
         if last is not None and last[1] is self._stamp:
             numbers = last[1].numbers()
             if numbers is not None:
                 k, f = self._with_numbers(key, flat, numbers)
+                if self.arg_folds:
+                    k = self._with_arg_folds(base, f, k)
                 if last[0] == k:
                     # The signature and state of the previous replay: launch the
                     # executable first, and check the state guard while it runs (the
@@ -316,11 +335,14 @@ class StepReplayer:
             return self._plain(args, kwargs)
         stamp = self._stamp
         key, flat = self._with_numbers(key, flat, stamp.numbers())
+        if self.arg_folds:
+            key = self._with_arg_folds(base, flat, key)
         full = key + (snap,)
         e = self.entries.pop(full, None)
         if e is None and self._learn_followed(full):
-            key = self._with_numbers(self._signature(args, kwargs)[0], flat[:n_args],
-                                     flat[n_args:])[0]
+            base = self._signature(args, kwargs)[0]
+            key = self._with_arg_folds(base, flat, self._with_numbers(
+                base, flat[:n_args], flat[n_args:])[0])
             full = key + (snap,)
             e = self.entries.pop(full, None)
         if e is None:
@@ -344,7 +366,7 @@ class StepReplayer:
             if out is not None:
                 return out
         self._last = None
-        out = self._trace(e, flat, n_args, spec, snap, owned, stamp, objects[0])
+        out = self._trace(e, flat, n_args, spec, snap, owned, stamp, objects[0], base)
         if e.followed:   # numbers it returns, computed from followed ones: plain ones
             out = pytree.tree_map_only(traced_numbers.Followed, traced_numbers.plain, out)
         return out
@@ -411,10 +433,10 @@ class StepReplayer:
 
     # -- tracing (and checking) a step
 
-    def _trace(self, e, flat, n_args, spec, snap, owned, stamp, objects=()):
+    def _trace(self, e, flat, n_args, spec, snap, owned, stamp, objects=(), base=None):
         """Trace the step once (``flat``: its ``n_args`` flat arguments, then the
         optimizer's number hyper-parameters; ``objects``: argument objects, whose tensors
-        end ``owned``)."""
+        end ``owned``; ``base``: the call's signature before ``_with_arg_folds``)."""
         before = objects_now(objects) if objects else None
         if tensor.pending_count():
             executor.sync("step")   # work recorded before the step is not part of it
@@ -478,7 +500,7 @@ class StepReplayer:
             if METRICS.syncs - syncs0 != 1 or len(seen) != 1:
                 raise NotWholeStep("the step has more than one barrier (a value read, an "
                                    "eager fallback, or mark_step before its end)")
-            folded = _folds(folds)
+            folded, arg_folded = _folds(folds, arg_values, flat)
             if METRICS.host_folds - folds0 != len(folds):
                 raise NotWholeStep("the step reads a value (computed on the host: a replay "
                                    "would not read it again)")
@@ -500,7 +522,12 @@ class StepReplayer:
             tr, temps = _record(seen.pop(), slot_of, also, owned, out, rng0, arg_values,
                                 args_in, tape, new_grads)
             del held
-            tr.folds = folded
+            tr.folds, tr.arg_folds = folded, arg_folded
+            self._learn_arg_folds(base, arg_folded)
+            if arg_folded and (tr.sizes is not None or e.followed):
+                raise NotWholeStep("the step reads a value computed on the host from its "
+                                   "arguments at sizes or numbers it follows (a replay "
+                                   "could not compute it again)")
             if _kept(temps):
                 # The autograd graph of a result may hold them (an input the step made
                 # require grad, for a gradient penalty): the result then comes back as a
@@ -533,6 +560,18 @@ class StepReplayer:
         else:
             e.last = tr
         return out
+
+    def _learn_arg_folds(self, base, arg_folded) -> None:
+        """Keep the programs of a trace's values computed from its CPU arguments for its
+        signature ``base`` (the next call's signature then holds their values)."""
+        folds = tuple((prog, sources) for prog, sources, _ in arg_folded)
+        if base is None or self.arg_folds.get(base, ()) == folds:
+            return
+        self.arg_folds.pop(base, None)
+        while len(self.arg_folds) >= self.MAX_ENTRIES:
+            self.arg_folds.pop(next(iter(self.arg_folds)))
+        if folds:
+            self.arg_folds[base] = folds
 
     def _add_followed(self, e, tr, out):
         """Trace ``tr`` of followed signature ``e`` joins a family or waits for a partner;
@@ -588,6 +627,8 @@ class StepReplayer:
         the trace's numbers, sizes and the constants made for them."""
         if tensor.pending_count():
             executor.sync("step")
+        if tr.arg_folds and not _arg_folds_hold(tr.arg_folds, flat):
+            return None   # a value Python branched on comes out otherwise: trace instead
         # The state slots in bulk (C-level maps: a step reads a hundred of them): each
         # must still be a base tensor holding computed, unpadded data of the traced type
         # (a DATA leaf's signature says all three).
@@ -904,24 +945,54 @@ def _new_grads(params, grads0) -> dict:
     return out
 
 
-def _folds(folds) -> tuple:
+def _folds(folds, arg_values, flat) -> tuple:
     """The values the step computed on the host (``fold``: the causal-mask test of
-    ``nn.Transformer``'s decoder, ``(mask == causal).all()``) as a replay checks them: each
-    (the makers of its constants and its program with every int taken out, those ints,
-    its value). Each must be computed from constants made on the host alone (a factory's
-    recipe: the same for a signature, made again for other sizes) and Python numbers; one
-    that reads an argument or the model's state refuses the step (Python may branch on
-    it, and a replay would not read it again)."""
-    out = []
+    ``nn.Transformer``'s decoder, ``(mask == causal).all()``) as a replay checks them:
+    (those computed from constants made on the host and Python numbers alone, each (the
+    makers of its constants and its program with every int taken out, those ints, its
+    value): the same for a signature, made again for other sizes; those that also read the
+    step's CPU arguments, each (its program, its leaves' sources, its value), computed
+    again from the arguments before each replay (``_arg_folds_hold``): a padding mask's
+    ``mask.all()``). One that reads the model's state or an argument already on the device
+    refuses the step (Python may branch on it, and a replay would not read it again)."""
+    out, from_args = [], []
     for prog, leaves, value in folds:
         recipes = fold.recipes(leaves)
-        if recipes is None:
-            raise NotWholeStep("the step reads a value computed on the host from its "
-                               "arguments or state (a replay would not read it again)")
-        ints: list = []
-        skeleton = replay_sizes.split((recipes, prog), ints)
-        out.append((skeleton, tuple(ints), fold.value_key(value)))
-    return tuple(out)
+        if recipes is not None:
+            ints: list = []
+            skeleton = replay_sizes.split((recipes, prog), ints)
+            out.append((skeleton, tuple(ints), fold.value_key(value)))
+            continue
+        sources = []
+        for n in leaves:
+            # (``arg_values``: keyed by the arguments' device arrays)
+            place = arg_values.get(id(n.value)) if n.op is ir.DATA else None
+            if place is not None and not isinstance(flat[place[1]], LazyTensor):
+                sources.append(("arg", place[1]))
+            else:
+                made = fold.recipes((n,))
+                if made is None:
+                    raise NotWholeStep("the step reads a value computed on the host from "
+                                       "its state or a tensor already on the device (a "
+                                       "replay would not read it again)")
+                sources.append(("made", made[0]))
+        from_args.append((prog, tuple(sources), fold.value_key(value)))
+    return tuple(out), tuple(from_args)
+
+
+def _arg_fold_value(prog, sources, flat):
+    """A value computed on the host from CPU arguments (``_folds``), from this call's
+    ``flat`` arguments (``value_key``; None where it cannot be computed)."""
+    values = [flat[x] if kind == "arg" else fold.remade((x,))[0] for kind, x in sources]
+    out = fold.run(prog, values)
+    return None if out is None else fold.value_key(dtypes.tensor_to_numpy(out))
+
+
+def _arg_folds_hold(arg_folds, flat) -> bool:
+    """Whether each value a trace computed on the host from its CPU arguments comes out
+    the same from this call's (the Python that branched on it would branch alike)."""
+    return all(_arg_fold_value(prog, sources, flat) == value
+               for prog, sources, value in arg_folds)
 
 
 def _record(seen, slot_of, also, owned, out, rng0, arg_values, args_in, tape=None,
@@ -1122,7 +1193,8 @@ def _agree(a: _Trace, b: _Trace, across_sizes: bool = False, numbers: bool = Tru
     # values computed on the host: the same, and at other sizes the same program and value
     # (its ints linked to the sizes by a family, ``step_numbers._refolds``)
     if [f if not across_sizes else (f[0], f[2]) for f in a.folds] != \
-            [f if not across_sizes else (f[0], f[2]) for f in b.folds]:
+            [f if not across_sizes else (f[0], f[2]) for f in b.folds] or \
+            a.arg_folds != b.arg_folds:
         return False
     for x, y in zip(a.slots, b.slots):
         if x[0] != "const":

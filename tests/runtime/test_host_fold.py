@@ -86,9 +86,10 @@ def test_unsorted_packed_sequence_pads_without_a_barrier():
         assert_same(g, w.detach(), 1e-4, 1e-5, what=name)
 
 
-def test_a_step_that_folds_a_read_is_not_replayed_as_a_whole():
-    """A folded value may steer the step's Python (here its sign): a replay would not
-    read it again, so compile_step refuses the step, and each call takes its branch."""
+def test_a_step_that_folds_a_read_of_its_arguments_replays_once_per_value():
+    """A folded value may steer the step's Python (here its sign). Computed from the
+    step's CPU arguments alone, it is computed again from each call's before the step is
+    replayed: each value its own replay, each call its own branch."""
     torch.manual_seed(5)
     eager = nn.Linear(3, 1)
     lazy = nn.Linear(3, 1)
@@ -101,14 +102,45 @@ def test_a_step_that_folds_a_read_is_not_replayed_as_a_whole():
 
     whole = lr.compile_step(lambda x, labels: step(lazy, x, labels), lazy)
     _fresh()
-    for i in range(6):
+    for i in range(12):
         x = torch.randn(4, 3)
         labels = torch.tensor([1, 2, 3, 4]) if i % 3 else torch.tensor([1, -100, -100, 2])
         got = whole(x, labels)
         assert got.item() == pytest.approx(step(eager, x, labels).item(), rel=1e-5), i
     m = lr.metrics()
+    # the first call learns the read; then each value's calls: two traces, then replays
+    assert m["step_replays"] == 12 - 1 - 2 - 2, m
+    assert not m["replay_misses"], m["replay_misses"]
+
+
+def test_a_step_that_folds_a_read_of_the_models_state_is_not_replayed_as_a_whole():
+    """A value computed on the host from the model's state (a count of its positive
+    weights): the state changes without the signature changing, so the step is traced."""
+    torch.manual_seed(5)
+    eager = nn.Linear(3, 1)
+    lazy = nn.Linear(3, 1)
+    lazy.load_state_dict(eager.state_dict())
+    lazy.to(DEV)
+    opt_e = torch.optim.SGD(eager.parameters(), lr=0.5)
+    opt_l = torch.optim.SGD(lazy.parameters(), lr=0.5)
+
+    def step(model, opt, x):
+        sign = 1.0 if (model.weight > 0).sum().item() > 1 else -1.0
+        loss = model(x).sum() * sign
+        loss.backward()
+        opt.step()
+        opt.zero_grad()
+        return loss
+
+    whole = lr.compile_step(lambda x: step(lazy, opt_l, x), lazy, opt_l)
+    _fresh()
+    for i in range(6):
+        x = torch.randn(4, 3)
+        assert whole(x).item() == pytest.approx(step(eager, opt_e, x).item(), rel=1e-5), i
+    m = lr.metrics()
     assert m["step_replays"] == 0
-    assert any("computed on the host" in k for k in m["replay_misses"]), m["replay_misses"]
+    assert any("computed on the host from its state" in k for k in m["replay_misses"]), \
+        m["replay_misses"]
 
 
 def test_an_integer_division_that_would_trap_on_the_host_is_left_to_the_graph():
@@ -311,3 +343,44 @@ def test_a_forward_replayed_across_sizes_computes_its_fold_again():
             assert_same(lazy(x.to(DEV)).cpu(), base(x), 1e-5, 1e-6, what=f"T={T}")
             across.append(lr.metrics()["replays_across_sizes"] - before)
     assert across[-2:] == [0, 1], (across, lr.metrics()["replay_misses"])
+
+
+def test_a_bert_step_with_a_padding_mask_from_its_input_replays_whole():
+    """transformers' encoders test the padding mask on the host (``mask.all()``: no mask
+    at all where nothing is padded): computed again from each call's token ids, batches
+    with and without padding each replay the whole step, with eager torch's losses."""
+    T = pytest.importorskip("transformers")
+    import copy
+    import warnings
+
+    torch.manual_seed(0)
+    with warnings.catch_warnings():
+        warnings.simplefilter("ignore")
+        eager = T.BertModel(T.BertConfig(vocab_size=99, hidden_size=32, num_hidden_layers=1,
+                                         num_attention_heads=4, intermediate_size=37)).eval()
+    lazy = copy.deepcopy(eager).to(DEV)
+    opt_e = torch.optim.AdamW(eager.parameters(), 1e-3)
+    opt_l = lr.compile_optimizer(torch.optim.AdamW(lazy.parameters(), 1e-3))
+
+    def step(model, opt, ids, device=None):
+        ids = ids.to(device) if device is not None else ids
+        out = model(input_ids=ids, attention_mask=ids != 0).last_hidden_state
+        loss = out.pow(2).mean()
+        loss.backward()
+        opt.step()
+        opt.zero_grad()
+        return loss
+
+    whole = lr.compile_step(lambda ids: step(lazy, opt_l, ids, DEV), lazy, opt_l)
+    _fresh()
+    gen = torch.Generator().manual_seed(1)
+    for i in range(10):
+        ids = torch.randint(1, 99, (2, 7), generator=gen)
+        if i % 2:
+            ids[0, -3:] = 0   # padded
+        want = step(eager, opt_e, ids)
+        assert whole(ids).item() == pytest.approx(want.item(), rel=1e-4), i
+    m = lr.metrics()
+    assert m["step_replays"] >= 3, m
+    assert not any("computed on the host" in k for k in m["replay_misses"]), \
+        m["replay_misses"]
