@@ -255,6 +255,7 @@ def _compare_training(record: dict, model, kwargs) -> None:
                                                f"{str(e)[:200]}")
         return
     dev = lr.device()
+    lr.clear_cache()   # (each model compiles its own: the worker's memory stays bounded)
     lr.reset_metrics()
     try:
         lazy_model = lazy_model.to(dev)
@@ -350,6 +351,7 @@ def _compare(record: dict, model, kwargs) -> None:
         backward = False
         eager = _run(copy.deepcopy(reference), kwargs, weights, backward=False)
     dev = lr.device()
+    lr.clear_cache()   # (each model compiles its own: the worker's memory stays bounded)
     lr.reset_metrics()
     t0 = time.perf_counter()
     try:
