@@ -21,8 +21,9 @@ from .config import config
 from .device import device
 from .dynamic import mark_dynamic
 from .compile import compile, compile_optimizer  # noqa: A004
-from .errors import (DimOutOfRangeError, IndexCheckError, LazyRuntimeError, ShapeError,
-                     ShapeMismatchError, UnsupportedOperation, ZeroDivisionCheckError)
+from .errors import (DeviceMemoryError, DimOutOfRangeError, IndexCheckError,
+                     LazyRuntimeError, ShapeError, ShapeMismatchError, UnsupportedOperation,
+                     ZeroDivisionCheckError)
 from .step import compile_step
 from .executor import cache_info, clear_cache, mark_step, sync
 from .log import configure_from_env as _logs_from_env, set_logs
@@ -33,7 +34,7 @@ from .tensor import LazyTensor
 __all__ = ["device", "mark_step", "sync", "metrics", "metrics_report", "reset_metrics",
            "manual_seed", "config", "cache_info", "clear_cache", "force_fallback",
            "LazyTensor", "LazyRuntimeError", "UnsupportedOperation", "IndexCheckError",
-           "ZeroDivisionCheckError",
+           "ZeroDivisionCheckError", "DeviceMemoryError",
            "ShapeError", "ShapeMismatchError", "DimOutOfRangeError", "is_lazy",
            "mark_dynamic", "compile", "compile_optimizer", "compile_step", "set_logs"]
 

@@ -167,6 +167,10 @@ class Config:
         # where XLA would clamp them. Read when a graph compiles. Costs one small output and
         # its read per graph with indexing ops (10-20 us a step on this CPU).
         self.check_indices: bool = env_flag("LAZY_RUNTIME_CHECK_INDICES", True)
+        # Refuse a compiled graph that needs more memory than its device has free (its
+        # scratch and results, as XLA counts them): DeviceMemoryError at the barrier, not
+        # a process killed for memory. Read when a graph compiles.
+        self.check_memory: bool = env_flag("LAZY_RUNTIME_CHECK_MEMORY", True)
         # Let XLA keep 16-bit intermediates in float32 between fused ops (faster on a GPU,
         # but not torch's rounding: results can differ from torch by an ulp or, across a
         # rounding boundary such as trunc, by more). Read when a graph compiles.

@@ -30,6 +30,12 @@ class UnsupportedOperation(LazyRuntimeError):
     """Something the lazy device cannot do and will not approximate."""
 
 
+class DeviceMemoryError(LazyRuntimeError):
+    """A compiled graph needs more memory than its device has free (XLA's own count of
+    its scratch and results): refused before it runs, where running it would have the
+    process killed or the device fail mid-step."""
+
+
 class PaddedLoweringError(LazyRuntimeError):
     """An op's padding rule let through a program its lowering cannot build (a bug in the
     rule, not in user code): the barrier compiles the graph at its exact shapes instead."""

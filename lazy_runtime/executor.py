@@ -22,8 +22,8 @@ import torch
 
 from . import disk_cache, dtypes, dynamic, fold, heap, ir, log, replay
 from .config import config
-from .errors import (IndexCheckError, LazyRuntimeError, PaddedLoweringError,
-                     UnsupportedOperation, ZeroDivisionCheckError)
+from .errors import (DeviceMemoryError, IndexCheckError, LazyRuntimeError,
+                     PaddedLoweringError, UnsupportedOperation, ZeroDivisionCheckError)
 from .metrics import METRICS
 from .ops.common import check_index, is_array, out_of_range
 from .ops.padding import index_check_pre
@@ -581,8 +581,56 @@ def _jit_compile(g: ir.Graph, fn, datas, *more_avals) -> Executable:
     METRICS.compile_seconds += seconds
     METRICS.compiles += 1
     METRICS.disk_cache_hits += from_disk
-    return Executable(compiled, sum(1 for n in g.nodes if n.op not in ir.LEAVES),
-                      tuple(messages), tuple(input_checks), context, seconds)
+    n_ops = sum(1 for n in g.nodes if n.op not in ir.LEAVES)
+    if config.check_memory:
+        check_memory(compiled, n_ops, device)
+    return Executable(compiled, n_ops, tuple(messages), tuple(input_checks), context, seconds)
+
+
+def memory_needed(compiled):
+    """(scratch, results) bytes a compiled executable allocates when it runs, as XLA
+    counts them (its inputs are in memory already); None where XLA does not say."""
+    try:
+        m = compiled.memory_analysis()
+        return m.temp_size_in_bytes, m.output_size_in_bytes - m.alias_size_in_bytes
+    except Exception:   # (a backend without the analysis)
+        return None
+
+
+def device_free_bytes(device):
+    """Bytes free on ``device``: the allocator's limit less what it holds (a GPU), the
+    system's available memory (the CPU, Linux's ``MemAvailable``); None where unknown."""
+    try:
+        stats = device.memory_stats()
+    except Exception:
+        stats = None
+    if stats and "bytes_limit" in stats:
+        return stats["bytes_limit"] - stats.get("bytes_in_use", 0)
+    try:
+        with open("/proc/meminfo") as f:
+            for line in f:
+                if line.startswith("MemAvailable:"):
+                    return int(line.split()[1]) * 1024
+    except OSError:
+        pass
+    return None
+
+
+def check_memory(compiled, n_ops: int, device, free=None) -> None:
+    """Raise ``DeviceMemoryError`` where the executable needs more than ``device`` has
+    free (``free``: bytes, measured when None)."""
+    need = memory_needed(compiled)
+    free = device_free_bytes(device) if free is None else free
+    if need is None or free is None or sum(need) <= free:
+        return
+    gb = 1 << 30
+    raise DeviceMemoryError(
+        f"a graph of {n_ops} ops needs {need[0] / gb:.1f} GiB of scratch and "
+        f"{need[1] / gb:.1f} GiB for its results on {device}, more than the "
+        f"{free / gb:.1f} GiB free: it was not run. Call lr.mark_step() more often (after "
+        f"the forward, inside a loop of layers) to cut the step into smaller graphs, or set "
+        f"lazy_runtime.config.check_memory = False (env LAZY_RUNTIME_CHECK_MEMORY=0) to run "
+        f"it anyway")
 
 
 def _padded_plan(g: ir.Graph, plan) -> list:

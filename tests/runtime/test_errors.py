@@ -179,6 +179,28 @@ def test_a_failing_lowering_poisons_its_graph_not_the_runtime(monkeypatch):
     assert z.shape == (3,)
 
 
+def test_a_graph_that_needs_more_memory_than_is_free_is_refused_not_run(monkeypatch):
+    """XLA's count of a compiled graph's scratch and results against the device's free
+    memory: a graph that would not fit is refused with the way out named (a process
+    killed for memory says nothing); its tensors hold the error; the runtime goes on."""
+    from lazy_runtime import executor
+    x = torch.randn(64, 64).to(DEV)
+    lr.mark_step()
+    monkeypatch.setattr(executor, "device_free_bytes", lambda device: 4096)
+    y = torch.sinh(x @ x.t() * 0.02)   # 16 KiB of results, 4 KiB free
+    with pytest.raises(lr.DeviceMemoryError, match=r"mark_step\(\) more often"):
+        lr.mark_step()
+    with pytest.raises(lr.LazyRuntimeError, match="no value"):
+        y.cpu()
+    monkeypatch.setattr(lr.config, "check_memory", False)   # the setting it names
+    z = torch.sinh(x @ x.t() * 0.02)
+    assert torch.allclose(z.cpu(), torch.sinh(x.cpu() @ x.cpu().t() * 0.02), rtol=1e-5)
+    monkeypatch.undo()
+    assert (x * 2).cpu().shape == (64, 64)   # measured again: it fits
+    free = executor.device_free_bytes(lr.config.jax_device())
+    assert free is None or free > 1 << 20
+
+
 _BACKWARD_ERRORS = r"""
 import torch, lazy_runtime as lr
 from lazy_runtime import dispatch
