@@ -30,7 +30,8 @@ With ``--train`` each model is trained instead: ``TRAIN_STEPS`` AdamW steps on i
 against random targets of its float outputs (mean squared error), eagerly and as a whole
 step under ``lr.compile_step`` (the optimizer through ``lr.compile_optimizer``), the
 batch and targets copied to the device in the step. It ends as ``match`` (every step's
-loss within 1e-4 of eager's, relative, and the step replayed), ``traced`` (the losses
+loss within 1e-4 of eager's, relative, or, beyond, within twice how far eager's own move
+when every weight moves by a float32 ulp, and the step replayed), ``traced`` (the losses
 agree, but every step was traced: the record keeps the runtime's reasons), ``differs``,
 or as above.
 
@@ -247,7 +248,7 @@ def _compare_training(record: dict, model, kwargs) -> None:
     if _mse(_floating(_forward(model, kwargs)), weights) is None:
         record.update(status="skipped", reason="no output has a gradient")
         return
-    eager_step = training_step(model, torch.optim.AdamW(model.parameters(), lr=1e-3))
+    eager_step = training_step(model, _adamw(model))
     try:
         eager = [eager_step(kwargs, weights).item() for _ in range(TRAIN_STEPS)]
     except Exception as e:
@@ -259,7 +260,7 @@ def _compare_training(record: dict, model, kwargs) -> None:
     lr.reset_metrics()
     try:
         lazy_model = lazy_model.to(dev)
-        opt = lr.compile_optimizer(torch.optim.AdamW(lazy_model.parameters(), lr=1e-3))
+        opt = lr.compile_optimizer(_adamw(lazy_model))
         step = lr.compile_step(training_step(lazy_model, opt, dev), lazy_model, opt)
         lazy = [step(kwargs, weights).item() for _ in range(TRAIN_STEPS)]
     except Exception as e:
@@ -273,29 +274,37 @@ def _compare_training(record: dict, model, kwargs) -> None:
     apart = _losses_apart(lazy, eager)
     record["difference"] = apart
     if apart > TOLERANCE:
-        # a float64 run judges: are the lazy losses further from it than eager float32's
-        # (a model whose float32 training amplifies rounding)?
-        try:
-            exact_step = training_step(reference.double(), torch.optim.AdamW(
-                reference.parameters(), lr=1e-3))
-            exact = [exact_step(_doubled(kwargs), [w.double() for w in weights]).item()
-                     for _ in range(TRAIN_STEPS)]
-        except Exception as e:
-            exact, record["float64_error"] = None, f"{type(e).__name__}: {str(e)[:200]}"
-        if exact is None or _losses_apart(lazy, exact) > max(
-                2 * _losses_apart(eager, exact), TOLERANCE):
-            record.update(status="differs", reason=f"losses {lazy} against eager {eager}"
-                          + (f", float64 {exact}" if exact else ""))
+        # eager runs judge: how far do eager float32 trainings move apart when every
+        # weight moves by a float32 ulp (routing among experts, a top-k, a normalization of
+        # tiny variance turn rounding into different steps)? The lazy losses may be that far.
+        spread = 0.0
+        for seed in range(3):
+            nudged = _nudged(copy.deepcopy(reference), seed)
+            moved = training_step(nudged, _adamw(nudged))
+            spread = max(spread, _losses_apart(
+                [moved(kwargs, weights).item() for _ in range(TRAIN_STEPS)], eager))
+        record["spread"] = spread
+        if apart > max(2 * spread, TOLERANCE):
+            record.update(status="differs", reason=f"losses {lazy} against eager {eager}; "
+                                                   f"eager nudged by an ulp moves {spread:.1e}")
             return
-        record.update(ill_conditioned=True, float64_losses=exact,
-                      reason=f"losses {apart:.1e} from eager's; from float64's lazy "
-                             f"{_losses_apart(lazy, exact):.1e}, eager "
-                             f"{_losses_apart(eager, exact):.1e}")
+        record.update(ill_conditioned=True,
+                      reason=f"losses {apart:.1e} from eager's; eager's own with the weights "
+                             f"moved by an ulp, up to {spread:.1e}")
     if not m["step_replays"]:
         record.update(status="traced", reason="not replayed: "
                                               f"{'; '.join(record['replay_misses']) or '?'}")
     else:
         record["status"] = "match"
+
+
+def _adamw(model):
+    """AdamW at lr 1e-3 with eps 1e-6: Adam's default 1e-8 turns gradients of rounding
+    noise (1e-9 where the gradient is mathematically zero) into steps of the full rate and
+    a random sign, and two float32 runs apart after a few steps."""
+    import torch
+
+    return torch.optim.AdamW(model.parameters(), lr=1e-3, eps=1e-6)
 
 
 def _losses_apart(losses, reference) -> float:
@@ -413,7 +422,7 @@ def _compare(record: dict, model, kwargs) -> None:
 
 
 def _nudged(model, seed: int):
-    """``model`` (float64) with every weight moved by N(0, 1) float32 ulps."""
+    """``model`` with every weight moved by N(0, 1) float32 ulps."""
     import torch
 
     gen = torch.Generator().manual_seed(seed)
@@ -508,10 +517,12 @@ def table(records: list[dict], summary: dict, wall: float, train: bool = False,
     import torch
     import transformers
 
-    what = (f"{TRAIN_STEPS} AdamW steps on one batch, the loss the mean squared error of the "
-            "float outputs to random targets, eagerly and as a whole step under "
+    what = (f"{TRAIN_STEPS} AdamW steps (lr 1e-3, eps 1e-6) on one batch, the loss the mean "
+            "squared error of the float outputs to random targets, eagerly and as a whole step under "
             "`lr.compile_step`. *match*: "
-            f"the losses within {TOLERANCE:g} of eager's (relative) and the step replayed; "
+            f"the losses within {TOLERANCE:g} of eager's (relative), or within twice how far "
+            "eager's own move when every weight moves by a float32 ulp, and the step "
+            "replayed; "
             "*traced*: the losses agree but the step was traced every time (why: the "
             "record's replay misses)") if train else (
             "one forward and the backward of sum(out_i * w_i) over its float outputs, "
