@@ -518,8 +518,8 @@ def table(records: list[dict], summary: dict, wall: float, train: bool = False,
     import transformers
 
     what = (f"{TRAIN_STEPS} AdamW steps (lr 1e-3, eps 1e-6) on one batch, the loss the mean "
-            "squared error of the float outputs to random targets, eagerly and as a whole step under "
-            "`lr.compile_step`. *match*: "
+            "squared error of the float outputs to random targets, eagerly and as a whole "
+            "step under `lr.compile_step`. *match*: "
             f"the losses within {TOLERANCE:g} of eager's (relative), or within twice how far "
             "eager's own move when every weight moves by a float32 ulp, and the step "
             "replayed; "
