@@ -216,27 +216,19 @@ def _compare_training(record: dict, model, kwargs) -> None:
     whole step under ``lr.compile_step`` (the optimizer through ``lr.compile_optimizer``,
     as the runtime's README says): the losses compared, and whether the step was replayed
     (from its third call on, as a shape-stable step is)."""
-    import torch
-
     import lazy_runtime as lr
 
-    _perturb(model)
-    lazy_model, reference = copy.deepcopy(model), copy.deepcopy(model)
-    if _is_random(model, kwargs):
-        record.update(status="random", reason="the forward draws random numbers in eval mode")
+    prepared = _prepared(record, model, kwargs)
+    if prepared is None:
         return
-    with torch.no_grad():
-        shapes = [t.shape for t in _floating(_forward(model, kwargs))]
-    gen = torch.Generator().manual_seed(0)
-    weights = [torch.randn(s, generator=gen) for s in shapes]
+    lazy_model, reference, weights = prepared
 
     def training_step(m, opt, device=None):
         def step(batch, targets):
             m.train()
             m.eval()   # (each step: LeViT's eval-mode cache would hold the last step's graph)
             if device is not None:   # (the batch and targets copied in the step, as usual)
-                batch = {k: v.to(device) if isinstance(v, torch.Tensor) else v
-                         for k, v in batch.items()}
+                batch = _on(batch, device)
                 targets = [t.to(device) for t in targets]
             loss = _mse(_floating(_forward(m, batch)), targets)
             loss.backward()
@@ -320,7 +312,7 @@ def _run(model, kwargs, weights, backward=True, device=None):
     import lazy_runtime as lr
 
     if device is not None:
-        kwargs = {k: v.to(device) if isinstance(v, torch.Tensor) else v for k, v in kwargs.items()}
+        kwargs = _on(kwargs, device)
         weights = [w.to(device) for w in weights]
     # (train then eval again: eval-mode caches built by an earlier run, LeViT's attention
     # biases keyed by device, hold values from before ``_perturb`` and no gradient)
@@ -337,21 +329,38 @@ def _run(model, kwargs, weights, backward=True, device=None):
             {n: p.grad.cpu() for n, p in model.named_parameters() if p.grad is not None})
 
 
-def _compare(record: dict, model, kwargs) -> None:
+def _prepared(record: dict, model, kwargs):
+    """(a copy for the lazy device, a copy kept as the reference, random weights of the
+    float outputs) after ``_perturb``; None, the record saying why, where the forward
+    draws random numbers."""
     import torch
-
-    import lazy_runtime as lr
 
     _perturb(model)
     lazy_model, reference = copy.deepcopy(model), copy.deepcopy(model)
     if _is_random(model, kwargs):
         record.update(status="random", reason="the forward draws random numbers in eval mode")
-        return
+        return None
     torch.manual_seed(0)
     with torch.no_grad():
         shapes = [t.shape for t in _floating(_forward(model, kwargs))]
     gen = torch.Generator().manual_seed(0)
-    weights = [torch.randn(s, generator=gen) for s in shapes]
+    return lazy_model, reference, [torch.randn(s, generator=gen) for s in shapes]
+
+
+def _on(kwargs: dict, device) -> dict:
+    """The keyword arguments with their tensors moved to ``device``."""
+    import torch
+
+    return {k: v.to(device) if isinstance(v, torch.Tensor) else v for k, v in kwargs.items()}
+
+
+def _compare(record: dict, model, kwargs) -> None:
+    import lazy_runtime as lr
+
+    prepared = _prepared(record, model, kwargs)
+    if prepared is None:
+        return
+    lazy_model, reference, weights = prepared
     backward = True
     try:
         eager = _run(model, kwargs, weights)

@@ -616,11 +616,11 @@ def device_free_bytes(device):
     return None
 
 
-def check_memory(compiled, n_ops: int, device, free=None) -> None:
+def check_memory(compiled, n_ops: int, device) -> None:
     """Raise ``DeviceMemoryError`` where the executable needs more than ``device`` has
-    free (``free``: bytes, measured when None)."""
+    free."""
     need = memory_needed(compiled)
-    free = device_free_bytes(device) if free is None else free
+    free = device_free_bytes(device)
     if need is None or free is None or sum(need) <= free:
         return
     gb = 1 << 30

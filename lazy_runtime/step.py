@@ -523,11 +523,11 @@ class StepReplayer:
                                 args_in, tape, new_grads)
             del held
             tr.folds, tr.arg_folds = folded, arg_folded
-            self._learn_arg_folds(base, arg_folded)
             if arg_folded and (tr.sizes is not None or e.followed):
                 raise NotWholeStep("the step reads a value computed on the host from its "
                                    "arguments at sizes or numbers it follows (a replay "
                                    "could not compute it again)")
+            self._learn_arg_folds(base, arg_folded)
             if _kept(temps):
                 # The autograd graph of a result may hold them (an input the step made
                 # require grad, for a gradient penalty): the result then comes back as a
