@@ -9,6 +9,7 @@ target length, which torch's kernels also read on the host)."""
 from __future__ import annotations
 
 import itertools
+import math
 
 import numpy as np
 import jax
@@ -63,37 +64,130 @@ def _conv(x, w, stride, padding, dilation, groups):
     unbatched = x.ndim == n + 1
     if unbatched:
         x = x[None]
+    geometry = _tup(stride, n), _tup(padding, n), _tup(dilation, n)
     if jnp.issubdtype(x.dtype, jnp.integer):
-        out = _integer_conv(x, w, _tup(stride, n), _tup(padding, n), _tup(dilation, n), groups)
+        out = _shifted_sum_conv(x, w, *geometry, groups)
         return out[0] if unbatched else out
     pref = jnp.float32 if x.dtype in (jnp.float16, jnp.dtype("bfloat16")) else None
+    if _by_shifted_sums(w, groups):
+        out = _shifted_sum_conv(x.astype(pref or x.dtype), w.astype(pref or x.dtype),
+                                *geometry, groups)
+        return out[0] if unbatched else out
     out = lax.conv_general_dilated(
-        x, w, window_strides=_tup(stride, n), padding=[(p, p) for p in _tup(padding, n)],
-        rhs_dilation=_tup(dilation, n), dimension_numbers=_DN[n], feature_group_count=groups,
+        x, w, window_strides=geometry[0], padding=[(p, p) for p in geometry[1]],
+        rhs_dilation=geometry[2], dimension_numbers=_DN[n], feature_group_count=groups,
         precision=HIGHEST, preferred_element_type=pref)
     return out[0] if unbatched else out
 
 
-def _integer_conv(x, w, stride, padding, dilation, groups):
-    """A batched integer convolution as a sum of shifted products, one per kernel offset:
-    XLA:GPU hands convolutions to cuDNN, whose only integer convolutions are int8 ones
-    (int32 and int64 were refused as UNIMPLEMENTED on an H200, 2026-11-30). The products
-    and sums stay in the input's dtype, wrapping as torch's integer kernel does."""
+# Kernel positions up to which a depthwise convolution is summed shift by shift on the CPU
+# (ConvNeXt's 7x7 is 49; each is one more term of a single fused loop)
+MAX_SHIFTED_TAPS = 64
+
+
+def _by_shifted_sums(w, groups) -> bool:
+    """Whether a float convolution is lowered as a sum of shifted products: a depthwise one
+    (one input channel per group) on the CPU, whose XLA convolution (and its gradients)
+    ran 5 to 60 times slower than the sum, which XLA fuses into one loop
+    (``benchmarks/grouped_conv_grad.py``)."""
+    return (groups > 1 and w.shape[1] == 1 and math.prod(w.shape[2:]) <= MAX_SHIFTED_TAPS
+            and _on_xla_cpu())
+
+
+def _shifted_sum_conv(x, w, stride, padding, dilation, groups):
+    """A batched convolution as a sum of shifted products, one per kernel offset, in the
+    input's dtype. Integer convolutions take it everywhere: XLA:GPU hands convolutions to
+    cuDNN, whose only integer convolutions are int8 ones (int32 and int64 were refused as
+    UNIMPLEMENTED on an H200, 2026-11-30); the products and sums wrap as torch's integer
+    kernel does. Depthwise float ones take it on the CPU (``_by_shifted_sums``)."""
     n = w.ndim - 2
     x = jnp.pad(x, [(0, 0), (0, 0)] + [(q, q) for q in padding])
     batch, out_channels, per_group = x.shape[0], w.shape[0], w.shape[1]
     kernel = w.shape[2:]
-    out = tuple((size - di * (k - 1) - 1) // si + 1
-                for size, k, si, di in zip(x.shape[2:], kernel, stride, dilation))
+    out = _window_count(x.shape[2:], kernel, stride, dilation)
     xg = x.reshape((batch, groups, 1, per_group) + x.shape[2:])
     wg = w.reshape((groups, out_channels // groups, per_group) + kernel)
     total = jnp.zeros((batch, groups, out_channels // groups) + out, x.dtype)
-    for offset in itertools.product(*map(range, kernel)):
-        window = tuple(slice(o * di, o * di + (m - 1) * si + 1, si)
-                       for o, di, m, si in zip(offset, dilation, out, stride))
+    for offset, window in _windows(kernel, stride, dilation, out):
         taps = wg[(Ellipsis,) + offset].reshape(wg.shape[:3] + (1,) * n)
         total = total + jnp.sum(xg[(Ellipsis,) + window] * taps, axis=3, dtype=x.dtype)
     return total.reshape((batch, out_channels) + out)
+
+
+def _window_count(padded, kernel, stride, dilation) -> tuple:
+    """Positions per spatial dim of a convolution over an input already padded."""
+    return tuple((size - di * (k - 1) - 1) // si + 1
+                 for size, k, si, di in zip(padded, kernel, stride, dilation))
+
+
+def _windows(kernel, stride, dilation, out):
+    """(kernel offset, the input's slices it meets at every output position) per offset."""
+    for offset in itertools.product(*map(range, kernel)):
+        yield offset, tuple(slice(o * di, o * di + (m - 1) * si + 1, si)
+                            for o, di, m, si in zip(offset, dilation, out, stride))
+
+
+def _depthwise_input_grad(g, w, x_spatial, stride, padding, dilation, groups):
+    """The input gradient of a depthwise ``_shifted_sum_conv`` given its output's gradient
+    ``g`` (batched): itself a shifted sum, over ``g`` spread by the stride and padded so
+    that every input position meets the kernel, flipped. (A transposed depthwise conv is
+    this too.)"""
+    n = w.ndim - 2
+    kernel = w.shape[2:]
+    low = [(k - 1) * di - p for k, di, p in zip(kernel, dilation, padding)]
+    high = [size + p - (t - 1) * si - 1
+            for size, p, t, si in zip(x_spatial, padding, g.shape[2:], stride)]
+    spread = lax.pad(g, jnp.zeros((), g.dtype), [(0, 0, 0)] * 2 + [
+        (lo, hi, si - 1) for lo, hi, si in zip(low, high, stride)])
+    flipped = jnp.flip(w.reshape((groups, w.shape[0] // groups) + kernel),
+                       axis=tuple(range(2, 2 + n)))
+    return _shifted_sum_conv(spread, flipped, (1,) * n, (0,) * n, dilation, groups)
+
+
+def _depthwise_weight_grad(g, x, w, stride, padding, dilation, groups):
+    """The weight gradient of a depthwise ``_shifted_sum_conv(x, w)`` given its output's
+    gradient ``g`` (both batched): per kernel offset, the sum of ``g`` times the input's
+    slices that offset meets, offset by offset in a loop (unrolled, XLA:CPU kept every
+    offset's slices alive: 461 MiB for ConvNeXt's 7x7 at batch 8, against 32, and 2.6
+    times the time)."""
+    n = w.ndim - 2
+    x = jnp.pad(x, [(0, 0), (0, 0)] + [(q, q) for q in padding])
+    xg = x.reshape((x.shape[0], groups, 1) + x.shape[2:])
+    gg = g.reshape((g.shape[0], groups, w.shape[0] // groups) + g.shape[2:])
+    offsets = jnp.asarray(list(itertools.product(*map(range, w.shape[2:]))), jnp.int32)
+    extent = tuple((m - 1) * si + 1 for m, si in zip(g.shape[2:], stride))
+    every = tuple(slice(None, None, si) for si in stride)
+    axes = (0,) + tuple(range(3, 3 + n))
+
+    def tap(offset):
+        start = jnp.concatenate([jnp.zeros(3, offset.dtype),
+                                 offset * jnp.asarray(dilation, offset.dtype)])
+        window = lax.dynamic_slice(xg, start, xg.shape[:3] + extent)[(Ellipsis,) + every]
+        return jnp.sum(gg * window, axis=axes)
+
+    return jnp.moveaxis(lax.map(tap, offsets), 0, -1).reshape(w.shape)
+
+
+def _depthwise_backward(g, x, w, stride, padding, dilation, transposed, groups):
+    """(input gradient, weight gradient) of a depthwise convolution lowered as shifted sums
+    (``_by_shifted_sums``), each itself one fused sum rather than JAX's gradients of the
+    sum (a pad per kernel offset: ConvNeXt's 7x7 kept 39 of them alive)."""
+    n = w.ndim - 2
+    unbatched = x.ndim == n + 1
+    if unbatched:
+        x, g = x[None], g[None]
+    geometry = _tup(stride, n), _tup(padding, n), _tup(dilation, n)
+    compute = jnp.float32 if x.dtype in (jnp.float16, jnp.dtype("bfloat16")) else x.dtype
+    gc, xc, wc = (t.astype(compute) for t in (g, x, w))
+    if transposed:   # (its input is the underlying conv's output gradient: they swap)
+        gx = _shifted_sum_conv(gc, wc, *geometry, groups)
+        gx = gx[(Ellipsis,) + tuple(slice(0, k) for k in x.shape[2:])]
+        gw = _depthwise_weight_grad(xc, gc, wc, *geometry, groups)
+    else:
+        gx = _depthwise_input_grad(gc, wc, x.shape[2:], *geometry, groups)
+        gw = _depthwise_weight_grad(gc, xc, wc, *geometry, groups)
+    gx = gx.astype(x.dtype)
+    return (gx[0] if unbatched else gx), gw.astype(w.dtype)
 
 
 def _conv_any(x, w, stride, padding, dilation, transposed, output_padding, groups, out_shape):
@@ -102,8 +196,16 @@ def _conv_any(x, w, stride, padding, dilation, transposed, output_padding, group
     # A transposed conv is the input-gradient of the conv that maps its output to its input.
     # That conv gives floor(output_padding / stride) more positions per dim than the input
     # has (output_padding may reach the dilation): they meet no input, so they are cut.
-    z = jnp.zeros(out_shape, x.dtype)
     n = w.ndim - 2
+    if _by_shifted_sums(w, groups):
+        unbatched = x.ndim == n + 1
+        xb = x[None] if unbatched else x
+        compute = jnp.float32 if x.dtype in (jnp.float16, jnp.dtype("bfloat16")) else x.dtype
+        out = _depthwise_input_grad(xb.astype(compute), w.astype(compute), out_shape[-n:],
+                                    _tup(stride, n), _tup(padding, n), _tup(dilation, n),
+                                    groups)
+        return out[0] if unbatched else out
+    z = jnp.zeros(out_shape, x.dtype)
     keep = (Ellipsis,) + tuple(slice(0, k) for k in x.shape[-n:])
     return vjp(lambda z_: _conv(z_, w, stride, padding, dilation, groups)[keep], (z,), x)[0]
 
@@ -126,13 +228,60 @@ def convolution_backward_rule(g, x, w, bias_sizes, stride, padding, dilation, tr
     return [o if m else None for o, m in zip(outs, output_mask)]
 
 
+def _grouped_weight_grad(g, x, w, stride, padding, dilation, groups):
+    """The weight gradient of ``conv(x, w)`` given its output's gradient ``g``, as one
+    convolution grouped over its features. JAX's own (a convolution grouped over its batch)
+    is expanded by XLA:CPU into a dense one over every pair of channels, masked to the
+    groups': groups times the work and a (channels, channels, kernel) temporary (a
+    depthwise conv1d of 24576 channels, GLM-5-Next's, asked for 18 GiB).
+
+    gw[o, i, k] = sum over n, t of g[n, o, t] * x_padded[n, group(o) * per_group + i,
+    t * stride + k * dilation]: a conv over k whose batch is i, whose features are (group,
+    n) and whose kernel is g (dilated by the stride), grouped by the groups. (For a
+    transposed conv, x and g swap places.)"""
+    n = w.ndim - 2
+    if x.ndim == n + 1:
+        x, g = x[None], g[None]
+    batch, per_group, out_per_group = x.shape[0], w.shape[1], w.shape[0] // groups
+    sx, sg = x.shape[2:], g.shape[2:]
+    spatial = tuple(range(3, 3 + n))
+    lhs = x.reshape((batch, groups, per_group) + sx).transpose((2, 1, 0) + spatial)
+    rhs = g.reshape((batch, groups, out_per_group) + sg).transpose((1, 2, 0) + spatial)
+    pref = jnp.float32 if x.dtype in (jnp.float16, jnp.dtype("bfloat16")) else None
+    out = lax.conv_general_dilated(
+        lhs.reshape((per_group, groups * batch) + sx),
+        rhs.reshape((groups * out_per_group, batch) + sg),
+        window_strides=_tup(dilation, n), padding=[(p, p) for p in _tup(padding, n)],
+        rhs_dilation=_tup(stride, n), dimension_numbers=_DN[n], feature_group_count=groups,
+        precision=HIGHEST, preferred_element_type=pref)
+    # (the conv may give more positions than the kernel has: the forward's last window
+    # need not reach the input's end)
+    out = out[(slice(None), slice(None)) + tuple(slice(0, k) for k in w.shape[2:])]
+    return jnp.swapaxes(out, 0, 1).astype(w.dtype)
+
+
+def _on_xla_cpu() -> bool:
+    """Whether the graph is compiled for XLA:CPU, whose grouped convolutions are slow (it
+    expands a batch-grouped one densely; XLA:GPU hands them to cuDNN as they are)."""
+    from ..config import config
+    return config.jax_device().platform == "cpu"
+
+
 @lowering(aten.convolution_backward.default)
 def lower_convolution_backward(g, x, w, bias_sizes, stride, padding, dilation, transposed,
                                output_padding, groups, output_mask):
     def f(x_, w_):
         return _conv_any(x_, w_, stride, padding, dilation, transposed, output_padding, groups,
                          g.shape)
-    gx, gw = vjp(f, (x, w), g.astype(x.dtype))
+    gy = g.astype(x.dtype)
+    if _by_shifted_sums(w, groups):
+        gx, gw = _depthwise_backward(gy, x, w, stride, padding, dilation, transposed, groups)
+    elif groups > 1 and output_mask[1] and _on_xla_cpu():
+        gx = vjp(lambda x_: f(x_, w), (x,), gy)[0] if output_mask[0] else None
+        gw = (_grouped_weight_grad(x, gy, w, stride, padding, dilation, groups) if transposed
+              else _grouped_weight_grad(gy, x, w, stride, padding, dilation, groups))
+    else:
+        gx, gw = vjp(f, (x, w), gy)
     gb = None
     if output_mask[2] and bias_sizes is not None:
         axes = tuple(i for i in range(g.ndim) if i != (1 if g.ndim == w.ndim else 0))

@@ -382,6 +382,45 @@ case("conv2d-dilation", lambda x, w, b: F.conv2d(x, w, None, padding=2, dilation
      rtol=1e-4, atol=1e-5, grad=True)
 case("conv2d-groups", lambda x, w: F.conv2d(x, w, groups=2, padding="same"),
      lambda g, r: [rnd(g, (2, 4, 6, 5)), rnd(g, (6, 2, 3, 3))], rtol=1e-4, atol=1e-5, grad=True)
+# grouped convolutions: on the CPU a depthwise one is a sum of shifted products, another's
+# weight gradient one conv grouped over its features, not XLA's dense expansion of a
+# batch-grouped one (a 24576-channel depthwise conv once asked for 18 GiB)
+case("conv1d-depthwise-causal", lambda x, w, b: F.conv1d(x, w, b, padding=3, groups=6),
+     lambda g, r: [rnd(g, (2, 6, 9)), rnd(g, (6, 1, 4)), rnd(g, (6,))], rtol=1e-4, atol=1e-5,
+     grad=True)
+case("conv2d-groups-strided-dilated",
+     lambda x, w: F.conv2d(x, w, stride=(2, 1), padding=(1, 2), dilation=(1, 2), groups=3),
+     lambda g, r: [rnd(g, (2, 6, 7, 8)), rnd(g, (9, 2, 3, 2))], rtol=1e-4, atol=1e-5,
+     grad=True)
+case("conv3d-groups-strided", lambda x, w: F.conv3d(x, w, stride=2, groups=2),
+     lambda g, r: [rnd(g, (1, 4, 5, 4, 6)), rnd(g, (4, 2, 2, 3, 2))], rtol=1e-4, atol=1e-5,
+     grad=True)
+case("conv2d-depthwise-strided-dilated",
+     lambda x, w: F.conv2d(x, w, stride=(2, 1), padding=(1, 2), dilation=(1, 2), groups=3),
+     lambda g, r: [rnd(g, (2, 3, 9, 8)), rnd(g, (6, 1, 3, 2))], rtol=1e-4, atol=1e-5,
+     grad=True)
+case("conv_transpose2d-depthwise",
+     lambda x, w: F.conv_transpose2d(x, w, stride=2, padding=1, output_padding=1, groups=3),
+     lambda g, r: [rnd(g, (2, 3, 4, 5)), rnd(g, (3, 1, 3, 3))], rtol=1e-4, atol=1e-5,
+     grad=True)
+case("conv_transpose1d-depthwise-multiplier",
+     lambda x, w, b: F.conv_transpose1d(x, w, b, stride=2, padding=2, output_padding=1,
+                                        groups=2, dilation=2),
+     lambda g, r: [rnd(g, (2, 4, 5)), rnd(g, (4, 1, 3)), rnd(g, (2,))], rtol=1e-4, atol=1e-5,
+     grad=True)
+case("conv_transpose2d-depthwise-unbatched-bfloat16",
+     lambda x, w: F.conv_transpose2d(x, w, stride=2, padding=1, groups=3),
+     lambda g, r: [rnd(g, (3, 4, 3), BF16), rnd(g, (3, 1, 3, 3), BF16)], rtol=2e-2, atol=5e-2,
+     grad=True)
+case("conv1d-depthwise-unbatched", lambda x, w: F.conv1d(x, w, padding=1, groups=4),
+     lambda g, r: [rnd(g, (4, 9)), rnd(g, (8, 1, 3))], rtol=1e-4, atol=1e-5, grad=True)
+case("conv_transpose1d-depthwise",
+     lambda x, w: F.conv_transpose1d(x, w, stride=3, padding=1, output_padding=2, groups=4,
+                                     dilation=2),
+     lambda g, r: [rnd(g, (2, 4, 5)), rnd(g, (4, 2, 3))], rtol=1e-4, atol=1e-5, grad=True)
+case("conv2d-depthwise-bfloat16", lambda x, w: F.conv2d(x, w, padding=1, groups=3),
+     lambda g, r: [rnd(g, (1, 3, 5, 4), BF16), rnd(g, (3, 1, 3, 3), BF16)],
+     rtol=2e-2, atol=5e-2, grad=True)
 case("conv1d", lambda x, w: F.conv1d(x, w, stride=2), lambda g, r: [rnd(g, (2, 3, 9)), rnd(
     g, (5, 3, 3))], rtol=1e-4, atol=1e-5, grad=True)
 case("conv_transpose2d", lambda x, w: F.conv_transpose2d(x, w, stride=2, padding=1,
@@ -590,3 +629,25 @@ def test_bicubic_output_read_after_its_gradient_in_one_graph():
     want, got = run("cpu"), run(lr.device())
     torch.testing.assert_close(got[0], want[0], rtol=1e-10, atol=1e-12)
     torch.testing.assert_close(got[1], want[1], rtol=1e-10, atol=1e-12)
+
+
+def test_wide_grouped_convolution_backward_needs_no_dense_scratch():
+    # XLA:CPU expands JAX's weight gradient of a grouped conv (grouped over its batch) into
+    # a dense conv over every pair of channels: GLM-5-Next's 24576-channel depthwise conv1d
+    # asked for 18 GiB. Here dense would be 4096 * 4096 * 4 taps * 4 bytes = 256 MiB.
+    import jax
+    import jax.numpy as jnp
+
+    from lazy_runtime.ops.nn import lower_convolution_backward
+
+    def scratch(per_group):
+        x = jax.ShapeDtypeStruct((2, 4096, 16), jnp.float32)
+        w = jax.ShapeDtypeStruct((4096, per_group, 4), jnp.float32)
+        g = jax.ShapeDtypeStruct((2, 4096, 19), jnp.float32)
+        groups = 4096 // per_group
+        fn = jax.jit(lambda g_, x_, w_: lower_convolution_backward(
+            g_, x_, w_, None, [1], [3], [1], False, [0], groups, [True, True, False])[:2])
+        return fn.lower(g, x, w).compile().memory_analysis().temp_size_in_bytes
+
+    for per_group in (1, 2):   # depthwise (shifted sums), grouped (one feature-grouped conv)
+        assert scratch(per_group) < 16 << 20, per_group
