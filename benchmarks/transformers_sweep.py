@@ -215,8 +215,30 @@ def _features(config):
         return torch.randn(SAMPLE_SIZES["B"], mels, frames), ("B", mels, frames)
     features = getattr(config, "input_feat_per_channel", None) or getattr(config, "feature_size", None)
     if features is None:
-        return None
+        return _nested_features(config)
     features *= getattr(config, "input_channels", 1)
+    return torch.randn(SAMPLE_SIZES["B"], SAMPLE_SIZES["F"], features), ("B", "F", features)
+
+
+def _nested_features(config):
+    """Features for a model whose audio front end's sizes sit in a sub-config (Parakeet's
+    ``encoder_config``, Voxtral's ``audio_config``, a codec's ``semantic_model_config``):
+    mel frames as Whisper's where it has a fixed number of positions, else frames by
+    mels (or by the projection's input)."""
+    import torch
+
+    for name in ("encoder_config", "audio_config", "semantic_model_config"):
+        sub = getattr(config, name, None)
+        mels = getattr(sub, "num_mel_bins", None)
+        positions = getattr(sub, "max_source_positions", None)
+        if mels is not None and positions is not None:
+            return torch.randn(SAMPLE_SIZES["B"], mels, 2 * positions), ("B", mels, 2 * positions)
+        features = mels or getattr(sub, "feature_projection_input_dim", None)
+        if features is not None:
+            return torch.randn(SAMPLE_SIZES["B"], SAMPLE_SIZES["F"], features), ("B", "F", features)
+    features = getattr(config, "feature_projection_input_dim", None)
+    if features is None:
+        return None
     return torch.randn(SAMPLE_SIZES["B"], SAMPLE_SIZES["F"], features), ("B", "F", features)
 
 

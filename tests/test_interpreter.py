@@ -1,6 +1,8 @@
 """The abstract interpreter on the Python constructs models use: each test states the
 expected shapes next to the code, and checks them against real runs at several sizes."""
 
+import ast
+
 import torch
 import torch.nn as nn
 import torch.nn.functional as F
@@ -368,3 +370,64 @@ def test_loop_over_a_union_runs_once_per_path():
         assert evaluate(step, {"B": 3, "T": t}) == [tuple(x.split(1, dim=1)[0].shape)]
     h = next(o for o in entries(r)["h"]["options"] if o["when"] == "T <= 10")
     assert evaluate(h, {"B": 3, "T": 8}) == [tuple(model(torch.randn(3, 8)).shape)]
+
+
+class NamesBoundInALostBranch(nn.Module):
+    def forward(self, x):
+        if x.sum() > 0:   # (the test makes the analyzer fail on this condition)
+            n = 1
+        else:
+            n = 2
+        return x * n
+
+
+def test_a_compound_statement_lost_to_a_failure_leaves_its_names_unknown_not_undefined(
+        monkeypatch):
+    # a RecursionError deep in torch's pytree (``TreeSpec.__post_init__``, reached from
+    # transformers' vmapped masks) lost a whole ``if``: the names both branches bind were
+    # then reported undefined (SI008) after it, on code that runs
+    from shapeinfer.interp.interpreter import Interpreter
+    real_eval = Interpreter.eval
+
+    def failing_eval(self, node, frame):
+        if isinstance(node, ast.Compare) and getattr(node, "lineno", None) == line:
+            raise RecursionError("maximum recursion depth exceeded")
+        return real_eval(self, node, frame)
+
+    import inspect
+    line = inspect.getsourcelines(NamesBoundInALostBranch.forward)[1] + 1
+    monkeypatch.setattr(Interpreter, "eval", failing_eval)
+    r = shapeinfer.analyze(NamesBoundInALostBranch(), args=(torch.randn(2, 3),),
+                           dims={"x": ("B", None)})
+    assert not r.errors, r.errors
+    assert [d.code for d in r.diagnostics if d.code == "SI004"] == ["SI004"]
+
+
+class _FrozenSpec:
+    """Sets its attributes as a frozen dataclass's ``__post_init__`` does (torch's pytree
+    ``TreeSpec``): through ``object.__setattr__`` called on the class."""
+
+    def __init__(self, count):
+        object.__setattr__(self, "count", count)
+        object.__setattr__(self, "scratch", 0)
+        object.__delattr__(self, "scratch")
+
+    def __setattr__(self, name, value):
+        raise AttributeError("frozen")
+
+
+class ObjectSetattrCalledOnTheClass(nn.Module):
+    def forward(self, x):
+        spec = _FrozenSpec(x.size(1))
+        y = x.reshape(-1, spec.count)
+        return y
+
+
+def test_object_setattr_called_on_the_class_sets_the_instance_attribute():
+    r = shapeinfer.analyze(ObjectSetattrCalledOnTheClass(), args=(torch.randn(2, 3),),
+                           dims={"x": ("B", "C")})
+    assert not r.errors and not [d for d in r.diagnostics if d.code == "SI009"], r.diagnostics
+    got = entries(r)
+    for b, c in ((2, 3), (4, 5), (1, 7)):
+        want = ObjectSetattrCalledOnTheClass()(torch.randn(b, c)).shape
+        assert evaluate(got["y"], {"B": b, "C": c}) == [tuple(want)]

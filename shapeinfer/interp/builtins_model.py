@@ -695,6 +695,23 @@ def _object_delattr(c, obj, args, kwargs, frame):
     return NONE
 
 
+@_reg(object.__setattr__)
+def _object_setattr_called(c, args, kwargs, frame):
+    """``object.__setattr__(obj, name, value)`` called on the class: the instance's own
+    attribute, past any ``__setattr__`` of its class (a frozen dataclass's
+    ``__post_init__``, torch's pytree ``TreeSpec``)."""
+    if len(args) == 3 and isinstance(args[0], ObjV):
+        return _object_setattr(c, args[0], args[1:], kwargs, frame)
+    return _setattr(c, args, kwargs, frame)
+
+
+@_reg(object.__delattr__)
+def _object_delattr_called(c, args, kwargs, frame):
+    if len(args) == 2 and isinstance(args[0], ObjV):
+        return _object_delattr(c, args[0], args[1:], kwargs, frame)
+    return Unknown("object.__delattr__ of a value not built in the analysis")
+
+
 @method((SymScalar,), "item", "__index__")
 def _scalar_item(c, v, args, kwargs, frame):
     return v

@@ -876,27 +876,52 @@ def _same_value(a, b) -> bool:
 
 
 def _lose_statement(stmt: ast.stmt, frame: Frame, lost: Unknown) -> Flow:
-    """The flow after a statement whose analysis failed: what it binds is ``lost``, and a
-    ``return`` still returns (an unknown value) instead of falling through."""
+    """The flow after a statement whose analysis failed: every name it may bind is
+    ``lost`` (in a compound statement, those of all its branches: a failure deep inside an
+    ``if`` must not leave its names undefined after it), and where it may return, it
+    returns ``lost`` too (a ``return`` always does; a compound statement holding one also
+    falls through)."""
     for name in _bound_names(stmt):
         frame.env[name] = lost
     if isinstance(stmt, ast.Return):
         frame.returns.append((frame.pc, lost))
         return Flow(None)
+    if any(isinstance(n, ast.Return) for n in _own_nodes(stmt)):
+        frame.returns.append((frame.pc, lost))
     return Flow(frame)
 
 
+def _own_nodes(stmt: ast.stmt):
+    """The nodes of ``stmt`` in its own scope: not inside a function, lambda, class body or
+    comprehension it defines (their names and returns are their own)."""
+    stack = [stmt]
+    while stack:
+        node = stack.pop()
+        yield node
+        if node is not stmt and isinstance(node, _SCOPES):
+            continue
+        stack.extend(ast.iter_child_nodes(node))
+
+
+_SCOPES = (ast.FunctionDef, ast.AsyncFunctionDef, ast.Lambda, ast.ClassDef, ast.ListComp,
+           ast.SetComp, ast.DictComp, ast.GeneratorExp)
+
+
 def _bound_names(stmt: ast.stmt) -> list:
-    targets = []
-    if isinstance(stmt, ast.Assign):
-        targets = stmt.targets
-    elif isinstance(stmt, (ast.AnnAssign, ast.AugAssign, ast.For)):
-        targets = [stmt.target]
-    elif isinstance(stmt, ast.With):
-        targets = [item.optional_vars for item in stmt.items if item.optional_vars is not None]
-    elif isinstance(stmt, (ast.FunctionDef, ast.ClassDef)):
+    """The names ``stmt`` may bind in the running scope, each once."""
+    if isinstance(stmt, (ast.FunctionDef, ast.AsyncFunctionDef, ast.ClassDef)):
         return [stmt.name]
-    return [n.id for t in targets for n in ast.walk(t) if isinstance(n, ast.Name)]
+    names = []
+    for node in _own_nodes(stmt):
+        if isinstance(node, ast.Name) and isinstance(node.ctx, (ast.Store, ast.Del)):
+            names.append(node.id)
+        elif isinstance(node, (ast.FunctionDef, ast.AsyncFunctionDef, ast.ClassDef)):
+            names.append(node.name)
+        elif isinstance(node, ast.ExceptHandler) and node.name:
+            names.append(node.name)
+        elif isinstance(node, (ast.Import, ast.ImportFrom)):
+            names += [(a.asname or a.name).split(".")[0] for a in node.names if a.name != "*"]
+    return list(dict.fromkeys(names))
 
 
 def _join_items(items: list) -> Value:
