@@ -170,8 +170,9 @@ def _depthwise_weight_grad(g, x, w, stride, padding, dilation, groups):
 
 def _depthwise_backward(g, x, w, stride, padding, dilation, transposed, groups):
     """(input gradient, weight gradient) of a depthwise convolution lowered as shifted sums
-    (``_by_shifted_sums``), each itself one fused sum rather than JAX's gradients of the
-    sum (a pad per kernel offset: ConvNeXt's 7x7 kept 39 of them alive)."""
+    (``_by_shifted_sums``): the first one fused sum, the second a loop over kernel offsets,
+    rather than JAX's gradients of the sum (a pad per kernel offset: ConvNeXt's 7x7 kept
+    39 of them alive). XLA drops the one ``output_mask`` leaves out."""
     n = w.ndim - 2
     unbatched = x.ndim == n + 1
     if unbatched:

@@ -412,6 +412,9 @@ case("conv_transpose2d-depthwise-unbatched-bfloat16",
      lambda x, w: F.conv_transpose2d(x, w, stride=2, padding=1, groups=3),
      lambda g, r: [rnd(g, (3, 4, 3), BF16), rnd(g, (3, 1, 3, 3), BF16)], rtol=2e-2, atol=5e-2,
      grad=True)
+case("conv1d-depthwise-padding-past-the-kernel",   # (its input gradient crops the spread)
+     lambda x, w: F.conv1d(x, w, stride=2, padding=4, groups=4),
+     lambda g, r: [rnd(g, (2, 4, 6)), rnd(g, (4, 1, 3))], rtol=1e-4, atol=1e-5, grad=True)
 case("conv1d-depthwise-unbatched", lambda x, w: F.conv1d(x, w, padding=1, groups=4),
      lambda g, r: [rnd(g, (4, 9)), rnd(g, (8, 1, 3))], rtol=1e-4, atol=1e-5, grad=True)
 case("conv_transpose1d-depthwise",
