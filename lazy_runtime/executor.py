@@ -61,8 +61,13 @@ def data_node_from_cpu(t: torch.Tensor) -> ir.Node:
         # (``size()``, not ``shape``: a lazy module's uninitialized parameter, moved to
         # the device before its first call, refuses ``shape``)
         return filled_node(tuple(t.size()), t.dtype, 0)
-    return ir.leaf(ir.DATA, staged(t), tuple(t.size()), t.dtype,
-                   aux=("mark", marks) if marks else None)
+    n = ir.leaf(ir.DATA, staged(t), tuple(t.size()), t.dtype,
+                aux=("mark", marks) if marks else None)
+    if fold.OBSERVERS and not marks and t.numel() <= ir.COPIED_MAX_ELEMENTS:
+        # (inside a whole step's trace only: a weak reference would stop ``Module.to``
+        # from swapping the tensor)
+        ir.COPIED[n] = weakref.ref(t)
+    return n
 
 
 def data_tensor(t: torch.Tensor):

@@ -178,6 +178,35 @@ def recipes(leaves):
     return tuple(out)
 
 
+class CopiedValue:
+    """A CPU tensor's value copied inside a step (``copied_key``), compared by its value."""
+
+    __slots__ = ("key", "array")
+
+    def __init__(self, array: np.ndarray):
+        self.array = np.array(array, copy=True)
+        self.key = value_key(self.array)
+
+    def __eq__(self, other):
+        return isinstance(other, CopiedValue) and other.key == self.key
+
+    def __hash__(self):
+        return hash(self.key)
+
+    def tensor(self) -> torch.Tensor:
+        return dtypes.numpy_to_tensor(self.array)
+
+
+def copied_key(n):
+    """The value (``value_key``) of DATA leaf ``n`` where it copies a small CPU tensor that
+    is gone (made from Python values inside a step, and dropped: a constant as Python
+    numbers are); None for any other leaf (a CPU tensor still held elsewhere may change)."""
+    source = ir.COPIED.get(n)
+    if source is None or source() is not None:
+        return None
+    return value_key(np.asarray(n.value))
+
+
 def remade(recipes) -> list:
     """The leaves' values made again from their ``recipes`` (what ``run`` takes)."""
     return [value if maker is None else

@@ -92,6 +92,11 @@ LEAVES_MADE = [0]
 HOST_RECIPES: "weakref.WeakKeyDictionary" = weakref.WeakKeyDictionary()
 # Other constants a replayed call reads (equal in every call of its entry).
 REPLAYED_CONSTS: "weakref.WeakSet" = weakref.WeakSet()
+# DATA leaf -> a weak reference to the small CPU tensor it copies (``torch.tensor(-inf,
+# device=dev)``, an index list torch made a tensor of): one that is gone by the end of a
+# whole step was made inside it from Python values, and is a constant by its value.
+COPIED: "weakref.WeakKeyDictionary" = weakref.WeakKeyDictionary()
+COPIED_MAX_ELEMENTS = 1024
 
 
 # Host-made scalars of this trace by recipe: two ``zeros(())`` (an optimizer's step

@@ -29,8 +29,12 @@ What makes that sound is checked, not assumed:
 * **Every input accounted for.** Each tensor the graph reads is an argument, a tensor
   the model or optimizer owns, or a constant: one made by a device factory with the same
   arguments in both traces (``arange(T)``, ``zeros``), or a constant of a replayed
-  forward. Reading any other lazy tensor, or copying a CPU tensor to the device inside
-  the step, refuses (its value could change behind the replay's back).
+  forward, or a small CPU tensor the step made itself from Python values and dropped by
+  its end (``torch.tensor(finfo.min, device=dev)``, the index tensor torch makes of
+  ``ids[:, [-1, 0]]``): a constant by its value, as Python numbers are, the traces
+  agreeing on it (``fold.copied_key``). Reading any other lazy tensor, or copying a CPU
+  tensor held elsewhere (still alive when the step ends) inside the step, refuses (its
+  value could change behind the replay's back).
 * **Every result accounted for.** Each value the barrier stores goes back into a tensor
   the model or optimizer owns (a parameter, buffer, grad or state tensor), into a lazy
   argument the step wrote in place (a replay writes the argument it is given, and
@@ -969,6 +973,8 @@ def _folds(folds, arg_values, flat) -> tuple:
             place = arg_values.get(id(n.value)) if n.op is ir.DATA else None
             if place is not None and not isinstance(flat[place[1]], LazyTensor):
                 sources.append(("arg", place[1]))
+            elif fold.copied_key(n) is not None:   # (a CPU tensor made inside the step)
+                sources.append(("value", fold.CopiedValue(np.asarray(n.value))))
             else:
                 made = fold.recipes((n,))
                 if made is None:
@@ -983,7 +989,8 @@ def _folds(folds, arg_values, flat) -> tuple:
 def _arg_fold_value(prog, sources, flat):
     """A value computed on the host from CPU arguments (``_folds``), from this call's
     ``flat`` arguments (``value_key``; None where it cannot be computed)."""
-    values = [flat[x] if kind == "arg" else fold.remade((x,))[0] for kind, x in sources]
+    values = [flat[x] if kind == "arg" else x.tensor() if kind == "value" else
+              fold.remade((x,))[0] for kind, x in sources]
     out = fold.run(prog, values)
     return None if out is None else fold.value_key(dtypes.tensor_to_numpy(out))
 
@@ -1020,8 +1027,10 @@ def _record(seen, slot_of, also, owned, out, rng0, arg_values, args_in, tape=Non
             if not made and k not in g.fresh:
                 raise NotWholeStep("the step reads a lazy tensor that is not an argument, a "
                                    "parameter, a buffer or optimizer state")
-            # (made: by a host factory or a replayed forward, so the same for these sizes)
-            s = ("const", n.value, recipe, made)
+            copied = None if made else fold.copied_key(n)
+            # (made: by a host factory or a replayed forward, so the same for these sizes;
+            # copied from a CPU tensor made inside the step: traces agree by its value)
+            s = ("const", n.value, ("copied", copied) if copied else recipe, made)
         elif s[0] == "state" and lay is not None and dynamic.has_sym(lay):
             raise NotWholeStep("a parameter or state tensor has a dynamic dim")
         slots.append(s)

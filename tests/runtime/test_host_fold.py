@@ -19,6 +19,27 @@ def _fresh():
     lr.reset_metrics()
 
 
+def _steps_match_eager(eager, lazy, make_optimizer, loss_of, batches, rel):
+    """Train ``eager`` and ``lazy`` (its copy on the device, each step a whole step under
+    ``compile_step``) on ``batches``, each loss as eager's; the metrics after."""
+    opt_e = make_optimizer(eager.parameters())
+    opt_l = lr.compile_optimizer(make_optimizer(lazy.parameters()))
+
+    def step(model, opt, ids, device=None):
+        loss = loss_of(model, ids.to(device) if device is not None else ids)
+        loss.backward()
+        opt.step()
+        opt.zero_grad()
+        return loss
+
+    whole = lr.compile_step(lambda ids: step(lazy, opt_l, ids, DEV), lazy, opt_l)
+    _fresh()
+    for i, ids in enumerate(batches):
+        want = step(eager, opt_e, ids)
+        assert whole(ids).item() == pytest.approx(want.item(), rel=rel), i
+    return lr.metrics()
+
+
 @pytest.mark.parametrize("seed", [0, 1, 2])
 def test_integer_reads_from_data_are_folded_and_match_torch(seed):
     r = random.Random(seed)
@@ -358,29 +379,74 @@ def test_a_bert_step_with_a_padding_mask_from_its_input_replays_whole():
         warnings.simplefilter("ignore")
         eager = T.BertModel(T.BertConfig(vocab_size=99, hidden_size=32, num_hidden_layers=1,
                                          num_attention_heads=4, intermediate_size=37)).eval()
-    lazy = copy.deepcopy(eager).to(DEV)
-    opt_e = torch.optim.AdamW(eager.parameters(), 1e-3)
-    opt_l = lr.compile_optimizer(torch.optim.AdamW(lazy.parameters(), 1e-3))
-
-    def step(model, opt, ids, device=None):
-        ids = ids.to(device) if device is not None else ids
-        out = model(input_ids=ids, attention_mask=ids != 0).last_hidden_state
-        loss = out.pow(2).mean()
-        loss.backward()
-        opt.step()
-        opt.zero_grad()
-        return loss
-
-    whole = lr.compile_step(lambda ids: step(lazy, opt_l, ids, DEV), lazy, opt_l)
-    _fresh()
     gen = torch.Generator().manual_seed(1)
-    for i in range(10):
-        ids = torch.randint(1, 99, (2, 7), generator=gen)
-        if i % 2:
-            ids[0, -3:] = 0   # padded
-        want = step(eager, opt_e, ids)
-        assert whole(ids).item() == pytest.approx(want.item(), rel=1e-4), i
-    m = lr.metrics()
+    batches = [torch.randint(1, 99, (2, 7), generator=gen) for _ in range(10)]
+    for ids in batches[1::2]:
+        ids[0, -3:] = 0   # padded
+    m = _steps_match_eager(
+        eager, copy.deepcopy(eager).to(DEV), lambda ps: torch.optim.AdamW(ps, 1e-3),
+        lambda model, ids: model(input_ids=ids, attention_mask=ids != 0)
+        .last_hidden_state.pow(2).mean(), batches, rel=1e-4)
     assert m["step_replays"] >= 3, m
     assert not any("computed on the host" in k for k in m["replay_misses"]), \
         m["replay_misses"]
+
+
+class _ListIndexedTokens(nn.Module):
+    """What GPT-Neo and BERT-like encoders do inside a step: a mask value made as a tensor
+    from a Python number (``torch.tensor(finfo.min, device=...)``), and a test of the last
+    and first tokens read through an index list (``pad in ids[:, [-1, 0]]``), which torch
+    turns into a new CPU tensor copied to the device."""
+
+    def __init__(self):
+        super().__init__()
+        self.emb = nn.Embedding(20, 8)
+        self.out = nn.Linear(8, 1)
+
+    def forward(self, ids):
+        h = self.emb(ids)
+        low = torch.tensor(torch.finfo(h.dtype).min, dtype=h.dtype, device=h.device)
+        h = torch.where(ids[..., None] == 0, low.clamp(min=-5.0), h)
+        if 0 in ids[:, [-1, 0]]:
+            h = h * 0.5
+        return self.out(h).mean()
+
+
+def test_a_step_copying_cpu_tensors_it_makes_itself_replays_by_their_values():
+    # such copies made every trace were new values each time: the traces never agreed
+    # (GPT-Neo, Falcon) or the host test was refused (ConvBERT, DeBERTa and nine more),
+    # and the step was traced every call
+    torch.manual_seed(0)
+    eager = _ListIndexedTokens()
+    lazy = _ListIndexedTokens().to(DEV)
+    lazy.load_state_dict(eager.state_dict())
+    gen = torch.Generator().manual_seed(1)
+    batches = [torch.randint(1, 20, (2, 5), generator=gen) for _ in range(12)]
+    for ids in batches[2::3]:
+        ids[1, -1] = 0   # the host test's other answer: its own signature
+    m = _steps_match_eager(eager, lazy, lambda ps: torch.optim.SGD(ps, 0.1),
+                           lambda model, ids: model(ids), batches, rel=1e-5)
+    assert m["step_replays"] >= 6, (m["step_replays"], m["replay_misses"])
+    assert not any("never agreed" in k or "computed on the host" in k
+                   for k in m["replay_misses"]), m["replay_misses"]
+
+
+def test_a_step_copying_a_cpu_tensor_held_elsewhere_is_not_replayed_with_a_stale_value():
+    # a CPU tensor the step does not make (a closure's, a global's) may change between
+    # calls: still alive when the step ends, it is not a constant by its value
+    torch.manual_seed(0)
+    model = nn.Linear(3, 1).to(DEV)
+    scale = torch.tensor(1.0)
+    x = torch.randn(4, 3)
+
+    def step(x):
+        with torch.no_grad():
+            return (model(x.to(DEV)) * scale.to(DEV)).mean()
+
+    whole = lr.compile_step(step, model)
+    _fresh()
+    for i in range(8):
+        scale.fill_(float(i // 3 + 1))   # the same for three calls, then another
+        with torch.no_grad():
+            want = (model(x.to(DEV)).cpu() * scale).mean()
+        assert whole(x).item() == pytest.approx(want.item(), rel=1e-6), i
