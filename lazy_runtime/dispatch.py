@@ -292,8 +292,8 @@ def host_data_node(t: torch.Tensor) -> ir.Node:
     """A CPU tensor entering the lazy world: copied as graph data (``executor.staged``)."""
     if t.device.type != "cpu":
         raise UnsupportedOperation(f"cannot mix a lazy tensor with a tensor on {t.device}")
-    from .executor import staged
-    return ir.leaf(ir.DATA, staged(t), tuple(t.shape), t.dtype)
+    from .executor import noted_copy, staged
+    return noted_copy(ir.leaf(ir.DATA, staged(t), tuple(t.shape), t.dtype), t)
 
 
 def _returns_list(func) -> bool:

@@ -63,9 +63,14 @@ def data_node_from_cpu(t: torch.Tensor) -> ir.Node:
         return filled_node(tuple(t.size()), t.dtype, 0)
     n = ir.leaf(ir.DATA, staged(t), tuple(t.size()), t.dtype,
                 aux=("mark", marks) if marks else None)
-    if fold.OBSERVERS and not marks and t.numel() <= ir.COPIED_MAX_ELEMENTS:
-        # (inside a whole step's trace only: a weak reference would stop ``Module.to``
-        # from swapping the tensor)
+    return n if marks else noted_copy(n, t)
+
+
+def noted_copy(n: ir.Node, t: torch.Tensor) -> ir.Node:
+    """DATA leaf ``n``, a copy of CPU tensor ``t``, with ``t`` noted (``ir.COPIED``) where
+    it is small and a whole step is being traced (only then: a weak reference would stop
+    ``Module.to`` from swapping the tensor)."""
+    if fold.OBSERVERS and t.numel() <= ir.COPIED_MAX_ELEMENTS:
         ir.COPIED[n] = weakref.ref(t)
     return n
 

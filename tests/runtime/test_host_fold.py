@@ -393,10 +393,11 @@ def test_a_bert_step_with_a_padding_mask_from_its_input_replays_whole():
 
 
 class _ListIndexedTokens(nn.Module):
-    """What GPT-Neo and BERT-like encoders do inside a step: a mask value made as a tensor
-    from a Python number (``torch.tensor(finfo.min, device=...)``), and a test of the last
-    and first tokens read through an index list (``pad in ids[:, [-1, 0]]``), which torch
-    turns into a new CPU tensor copied to the device."""
+    """What GPT-Neo, DeBERTa and BERT-like encoders do inside a step: a mask value made as
+    a tensor from a Python number (``torch.tensor(finfo.min, device=...)``), a scale made
+    as a CPU tensor and divided into a lazy one (``torch.sqrt(torch.tensor(d))``), and a
+    test of the last and first tokens read through an index list (``pad in ids[:, [-1,
+    0]]``), which torch turns into a new CPU tensor copied to the device."""
 
     def __init__(self):
         super().__init__()
@@ -407,6 +408,7 @@ class _ListIndexedTokens(nn.Module):
         h = self.emb(ids)
         low = torch.tensor(torch.finfo(h.dtype).min, dtype=h.dtype, device=h.device)
         h = torch.where(ids[..., None] == 0, low.clamp(min=-5.0), h)
+        h = h / torch.sqrt(torch.tensor(h.size(-1), dtype=torch.float))
         if 0 in ids[:, [-1, 0]]:
             h = h * 0.5
         return self.out(h).mean()
