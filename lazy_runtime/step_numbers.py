@@ -562,7 +562,10 @@ def _remade(own, traces, monos):
                 slot[2] is not None and t.slots[k][2] == slot[2]) for t in own):
             continue   # one value for every size
         recipes = [t.slots[k][2] if t.slots[k][0] == "const" else None for t in traces]
-        if recipes[0] is None or any(r is None or r[0] is not recipes[0][0] for r in recipes):
+        # (a CPU tensor the step copied, ``("copied", value)``, has no maker: its value
+        # cannot be made again for other sizes)
+        if recipes[0] is None or not callable(recipes[0][0]) or \
+                any(r is None or r[0] is not recipes[0][0] for r in recipes):
             return None
         split = []   # (a recipe's args and kwargs with their ints taken out, those ints)
         for r in recipes:
