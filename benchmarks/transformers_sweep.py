@@ -207,16 +207,26 @@ def _audio(config):
 
 
 def _features(config):
-    import torch
-
     mels = getattr(config, "num_mel_bins", None)
     if mels is not None:  # Whisper-like: a fixed number of frames
-        frames = 2 * getattr(config, "max_source_positions", 1500)
-        return torch.randn(SAMPLE_SIZES["B"], mels, frames), ("B", mels, frames)
+        return _mel_frames(mels, 2 * getattr(config, "max_source_positions", 1500))
     features = getattr(config, "input_feat_per_channel", None) or getattr(config, "feature_size", None)
     if features is None:
         return _nested_features(config)
-    features *= getattr(config, "input_channels", 1)
+    return _frames(features * getattr(config, "input_channels", 1))
+
+
+def _mel_frames(mels: int, frames: int):
+    """(B, mels, frames): Whisper's fixed number of frames."""
+    import torch
+
+    return torch.randn(SAMPLE_SIZES["B"], mels, frames), ("B", mels, frames)
+
+
+def _frames(features: int):
+    """(B, F, features) frames of features."""
+    import torch
+
     return torch.randn(SAMPLE_SIZES["B"], SAMPLE_SIZES["F"], features), ("B", "F", features)
 
 
@@ -225,21 +235,17 @@ def _nested_features(config):
     ``encoder_config``, Voxtral's ``audio_config``, a codec's ``semantic_model_config``):
     mel frames as Whisper's where it has a fixed number of positions, else frames by
     mels (or by the projection's input)."""
-    import torch
-
     for name in ("encoder_config", "audio_config", "semantic_model_config"):
         sub = getattr(config, name, None)
         mels = getattr(sub, "num_mel_bins", None)
         positions = getattr(sub, "max_source_positions", None)
         if mels is not None and positions is not None:
-            return torch.randn(SAMPLE_SIZES["B"], mels, 2 * positions), ("B", mels, 2 * positions)
+            return _mel_frames(mels, 2 * positions)
         features = mels or getattr(sub, "feature_projection_input_dim", None)
         if features is not None:
-            return torch.randn(SAMPLE_SIZES["B"], SAMPLE_SIZES["F"], features), ("B", "F", features)
+            return _frames(features)
     features = getattr(config, "feature_projection_input_dim", None)
-    if features is None:
-        return None
-    return torch.randn(SAMPLE_SIZES["B"], SAMPLE_SIZES["F"], features), ("B", "F", features)
+    return None if features is None else _frames(features)
 
 
 SAMPLE_MAKERS = {"input_ids": _tokens("T"), "decoder_input_ids": _tokens("S"), "pixel_values": _pixels,

@@ -179,7 +179,7 @@ def recipes(leaves):
 
 
 class CopiedValue:
-    """A CPU tensor's value copied inside a step (``copied_key``), compared by its value."""
+    """A CPU tensor's value copied inside a step (``copied_value``), compared by its value."""
 
     __slots__ = ("key", "array")
 
@@ -197,14 +197,14 @@ class CopiedValue:
         return dtypes.numpy_to_tensor(self.array)
 
 
-def copied_key(n):
-    """The value (``value_key``) of DATA leaf ``n`` where it copies a small CPU tensor that
-    is gone (made from Python values inside a step, and dropped: a constant as Python
+def copied_value(n):
+    """The value (a ``CopiedValue``) of DATA leaf ``n`` where it copies a small CPU tensor
+    that is gone (made from Python values inside a step, and dropped: a constant as Python
     numbers are); None for any other leaf (a CPU tensor still held elsewhere may change)."""
     source = ir.COPIED.get(n)
     if source is None or source() is not None:
         return None
-    return value_key(np.asarray(n.value))
+    return CopiedValue(np.asarray(n.value))
 
 
 def remade(recipes) -> list:

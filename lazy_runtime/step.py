@@ -32,7 +32,7 @@ What makes that sound is checked, not assumed:
   forward, or a small CPU tensor the step made itself from Python values and dropped by
   its end (``torch.tensor(finfo.min, device=dev)``, the index tensor torch makes of
   ``ids[:, [-1, 0]]``): a constant by its value, as Python numbers are, the traces
-  agreeing on it (``fold.copied_key``). Reading any other lazy tensor, or copying a CPU
+  agreeing on it (``fold.copied_value``). Reading any other lazy tensor, or copying a CPU
   tensor held elsewhere (still alive when the step ends) inside the step, refuses (its
   value could change behind the replay's back).
 * **Every result accounted for.** Each value the barrier stores goes back into a tensor
@@ -973,8 +973,8 @@ def _folds(folds, arg_values, flat) -> tuple:
             place = arg_values.get(id(n.value)) if n.op is ir.DATA else None
             if place is not None and not isinstance(flat[place[1]], LazyTensor):
                 sources.append(("arg", place[1]))
-            elif fold.copied_key(n) is not None:   # (a CPU tensor made inside the step)
-                sources.append(("value", fold.CopiedValue(np.asarray(n.value))))
+            elif (copied := fold.copied_value(n)) is not None:   # (made inside the step)
+                sources.append(("value", copied))
             else:
                 made = fold.recipes((n,))
                 if made is None:
@@ -1027,10 +1027,10 @@ def _record(seen, slot_of, also, owned, out, rng0, arg_values, args_in, tape=Non
             if not made and k not in g.fresh:
                 raise NotWholeStep("the step reads a lazy tensor that is not an argument, a "
                                    "parameter, a buffer or optimizer state")
-            copied = None if made else fold.copied_key(n)
+            copied = None if made else fold.copied_value(n)
             # (made: by a host factory or a replayed forward, so the same for these sizes;
             # copied from a CPU tensor made inside the step: traces agree by its value)
-            s = ("const", n.value, ("copied", copied) if copied else recipe, made)
+            s = ("const", n.value, ("copied", copied) if copied is not None else recipe, made)
         elif s[0] == "state" and lay is not None and dynamic.has_sym(lay):
             raise NotWholeStep("a parameter or state tensor has a dynamic dim")
         slots.append(s)

@@ -70,8 +70,7 @@ def _conv(x, w, stride, padding, dilation, groups):
         return out[0] if unbatched else out
     pref = jnp.float32 if x.dtype in (jnp.float16, jnp.dtype("bfloat16")) else None
     if _by_shifted_sums(w, groups):
-        out = _shifted_sum_conv(x.astype(pref or x.dtype), w.astype(pref or x.dtype),
-                                *geometry, groups)
+        out = _shifted_sum_conv(_f32(x), _f32(w), *geometry, groups)
         return out[0] if unbatched else out
     out = lax.conv_general_dilated(
         x, w, window_strides=geometry[0], padding=[(p, p) for p in geometry[1]],
@@ -178,8 +177,7 @@ def _depthwise_backward(g, x, w, stride, padding, dilation, transposed, groups):
     if unbatched:
         x, g = x[None], g[None]
     geometry = _tup(stride, n), _tup(padding, n), _tup(dilation, n)
-    compute = jnp.float32 if x.dtype in (jnp.float16, jnp.dtype("bfloat16")) else x.dtype
-    gc, xc, wc = (t.astype(compute) for t in (g, x, w))
+    gc, xc, wc = _f32(g), _f32(x), _f32(w)
     if transposed:   # (its input is the underlying conv's output gradient: they swap)
         gx = _shifted_sum_conv(gc, wc, *geometry, groups)
         gx = gx[(Ellipsis,) + tuple(slice(0, k) for k in x.shape[2:])]
@@ -201,10 +199,8 @@ def _conv_any(x, w, stride, padding, dilation, transposed, output_padding, group
     if _by_shifted_sums(w, groups):
         unbatched = x.ndim == n + 1
         xb = x[None] if unbatched else x
-        compute = jnp.float32 if x.dtype in (jnp.float16, jnp.dtype("bfloat16")) else x.dtype
-        out = _depthwise_input_grad(xb.astype(compute), w.astype(compute), out_shape[-n:],
-                                    _tup(stride, n), _tup(padding, n), _tup(dilation, n),
-                                    groups)
+        out = _depthwise_input_grad(_f32(xb), _f32(w), out_shape[-n:], _tup(stride, n),
+                                    _tup(padding, n), _tup(dilation, n), groups)
         return out[0] if unbatched else out
     z = jnp.zeros(out_shape, x.dtype)
     keep = (Ellipsis,) + tuple(slice(0, k) for k in x.shape[-n:])
