@@ -29,6 +29,7 @@ from .executor import cache_info, clear_cache, mark_step, sync
 from .log import configure_from_env as _logs_from_env, set_logs
 from .metrics import metrics, metrics_report, reset_metrics
 from .random import manual_seed
+from .replay import replayable_hook
 from .tensor import LazyTensor
 
 __all__ = ["device", "mark_step", "sync", "metrics", "metrics_report", "reset_metrics",
@@ -36,7 +37,8 @@ __all__ = ["device", "mark_step", "sync", "metrics", "metrics_report", "reset_me
            "LazyTensor", "LazyRuntimeError", "UnsupportedOperation", "IndexCheckError",
            "ZeroDivisionCheckError", "DeviceMemoryError",
            "ShapeError", "ShapeMismatchError", "DimOutOfRangeError", "is_lazy",
-           "mark_dynamic", "compile", "compile_optimizer", "compile_step", "set_logs"]
+           "mark_dynamic", "compile", "compile_optimizer", "compile_step", "set_logs",
+           "replayable_hook"]
 
 
 def is_lazy(t) -> bool:

@@ -36,7 +36,8 @@ draws from a generator on the host (``host_rng_states``), reads a device tensor 
 neither an argument, a parameter nor a buffer, changes a module's attributes or an
 argument object's (an attribute given another tensor: a cache grown by ``cat``),
 returns an argument or a non-contiguous view, writes into a view argument in part or
-into one whose storage another of its tensors shares, or runs hooks. A view argument
+into one whose storage another of its tensors shares, or runs a module hook not
+declared replayable (``replayable_hook``). A view argument
 written whole is written back through the view at a replay; which arguments share a
 storage (and their view chains) is part of the signature. Random ops draw from the lazy
 stream exactly as tracing would, so a replayed run equals a traced one bit for bit.
@@ -1016,18 +1017,15 @@ def _fits(entry, tensors) -> bool:
 def module_state(module, reads: "AttributeReads | None" = None):
     """(a hashable snapshot of the module tree, its parameters and buffers). ``reads``
     gets what of its attributes can change in place (``StateStamp`` watches it)."""
-    if (_nn_module._global_forward_hooks or _nn_module._global_forward_pre_hooks
-            or _nn_module._global_backward_hooks or _nn_module._global_backward_pre_hooks):
-        raise NotReplayable("global module hooks are registered")
-    snap = []
+    snap = [("global hooks", _hooks(vars(_nn_module), "_global", "global"))]
     owned = []
     seen = set()
     reads = AttributeReads() if reads is None else reads
     for m in module.modules():
         d = m.__dict__
-        if d["_forward_hooks"] or d["_forward_pre_hooks"] or d["_backward_hooks"] \
-                or d.get("_backward_pre_hooks"):
-            raise NotReplayable("module hooks are registered")
+        hooks = _hooks(d, "", type(m).__name__)
+        if hooks:
+            snap.append(("hooks", hooks))
         for k, v in d.items():
             if k not in _MODULE_TABLES and not isinstance(v, _nn_module.Module):
                 snap.append((k, attribute_value(v, f"{type(m).__name__}.{k}", reads)))
@@ -1039,6 +1037,50 @@ def module_state(module, reads: "AttributeReads | None" = None):
                 owned.append(t)
                 snap.append((k, id(t), t.requires_grad, tuple(t.shape), t.dtype))
     return tuple(snap), owned
+
+
+_HOOK_TABLES = ("_forward_hooks", "_forward_pre_hooks", "_backward_hooks",
+                "_backward_pre_hooks")
+# What ``replayable_hook`` sets on a hook (on a bound method's function).
+_REPLAYABLE = "__lazy_runtime_replayable__"
+
+
+def replayable_hook(hook):
+    """Declare a module hook replayable (``lr.replayable_hook``; usable as a decorator,
+    returns ``hook``): its only effects are on the tensors of the call it sees (a forward
+    hook scaling or returning a new output, a backward hook clipping a gradient), so a
+    replay, which runs none of the forward's Python, may leave it out as it leaves out
+    the forward's own. A call whose modules run any other hook is traced every time
+    (its Python side effects, a counter or a log, would be lost). A bound method is
+    declared through its function (for every instance)."""
+    setattr(getattr(hook, "__func__", hook), _REPLAYABLE, True)
+    return hook
+
+
+def _is_replayable_hook(hook) -> bool:
+    """Declared (``replayable_hook``), or transformers' output-capturing hook
+    (``output_hidden_states=True``): it appends to the collector its model's forward made
+    for the call, which becomes part of that forward's output."""
+    if getattr(hook, _REPLAYABLE, False):
+        return True
+    return (getattr(hook, "__module__", None) == "transformers.utils.output_capturing"
+            and getattr(hook, "__name__", None) == "output_capturing_hook")
+
+
+def _hooks(d: dict, prefix: str, owner: str) -> tuple:
+    """The hooks of a module's ``__dict__`` (or, with ``prefix="_global"``, torch's
+    global ones), by table, handle and identity, for a signature; NotReplayable names
+    the first one not declared replayable."""
+    found = []
+    for table in _HOOK_TABLES:
+        for handle, hook in (d.get(prefix + table) or {}).items():
+            if not _is_replayable_hook(hook):
+                name = getattr(hook, "__qualname__", type(hook).__name__)
+                raise NotReplayable(f"a {owner} {table[1:-1].replace('_', ' ')} "
+                                    f"({name}) is registered; lr.replayable_hook declares "
+                                    "one that only changes the tensors it is given")
+            found.append((table, handle, id(hook)))
+    return tuple(found)
 
 
 _MAX_ITEMS = 256   # items of a container attribute kept by value
