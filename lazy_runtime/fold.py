@@ -10,8 +10,10 @@ what the graph would compute), and the recorded graph goes on uncut.
 
 Floating-point results are left to the graph (XLA's and torch's kernels may round
 differently, and a value read must be the value the graph goes on with), except those of
-ops that never round (``_EXACT_ON_FLOATS``: triangles, views, negation) inside the cone of
-an integer or boolean read. Random ops, large values and long chains are left too. Each
+ops that never round (``_EXACT_ON_FLOATS``: triangles, views, negation, padding, max
+pooling) and of arithmetic that did not round on the values at hand
+(``_EXACT_WHERE_CHECKED``, ``_exact``: the result equals float64's) inside the cone of an
+integer or boolean read. Random ops, large values and long chains are left too. Each
 fold is counted (``host_folds``): a forward replay refuses a call that folds, as it
 refuses one that reads (the value could steer Python control flow that a replay would
 not run again); a whole-step replay keeps a fold of host-made constants (its
@@ -29,7 +31,7 @@ from . import dtypes, ir
 from .metrics import METRICS
 
 MAX_NODES = 64           # ops in the folded cone
-MAX_ELEMENTS = 1 << 16   # elements of each value in it
+MAX_ELEMENTS = 1 << 20   # elements of each value in it
 _CPU = torch.device("cpu")
 
 
@@ -49,12 +51,57 @@ _EXACT_ON_FLOATS = frozenset((
     _a.t.default, _a.transpose.int, _a.unsqueeze.default, _a.squeeze.dim,
     _a.squeeze.dims, _a.select.int, _a.slice.Tensor, _a.flip.default, _a.cat.default,
     _a.neg.default, _a.abs.default, _a.where.self, _a.masked_fill.Scalar,
-    _a.maximum.default, _a.minimum.default))
+    _a.maximum.default, _a.minimum.default,
+    # (and these: they pick, pad with or put values, the constant rounded to the type
+    # by both as a conversion: CANINE's mask max-pooled to its molecules, Longformer's
+    # padded to its window and given its global tokens)
+    _a.max_pool2d_with_indices.default, _a.max_pool3d_with_indices.default,
+    _a.amax.default, _a.amin.default, _a.max.dim, _a.min.dim, _a.max.default,
+    _a.min.default, _a.constant_pad_nd.default, _a.clamp.default, _a.index.Tensor,
+    _a.index_put.default, _a.masked_fill.Tensor, _a.gather.default))
+# Ops that round in general, folded where they did not (``_exact``): each result must
+# equal the same op's in float64 (a conversion: its value converted back). An exact
+# result is every correctly rounded kernel's, a fused multiply-add's too once the product
+# is exact: LED's extended mask ``(1.0 - mask) * finfo.min``, its 0/1 mask converted.
+_EXACT_WHERE_CHECKED = frozenset((
+    _a.add.Tensor, _a.add.Scalar, _a.sub.Tensor, _a.sub.Scalar, _a.rsub.Scalar,
+    _a.rsub.Tensor, _a.mul.Tensor, _a.mul.Scalar, _a._to_copy.default))
+_FLOATS = (torch.float16, torch.bfloat16, torch.float32, torch.float64)
 
 
 def _folds_as(op, dtype) -> bool:
-    return _foldable_type(dtype) or op in _EXACT_ON_FLOATS and dtype in (
-        torch.float16, torch.bfloat16, torch.float32, torch.float64)
+    return _foldable_type(dtype) or dtype in _FLOATS and (
+        op in _EXACT_ON_FLOATS or op in _EXACT_WHERE_CHECKED or op is ir.GETITEM)
+
+
+def _widened(v):
+    return v.double() if isinstance(v, torch.Tensor) and v.is_floating_point() else v
+
+
+def _same_values(a: torch.Tensor, b: torch.Tensor) -> bool:
+    return a.shape == b.shape and bool(((a == b) | (a.isnan() & b.isnan())).all())
+
+
+def _exact(op, args, kwargs, out) -> bool:
+    """Whether ``out`` (op's floating-point result on the CPU) is exact: the same op in
+    float64, or the conversion's value converted back, gives it; and no result is
+    subnormal (XLA:CPU may flush those to zero). An ``alpha`` other than 1 (torch's CPU
+    add fuses it into a multiply-add) is not checked: refused."""
+    if not isinstance(out, torch.Tensor) or not out.is_floating_point():
+        return True
+    tiny = torch.finfo(out.dtype).tiny
+    if bool(((out != 0) & (out.abs() < tiny)).any()):
+        return False
+    if op is _a._to_copy.default:
+        source = args[0]
+        if not isinstance(source, torch.Tensor):
+            return False
+        back = out.to(source.dtype)
+        return bool(out.isfinite().all()) and _same_values(back, source)
+    if kwargs.get("alpha", 1) != 1:
+        return False
+    wide = op(*[_widened(a) for a in args], **kwargs)
+    return _same_values(out.double(), wide.double())
 
 
 def _cone(node: ir.Node):
@@ -142,10 +189,12 @@ def run(prog, values, types=None):
         filled = ir.fill(args, ins)
         if _may_trap(op, filled):
             return None
+        kw = {key: _CPU if key == "device" else ir.fill(v, ins) for key, v in kwargs}
         try:
-            out = op(*filled,
-                     **{key: _CPU if key == "device" else ir.fill(v, ins) for key, v in kwargs})
+            out = op(*filled, **kw)
         except Exception:   # not what torch's CPU kernel takes: the graph computes it
+            return None
+        if op in _EXACT_WHERE_CHECKED and not _exact(op, filled, kw, out):
             return None
         shape, dtype = types[k] if types is not None else (None, None)
         if isinstance(out, (tuple, list)):

@@ -1,6 +1,7 @@
 """Reads of small integer values computed only from data: folded on the host by torch's
 CPU kernels, no barrier; everything else read is still a barrier."""
 
+import copy
 import random
 import subprocess
 import sys
@@ -8,6 +9,7 @@ import sys
 import pytest
 import torch
 import torch.nn as nn
+import torch.nn.functional as F
 
 import lazy_runtime as lr
 from conftest import DEV, assert_same
@@ -295,6 +297,113 @@ def test_a_read_through_float_ops_that_never_round_is_folded():
     assert lr.metrics()["sync_reasons"] == {"read": 1}
 
 
+def test_a_read_through_arithmetic_that_did_not_round_is_folded():
+    """Masks built by arithmetic on 0/1 values (LED's ``(1.0 - mask) * finfo.min``, a
+    mask converted to float, max-pooled as CANINE's, padded and clamped as Longformer's)
+    round nowhere: each such result equals its float64 one, so it is folded, no barrier.
+    The same ops on values where they do round (a product by 0.1, an int past 2**24, a
+    subnormal result) are barriers, their reads still the graph's."""
+    gen = torch.Generator().manual_seed(3)
+    mask = torch.randint(0, 2, (3, 8), generator=gen)
+    mask[:, 0] = 1
+    _fresh()
+    ml = mask.to(DEV)
+    lo = torch.finfo(torch.float32).min
+    ext = (1.0 - ml[:, None, None, :].float()) * lo
+    pooled = F.max_pool1d(ml.float().unsqueeze(1), 4, 4).squeeze(1)
+    padded = F.pad(ml.float(), (0, 4), value=0.0).clamp(0.0, 1.0)
+    got = [(ext < 0).sum().item(), (ext + 2.0 == 2.0).sum().item(),
+           bool(pooled.bool().all()), (padded * 3.0 - 1.0 > 0).sum().item(),
+           (ml.float() * 0.5 + 0.25 == 0.75).sum().item()]
+    m = mask.float()
+    want = [int((m == 0).sum()), int((m == 1).sum()),
+            bool(F.max_pool1d(m.unsqueeze(1), 4, 4).bool().all()), int(m.sum()),
+            int(m.sum())]
+    assert got == want
+    metrics = lr.metrics()
+    assert metrics["syncs"] == 0 and metrics["host_folds"] == len(got), \
+        metrics["sync_reasons"]
+    x = torch.randn(4, 5, generator=gen)
+    xl = x.to(DEV)
+    big = torch.tensor([2 ** 24 + 1, 3]).to(DEV)
+    tiny = torch.full((3,), 1e-20).to(DEV)
+    rounded = [((xl * 0.1) > 0.05).sum().item(), (big.float() == 2 ** 24).sum().item(),
+               ((tiny * 1e-20) > 0).sum().item(), ((xl + 1.0) - 1.0 == xl).sum().item()]
+    assert rounded[:3] == [int(((x * 0.1) > 0.05).sum()), 1, 0]
+    assert rounded[3] == int(((x + 1.0) - 1.0 == x).sum())
+    assert lr.metrics()["sync_reasons"] == {"read": 4}
+    assert lr.metrics()["host_folds"] == len(got)
+
+
+class _WindowMask(nn.Module):
+    """LED's and Longformer's step: the attention mask padded to the attention window,
+    an extended mask made by arithmetic, and a host test of it (LED's ``is_global_attn``)
+    that branches the forward; the mask comes as an argument."""
+
+    def __init__(self, window=8):
+        super().__init__()
+        self.window = window
+        self.proj = nn.Linear(4, 4)
+        self.glob = nn.Linear(4, 4)
+
+    def forward(self, x, mask):
+        pad = (self.window - x.shape[1] % self.window) % self.window
+        x = F.pad(x, (0, 0, 0, pad))
+        mask = F.pad(mask, (0, pad), value=0)
+        ext = (1.0 - mask[:, None, :].float()) * torch.finfo(torch.float32).min
+        scores = self.proj(x) @ x.transpose(1, 2) + ext.clamp(max=0.0)
+        out = scores.softmax(-1) @ x
+        if (ext > 0).any():   # global tokens (marked 2, made positive): another path
+            out = out + self.glob(x)
+        return out[:, : x.shape[1] - pad]
+
+
+def test_a_window_padded_mask_read_on_the_host_replays_whole():
+    torch.manual_seed(0)
+    eager = _WindowMask()
+    gen = torch.Generator().manual_seed(4)
+    batches = []
+    for i in range(10):
+        mask = torch.ones(2, 5, dtype=torch.long)
+        mask[1, 3:] = 0
+        if i % 2:
+            mask[0, 0] = 2
+        batches.append((torch.randn(2, 5, 4, generator=gen), mask))
+    lazy = copy.deepcopy(eager).to(DEV)
+    opt_e = torch.optim.SGD(eager.parameters(), 0.1)
+    opt_l = lr.compile_optimizer(torch.optim.SGD(lazy.parameters(), 0.1))
+
+    def step(model, opt, x, mask):
+        loss = model(x, mask).pow(2).mean()
+        loss.backward()
+        opt.step()
+        opt.zero_grad()
+        return loss
+
+    whole = lr.compile_step(lambda x, mask: step(lazy, opt_l, x.to(DEV), mask.to(DEV)),
+                            lazy, opt_l)
+    _fresh()
+    for i, (x, mask) in enumerate(batches):
+        want = step(eager, opt_e, x, mask).item()
+        assert whole(x, mask).item() == pytest.approx(want, rel=1e-5), i
+    m = lr.metrics()
+    # each mask (with global tokens or not) traced till two traces agree (the second
+    # call of each captures the optimizer's own replay), then replayed: calls 7 to 10
+    assert m["step_replays"] == 4, m["replay_misses"]
+    assert m["sync_reasons"] == {"step": 6}   # each trace folded its read (no barrier)
+    assert m["host_folds"] == 6
+    # a mask whose conversion to float rounds (and whose extended mask overflows): the
+    # fold of this call's argument is refused, so the call is traced, the read a barrier
+    x, mask = batches[1]
+    mask = mask.clone()
+    mask[0, 0] = 2 ** 25 + 1
+    _fresh()
+    assert whole(x, mask).item() == pytest.approx(step(eager, opt_e, x, mask).item(),
+                                                  rel=1e-5)
+    m = lr.metrics()
+    assert m["step_replays"] == 0 and m["sync_reasons"]["read"] == 1, m
+
+
 class _Gated(nn.Module):
     """A forward that branches on a value folded on the host: from a mask it makes
     itself (``generate_square_subsequent_mask``, as nn.Transformer's decoder checks it),
@@ -400,7 +509,8 @@ class _ListIndexedTokens(nn.Module):
     a tensor from a Python number (``torch.tensor(finfo.min, device=...)``), a scale made
     as a CPU tensor and divided into a lazy one (``torch.sqrt(torch.tensor(d))``), and a
     test of the last and first tokens read through an index list (``pad in ids[:, [-1,
-    0]]``), which torch turns into a new CPU tensor copied to the device."""
+    0]]``), which torch turns into a new CPU tensor copied to the device; and LongT5's
+    locality mask, a larger boolean one made on the CPU each call and moved."""
 
     def __init__(self):
         super().__init__()
@@ -414,6 +524,9 @@ class _ListIndexedTokens(nn.Module):
         h = h / torch.sqrt(torch.tensor(h.size(-1), dtype=torch.float))
         if 0 in ids[:, [-1, 0]]:
             h = h * 0.5
+        near = (torch.arange(48)[:, None] - torch.arange(48)[None]).abs() < 2   # 2304
+        t = ids.shape[1]
+        h = h + near.to(h.device)[:t, :t].float() @ h * 0.1
         return self.out(h).mean()
 
 

@@ -115,8 +115,10 @@ def test_histc_of_integers_counts_as_torchs_cuda_kernel(dt):
                           generator=g).to(dt)
         ints = [int(b) for b in bounds]
         want.append(torch.histc(x.double(), bins, *ints).to(dt))
-        # (through a float op: integer ops on data alone would be folded on the host)
-        on_device = (x.to(lr.device()).double() * 1).to(dt)
+        # (through a float op that rounds: integer ops on data alone, and float ones that
+        # do not round, would be folded on the host)
+        xd = x.to(lr.device()).double()
+        on_device = (xd.sin() * 0 + xd).to(dt)
         lazy.append(torch.histc(on_device, bins, *bounds))
     with pytest.raises(RuntimeError, match="not implemented"):
         torch.histc(x, 4)   # torch's CPU kernel
