@@ -75,7 +75,9 @@ def _folds_as(op, dtype) -> bool:
 
 
 def _widened(v):
-    return v.double() if isinstance(v, torch.Tensor) and v.is_floating_point() else v
+    """A tensor argument in float64 (an integer one too: times a Python float its product
+    would be float32, the default type, again)."""
+    return v.double() if isinstance(v, torch.Tensor) and not v.is_complex() else v
 
 
 def _same_values(a: torch.Tensor, b: torch.Tensor) -> bool:

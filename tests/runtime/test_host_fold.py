@@ -328,10 +328,11 @@ def test_a_read_through_arithmetic_that_did_not_round_is_folded():
     big = torch.tensor([2 ** 24 + 1, 3]).to(DEV)
     tiny = torch.full((3,), 1e-20).to(DEV)
     rounded = [((xl * 0.1) > 0.05).sum().item(), (big.float() == 2 ** 24).sum().item(),
-               ((tiny * 1e-20) > 0).sum().item(), ((xl + 1.0) - 1.0 == xl).sum().item()]
+               ((tiny * 1e-20) > 0).sum().item(), ((xl + 1.0) - 1.0 == xl).sum().item(),
+               (big * 1.0 == 2 ** 24).sum().item()]
     assert rounded[:3] == [int(((x * 0.1) > 0.05).sum()), 1, 0]
-    assert rounded[3] == int(((x + 1.0) - 1.0 == x).sum())
-    assert lr.metrics()["sync_reasons"] == {"read": 4}
+    assert rounded[3:] == [int(((x + 1.0) - 1.0 == x).sum()), 1]
+    assert lr.metrics()["sync_reasons"] == {"read": 5}
     assert lr.metrics()["host_folds"] == len(got)
 
 
