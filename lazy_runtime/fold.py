@@ -89,21 +89,34 @@ def _exact(op, args, kwargs, out) -> bool:
     float64, or the conversion's value converted back, gives it; and no result is
     subnormal (XLA:CPU may flush those to zero). An ``alpha`` other than 1 (torch's CPU
     add fuses it into a multiply-add) is not checked: refused."""
+    if op is _a._to_copy.default:
+        return _exact_conversion(args[0], out)
     if not isinstance(out, torch.Tensor) or not out.is_floating_point():
         return True
-    tiny = torch.finfo(out.dtype).tiny
-    if bool(((out != 0) & (out.abs() < tiny)).any()):
-        return False
-    if op is _a._to_copy.default:
-        source = args[0]
-        if not isinstance(source, torch.Tensor):
-            return False
-        back = out.to(source.dtype)
-        return bool(out.isfinite().all()) and _same_values(back, source)
-    if kwargs.get("alpha", 1) != 1:
+    if _subnormal(out) or kwargs.get("alpha", 1) != 1:
         return False
     wide = op(*[_widened(a) for a in args], **kwargs)
     return _same_values(out.double(), wide.double())
+
+
+def _subnormal(out: torch.Tensor) -> bool:
+    return bool(((out != 0) & (out.abs() < torch.finfo(out.dtype).tiny)).any())
+
+
+def _exact_conversion(source, out) -> bool:
+    """Whether a conversion gave the same on any kernel: to a float type, the value
+    itself (finite, not subnormal, converted back unchanged); from a float type to an
+    integer one, finite values inside the type's range (C leaves the others undefined:
+    torch's CPU kernel gives the type's minimum for NaN where XLA saturates, NaN to 0)."""
+    if not isinstance(source, torch.Tensor) or not isinstance(out, torch.Tensor):
+        return False
+    if out.is_floating_point():
+        return bool(out.isfinite().all()) and not _subnormal(out) and \
+            _same_values(out.to(source.dtype), source)
+    if source.is_floating_point() and out.dtype != torch.bool:
+        info, wide = torch.iinfo(out.dtype), source.double()
+        return bool(((wide > float(info.min) - 1.0) & (wide < float(info.max) + 1.0)).all())
+    return True
 
 
 def _cone(node: ir.Node):
