@@ -1,7 +1,7 @@
 """torch.fft against torch at random sizes: every transform with n/s, dim and norm, for
 real, integer and complex inputs (dtypes included); fftshift and the frequency helpers;
-.real/.imag, abs/angle of complex tensors, view_as_real/view_as_complex; and the errors
-torch raises."""
+.real/.imag, abs/angle of complex tensors, view_as_real/view_as_complex, complex values
+built from parts (complex, polar); and the errors torch raises."""
 
 import pytest
 import torch
@@ -65,6 +65,42 @@ def complex_parts(x):
 @pytest.mark.parametrize("dt", [torch.float32, torch.float64, torch.int64], ids=str)
 def test_complex_parts_and_views(dt):
     check(complex_parts, {"x": Input(("B", "T"), dt)}, {"B": (1, 5), "T": (1, 9)})
+
+
+def from_parts(x, freqs):
+    a = torch.polar(torch.ones_like(x), x)
+    b = torch.polar(x[:, None, :], freqs[None, :, None])   # broadcast: (B, D, T)
+    c = torch.complex(x, x * 2)
+    d = torch.complex(x[0], freqs[:, None])
+    e = torch.view_as_real(torch.polar(x.double(), x.double()))
+    return a
+
+
+@pytest.mark.parametrize("dt", [torch.float32, torch.float64], ids=str)
+def test_complex_values_from_parts(dt):
+    check(from_parts, {"x": Input(("B", "T"), dt), "freqs": Input(("D",), dt)},
+          {"B": (1, 5), "T": (1, 9), "D": (1, 6)})
+
+
+def polar_of_ints(x):
+    y = torch.polar(x.long(), x.long())  # error: SI160
+    return y
+
+
+def complex_of_two_types(x):
+    y = torch.complex(x, x.double())  # error: SI160
+    return y
+
+
+def polar_not_broadcast(x):
+    y = torch.polar(x, x[:, :2])  # error: SI300
+    return y
+
+
+@pytest.mark.parametrize("model", [polar_of_ints, complex_of_two_types, polar_not_broadcast],
+                         ids=lambda f: f.__name__)
+def test_complex_from_parts_errors(model):
+    check_error(model, {"x": ("B", "T")}, {"B": 3, "T": 5})
 
 
 def rfft_of_complex(x):

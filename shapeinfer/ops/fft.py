@@ -1,5 +1,6 @@
 """torch.fft: the transforms (shapes from shape_fns.fft_shape, dtypes complex or real by
-kind), fftshift and the frequency helpers; and complex views (view_as_real/complex)."""
+kind), fftshift and the frequency helpers; complex views (view_as_real/complex) and
+complex values built from parts (complex, polar)."""
 
 from __future__ import annotations
 
@@ -110,3 +111,34 @@ def view_as_complex(ctx, input):
     shape_fns.require_equal(s[-1], 2, "SI161", "view_as_complex: the last dim must have size 2")
     return like(t, s[:-1], complex_of(t.dtype))
 
+
+
+
+
+def _from_parts(name: str, a, b):
+    """torch.complex(real, imag) and torch.polar(abs, angle): parts of one float type,
+    broadcast; the complex type of theirs (rotary embeddings' ``torch.polar(ones, freqs)``,
+    DeepSeek-V2's). polar has no float16 kernel on the CPU: its type is left unknown."""
+    x, y = T(a), T(b, "second argument")
+    for t in (x, y):
+        if t.dtype is not None and t.dtype not in _COMPLEX_OF:
+            raise shape_fns.ShapeError("SI160", f"{name}: parts must be float16, float32 or "
+                                       f"float64 tensors, got {str(t.dtype)[6:]}")
+    if x.dtype is not None and y.dtype is not None and x.dtype != y.dtype:
+        raise shape_fns.ShapeError("SI160", f"{name}: parts of two types, {str(x.dtype)[6:]} "
+                                   f"and {str(y.dtype)[6:]}")
+    dtype = x.dtype if x.dtype is not None else y.dtype
+    shape = None if x.shape is None or y.shape is None else shape_fns.broadcast_shapes(x.shape, y.shape)
+    if dtype == torch.float16 and name == "polar":
+        return tensor(None, shape, x.device, "polar of float16 is not modelled (no CPU kernel)")
+    return like(x, shape, complex_of(dtype))
+
+
+@op("complex", torch.complex)
+def complex_(ctx, real, imag, *, out=None):
+    return _from_parts("complex", real, imag)
+
+
+@op("polar", torch.polar)
+def polar(ctx, abs, angle, *, out=None):
+    return _from_parts("polar", abs, angle)
