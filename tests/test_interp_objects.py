@@ -65,6 +65,50 @@ def test_forward_hooks_and_pre_hooks_run_as_module_call_runs_them(sizes):
     assert _shape_at(r.output, sizes) == tuple(m(x).shape)
 
 
+class InstallsHooksAtFirstCall(nn.Module):
+    """What transformers' ``capture_outputs`` does: hooks registered on the layers at the
+    first call (once), each appending its layer's output to a collector the forward made
+    for the call; the forward returns the collected outputs."""
+
+    def __init__(self):
+        super().__init__()
+        self.layers = nn.ModuleList([nn.Linear(4, 6), nn.Linear(6, 3)])
+        self.collector = None
+
+    def _install(self):
+        if getattr(self, "_installed", False):
+            return
+        for layer in self.layers:
+            def hook(module, args, output):
+                if self.collector is not None:
+                    self.collector.append(output)
+            layer.register_forward_hook(hook)
+        self._installed = True
+
+    def forward(self, x):
+        self._install()
+        self.collector = []
+        for layer in self.layers:
+            x = layer(x)
+        seen, self.collector = tuple(self.collector), None
+        return seen[-2], seen[-1].sum(-1, keepdim=True) * seen[0][..., :1]
+
+
+@pytest.mark.parametrize("sizes", [{"B": 2, "T": 5}, {"B": 4, "T": 1}, {"B": 1, "T": 8}])
+def test_hooks_registered_during_the_analysis_run_and_the_model_is_left_alone(sizes):
+    """A hook the forward registers on a live module is kept in the analysis' overlay (the
+    module's hook table is never changed) and runs at the module's later calls: before,
+    it was dropped, the collector stayed empty, and ``seen[-1]`` was a false SI120."""
+    m = InstallsHooksAtFirstCall()
+    r = shapeinfer.analyze(m, args=(torch.randn(2, 5, 4),), dims={"x": ("B", "T", 4)})
+    assert not r.errors, r.errors
+    assert not any(layer._forward_hooks for layer in m.layers)   # left alone
+    assert not hasattr(m, "_installed")
+    want = m(torch.randn(sizes["B"], sizes["T"], 4))
+    assert isinstance(r.output, TupleV)
+    assert [_shape_at(v, sizes) for v in r.output.items] == [tuple(w.shape) for w in want]
+
+
 # ---- a dict subclass with its own __setattr__ ---------------------------------------
 
 

@@ -8,6 +8,7 @@ callee is not torch's, the real function. Anything else gives Unknown with a rea
 from __future__ import annotations
 
 import ast
+import collections
 import dataclasses
 import functools
 import inspect
@@ -151,9 +152,9 @@ class Caller:
         """``module(*args, **kwargs)``: its forward pre-hooks, forward and forward hooks,
         as ``nn.Module.__call__`` runs them (transformers collects hidden states with
         forward hooks). Backward hooks do not change shapes."""
-        pre_hooks, hooks = _forward_hooks(module)
+        pre_hooks, hooks = self._forward_hooks(module)
         for hook_id, hook in pre_hooks:
-            if hook_id in module._forward_pre_hooks_with_kwargs:
+            if self._has_key(module._forward_pre_hooks_with_kwargs, hook_id):
                 new = self.call_hook(hook, [Const(module), TupleV(tuple(args)), DictV(kwargs)], frame)
                 pair = new.items if isinstance(new, TupleV) and len(new.items) == 2 else None
                 if new != NONE and (pair is None or not isinstance(pair[1], DictV)):
@@ -172,8 +173,8 @@ class Caller:
                     args = items
         result = self._call_forward(module, args, kwargs, frame)
         for hook_id, hook in hooks:
-            with_kwargs = hook_id in module._forward_hooks_with_kwargs or \
-                hook_id in torch.nn.modules.module._global_forward_hooks_with_kwargs
+            with_kwargs = self._has_key(module._forward_hooks_with_kwargs, hook_id) or \
+                self._has_key(torch.nn.modules.module._global_forward_hooks_with_kwargs, hook_id)
             hook_args = [Const(module), TupleV(tuple(args))] + ([DictV(kwargs)] if with_kwargs else []) + [result]
             new = self.call_hook(hook, hook_args, frame)
             before = result
@@ -181,8 +182,33 @@ class Caller:
         return result
 
     def call_hook(self, hook, args, frame) -> Value:
+        if isinstance(hook, Value):   # registered during the analysis (``_forward_hooks``)
+            return self.call(hook, args, {}, frame)
         return self.call_callable(hook, args, {}, frame) if isinstance(hook, types.FunctionType) \
             else self.call_object(hook, args, {}, frame)
+
+    def _forward_hooks(self, module: torch.nn.Module) -> tuple[list, list]:
+        """(forward pre-hooks, forward hooks) as (id, hook) pairs, global ones first, in the
+        order ``nn.Module.__call__`` runs them; a hook registered during the analysis comes
+        after the real ones, as the Value it was given."""
+        g = torch.nn.modules.module
+        return tuple([pair for table in tables for pair in self._dict_items(table)]
+                     for tables in ((g._global_forward_pre_hooks, module._forward_pre_hooks),
+                                    (g._global_forward_hooks, module._forward_hooks)))
+
+    def _dict_items(self, d: dict) -> list:
+        """A real dict's items as the analysis sees them: values set in the overlay, then
+        the keys it added."""
+        overlay = self.ctx.attr_overlay
+        items = [(k, overlay.get((id(d), ("item", k)), v)) for k, v in d.items()]
+        added = self.ctx.added_keys.get(id(d))
+        if added is not None:
+            items += [(k, overlay[(id(d), ("item", k))]) for k in added[1]]
+        return items
+
+    def _has_key(self, d: dict, key) -> bool:
+        added = self.ctx.added_keys.get(id(d))
+        return key in d or added is not None and key in added[1]
 
     def _call_forward(self, module: torch.nn.Module, args, kwargs, frame) -> Value:
         if type(module).forward is torch.nn.Sequential.forward:
@@ -540,6 +566,8 @@ class Caller:
         if isinstance(obj, Const):
             if isinstance(index, Const):
                 key = _item_overlay_key(obj.obj, index.obj)
+                if key is None and type(obj.obj) in _DICTS and _hashable(index.obj):
+                    key = id(obj.obj), ("item", index.obj)   # (one the analysis added)
                 if key in self.ctx.attr_overlay:
                     return self.ctx.attr_overlay[key]
                 try:
@@ -577,6 +605,10 @@ class Caller:
             # an item of a real list or dict (a cache's per-layer states): kept in the
             # overlay, the real object is never changed
             key = _item_overlay_key(obj.obj, index.obj)
+            if key is None and type(obj.obj) in _DICTS and _hashable(index.obj):
+                # a new key: kept in the overlay too, and listed (``_dict_items``)
+                key = id(obj.obj), ("item", index.obj)
+                self.ctx.added_keys.setdefault(id(obj.obj), (obj.obj, []))[1].append(index.obj)
             if key is not None:
                 self.ctx.attr_overlay[key] = value
 
@@ -618,6 +650,8 @@ class Caller:
                 return Unknown(f"{type(obj).__name__} is not iterable"), None
             if isinstance(obj, list):  # items assigned during the analysis
                 items = [self.ctx.attr_overlay.get(_item_overlay_key(obj, i), x) for i, x in enumerate(items)]
+            elif type(obj) in _DICTS and id(obj) in self.ctx.added_keys:   # keys it added
+                items += [Const(k) for k in self.ctx.added_keys[id(obj)][1]]
             return items
         if isinstance(value, UnionV):
             opts = [self.iterate(v, frame) for _, v in value.options]
@@ -649,13 +683,16 @@ class Caller:
 _OBJECT_ATTRIBUTE_SLOTS = (object.__setattr__, object.__delattr__)
 
 
-def _forward_hooks(module: torch.nn.Module) -> tuple[list, list]:
-    """(forward pre-hooks, forward hooks) as (id, hook) pairs, global ones first, in the
-    order ``nn.Module.__call__`` runs them."""
-    g = torch.nn.modules.module
-    pre = [*g._global_forward_pre_hooks.items(), *module._forward_pre_hooks.items()]
-    post = [*g._global_forward_hooks.items(), *module._forward_hooks.items()]
-    return pre, post
+# real dicts whose items the overlay tracks (a module's hook tables are ordered dicts)
+_DICTS = (dict, collections.OrderedDict)
+
+
+def _hashable(obj) -> bool:
+    try:
+        hash(obj)
+    except TypeError:
+        return False
+    return True
 
 
 def _item_overlay_key(container, index) -> Optional[tuple]:
@@ -663,7 +700,7 @@ def _item_overlay_key(container, index) -> Optional[tuple]:
     (a key it has); None for anything else, whose items are not tracked."""
     if type(container) is list and type(index) is int and -len(container) <= index < len(container):
         return id(container), ("item", index % len(container))
-    if type(container) is dict:
+    if type(container) in _DICTS:
         try:
             if index in container:
                 return id(container), ("item", index)

@@ -136,6 +136,10 @@ class AnalysisContext:
         self.depth = 0
         self.loc: tuple[str, int, int] = ("<unknown>", 0, 0)
         self.attr_overlay: dict[tuple[int, str], Value] = {}
+        # keys the analysis added to real dicts (in the overlay; the dict is never changed):
+        # id -> (the dict, its added keys in order). A hook registered on a live module
+        # (transformers installs its output-capturing hooks at the first call) is one.
+        self.added_keys: dict[int, tuple[dict, list]] = {}
         self.pc = sympy.true  # the path condition of the statement being analyzed
         self.data_conditions = 0
         self.size_audit = None  # a SizeAudit sees every value (see size_audit.py)
