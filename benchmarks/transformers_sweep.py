@@ -3,8 +3,11 @@
 For each ``transformers/models/<name>/modeling_*.py`` the sweep picks a model class the
 file exports (the bare ``*Model`` first), builds its config with defaults and shrinks it
 (hidden sizes, layers, heads, experts), instantiates it with random weights, makes a
-sample input from the model's ``main_input_name`` with symbolic dims, runs it once for
-real (to know whether the sample itself is valid) and analyzes it. Each file ends as:
+sample input from the model's ``main_input_name`` with symbolic dims (both towers' inputs
+for a dual encoder such as CLIP), runs it once for real (to know whether the sample itself
+is valid; where the model refuses it, inputs whose layout varies between models, such as
+raw audio with or without a channel axis, are tried in their other layouts) and analyzes
+it. Each file ends as:
 
 - ``analyzed``: ``analyze`` returned; counts of known/unknown tensor variables in the
   modeling file, diagnostics by code, internal failures (SI005) among them;
@@ -41,16 +44,18 @@ import shapeinfer  # noqa: E402
 HIDDEN_FIELDS = ("hidden_size", "d_model", "n_embd", "embed_dim", "dim", "d_embed", "emb_dim")
 HEAD_FIELDS = ("num_attention_heads", "n_head", "n_heads", "encoder_attention_heads", "num_heads",
                "attention_heads")
+KV_HEAD_FIELDS = ("num_key_value_heads", "n_kv_heads", "num_kv_heads", "multi_query_group_num")
+EXPERT_FIELDS = ("num_experts", "n_routed_experts", "num_local_experts", "moe_num_experts")
 SMALL_HEADS = 2
 SMALL_SIZES = {
     **dict.fromkeys(("word_embed_proj_dim", "projection_dim", "text_embed_dim", "vision_embed_dim"), 64),
     **dict.fromkeys(("num_hidden_layers", "num_layers", "n_layer", "n_layers", "encoder_layers", "decoder_layers",
                      "num_encoder_layers", "num_decoder_layers", "depth", "text_layers", "vision_layers"), 2),
     "decoder_attention_heads": SMALL_HEADS,
-    **dict.fromkeys(("num_key_value_heads", "n_kv_heads", "num_kv_heads", "multi_query_group_num"), 1),
+    **dict.fromkeys(KV_HEAD_FIELDS, 1),
     **dict.fromkeys(("intermediate_size", "ffn_dim", "encoder_ffn_dim", "decoder_ffn_dim", "d_ff", "n_inner",
                      "hidden_dim", "mlp_dim"), 128),
-    **dict.fromkeys(("num_experts", "n_routed_experts", "num_local_experts", "moe_num_experts"), 4),
+    **dict.fromkeys(EXPERT_FIELDS, 4),
     **dict.fromkeys(("moe_intermediate_size", "shared_expert_intermediate_size", "expert_intermediate_size"), 64),
     "num_experts_per_tok": 2, "n_group": 1, "topk_group": 1, "moe_topk": 2,
 }
@@ -108,6 +113,10 @@ def small_config(config_cls, depth: int = 0):
         value = getattr(default, name, None)
         if name in fields and type(value) is int and value > target:
             overrides[name] = target
+    overrides.update(_latent_kv_heads(default, fields, overrides))
+    overrides.update(_experts_top_k(default, fields))
+    if _two_towers(default):  # a dual encoder's joint embedding must match what its towers emit, which some
+        overrides.pop("projection_dim", None)  # size by their own fields (ALIGN's EfficientNet, X-CLIP's MIT)
     if depth < 3:
         for name in list(getattr(config_cls, "sub_configs", {}) or {}):
             sub = getattr(default, name, None)
@@ -133,6 +142,33 @@ def _fewer_heads(config, fields: set) -> dict:
         return {}
     return {hidden: SMALL_HEADS * (n_hidden // n_heads), **{f: SMALL_HEADS for f in HEAD_FIELDS if f in fields
                                                             and type(getattr(config, f, None)) is int}}
+
+
+def _latent_kv_heads(config, fields: set, overrides: dict) -> dict:
+    """Multi-head latent attention (DeepSeek's MLA, a config with ``kv_lora_rank``) expands
+    its latent into keys and values for every query head itself, yet still repeats them by
+    heads // kv heads (``num_key_value_groups``) where the key and value head sizes differ:
+    its kv heads must follow the shrunk heads rather than shrink to one."""
+    if "kv_lora_rank" not in fields:
+        return {}
+    heads = next((f for f in HEAD_FIELDS if f in fields and type(getattr(config, f, None)) is int), None)
+    if heads is None:
+        return {}
+    return {f: overrides.get(heads, getattr(config, heads)) for f in KV_HEAD_FIELDS
+            if f in fields and getattr(config, f, None) == getattr(config, heads)}
+
+
+def _experts_top_k(config, fields: set) -> dict:
+    """A config with routed experts routes each token to SMALL_SIZES' top-k of them: under
+    the config's own name for it too (Ernie 4.5's ``moe_k``, ``num_experts_per_tok`` through
+    its ``attribute_map``), which would otherwise exceed the shrunk experts, and where it
+    defaults to None (DeepSeek-V2's: the real value comes with a checkpoint)."""
+    if not any(type(getattr(config, f, None)) is int for f in EXPERT_FIELDS if f in fields):
+        return {}
+    target = SMALL_SIZES["num_experts_per_tok"]
+    alias = (getattr(config, "attribute_map", None) or {}).get("num_experts_per_tok")
+    values = {f: getattr(config, f, 0) for f in ("num_experts_per_tok", "moe_topk", alias) if f in fields}
+    return {f: target for f, value in values.items() if value is None or type(value) is int and value > target}
 
 
 def build_model(cls, max_params: int = 150_000_000):
@@ -169,7 +205,8 @@ def sample_input(model) -> tuple[dict, dict]:
         main = next((p for p in params if p in SAMPLE_MAKERS), main)
     required = [p for p, v in params.items() if v.default is v.empty and v.kind in (v.POSITIONAL_OR_KEYWORD,
                                                                                        v.KEYWORD_ONLY)]
-    wanted = dict.fromkeys([main] + required + (["decoder_input_ids"] if "decoder_input_ids" in params else []))
+    wanted = dict.fromkeys([main] + required + _paired_inputs(model.config, params)
+                           + (["decoder_input_ids"] if "decoder_input_ids" in params else []))
     kwargs, dims = {}, {}
     for name in wanted:
         made = SAMPLE_MAKERS[name](model.config) if name in SAMPLE_MAKERS else None
@@ -177,6 +214,44 @@ def sample_input(model) -> tuple[dict, dict]:
             raise Skip(f"no sample input for {'main_input_name' if name == main else 'argument'} {name!r}")
         kwargs[name], dims[name] = made
     return kwargs, dims
+
+
+# a two-tower model's towers: the config fields describing one (a sub-config, or a size of a config holding
+# both) and the forward arguments feeding it, the first one forward takes
+TEXT_TOWER = ("text_config", "vocab_size")
+OTHER_TOWERS = ((("vision_config", "image_config", "image_size"), ("pixel_values",)),
+                (("audio_config",), ("input_features", "input_values")))
+
+
+def _paired_inputs(config, params) -> list[str]:
+    """Both towers' inputs of a dual encoder (CLIP, CLAP: a text sub-config and a vision or
+    audio one; ViLT: one config with a vocabulary and an image size) whose forward takes
+    ``input_ids`` and the pixels or audio: it needs both although each has a default.
+    Models that splice image or audio features into the text at placeholder tokens (VLMs:
+    an ``image_token_id``) keep their text alone, as random tokens hold no placeholders."""
+    if "input_ids" not in params or not _two_towers(config):
+        return []
+    towers = [next(n for n in names if n in params) for fields, names in OTHER_TOWERS
+              if _describes(config, fields) and any(n in params for n in names)]
+    return ["input_ids"] + towers if towers else []
+
+
+def _two_towers(config) -> bool:
+    """Whether the config describes a text tower and an image or audio one, side by side
+    rather than spliced together at placeholder tokens."""
+    return _describes(config, TEXT_TOWER) and any(_describes(config, fields) for fields, _ in OTHER_TOWERS) \
+        and not _placeholder_tokens(config)
+
+
+def _describes(config, fields) -> bool:
+    """Whether the config sets any of ``fields`` (a sub-config or a size)."""
+    return any(getattr(config, f, None) is not None for f in fields)
+
+
+def _placeholder_tokens(config) -> bool:
+    """Whether the config has a token id for image, video or audio features in the text
+    (set or not: Voxtral's ``audio_token_id`` defaults to None)."""
+    return any("token" in key and any(kind in key for kind in ("image", "video", "audio")) for key in config.to_dict())
 
 
 def _tokens(length: str):
@@ -191,13 +266,17 @@ def _tokens(length: str):
 
 
 def _pixels(config):
+    """(B, C, H, W) images of the (vision) config's size; (B, frames, C, H, W) clips for a
+    video model, whose config sets its ``num_frames``."""
     import torch
 
     vision = getattr(config, "vision_config", None) or config
     size = getattr(vision, "image_size", 224)
     h, w = (size, size) if isinstance(size, int) else tuple(size)[:2]
     channels = getattr(vision, "num_channels", 3)
-    return torch.randn(SAMPLE_SIZES["B"], channels, h, w), ("B", channels, h, w)
+    frames = getattr(vision, "num_frames", None) or getattr(config, "num_frames", None)
+    shape = (channels, h, w) if frames is None else (frames, channels, h, w)
+    return torch.randn(SAMPLE_SIZES["B"], *shape), ("B", *shape)
 
 
 def _audio(config):
@@ -207,6 +286,9 @@ def _audio(config):
 
 
 def _features(config):
+    spectrogram = _spectrogram_image(config)
+    if spectrogram is not None:
+        return spectrogram
     mels = getattr(config, "num_mel_bins", None)
     if mels is not None:  # Whisper-like: a fixed number of frames
         return _mel_frames(mels, 2 * getattr(config, "max_source_positions", 1500))
@@ -214,6 +296,19 @@ def _features(config):
     if features is None:
         return _nested_features(config)
     return _frames(features * getattr(config, "input_channels", 1))
+
+
+def _spectrogram_image(config):
+    """(B, 1, F, mels) for an audio tower that reads its mel spectrogram as a one-channel
+    image (CLAP's HTS-AT, whose config sets the image's ``spec_size``): the config's own or
+    its ``audio_config``'s; None for other models."""
+    import torch
+
+    for audio in (config, getattr(config, "audio_config", None)):
+        mels = getattr(audio, "num_mel_bins", None)
+        if mels is not None and getattr(audio, "spec_size", None) is not None:
+            return torch.randn(SAMPLE_SIZES["B"], 1, SAMPLE_SIZES["F"], mels), ("B", 1, "F", mels)
+    return None
 
 
 def _mel_frames(mels: int, frames: int):
@@ -248,8 +343,87 @@ def _nested_features(config):
     return None if features is None else _frames(features)
 
 
+def _series(config):
+    """(B, context, channels): a time series of the config's fixed context length, with as
+    many channels as the config sets (PatchTST); (B, context) where it sets none (TimesFM)."""
+    import torch
+
+    context = getattr(config, "context_length", None)
+    if type(context) is not int:
+        return None
+    channels = getattr(config, "num_input_channels", None)
+    shape = (context,) if channels is None else (context, channels)
+    return torch.randn(SAMPLE_SIZES["B"], *shape), ("B", *shape)
+
+
 SAMPLE_MAKERS = {"input_ids": _tokens("T"), "decoder_input_ids": _tokens("S"), "pixel_values": _pixels,
-                 "input_values": _audio, "input_features": _features}
+                 "input_values": _audio, "input_features": _features, "past_values": _series}
+
+
+def _audio_channel(config):
+    """(B, 1, L): raw audio with a channel axis (codecs: DAC, EnCodec, Mimi)."""
+    import torch
+
+    return torch.randn(SAMPLE_SIZES["B"], 1, SAMPLE_SIZES["L"]), ("B", 1, "L")
+
+
+def _fixed_mel_frames(config):
+    """(B, frames, mels): a spectrogram of the config's fixed ``max_length`` frames, passed
+    as ``input_values`` (the Audio Spectrogram Transformer)."""
+    import torch
+
+    mels, frames = getattr(config, "num_mel_bins", None), getattr(config, "max_length", None)
+    if type(mels) is not int or type(frames) is not int:
+        return None
+    return torch.randn(SAMPLE_SIZES["B"], frames, mels), ("B", frames, mels)
+
+
+def _codebook_tokens(config):
+    """(B, T, codebooks): a token per audio codebook and step (CSM, Kyutai), where the
+    config sets ``num_codebooks``."""
+    import torch
+
+    codebooks = getattr(config, "num_codebooks", None)
+    if type(codebooks) is not int:
+        return None
+    vocab = min(getattr(config, "codebook_vocab_size", None) or TOKEN_RANGE, TOKEN_RANGE)
+    shape = (SAMPLE_SIZES["B"], SAMPLE_SIZES["T"], codebooks)
+    return torch.randint(0, vocab, shape), ("B", "T", codebooks)
+
+
+def _codebook_rows(config):
+    """(B * codebooks, T): each codebook's tokens a row of their own (MusicGen), where the
+    config sets ``num_codebooks``."""
+    import torch
+
+    codebooks = getattr(config, "num_codebooks", None)
+    if type(codebooks) is not int:
+        return None
+    rows = SAMPLE_SIZES["B"] * codebooks
+    vocab = min(getattr(config, "vocab_size", None) or TOKEN_RANGE, TOKEN_RANGE)
+    return torch.randint(0, vocab, (rows, SAMPLE_SIZES["T"])), (rows, "T")
+
+
+def _features_by_frame(config):
+    """(B, F, mels): frames of mel features where the fixed-frames layout (B, mels, frames)
+    is refused (UnivNet)."""
+    mels = getattr(config, "num_mel_bins", None)
+    return None if mels is None else _frames(mels)
+
+
+# other layouts of an input, which the config does not tell apart from the first one's, tried in order where
+# the model refuses its sample
+SAMPLE_ALTERNATIVES = {"input_values": (_audio_channel, _fixed_mel_frames),
+                       "input_ids": (_codebook_tokens, _codebook_rows), "input_features": (_features_by_frame,)}
+
+
+def alternative_samples(config, kwargs: dict, dims: dict):
+    """(kwargs, dims) with one input in another layout, for each SAMPLE_ALTERNATIVES has."""
+    for name in kwargs:
+        for make in SAMPLE_ALTERNATIVES.get(name, ()):
+            made = make(config)
+            if made is not None:
+                yield {**kwargs, name: made[0]}, {**dims, name: made[1]}
 
 
 # ---- analyzing one file ------------------------------------------------------------------
@@ -311,8 +485,6 @@ def prepare(module_name: str) -> tuple[dict, object, dict, dict]:
     import importlib
     import warnings
 
-    import torch
-
     record = {"module": module_name}
     start = time.perf_counter()
     model = kwargs = dims = None
@@ -337,20 +509,37 @@ def prepare(module_name: str) -> tuple[dict, object, dict, dict]:
             record["model"] = type(model).__name__
             record["file"] = module.__file__
             kwargs, dims = sample_input(model)
+            error = sample_error(model, kwargs)
+            for other in alternative_samples(model.config, kwargs, dims) if error else ():
+                if sample_error(model, other[0]) is None:
+                    (kwargs, dims), error = other, None
+                    break
             record["dims"] = {k: list(v) for k, v in dims.items()}
-            try:
-                with torch.no_grad():
-                    model(**kwargs)
-                record["sample_runs"] = True
-            except Exception as e:  # the model rejects the sample: analyzed all the same
-                record["sample_runs"] = False
-                record["sample_error"] = f"{type(e).__name__}: {str(e)[:200]}"
+            record["sample_runs"] = error is None
+            if error is not None:  # the model rejects the sample: analyzed all the same
+                record["sample_error"] = error
     except Skip as e:
         record.update(status="skipped", reason=str(e))
     except Exception as e:
         record.update(status="skipped", reason=f"{type(e).__name__}: {str(e)[:300]}")
     record["seconds"] = time.perf_counter() - start
     return record, model, kwargs, dims
+
+
+def sample_error(model, kwargs: dict):
+    """None where the model runs on the sample for real, else the error, shortened. It runs
+    a copy: the model handed on has never run (Mimi's codebook caches a tensor computed from
+    its buffers at its first call, which would stay on the CPU when the model is moved)."""
+    import copy
+
+    import torch
+
+    try:
+        with torch.no_grad():
+            copy.deepcopy(model)(**kwargs)
+    except Exception as e:
+        return f"{type(e).__name__}: {str(e)[:200]}"
+    return None
 
 
 # ---- the sweep: workers with a per-model limit ----------------------------------------------
