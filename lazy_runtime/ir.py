@@ -96,8 +96,9 @@ REPLAYED_CONSTS: "weakref.WeakSet" = weakref.WeakSet()
 # device=dev)``, an index list torch made a tensor of): one that is gone by the end of a
 # whole step was made inside it from Python values, and is a constant by its value.
 COPIED: "weakref.WeakKeyDictionary" = weakref.WeakKeyDictionary()
-# (LongT5's locality mask, 128 x 384 booleans made on the CPU each call, is one)
-COPIED_MAX_ELEMENTS = 1 << 16
+# (LongT5's locality mask, 128 x 384 booleans made on the CPU each call, and VideoMAE's
+# sinusoid position table, 1568 x 128 floats from numpy, are such copies)
+COPIED_MAX_ELEMENTS = 1 << 20
 
 
 # Host-made scalars of this trace by recipe: two ``zeros(())`` (an optimizer's step
