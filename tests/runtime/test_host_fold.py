@@ -517,7 +517,8 @@ class _ListIndexedTokens(nn.Module):
     as a CPU tensor and divided into a lazy one (``torch.sqrt(torch.tensor(d))``), and a
     test of the last and first tokens read through an index list (``pad in ids[:, [-1,
     0]]``), which torch turns into a new CPU tensor copied to the device; and LongT5's
-    locality mask, a larger boolean one made on the CPU each call and moved."""
+    locality mask, a larger boolean one made on the CPU each call and moved (VideoMAE's
+    position table is larger still)."""
 
     def __init__(self):
         super().__init__()
@@ -531,7 +532,7 @@ class _ListIndexedTokens(nn.Module):
         h = h / torch.sqrt(torch.tensor(h.size(-1), dtype=torch.float))
         if 0 in ids[:, [-1, 0]]:
             h = h * 0.5
-        near = (torch.arange(48)[:, None] - torch.arange(48)[None]).abs() < 2   # 2304
+        near = (torch.arange(300)[:, None] - torch.arange(300)[None]).abs() < 2   # 90000
         t = ids.shape[1]
         h = h + near.to(h.device)[:t, :t].float() @ h * 0.1
         return self.out(h).mean()
