@@ -608,7 +608,9 @@ class Caller:
             if key is None and type(obj.obj) in _DICTS and _hashable(index.obj):
                 # a new key: kept in the overlay too, and listed (``_dict_items``)
                 key = id(obj.obj), ("item", index.obj)
-                self.ctx.added_keys.setdefault(id(obj.obj), (obj.obj, []))[1].append(index.obj)
+                added = self.ctx.added_keys.setdefault(id(obj.obj), (obj.obj, []))[1]
+                if index.obj not in added:   # (set again: listed once)
+                    added.append(index.obj)
             if key is not None:
                 self.ctx.attr_overlay[key] = value
 
