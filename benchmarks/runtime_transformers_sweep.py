@@ -275,7 +275,7 @@ def _compare_training(record: dict, model, kwargs) -> None:
             moved = training_step(nudged, _adamw(nudged))
             spread = max(spread, _losses_apart(
                 [moved(kwargs, weights).item() for _ in range(TRAIN_STEPS)], eager))
-        record["spread"] = spread
+        record["spread"] = bound = spread
         referee = _float64_losses(training_step, reference, kwargs, weights) \
             if apart > max(2 * spread, TOLERANCE) else None
         if referee is not None:
@@ -284,8 +284,8 @@ def _compare_training(record: dict, model, kwargs) -> None:
             lazy_off, eager_off = _losses_apart(lazy, referee), _losses_apart(eager, referee)
             record.update(lazy_from_float64=lazy_off, eager_from_float64=eager_off)
             if lazy_off <= 2 * max(eager_off, spread, TOLERANCE):
-                spread = max(spread, eager_off)
-        if apart > max(2 * spread, TOLERANCE):
+                bound = max(spread, eager_off)
+        if apart > max(2 * bound, TOLERANCE):
             record.update(status="differs", reason=f"losses {lazy} against eager {eager}; "
                                                    f"eager nudged by an ulp moves {spread:.1e}")
             return
@@ -293,7 +293,7 @@ def _compare_training(record: dict, model, kwargs) -> None:
                                              f"float32 {eager_off:.1e}")
         record.update(ill_conditioned=True,
                       reason=f"losses {apart:.1e} from eager's; eager's own with the weights "
-                             f"moved by an ulp, up to {record['spread']:.1e}{from64}")
+                             f"moved by an ulp, up to {spread:.1e}{from64}")
     if not m["step_replays"]:
         record.update(status="traced", reason="not replayed: "
                                               f"{'; '.join(record['replay_misses']) or '?'}")
@@ -304,15 +304,10 @@ def _compare_training(record: dict, model, kwargs) -> None:
 def _float64_losses(training_step, reference, kwargs, weights):
     """The losses of the same training in float64 (eagerly, a copy of the reference), or
     None where the model does not run in float64."""
-    import torch
-
-    def wide(v):
-        return v.double() if isinstance(v, torch.Tensor) and v.is_floating_point() else v
-
     try:
         model = copy.deepcopy(reference).double()
         step = training_step(model, _adamw(model))
-        batch, targets = {k: wide(v) for k, v in kwargs.items()}, [wide(w) for w in weights]
+        batch, targets = _doubled(kwargs), [w.double() for w in weights]
         return [step(batch, targets).item() for _ in range(TRAIN_STEPS)]
     except Exception:
         return None

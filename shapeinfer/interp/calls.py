@@ -565,9 +565,7 @@ class Caller:
                 return self.get_item(obj.mapping_view(), index, frame)
         if isinstance(obj, Const):
             if isinstance(index, Const):
-                key = _item_overlay_key(obj.obj, index.obj)
-                if key is None and type(obj.obj) in _DICTS and _hashable(index.obj):
-                    key = id(obj.obj), ("item", index.obj)   # (one the analysis added)
+                key = _item_overlay_key(obj.obj, index.obj) or _new_key(obj.obj, index.obj)
                 if key in self.ctx.attr_overlay:
                     return self.ctx.attr_overlay[key]
                 try:
@@ -605,12 +603,12 @@ class Caller:
             # an item of a real list or dict (a cache's per-layer states): kept in the
             # overlay, the real object is never changed
             key = _item_overlay_key(obj.obj, index.obj)
-            if key is None and type(obj.obj) in _DICTS and _hashable(index.obj):
-                # a new key: kept in the overlay too, and listed (``_dict_items``)
-                key = id(obj.obj), ("item", index.obj)
-                added = self.ctx.added_keys.setdefault(id(obj.obj), (obj.obj, []))[1]
-                if index.obj not in added:   # (set again: listed once)
-                    added.append(index.obj)
+            if key is None:
+                key = _new_key(obj.obj, index.obj)
+                if key is not None:   # a new key of a real dict: listed (``_dict_items``)
+                    added = self.ctx.added_keys.setdefault(id(obj.obj), (obj.obj, []))[1]
+                    if index.obj not in added:   # (set again: listed once)
+                        added.append(index.obj)
             if key is not None:
                 self.ctx.attr_overlay[key] = value
 
@@ -689,12 +687,16 @@ _OBJECT_ATTRIBUTE_SLOTS = (object.__setattr__, object.__delattr__)
 _DICTS = (dict, collections.OrderedDict)
 
 
-def _hashable(obj) -> bool:
+def _new_key(container, index) -> Optional[tuple]:
+    """The overlay key of ``container[index]`` for a key the analysis may add to a real
+    dict (any hashable one); None for anything else."""
+    if type(container) not in _DICTS:
+        return None
     try:
-        hash(obj)
+        hash(index)
     except TypeError:
-        return False
-    return True
+        return None
+    return id(container), ("item", index)
 
 
 def _item_overlay_key(container, index) -> Optional[tuple]:

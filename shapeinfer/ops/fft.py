@@ -112,9 +112,6 @@ def view_as_complex(ctx, input):
     return like(t, s[:-1], complex_of(t.dtype))
 
 
-
-
-
 def _from_parts(name: str, a, b):
     """torch.complex(real, imag) and torch.polar(abs, angle): parts of one float type,
     broadcast; the complex type of theirs (rotary embeddings' ``torch.polar(ones, freqs)``,

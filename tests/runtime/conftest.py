@@ -121,6 +121,19 @@ def train_as_eager(model, make_opt, loss_of, batches, before_step=None, capturab
     return opts[1], lr.metrics()
 
 
+def tiny_bert(layers: int):
+    """transformers' BertModel with a tiny config (99 tokens, width 32, 4 heads), random
+    weights from seed 0, in eval mode; skipped where transformers is not installed."""
+    import warnings
+
+    T = pytest.importorskip("transformers")
+    torch.manual_seed(0)
+    with warnings.catch_warnings():
+        warnings.simplefilter("ignore")
+        return T.BertModel(T.BertConfig(vocab_size=99, hidden_size=32, num_hidden_layers=layers,
+                                        num_attention_heads=4, intermediate_size=37)).eval()
+
+
 def to_lazy(x):
     if isinstance(x, torch.Tensor):
         return x.to(DEV)

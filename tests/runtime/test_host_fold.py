@@ -12,7 +12,7 @@ import torch.nn as nn
 import torch.nn.functional as F
 
 import lazy_runtime as lr
-from conftest import DEV, assert_same
+from conftest import DEV, assert_same, tiny_bert
 from lazy_runtime import fold
 
 
@@ -489,15 +489,7 @@ def test_a_bert_step_with_a_padding_mask_from_its_input_replays_whole():
     """transformers' encoders test the padding mask on the host (``mask.all()``: no mask
     at all where nothing is padded): computed again from each call's token ids, batches
     with and without padding each replay the whole step, with eager torch's losses."""
-    T = pytest.importorskip("transformers")
-    import copy
-    import warnings
-
-    torch.manual_seed(0)
-    with warnings.catch_warnings():
-        warnings.simplefilter("ignore")
-        eager = T.BertModel(T.BertConfig(vocab_size=99, hidden_size=32, num_hidden_layers=1,
-                                         num_attention_heads=4, intermediate_size=37)).eval()
+    eager = tiny_bert(layers=1)
     gen = torch.Generator().manual_seed(1)
     batches = [torch.randint(1, 99, (2, 7), generator=gen) for _ in range(10)]
     for ids in batches[1::2]:

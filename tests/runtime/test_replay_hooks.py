@@ -5,7 +5,6 @@ Python side effects still happen at every call. Each against eager torch with th
 hooks."""
 
 import copy
-import warnings
 
 import pytest
 import torch
@@ -14,7 +13,7 @@ import torch.nn.functional as F
 import torch.nn.modules.module as nn_module
 
 import lazy_runtime as lr
-from conftest import DEV
+from conftest import DEV, tiny_bert
 
 
 class Net(nn.Module):
@@ -192,12 +191,7 @@ def test_transformers_hidden_states_captured_by_hooks_are_replayed():
     hooks on each layer (every backbone asks for them): they only append to the
     collector the model's forward made for the call, so the step replays, a loss on an
     inner layer's hidden state as eager torch's."""
-    T = pytest.importorskip("transformers")
-    torch.manual_seed(0)
-    with warnings.catch_warnings():
-        warnings.simplefilter("ignore")
-        eager = T.BertModel(T.BertConfig(vocab_size=99, hidden_size=32, num_hidden_layers=2,
-                                         num_attention_heads=4, intermediate_size=37)).eval()
+    eager = tiny_bert(layers=2)
     lazy = copy.deepcopy(eager).to(DEV)
     opt_e = torch.optim.AdamW(eager.parameters(), lr=1e-3)
     opt_l = lr.compile_optimizer(torch.optim.AdamW(lazy.parameters(), lr=1e-3))
