@@ -1,7 +1,9 @@
 """Grouped convolutions on the CPU: XLA's own convolution and JAX's gradients of it (the
 weight gradient a convolution grouped over its batch, which XLA:CPU expands into a dense
 one over every pair of channels) against the runtime's lowerings (a depthwise conv as a
-sum of shifted products; another's weight gradient one convolution grouped over its
+sum of shifted products; another 2-d one as dense convolutions over block-diagonal
+weights, neighbouring groups joined up to 16 input channels, with JAX's gradients of
+them; another 1-d or 3-d one's weight gradient one convolution grouped over its
 features), with torch's eager kernels beside them.
 
     python benchmarks/grouped_conv_grad.py [--repeats 7] [--only NAME] [--write]
@@ -37,6 +39,8 @@ SHAPES = (
     ("ConvNeXt depthwise 7x7", (8, 96, 56, 56), (96, 1, 7, 7), 1, 3, 1, 96),
     ("MobileNetV2 depthwise 3x3 s2", (8, 144, 56, 56), (144, 1, 3, 3), 2, 1, 1, 144),
     ("ResNeXt 32 groups 3x3", (8, 256, 28, 28), (256, 8, 3, 3), 1, 1, 1, 32),
+    ("ResNeXt 32 x 4 channels 3x3 s2", (8, 128, 56, 56), (128, 4, 3, 3), 2, 1, 1, 32),
+    ("RegNet 8 groups of 24 3x3", (8, 192, 28, 28), (192, 24, 3, 3), 1, 1, 1, 8),
     ("wav2vec2 positional conv", (2, 768, 200), (768, 48, 128), 1, 64, 1, 16),
     ("Mamba causal conv1d", (4, 1536, 256), (1536, 1, 4), 1, 3, 1, 1536),
     ("GLM-5-Next causal conv1d", (2, 24576, 64), (24576, 1, 4), 1, 3, 1, 24576),

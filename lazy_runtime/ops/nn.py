@@ -72,10 +72,20 @@ def _conv(x, w, stride, padding, dilation, groups):
     if _by_shifted_sums(w, groups):
         out = _shifted_sum_conv(_f32(x), _f32(w), *geometry, groups)
         return out[0] if unbatched else out
-    out = lax.conv_general_dilated(
-        x, w, window_strides=geometry[0], padding=[(p, p) for p in geometry[1]],
-        rhs_dilation=geometry[2], dimension_numbers=_DN[n], feature_group_count=groups,
-        precision=HIGHEST, preferred_element_type=pref)
+
+    def dense(x_, w_, groups_):
+        return lax.conv_general_dilated(
+            x_, w_, window_strides=geometry[0], padding=[(p, p) for p in geometry[1]],
+            rhs_dilation=geometry[2], dimension_numbers=_DN[n], feature_group_count=groups_,
+            precision=HIGHEST, preferred_element_type=pref)
+
+    if _by_groups_unrolled(w, groups):
+        blocks = _block_diagonal(w, groups)
+        ins = blocks.shape[2]
+        out = jnp.concatenate([dense(x[:, i * ins:(i + 1) * ins], block, 1)
+                               for i, block in enumerate(blocks)], axis=1)
+    else:
+        out = dense(x, w, groups)
     return out[0] if unbatched else out
 
 
@@ -91,6 +101,53 @@ def _by_shifted_sums(w, groups) -> bool:
     (``benchmarks/grouped_conv_grad.py``)."""
     return (groups > 1 and w.shape[1] == 1 and math.prod(w.shape[2:]) <= MAX_SHIFTED_TAPS
             and _on_xla_cpu())
+
+
+# A grouped 2-d convolution on the CPU is dense convolutions over block-diagonal weights:
+# neighbouring groups joined up to this many input channels (XLA:CPU's dense convolutions
+# of 4 or 8 channels ran slower than ones of 16 doing 4 or 2 times the work), and at most
+# this many convolutions (each one more to compile: about 0.6 s for a 32-group layer's
+# forward and gradients at 16 channels each)
+BLOCK_CHANNELS = 16
+MAX_BLOCKS = 64
+
+
+def _groups_per_block(per_group: int, groups: int) -> int:
+    """Neighbouring groups one dense convolution of ``_block_diagonal`` holds: the most,
+    a power of two dividing ``groups``, within ``BLOCK_CHANNELS`` input channels."""
+    joined = 1
+    while groups % (joined * 2) == 0 and joined * 2 * per_group <= BLOCK_CHANNELS:
+        joined *= 2
+    return joined
+
+
+def _by_groups_unrolled(w, groups) -> bool:
+    """Whether a float 2-d convolution grouped but not depthwise is lowered as dense
+    convolutions (``_block_diagonal``'s), concatenated, on the CPU. XLA:CPU's own grouped
+    one and its gradients (JAX's of it, or one convolution grouped over features) ran 3-10
+    times slower (a ResNeXt 32 x 8 3x3 layer: forward 53 -> 8 ms, input gradient 53 -> 14,
+    weight gradient 48 -> 7; ``benchmarks/grouped_conv_grad.py``). 1-d and 3-d ones keep
+    XLA's: there the dense ones' weight gradients were slower (a wav2vec2 positional
+    conv's 10 times)."""
+    per_group = w.shape[1]
+    return (groups > 1 and w.ndim == 4 and per_group > 1
+            and groups // _groups_per_block(per_group, groups) <= MAX_BLOCKS
+            and _on_xla_cpu())
+
+
+def _block_diagonal(w, groups):
+    """A grouped convolution's weight as dense ones, ``(blocks, out channels, in channels,
+    *kernel)``: each block ``_groups_per_block`` neighbouring groups, their weights on its
+    diagonal, zeros elsewhere (chosen, not multiplied: an infinite weight stays in its own
+    group, as in torch)."""
+    outs, per_group, kernel = w.shape[0] // groups, w.shape[1], w.shape[2:]
+    joined = _groups_per_block(per_group, groups)
+    blocks = w.reshape((groups // joined, joined, outs, 1, per_group) + kernel)
+    if joined > 1:
+        diagonal = jnp.eye(joined, dtype=bool).reshape((1, joined, 1, joined, 1)
+                                                       + (1,) * len(kernel))
+        blocks = jnp.where(diagonal, blocks, jnp.zeros((), w.dtype))
+    return blocks.reshape((groups // joined, joined * outs, joined * per_group) + kernel)
 
 
 def _shifted_sum_conv(x, w, stride, padding, dilation, groups):
@@ -273,7 +330,8 @@ def lower_convolution_backward(g, x, w, bias_sizes, stride, padding, dilation, t
     gy = g.astype(x.dtype)
     if _by_shifted_sums(w, groups):
         gx, gw = _depthwise_backward(gy, x, w, stride, padding, dilation, transposed, groups)
-    elif groups > 1 and output_mask[1] and _on_xla_cpu():
+    elif (groups > 1 and output_mask[1] and _on_xla_cpu()
+          and not _by_groups_unrolled(w, groups)):
         gx = vjp(lambda x_: f(x_, w), (x,), gy)[0] if output_mask[0] else None
         gw = (_grouped_weight_grad(x, gy, w, stride, padding, dilation, groups) if transposed
               else _grouped_weight_grad(gy, x, w, stride, padding, dilation, groups))

@@ -385,6 +385,14 @@ case("conv2d-groups", lambda x, w: F.conv2d(x, w, groups=2, padding="same"),
 # grouped convolutions: on the CPU a depthwise one is a sum of shifted products, another's
 # weight gradient one conv grouped over its features, not XLA's dense expansion of a
 # batch-grouped one (a 24576-channel depthwise conv once asked for 18 GiB)
+case("conv2d-groups-unbatched-bfloat16", lambda x, w: F.conv2d(x, w, padding=1, groups=2),
+     lambda g, r: [rnd(g, (4, 5, 4), BF16), rnd(g, (6, 2, 3, 3), BF16)], rtol=2e-2, atol=5e-2,
+     grad=True)
+case("conv_transpose2d-groups-strided",
+     lambda x, w, b: F.conv_transpose2d(x, w, b, stride=2, padding=1, output_padding=1,
+                                        groups=3),
+     lambda g, r: [rnd(g, (2, 6, 4, 3)), rnd(g, (6, 2, 3, 3)), rnd(g, (6,))], rtol=1e-4,
+     atol=1e-5, grad=True)
 case("conv1d-depthwise-causal", lambda x, w, b: F.conv1d(x, w, b, padding=3, groups=6),
      lambda g, r: [rnd(g, (2, 6, 9)), rnd(g, (6, 1, 4)), rnd(g, (6,))], rtol=1e-4, atol=1e-5,
      grad=True)
@@ -654,3 +662,54 @@ def test_wide_grouped_convolution_backward_needs_no_dense_scratch():
 
     for per_group in (1, 2):   # depthwise (shifted sums), grouped (one feature-grouped conv)
         assert scratch(per_group) < 16 << 20, per_group
+
+
+def test_grouped_2d_convolution_is_dense_convolutions_on_the_cpu():
+    # XLA:CPU's grouped 2-d conv (and its gradients) ran 3-10x slower than one dense conv
+    # per group (benchmarks/grouped_conv_grad.py); the lowering and its backward use none
+    import jax
+    import jax.extend.core
+    import jax.numpy as jnp
+
+    from lazy_runtime.ops.nn import lower_convolution, lower_convolution_backward
+
+    x = jax.ShapeDtypeStruct((2, 8, 6, 5), jnp.float32)
+    w = jax.ShapeDtypeStruct((12, 2, 3, 3), jnp.float32)
+    g = jax.ShapeDtypeStruct((2, 12, 6, 5), jnp.float32)
+    context = type("Context", (), {"shape": (2, 12, 6, 5)})()
+
+    def forward(x_, w_):
+        return lower_convolution(context, x_, w_, None, [1, 1], [1, 1], [1, 1], False, [0, 0], 4)
+
+    def backward(g_, x_, w_):
+        return lower_convolution_backward(g_, x_, w_, None, [1, 1], [1, 1], [1, 1], False,
+                                          [0, 0], 4, [True, True, False])[:2]
+
+    def feature_groups(jaxpr):
+        found = []
+        for eqn in jaxpr.eqns:
+            if eqn.primitive.name == "conv_general_dilated":
+                found.append(eqn.params["feature_group_count"])
+            for sub in jax.extend.core.jaxprs_in_params(eqn.params):
+                found += feature_groups(sub)
+        return found
+
+    for fn, args in ((forward, (x, w)), (backward, (g, x, w))):
+        counts = feature_groups(jax.make_jaxpr(fn)(*args).jaxpr)
+        assert counts and set(counts) == {1}, counts
+
+
+def test_grouped_2d_convolution_keeps_an_infinite_weight_in_its_group():
+    # neighbouring groups are one dense conv over block-diagonal weights: the zeros between
+    # them are chosen, not products (inf * 0 would be NaN in the other groups' outputs)
+    import lazy_runtime as lr
+
+    gen = torch.Generator().manual_seed(3)
+    for shape in ((2, 8, 5, 6), (8, 5, 6)):   # batched and unbatched
+        x = torch.randn(shape, generator=gen)
+        w = torch.randn(8, 2, 3, 3, generator=gen)
+        w[0, 1, 1, 1] = float("inf")
+        want = F.conv2d(x, w, padding=1, groups=4)
+        got = F.conv2d(x.to(lr.device()), w.to(lr.device()), padding=1, groups=4).cpu()
+        assert want[..., 2:, :, :].isfinite().all()
+        torch.testing.assert_close(got, want, equal_nan=True)
