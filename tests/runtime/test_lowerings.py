@@ -705,8 +705,8 @@ def test_grouped_2d_convolution_keeps_an_infinite_weight_in_its_group():
     import lazy_runtime as lr
 
     gen = torch.Generator().manual_seed(3)
-    for shape in ((2, 8, 5, 6), (8, 5, 6)):   # batched and unbatched
-        x = torch.randn(shape, generator=gen)
+    for size in ((2, 8, 5, 6), (8, 5, 6)):   # batched and unbatched
+        x = torch.randn(size, generator=gen)
         w = torch.randn(8, 2, 3, 3, generator=gen)
         w[0, 1, 1, 1] = float("inf")
         want = F.conv2d(x, w, padding=1, groups=4)
