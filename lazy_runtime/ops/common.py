@@ -223,3 +223,10 @@ def broadcast_sizes(x: tuple, y: tuple) -> tuple:
             raise RuntimeError(f"The size of tensor a ({p}) must match the size of tensor b "
                                f"({q}) at non-singleton dimension {i}")
     return tuple(q if p == 1 else p for p, q in zip(x, y))
+
+
+def on_xla_cpu() -> bool:
+    """Whether the graph is compiled for XLA:CPU (some ops are lowered otherwise there:
+    grouped convolutions, ``nn.py``; LAPACK calls, ``lapack.py``)."""
+    from ..config import config
+    return config.jax_device().platform == "cpu"

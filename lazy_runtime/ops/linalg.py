@@ -18,6 +18,7 @@ from jax.lax import linalg as lax_linalg
 
 from ..config import config
 from ..errors import NoLowering
+from . import lapack
 from .common import (HIGHEST, broadcast_sizes, jdt, number_in, opmath, scalar_as, sf,
                      type_name)
 from .registry import COMPLEX_OK, decomposed_in_own_type, decomposition, lowering, rule
@@ -334,7 +335,7 @@ def _first_true(x):
 def _lu(a):
     """getrf: (LU, 1-based int32 pivots, info = the first zero of U's diagonal). JAX's
     ``lu`` pivots as LAPACK does (it calls getrf on CPU) but counts pivots from 0."""
-    lu, piv, _ = lax_linalg.lu(a)
+    lu, piv, _ = lapack.lu(a)
     return lu, piv + 1, _first_true(jnp.diagonal(lu, axis1=-2, axis2=-1) == 0)
 
 
@@ -342,7 +343,7 @@ def _tri_solve(a, b, upper, left=True, unit=False, transpose=False):
     """``op(a) X = b`` (``X op(a) = b`` unless ``left``) with ``a`` triangular; ``op`` the
     conjugate transpose for ``transpose``."""
     a, b = _broadcast(a, b)
-    return lax_linalg.triangular_solve(a, b, left_side=left, lower=not upper,
+    return lapack.triangular_solve(a, b, left_side=left, lower=not upper,
                                        transpose_a=transpose, unit_diagonal=unit,
                                        conjugate_a=transpose and jnp.iscomplexobj(a))
 
@@ -471,7 +472,7 @@ def lower_cholesky_ex(A, *, upper=False, check_errors=False):
     if A.shape[-1] == 0:   # 0 x 0 matrices: nothing to factor (JAX's replay cannot index)
         return A, jnp.zeros(A.shape[:-2], jnp.int32)
     a = _mH(A) if upper else A
-    l = lax_linalg.cholesky(a, symmetrize_input=False)
+    l = lapack.cholesky(a, symmetrize_input=False)
     return (_mH(l) if upper else l), _potrf_info(a, l)
 
 
@@ -521,7 +522,7 @@ def qr_rule(A, mode="reduced"):
 @lowering(aten.linalg_qr.default)
 def lower_qr(A, mode="reduced"):
     """Householder QR, as LAPACK's geqrf/orgqr (which JAX calls on CPU): torch's signs."""
-    q, r = lax_linalg.qr(A, full_matrices=mode == "complete")
+    q, r = lapack.qr(A, full_matrices=mode == "complete")
     return (_empty(A.dtype) if mode == "r" else q), r
 
 
@@ -546,8 +547,8 @@ def lower_svd(A, full_matrices=False, compute_uv=True, *, driver=None):
     """Singular vectors are unique up to sign (per pair, for distinct singular values);
     JAX's signs may differ from torch's, as they do between torch's own CPU and CUDA."""
     if not compute_uv:
-        return _empty(A.dtype), lax_linalg.svd(A, compute_uv=False), _empty(A.dtype)
-    return tuple(lax_linalg.svd(A, full_matrices=full_matrices))
+        return _empty(A.dtype), lapack.svd(A, compute_uv=False), _empty(A.dtype)
+    return tuple(lapack.svd(A, full_matrices=full_matrices))
 
 
 @rule(aten._linalg_eigh.default, multi=True)
@@ -564,7 +565,7 @@ def lower_eigh(A, UPLO="L", compute_v=True):
     """Ascending eigenvalues, as torch; eigenvectors are unique up to sign (a phase, if
     complex; for distinct eigenvalues). Only the ``UPLO`` triangle is read, as by LAPACK's
     syevd/heevd (and only the real part of the diagonal)."""
-    v, w = lax_linalg.eigh(A, lower=UPLO.upper() == "L", symmetrize_input=False)
+    v, w = lapack.eigh(A, lower=UPLO.upper() == "L", symmetrize_input=False)
     return w, (v if compute_v else _empty(A.dtype))
 
 
@@ -810,11 +811,11 @@ def lower_pinv(A, *, atol=None, rtol=None, hermitian=False):
     if A.size == 0:   # as torch: no tolerance broadcast (nor the max of no eigenvalue)
         return jnp.zeros(A.shape[:-2] + (A.shape[-1], A.shape[-2]), A.dtype)
     if hermitian:
-        u, s = lax_linalg.eigh(A, symmetrize_input=False)
+        u, s = lapack.eigh(A, symmetrize_input=False)
         size, v, uh = jnp.abs(s), u, _mH(u)
         smax = jnp.max(size, axis=-1, keepdims=True)
     else:
-        u, s, vh = lax_linalg.svd(A, full_matrices=False)
+        u, s, vh = lapack.svd(A, full_matrices=False)
         size, v, uh = s, _mH(vh), _mH(u)
         smax = s[..., :1]
     keep = size > _pinv_tol(atol, rtol, smax, A.dtype, *A.shape[-2:])
@@ -980,7 +981,7 @@ def lower_matrix_exp(ctx, A):
 
 def _geqrf(a):
     """LAPACK's geqrf (JAX's public spelling transposes the reflectors, as numpy does)."""
-    h, taus = jnp.linalg.qr(a, mode="raw")
+    h, taus = lapack.qr_raw(a)
     return _mT(h), taus
 
 
@@ -1036,7 +1037,7 @@ def householder_product_rule(A, tau):
 
 @lowering(aten.linalg_householder_product.default)
 def lower_householder_product(A, tau):
-    return lax_linalg.householder_product(A, tau)
+    return lapack.householder_product(A, tau)
 
 
 @rule(aten.ormqr.default)
@@ -1069,7 +1070,7 @@ def ormqr_rule(A, tau, C, left=True, transpose=False):
 
 @lowering(aten.ormqr.default)
 def lower_ormqr(A, tau, C, left=True, transpose=False):
-    return lax_linalg.ormqr(A, tau, C, left=left, transpose=transpose)
+    return lapack.ormqr(A, tau, C, left=left, transpose=transpose)
 
 
 # ---- least squares (linalg_lstsq) ------------------------------------------------------
@@ -1263,15 +1264,15 @@ def _gelsy(a, b, rcond):
     qr, taus, fa, r = (jnp.broadcast_to(x, batch + x.shape[len(a.shape) - 2:])
                        for x in (qr, taus, fa, rank))
     b, fb = _scale_into_range(jnp.broadcast_to(b, batch + b.shape[-2:]), a.dtype)
-    c = lax_linalg.ormqr(qr, taus, b, left=True, transpose=True)[..., :k, :]
+    c = lapack.ormqr(qr, taus, b, left=True, transpose=True)[..., :k, :]
     keep = jnp.arange(k) < r[..., None]                         # the leading rank rows
     rows = jnp.where(keep[..., None], jnp.triu(qr[..., :k, :]), 0)
     # the minimum-norm x of rows x = c: rows^T = U T, x = U T^{-T} c (T's trailing block,
     # all zero, replaced by I so that its part of the solution is 0)
-    u, t = lax_linalg.qr(_mT(rows), full_matrices=False)
+    u, t = lapack.qr(_mT(rows), full_matrices=False)
     both = keep[..., :, None] & keep[..., None, :]
     t = jnp.where(both, t, jnp.eye(k, dtype=t.dtype))
-    y = lax_linalg.triangular_solve(t, jnp.where(keep[..., None], c, 0), left_side=True,
+    y = lapack.triangular_solve(t, jnp.where(keep[..., None], c, 0), left_side=True,
                                     lower=False, transpose_a=True)
     return _dot(u, y) * (fa / fb), rank
 
@@ -1287,14 +1288,14 @@ def _gels(a, b):
     zero = jnp.max(jnp.abs(a), axis=(-2, -1), keepdims=True) == 0
     if m >= n:
         qr, taus = _geqrf(a)
-        c = lax_linalg.ormqr(qr, taus, b, left=True, transpose=True)
+        c = lapack.ormqr(qr, taus, b, left=True, transpose=True)
         x = _tri_solve(jnp.triu(qr[..., :n, :]), c[..., :n, :], True)
         rest = c[..., n:, :]
     else:
         qr, taus = _geqrf(_mT(a))                     # A = R^T Q^T
         y = _tri_solve(jnp.triu(qr[..., :m, :]), b, True, transpose=True)
         y = jnp.concatenate([y, jnp.zeros(y.shape[:-2] + (n - m, y.shape[-1]), y.dtype)], -2)
-        x = lax_linalg.ormqr(qr, taus, y, left=True, transpose=False)
+        x = lapack.ormqr(qr, taus, y, left=True, transpose=False)
         rest = b[..., :0, :]
     return jnp.where(zero, 0, x * (fa / fb)), jnp.where(zero, 0, rest)
 
@@ -1304,7 +1305,7 @@ def _svd_lstsq(a, b, rcond, driver):
     below the cut-off count as zero."""
     eps, sfmin, _, _ = _lamch(a.dtype)
     a, fa = _scale_into_range(a, a.dtype)
-    u, s, vh = lax_linalg.svd(a, full_matrices=False)
+    u, s, vh = lapack.svd(a, full_matrices=False)
     if driver == "gelsd":
         rc = eps if rcond <= 0 or rcond >= 1 else rcond
         cut = jnp.asarray(rc, a.dtype) * jnp.max(s, axis=-1, keepdims=True)

@@ -19,7 +19,7 @@ from jax import lax
 
 from .. import random as lrandom
 from ..errors import NoLowering, UnsupportedOperation
-from .common import HIGHEST, amax, check_index, norm_dim, opmath, sf, vjp
+from .common import HIGHEST, amax, check_index, norm_dim, on_xla_cpu, opmath, sf, vjp
 from .registry import decomposition, lowering, refuse, rule
 
 aten = torch.ops.aten
@@ -100,7 +100,7 @@ def _by_shifted_sums(w, groups) -> bool:
     ran 5 to 60 times slower than the sum, which XLA fuses into one loop
     (``benchmarks/grouped_conv_grad.py``)."""
     return (groups > 1 and w.shape[1] == 1 and math.prod(w.shape[2:]) <= MAX_SHIFTED_TAPS
-            and _on_xla_cpu())
+            and on_xla_cpu())
 
 
 # A grouped 2-d convolution on the CPU is dense convolutions over block-diagonal weights:
@@ -132,7 +132,7 @@ def _by_groups_unrolled(w, groups) -> bool:
     per_group = w.shape[1]
     return (groups > 1 and w.ndim == 4 and per_group > 1
             and groups // _groups_per_block(per_group, groups) <= MAX_BLOCKS
-            and _on_xla_cpu())
+            and on_xla_cpu())
 
 
 def _block_diagonal(w, groups):
@@ -314,13 +314,6 @@ def _grouped_weight_grad(g, x, w, stride, padding, dilation, groups):
     return jnp.swapaxes(out, 0, 1).astype(w.dtype)
 
 
-def _on_xla_cpu() -> bool:
-    """Whether the graph is compiled for XLA:CPU, whose grouped convolutions are slow (it
-    expands a batch-grouped one densely; XLA:GPU hands them to cuDNN as they are)."""
-    from ..config import config
-    return config.jax_device().platform == "cpu"
-
-
 @lowering(aten.convolution_backward.default)
 def lower_convolution_backward(g, x, w, bias_sizes, stride, padding, dilation, transposed,
                                output_padding, groups, output_mask):
@@ -330,7 +323,7 @@ def lower_convolution_backward(g, x, w, bias_sizes, stride, padding, dilation, t
     gy = g.astype(x.dtype)
     if _by_shifted_sums(w, groups):
         gx, gw = _depthwise_backward(gy, x, w, stride, padding, dilation, transposed, groups)
-    elif (groups > 1 and output_mask[1] and _on_xla_cpu()
+    elif (groups > 1 and output_mask[1] and on_xla_cpu()
           and not _by_groups_unrolled(w, groups)):
         gx = vjp(lambda x_: f(x_, w), (x,), gy)[0] if output_mask[0] else None
         gw = (_grouped_weight_grad(x, gy, w, stride, padding, dilation, groups) if transposed

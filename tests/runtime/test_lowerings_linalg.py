@@ -13,7 +13,7 @@ import pytest
 import torch
 
 import lazy_runtime as lr
-from conftest import DEV, assert_same
+from conftest import DEV, ROOT, assert_same
 from lowering_harness import F32, F64, Case, lowering_tests, rnd, shape
 
 pytestmark = [pytest.mark.filterwarnings("ignore:torch.triangular_solve is deprecated"),
@@ -537,3 +537,31 @@ def test_orthogonal_parametrization_trains_as_in_torch(orthogonal_map, shape):
         assert_same(outs[1], outs[0], 1e-9, 1e-10, f"step {step}")
     assert_same(lazy.weight, ref.weight, 1e-9, 1e-10, "weight")
     assert lr.metrics()["fallback_ops"] == {}
+
+
+_CONCURRENT_SOLVES = """
+import torch
+import lazy_runtime as lr
+dev = lr.device()
+gen = torch.Generator().manual_seed(0)
+a = (torch.randn(512, 64, 64, generator=gen).tril() + 8 * torch.eye(64)).to(dev)
+b = torch.randn(512, 64, 64, generator=gen).to(dev)
+for _ in range(20):
+    xs = [torch.linalg.solve_triangular(a * (k + 1), b + k, upper=False) for k in range(4)]
+    total = sum(x.sum() for x in xs)
+    total.item()
+print("done")
+"""
+
+
+def test_independent_batched_solves_in_one_graph_finish():
+    # jaxlib 0.10's CPU LAPACK kernels wait on XLA's own thread pool for a batch's tasks:
+    # as many independent batched solves as it has threads never finished (Qwen3.5-MoE's
+    # two triangular solves of one system; its training step hung). Run apart, bounded.
+    import os
+    import subprocess
+    import sys
+    out = subprocess.run([sys.executable, "-c", _CONCURRENT_SOLVES], cwd=ROOT,
+                         capture_output=True, text=True, timeout=120,
+                         env=dict(os.environ, LAZY_RUNTIME_COMPILE_CACHE="off"))
+    assert out.returncode == 0 and out.stdout.strip() == "done", out.stderr[-2000:]
