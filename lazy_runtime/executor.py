@@ -1000,8 +1000,23 @@ def explain_miss(key, cached_keys) -> str:
                     return f"{a[0]}: output shape {_shape(y)} -> {_shape(x)}"
                 if j == 4:
                     return f"{a[0]}: dtype {_dt(y)} -> {_dt(x)}"
-                return f"{a[0]}: {what} {_short(y)} -> {_short(x)}"
+                return f"{a[0]}: {what} {_short(y)} -> {_short(x)}{_where_apart(y, x)}"
     return f"node {i}: inputs wired differently ({_describe(entries[i])})"
+
+
+def _where_apart(old, new) -> str:
+    """Where two long argument tuples first differ (their short forms may read alike:
+    a list of 512 tensors), as `` (at [0][256]: %256 -> %257)``; empty for short ones."""
+    if len(repr(old)) <= 60 and len(repr(new)) <= 60:
+        return ""
+    path = ""
+    while isinstance(old, (tuple, list)) and isinstance(new, (tuple, list)) \
+            and len(old) == len(new):
+        k = next((j for j, (p, q) in enumerate(zip(old, new)) if p != q), None)
+        if k is None:
+            break
+        path, old, new = f"{path}[{k}]", old[k], new[k]
+    return f" (at {path}: {_short(old)} -> {_short(new)})" if path else ""
 
 
 def _similarity(a, b) -> int:

@@ -43,7 +43,13 @@ _MARKERS = [Input(i) for i in range(256)]
 
 
 def input_marker(i: int) -> Input:
-    return _MARKERS[i] if i < 256 else Input(i)
+    """The one ``Input(i)``: markers compare by identity (graph keys hash and compare
+    many), so each position has one; the table grows for an op of more inputs (a stack of
+    512 tensors: before, each call's markers past 255 were new objects, so its graph never
+    met its cached key and compiled again at every barrier)."""
+    if i >= len(_MARKERS):
+        _MARKERS.extend(Input(j) for j in range(len(_MARKERS), i + 1))
+    return _MARKERS[i]
 
 
 def fill(template, values):

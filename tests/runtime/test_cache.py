@@ -24,6 +24,33 @@ def test_same_graph_is_compiled_once():
     assert y.shape == (3,)
 
 
+def test_an_op_of_hundreds_of_inputs_is_compiled_once():
+    # a stack of 300 tensors (a running statistic kept per step of a loop: TimesFM 2.5's
+    # 512 patches): its input markers past 255 were new objects at every call, so its key
+    # never met the cached one and it compiled at every barrier
+    lr.reset_metrics()
+    x = torch.randn(300, 3, dtype=torch.float64)   # (a sum of 300: float32 rounds apart)
+    for _ in range(3):
+        xd = x.to(DEV)
+        y = torch.stack([xd[i] * (i + 1) for i in range(300)]).sum(0)
+        lr.mark_step()
+    m = lr.metrics()
+    assert m["compiles"] <= 1 and m["cache_hits"] >= 2, m["recompile_reasons"]
+    weights = torch.arange(1, 301, dtype=torch.float64)[:, None]
+    torch.testing.assert_close(y.cpu(), (x * weights).sum(0))
+
+
+def test_a_difference_deep_in_long_arguments_is_located():
+    # the arguments' short forms read alike; the reason says where they first differ
+    lr.clear_cache()
+    lr.reset_metrics()
+    x = torch.randn(6).to(DEV)
+    for sizes in ([1] * 40 + [6], [1] * 39 + [6, 1]):
+        (x.reshape(sizes) * 2).cpu()
+    reason = lr.metrics()["recompile_reasons"][-1]
+    assert reason.endswith("(at [1][39]: 1 -> 6)"), reason
+
+
 def test_new_shape_recompiles_and_says_why():
     lr.clear_cache()  # no graph family seen before at another size (automatic dynamic)
     _step(torch.randn(4, 3).to(DEV))
