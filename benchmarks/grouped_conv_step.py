@@ -1,16 +1,17 @@
 """A ResNeXt-style network's training step on the CPU: eager torch against the lazy device
-with its grouped 3x3 convolutions lowered as XLA's own grouped convolution (the lowering
-before 2026-12-01) and as one dense convolution per group (now), each mode in a process of
-its own, the modes alternated over rounds; medians.
+with its convolutions lowered as XLA's own (the lowering before 2026-12-01), with its
+grouped 3x3 ones as dense convolutions over block-diagonal weights, and with its 1x1 ones
+as matrix products too (now); each mode in a process of its own, the modes alternated over
+rounds; medians.
 
     python benchmarks/grouped_conv_step.py [--rounds 3] [--steps 10] [--batch 8]
 
 The network: a 3x3 stem to 64 channels, then four bottleneck blocks (1x1, grouped 3x3 of
 32 groups, 1x1, batch norm, a residual), widths 128 and 256 (4 and 8 channels a group),
 the third block strided; average pooling and a linear head of 10 classes over 3 x 56 x 56
-images; SGD with momentum, the whole step under ``lr.compile_step``. Reported per mode: the
-first step (trace and compile, no compile cache on disk) and the median step after two of warm-up, every step ending
-with the loss read back.
+images; SGD with momentum, the whole step under ``lr.compile_step``. Reported per mode:
+the first step (trace and compile, no compile cache on disk) and the median step after
+two of warm-up, every step ending with the loss read back.
 """
 
 from __future__ import annotations
@@ -30,7 +31,8 @@ sys.path.insert(0, str(ROOT))
 import torch  # noqa: E402
 from torch import nn  # noqa: E402
 
-MODES = ("eager", "lazy, XLA's grouped conv", "lazy, dense convs over block-diagonal weights")
+MODES = ("eager", "lazy, XLA's convolutions", "lazy, grouped ones block-diagonal",
+         "lazy, and 1x1 ones matrix products")
 
 
 class Bottleneck(nn.Module):
@@ -64,9 +66,12 @@ def run_mode(mode: str, steps: int, batch: int) -> dict:
     else:
         import lazy_runtime as lr
         from lazy_runtime.ops import nn as nn_lowerings
+        # (a misspelt name would change nothing)
+        assert hasattr(nn_lowerings, "MAX_BLOCKS") and hasattr(nn_lowerings, "_pointwise_on_cpu")
         if mode == MODES[1]:
-            assert hasattr(nn_lowerings, "MAX_BLOCKS")   # (a misspelt name would change nothing)
             nn_lowerings.MAX_BLOCKS = 0
+        if mode in MODES[1:3]:
+            nn_lowerings._pointwise_on_cpu = lambda w: False
         device = lr.device()
         model = model.to(device)
         images, labels = images.to(device), labels.to(device)

@@ -74,6 +74,8 @@ def _conv(x, w, stride, padding, dilation, groups):
         return out[0] if unbatched else out
 
     def dense(x_, w_, groups_):
+        if groups_ == 1 and _pointwise_on_cpu(w_):
+            return _pointwise_conv(x_, w_, geometry[0], geometry[1], pref)
         return lax.conv_general_dilated(
             x_, w_, window_strides=geometry[0], padding=[(p, p) for p in geometry[1]],
             rhs_dilation=geometry[2], dimension_numbers=_DN[n], feature_group_count=groups_,
@@ -87,6 +89,27 @@ def _conv(x, w, stride, padding, dilation, groups):
     else:
         out = dense(x, w, groups)
     return out[0] if unbatched else out
+
+
+def _pointwise_on_cpu(w) -> bool:
+    """Whether an ungrouped float convolution with a 1 x ... x 1 kernel is lowered as a
+    matrix product over its channels: XLA:CPU's convolution took about twice as long
+    (a 1x1 conv, batch norm, ReLU, 1x1 conv, forward and gradients: 13.4 ms against 7.0
+    at 8 x 64 x 28 x 28 -> 128 channels, torch 6.4; 1.21 s against 0.59 at 32 x 64 x 56 x 56
+    -> 256, torch 0.62). XLA:GPU's convolutions are kept."""
+    return all(k == 1 for k in w.shape[2:]) and on_xla_cpu()
+
+
+def _pointwise_conv(x, w, stride, padding, pref):
+    """A batched convolution with a 1 x ... x 1 kernel: the input padded and strided, then
+    every position's channels times the weight's (dilation meets one tap only)."""
+    if any(padding):
+        x = jnp.pad(x, [(0, 0), (0, 0)] + [(q, q) for q in padding])
+    if any(si != 1 for si in stride):
+        x = x[(slice(None), slice(None)) + tuple(slice(None, None, si) for si in stride)]
+    out = lax.dot_general(x, w.reshape(w.shape[:2]), (((1,), (1,)), ((), ())),
+                          precision=HIGHEST, preferred_element_type=pref)
+    return jnp.moveaxis(out, -1, 1)
 
 
 # Kernel positions up to which a depthwise convolution is summed shift by shift on the CPU

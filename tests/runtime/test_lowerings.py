@@ -385,6 +385,19 @@ case("conv2d-groups", lambda x, w: F.conv2d(x, w, groups=2, padding="same"),
 # grouped convolutions: on the CPU a depthwise one is a sum of shifted products, another's
 # weight gradient one conv grouped over its features, not XLA's dense expansion of a
 # batch-grouped one (a 24576-channel depthwise conv once asked for 18 GiB)
+# 1 x ... x 1 kernels: a matrix product over the channels on the CPU (strided, padded)
+case("conv2d-pointwise-strided-padded",
+     lambda x, w, b: F.conv2d(x, w, b, stride=2, padding=1, dilation=3),
+     lambda g, r: [rnd(g, (2, 5, 7, 6)), rnd(g, (4, 5, 1, 1)), rnd(g, (4,))], rtol=1e-4,
+     atol=1e-5, grad=True)
+case("conv1d-pointwise-unbatched", lambda x, w: F.conv1d(x, w, stride=3),
+     lambda g, r: [rnd(g, (5, 11)), rnd(g, (3, 5, 1))], rtol=1e-4, atol=1e-5, grad=True)
+case("conv3d-pointwise-bfloat16", lambda x, w: F.conv3d(x, w, stride=(1, 2, 1)),
+     lambda g, r: [rnd(g, (1, 4, 3, 5, 2), BF16), rnd(g, (6, 4, 1, 1, 1), BF16)], rtol=2e-2,
+     atol=5e-2, grad=True)
+case("conv_transpose2d-pointwise-strided",
+     lambda x, w: F.conv_transpose2d(x, w, stride=2, output_padding=1),
+     lambda g, r: [rnd(g, (2, 4, 3, 5)), rnd(g, (4, 3, 1, 1))], rtol=1e-4, atol=1e-5, grad=True)
 case("conv2d-groups-unbatched-bfloat16", lambda x, w: F.conv2d(x, w, padding=1, groups=2),
      lambda g, r: [rnd(g, (4, 5, 4), BF16), rnd(g, (6, 2, 3, 3), BF16)], rtol=2e-2, atol=5e-2,
      grad=True)
@@ -697,6 +710,36 @@ def test_grouped_2d_convolution_is_dense_convolutions_on_the_cpu():
     for fn, args in ((forward, (x, w)), (backward, (g, x, w))):
         counts = feature_groups(jax.make_jaxpr(fn)(*args).jaxpr)
         assert counts and set(counts) == {1}, counts
+
+
+def test_pointwise_convolution_is_a_matrix_product_on_the_cpu():
+    # XLA:CPU's convolution of a 1x1 kernel (and its gradients) took about twice a
+    # matrix product's time; the lowering and its backward call none
+    import jax
+    import jax.extend.core
+    import jax.numpy as jnp
+
+    from lazy_runtime.ops.nn import lower_convolution, lower_convolution_backward
+
+    x = jax.ShapeDtypeStruct((2, 8, 6, 5), jnp.float32)
+    w = jax.ShapeDtypeStruct((12, 8, 1, 1), jnp.float32)
+    g = jax.ShapeDtypeStruct((2, 12, 3, 3), jnp.float32)
+    context = type("Context", (), {"shape": (2, 12, 3, 3)})()
+    geometry = ([2, 2], [0, 0], [1, 1], False, [0, 0], 1)
+
+    def ops(jaxpr):
+        found = set()
+        for eqn in jaxpr.eqns:
+            found.add(eqn.primitive.name)
+            for sub in jax.extend.core.jaxprs_in_params(eqn.params):
+                found |= ops(sub)
+        return found
+
+    forward = jax.make_jaxpr(lambda x_, w_: lower_convolution(context, x_, w_, None, *geometry))
+    backward = jax.make_jaxpr(lambda g_, x_, w_: lower_convolution_backward(
+        g_, x_, w_, None, *geometry, [True, True, False])[:2])
+    for found in (ops(forward(x, w).jaxpr), ops(backward(g, x, w).jaxpr)):
+        assert "dot_general" in found and "conv_general_dilated" not in found, found
 
 
 def test_grouped_2d_convolution_keeps_an_infinite_weight_in_its_group():
