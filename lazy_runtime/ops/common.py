@@ -227,6 +227,6 @@ def broadcast_sizes(x: tuple, y: tuple) -> tuple:
 
 def on_xla_cpu() -> bool:
     """Whether the graph is compiled for XLA:CPU (some ops are lowered otherwise there:
-    grouped convolutions, ``nn.py``; LAPACK calls, ``lapack.py``)."""
+    grouped and 1x1 convolutions, ``nn.py``; LAPACK calls, ``lapack.py``)."""
     from ..config import config
     return config.jax_device().platform == "cpu"

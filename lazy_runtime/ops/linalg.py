@@ -344,8 +344,8 @@ def _tri_solve(a, b, upper, left=True, unit=False, transpose=False):
     conjugate transpose for ``transpose``."""
     a, b = _broadcast(a, b)
     return lapack.triangular_solve(a, b, left_side=left, lower=not upper,
-                                       transpose_a=transpose, unit_diagonal=unit,
-                                       conjugate_a=transpose and jnp.iscomplexobj(a))
+                                   transpose_a=transpose, unit_diagonal=unit,
+                                   conjugate_a=transpose and jnp.iscomplexobj(a))
 
 
 def _lu_solve(lu, piv, b, left=True, adjoint=False):
@@ -1273,7 +1273,7 @@ def _gelsy(a, b, rcond):
     both = keep[..., :, None] & keep[..., None, :]
     t = jnp.where(both, t, jnp.eye(k, dtype=t.dtype))
     y = lapack.triangular_solve(t, jnp.where(keep[..., None], c, 0), left_side=True,
-                                    lower=False, transpose_a=True)
+                                lower=False, transpose_a=True)
     return _dot(u, y) * (fa / fb), rank
 
 

@@ -81,7 +81,7 @@ def _conv(x, w, stride, padding, dilation, groups):
             rhs_dilation=geometry[2], dimension_numbers=_DN[n], feature_group_count=groups_,
             precision=HIGHEST, preferred_element_type=pref)
 
-    if _by_groups_unrolled(w, groups):
+    if _by_block_diagonal(w, groups):
         blocks = _block_diagonal(w, groups)
         ins = blocks.shape[2]
         out = jnp.concatenate([dense(x[:, i * ins:(i + 1) * ins], block, 1)
@@ -144,7 +144,7 @@ def _groups_per_block(per_group: int, groups: int) -> int:
     return joined
 
 
-def _by_groups_unrolled(w, groups) -> bool:
+def _by_block_diagonal(w, groups) -> bool:
     """Whether a float 2-d convolution grouped but not depthwise is lowered as dense
     convolutions (``_block_diagonal``'s), concatenated, on the CPU. XLA:CPU's own grouped
     one and its gradients (JAX's of it, or one convolution grouped over features) ran 3-10
@@ -347,7 +347,7 @@ def lower_convolution_backward(g, x, w, bias_sizes, stride, padding, dilation, t
     if _by_shifted_sums(w, groups):
         gx, gw = _depthwise_backward(gy, x, w, stride, padding, dilation, transposed, groups)
     elif (groups > 1 and output_mask[1] and on_xla_cpu()
-          and not _by_groups_unrolled(w, groups)):
+          and not _by_block_diagonal(w, groups)):
         gx = vjp(lambda x_: f(x_, w), (x,), gy)[0] if output_mask[0] else None
         gw = (_grouped_weight_grad(x, gy, w, stride, padding, dilation, groups) if transposed
               else _grouped_weight_grad(gy, x, w, stride, padding, dilation, groups))
