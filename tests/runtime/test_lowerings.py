@@ -677,68 +677,55 @@ def test_wide_grouped_convolution_backward_needs_no_dense_scratch():
         assert scratch(per_group) < 16 << 20, per_group
 
 
-def test_grouped_2d_convolution_is_dense_convolutions_on_the_cpu():
-    # XLA:CPU's grouped 2-d conv (and its gradients) ran 3-10x slower than one dense conv
-    # per group (benchmarks/grouped_conv_grad.py); the lowering and its backward use none
+def _lowered_convolution_equations(x_shape, w_shape, geometry):
+    """The JAX equations (nested ones included) of the runtime's convolution lowering and
+    of its backward (input and weight gradients) for float32 arguments of these shapes:
+    [forward's, backward's]."""
     import jax
     import jax.extend.core
     import jax.numpy as jnp
 
     from lazy_runtime.ops.nn import lower_convolution, lower_convolution_backward
 
-    x = jax.ShapeDtypeStruct((2, 8, 6, 5), jnp.float32)
-    w = jax.ShapeDtypeStruct((12, 2, 3, 3), jnp.float32)
-    g = jax.ShapeDtypeStruct((2, 12, 6, 5), jnp.float32)
-    context = type("Context", (), {"shape": (2, 12, 6, 5)})()
+    out_shape = tuple(jax.eval_shape(
+        lambda x_, w_: jax.lax.conv_general_dilated(
+            x_, w_, geometry[0], [(p, p) for p in geometry[1]], rhs_dilation=geometry[2],
+            dimension_numbers=("NCHW", "OIHW", "NCHW"), feature_group_count=geometry[5]),
+        jax.ShapeDtypeStruct(x_shape, jnp.float32), jax.ShapeDtypeStruct(w_shape, jnp.float32)
+    ).shape)
+    context = type("Context", (), {"shape": out_shape})()
+    x, w, g = (jax.ShapeDtypeStruct(s, jnp.float32) for s in (x_shape, w_shape, out_shape))
 
-    def forward(x_, w_):
-        return lower_convolution(context, x_, w_, None, [1, 1], [1, 1], [1, 1], False, [0, 0], 4)
-
-    def backward(g_, x_, w_):
-        return lower_convolution_backward(g_, x_, w_, None, [1, 1], [1, 1], [1, 1], False,
-                                          [0, 0], 4, [True, True, False])[:2]
-
-    def feature_groups(jaxpr):
+    def equations(jaxpr):
         found = []
         for eqn in jaxpr.eqns:
-            if eqn.primitive.name == "conv_general_dilated":
-                found.append(eqn.params["feature_group_count"])
+            found.append(eqn)
             for sub in jax.extend.core.jaxprs_in_params(eqn.params):
-                found += feature_groups(sub)
+                found += equations(sub)
         return found
 
-    for fn, args in ((forward, (x, w)), (backward, (g, x, w))):
-        counts = feature_groups(jax.make_jaxpr(fn)(*args).jaxpr)
+    forward = jax.make_jaxpr(lambda x_, w_: lower_convolution(context, x_, w_, None, *geometry))
+    backward = jax.make_jaxpr(lambda g_, x_, w_: lower_convolution_backward(
+        g_, x_, w_, None, *geometry, [True, True, False])[:2])
+    return [equations(forward(x, w).jaxpr), equations(backward(g, x, w).jaxpr)]
+
+
+def test_grouped_2d_convolution_is_dense_convolutions_on_the_cpu():
+    # XLA:CPU's grouped 2-d conv (and its gradients) ran 3-10x slower than one dense conv
+    # per group (benchmarks/grouped_conv_grad.py); the lowering and its backward use none
+    geometry = ([1, 1], [1, 1], [1, 1], False, [0, 0], 4)
+    for eqns in _lowered_convolution_equations((2, 8, 6, 5), (12, 2, 3, 3), geometry):
+        counts = [e.params["feature_group_count"] for e in eqns
+                  if e.primitive.name == "conv_general_dilated"]
         assert counts and set(counts) == {1}, counts
 
 
 def test_pointwise_convolution_is_a_matrix_product_on_the_cpu():
     # XLA:CPU's convolution of a 1x1 kernel (and its gradients) took about twice a
     # matrix product's time; the lowering and its backward call none
-    import jax
-    import jax.extend.core
-    import jax.numpy as jnp
-
-    from lazy_runtime.ops.nn import lower_convolution, lower_convolution_backward
-
-    x = jax.ShapeDtypeStruct((2, 8, 6, 5), jnp.float32)
-    w = jax.ShapeDtypeStruct((12, 8, 1, 1), jnp.float32)
-    g = jax.ShapeDtypeStruct((2, 12, 3, 3), jnp.float32)
-    context = type("Context", (), {"shape": (2, 12, 3, 3)})()
     geometry = ([2, 2], [0, 0], [1, 1], False, [0, 0], 1)
-
-    def ops(jaxpr):
-        found = set()
-        for eqn in jaxpr.eqns:
-            found.add(eqn.primitive.name)
-            for sub in jax.extend.core.jaxprs_in_params(eqn.params):
-                found |= ops(sub)
-        return found
-
-    forward = jax.make_jaxpr(lambda x_, w_: lower_convolution(context, x_, w_, None, *geometry))
-    backward = jax.make_jaxpr(lambda g_, x_, w_: lower_convolution_backward(
-        g_, x_, w_, None, *geometry, [True, True, False])[:2])
-    for found in (ops(forward(x, w).jaxpr), ops(backward(g, x, w).jaxpr)):
+    for eqns in _lowered_convolution_equations((2, 8, 6, 5), (12, 8, 1, 1), geometry):
+        found = {e.primitive.name for e in eqns}
         assert "dot_general" in found and "conv_general_dilated" not in found, found
 
 
