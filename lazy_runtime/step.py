@@ -32,9 +32,13 @@ What makes that sound is checked, not assumed:
   forward, or a small CPU tensor the step made itself from Python values and dropped by
   its end (``torch.tensor(finfo.min, device=dev)``, the index tensor torch makes of
   ``ids[:, [-1, 0]]``): a constant by its value, as Python numbers are, the traces
-  agreeing on it (``fold.copied_value``). Reading any other lazy tensor, or copying a CPU
-  tensor held elsewhere (still alive when the step ends) inside the step, refuses (its
-  value could change behind the replay's back).
+  agreeing on it (``fold.copied_value``); or a lazy tensor from before the step (an
+  lru-cached table, made by a device factory or computed by an earlier call), read as
+  traced while it lives unwritten (``_Trace.foreign``: weak references to its value's
+  node, which an in-place write or its end drops), and refused where the step runs
+  padded or follows an int argument, whose other values may pick another tensor.
+  Copying a CPU tensor held elsewhere (still alive when the step ends) inside the step
+  refuses (its value could change behind the replay's back).
 * **Every result accounted for.** Each value the barrier stores goes back into a tensor
   the model or optimizer owns (a parameter, buffer, grad or state tensor), into a lazy
   argument the step wrote in place (a replay writes the argument it is given, and
@@ -143,7 +147,8 @@ class _Trace:
                  "sizes_on_device", "state_writes", "shared_writes", "host_buffers",
                  "state_aliases", "other_aliases", "state_refs", "tape", "cuts", "syms",
                  "size_list", "bucket_list", "out_same", "arg_writes", "arg_bases",
-                 "grad_sets", "rules", "followed", "shape_key", "folds", "arg_folds")
+                 "grad_sets", "rules", "followed", "shape_key", "folds", "arg_folds",
+                 "foreign")
 
 
 class _Entry:
@@ -444,6 +449,7 @@ class StepReplayer:
         before = objects_now(objects) if objects else None
         if tensor.pending_count():
             executor.sync("step")   # work recorded before the step is not part of it
+        serial0 = ir.LEAVES_MADE[0]
         lazy = [_on_device(v) if isinstance(v, torch.Tensor) else v for v in flat[:n_args]]
         tape = None
         hyper = {}   # followed hyper-parameters: number index -> its traced value
@@ -524,9 +530,15 @@ class StepReplayer:
                        for i, v in enumerate(lazy)]
             new_grads = _new_grads(params, grads0)
             tr, temps = _record(seen.pop(), slot_of, also, owned, out, rng0, arg_values,
-                                args_in, tape, new_grads)
+                                args_in, tape, new_grads, serial0)
             del held
             tr.folds, tr.arg_folds = folded, arg_folded
+            if tr.foreign and (tr.sizes is not None or any(
+                    type(i) is tuple or i < n_args for i in e.followed)):
+                # which such tensor the Python reads may follow the sizes or the numbers a
+                # replay would run at (``tables[k]``, ``cache[T]``; indexing by a followed
+                # int records nothing)
+                raise NotWholeStep(_FOREIGN + ", at sizes or argument numbers it follows")
             if arg_folded and (tr.sizes is not None or e.followed):
                 raise NotWholeStep("the step reads a value computed on the host from its "
                                    "arguments at sizes or numbers it follows (a replay "
@@ -633,6 +645,8 @@ class StepReplayer:
             executor.sync("step")
         if tr.arg_folds and not _arg_folds_hold(tr.arg_folds, flat):
             return None   # a value Python branched on comes out otherwise: trace instead
+        if tr.foreign and not all(r() is not None for r in tr.foreign):
+            return None   # a tensor read from outside was written in place or freed
         # The state slots in bulk (C-level maps: a step reads a hundred of them): each
         # must still be a base tensor holding computed, unpadded data of the traced type
         # (a DATA leaf's signature says all three).
@@ -1002,15 +1016,20 @@ def _arg_folds_hold(arg_folds, flat) -> bool:
                for prog, sources, value in arg_folds)
 
 
+_FOREIGN = ("the step reads a lazy tensor that is not an argument, a parameter, a buffer or "
+            "optimizer state")
+
+
 def _record(seen, slot_of, also, owned, out, rng0, arg_values, args_in, tape=None,
-            new_grads=None):
+            new_grads=None, serial0=0):
     """The trace of one barrier, and weak references to the values it stored that are
     neither returned nor owned (they must be gone once the step is over). ``args_in``:
     each argument that is the caller's own lazy base tensor (else None): what the step
     writes to one in place is written back to the argument a replay is given, and one
     returned is that argument. ``tape``: what the Python did with followed ints
     (``step_numbers``). ``new_grads``: the grads the step made (``_new_grads``), each
-    set again by a replay to the value it holds."""
+    set again by a replay to the value it holds. ``serial0``: the first leaf serial made
+    inside the step (older leaves it reads are tensors from outside)."""
     g, exe, plan, stored = seen
     template_consts = {id(n.op.scalar_array) for n in g.nodes
                        if getattr(n.op, "scalar_array", None) is not None}
@@ -1018,15 +1037,23 @@ def _record(seen, slot_of, also, owned, out, rng0, arg_values, args_in, tape=Non
     layouts = plan.data_layouts if plan is not None else (None,) * len(leaves)
     slots = []
     used = set()
+    foreign = []
     for k, (n, lay) in enumerate(zip(leaves, layouts)):
         used.add(id(n))
         s = slot_of.get(id(n)) or arg_values.get(id(n.value))
         if s is None:
             recipe = ir.HOST_RECIPES.get(n)
             made = recipe is not None or id(n) in template_consts or n in ir.REPLAYED_CONSTS
-            if not made and k not in g.fresh:
-                raise NotWholeStep("the step reads a lazy tensor that is not an argument, a "
-                                   "parameter, a buffer or optimizer state")
+            if n.serial < serial0:
+                # a tensor from before the step that nothing hands it (a table cached by
+                # transformers' lru caches, keyed by sizes the signature pins; made by a
+                # host factory or computed): read as it is while it lives unwritten
+                if n.aux is not None:
+                    raise NotWholeStep(_FOREIGN + ", padded")
+                foreign.append(weakref.ref(n))
+                made = False
+            elif not made and k not in g.fresh:
+                raise NotWholeStep(_FOREIGN)
             copied = None if made else fold.copied_value(n)
             # (made: by a host factory or a replayed forward, so the same for these sizes;
             # copied from a CPU tensor made inside the step: traces agree by its value)
@@ -1037,6 +1064,7 @@ def _record(seen, slot_of, also, owned, out, rng0, arg_values, args_in, tape=Non
     tr = _Trace()
     tr.exe = exe
     tr.slots = tuple(slots)
+    tr.foreign = tuple(foreign)
     # padded (dynamic dims): each slot's layout, the sizes of this trace, and the constants
     # at their padded shapes (made once: a signature has one set of sizes)
     tr.layouts = tuple(lay if lay is not None and dynamic.has_sym(lay) else None
@@ -1192,6 +1220,7 @@ def _agree(a: _Trace, b: _Trace, across_sizes: bool = False, numbers: bool = Tru
     replayed), or (``across_sizes``) a padded trace and a confirmed one of another size
     that run one executable (then the new size is replayed from its next call)."""
     if not (a.exe is b.exe and a.writes == b.writes and a.aliases == b.aliases
+            and [r() for r in a.foreign] == [r() for r in b.foreign]
             and a.grad_sets == b.grad_sets
             and a.out_spec == b.out_spec and a.out_leaves == b.out_leaves
             and a.out_same == b.out_same
