@@ -6,8 +6,10 @@ file exports (the bare ``*Model`` first), builds its config with defaults and sh
 sample input from the model's ``main_input_name`` with symbolic dims (both towers' inputs
 for a dual encoder such as CLIP), runs it once for real (to know whether the sample itself
 is valid; where the model refuses it, inputs whose layout varies between models, such as
-raw audio with or without a channel axis, are tried in their other layouts) and analyzes
-it. Each file ends as:
+raw audio with or without a channel axis, are tried in their other layouts, and then, up
+to ``FALLBACK_MAX_PARAMS`` parameters, the first three model classes with their default
+sizes but two layers per stack, then with their defaults: ``config`` in the record) and
+analyzes it. Each file ends as:
 
 - ``analyzed``: ``analyze`` returned; counts of known/unknown tensor variables in the
   modeling file, diagnostics by code, internal failures (SI005) among them;
@@ -47,10 +49,11 @@ HEAD_FIELDS = ("num_attention_heads", "n_head", "n_heads", "encoder_attention_he
 KV_HEAD_FIELDS = ("num_key_value_heads", "n_kv_heads", "num_kv_heads", "multi_query_group_num")
 EXPERT_FIELDS = ("num_experts", "n_routed_experts", "num_local_experts", "moe_num_experts")
 SMALL_HEADS = 2
+LAYER_FIELDS = ("num_hidden_layers", "num_layers", "n_layer", "n_layers", "encoder_layers", "decoder_layers",
+                "num_encoder_layers", "num_decoder_layers", "depth", "text_layers", "vision_layers")
 SMALL_SIZES = {
     **dict.fromkeys(("word_embed_proj_dim", "projection_dim", "text_embed_dim", "vision_embed_dim"), 64),
-    **dict.fromkeys(("num_hidden_layers", "num_layers", "n_layer", "n_layers", "encoder_layers", "decoder_layers",
-                     "num_encoder_layers", "num_decoder_layers", "depth", "text_layers", "vision_layers"), 2),
+    **dict.fromkeys(LAYER_FIELDS, 2),
     "decoder_attention_heads": SMALL_HEADS,
     **dict.fromkeys(KV_HEAD_FIELDS, 1),
     **dict.fromkeys(("intermediate_size", "ffn_dim", "encoder_ffn_dim", "decoder_ffn_dim", "d_ff", "n_inner",
@@ -60,6 +63,9 @@ SMALL_SIZES = {
     "num_experts_per_tok": 2, "n_group": 1, "topk_group": 1, "moe_topk": 2,
 }
 SAMPLE_SIZES = {"B": 2, "T": 7, "S": 5, "L": 3200, "F": 56}
+# a model whose shrunk sizes do not fit together is built with fewer layers only, or as its
+# config's defaults, when that has at most this many parameters
+FALLBACK_MAX_PARAMS = 60_000_000
 TOKEN_RANGE = 100  # sample token ids lie below this (and below the vocabulary size)
 
 
@@ -104,10 +110,41 @@ def _config_fields(config_cls) -> set:
 
 def small_config(config_cls, depth: int = 0):
     """``config_cls`` with its defaults, sizes shrunk to SMALL_SIZES; sub-configs too."""
+    return _shrunk(config_cls, _small_sizes, small_config, depth)
+
+
+def fewer_layers_config(config_cls, depth: int = 0):
+    """``config_cls`` with its defaults but at most two layers per stack; sub-configs too
+    (for models whose widths, shrunk, no longer fit together: SAM's, SigLIP 2's)."""
+    return _shrunk(config_cls, lambda default, fields: {
+        f: 2 for f in LAYER_FIELDS if f in fields and type(getattr(default, f, None)) is int
+        and getattr(default, f) > 2}, fewer_layers_config, depth)
+
+
+def _shrunk(config_cls, overrides_of, shrink_sub, depth: int):
+    """``config_cls`` with its defaults and ``overrides_of(default, fields)``, its
+    sub-configs made by ``shrink_sub`` (three levels deep)."""
     from transformers import PreTrainedConfig
 
     default = config_cls()
     fields = _config_fields(config_cls)
+    overrides = overrides_of(default, fields)
+    if depth < 3:
+        for name in list(getattr(config_cls, "sub_configs", {}) or {}):
+            sub = getattr(default, name, None)
+            if isinstance(sub, PreTrainedConfig) and name in fields:
+                overrides[name] = shrink_sub(type(sub), depth + 1)
+    try:
+        return config_cls(**overrides)
+    except Exception:  # validation rejects the combination: shrink attribute by attribute
+        for name, value in overrides.items():
+            setattr(default, name, value)
+        return default
+
+
+def _small_sizes(default, fields: set) -> dict:
+    """The overrides of ``small_config``: fewer heads, SMALL_SIZES, kv heads and top-k
+    that follow them."""
     overrides = _fewer_heads(default, fields)
     for name, target in SMALL_SIZES.items():
         value = getattr(default, name, None)
@@ -117,17 +154,7 @@ def small_config(config_cls, depth: int = 0):
     overrides.update(_experts_top_k(default, fields))
     if _two_towers(default):  # a dual encoder's joint embedding must match what its towers emit, which some
         overrides.pop("projection_dim", None)  # size by their own fields (ALIGN's EfficientNet, X-CLIP's MIT)
-    if depth < 3:
-        for name in list(getattr(config_cls, "sub_configs", {}) or {}):
-            sub = getattr(default, name, None)
-            if isinstance(sub, PreTrainedConfig) and name in fields:
-                overrides[name] = small_config(type(sub), depth + 1)
-    try:
-        return config_cls(**overrides)
-    except Exception:  # validation rejects the combination: shrink attribute by attribute
-        for name, value in overrides.items():
-            setattr(default, name, value)
-        return default
+    return overrides
 
 
 def _fewer_heads(config, fields: set) -> dict:
@@ -174,23 +201,54 @@ def _experts_top_k(config, fields: set) -> dict:
 def build_model(cls, max_params: int = 150_000_000):
     """``cls`` with random weights from the shrunk config, or from the default one when
     the shrunk sizes do not fit together and the default is small enough."""
-    import torch
-
     try:
-        config = small_config(cls.config_class)
-        with torch.device("meta"):
-            n_params = sum(p.numel() for p in cls(config).parameters())
+        return _built(cls, small_config(cls.config_class), max_params, "after shrinking")
+    except Skip:
+        raise
     except Exception as shrunk_failed:
         try:
-            config = cls.config_class()
-            with torch.device("meta"):
-                n_params = sum(p.numel() for p in cls(config).parameters())
+            return _built(cls, cls.config_class(), max_params, "by default")
         except Exception:
             raise shrunk_failed from None
+
+
+def _built(cls, config, max_params: int, how: str):
+    """``cls(config)`` with random weights in eval mode, its size counted first."""
+    import torch
+
+    with torch.device("meta"):
+        n_params = sum(p.numel() for p in cls(config).parameters())
     if n_params > max_params:
-        raise Skip(f"{n_params / 1e6:.0f}M parameters after shrinking")
+        raise Skip(f"{n_params / 1e6:.0f}M parameters {how}")
     torch.manual_seed(0)
     return cls(config).eval()
+
+
+def runnable_sample(model):
+    """(kwargs, dims, error): the sample input, in another layout where the model refuses
+    the first (error None where one runs)."""
+    kwargs, dims = sample_input(model)
+    error = sample_error(model, kwargs)
+    for other in alternative_samples(model.config, kwargs, dims) if error else ():
+        if sample_error(model, other[0]) is None:
+            return other[0], other[1], None
+    return kwargs, dims, error
+
+
+def fallback_models(classes):
+    """(model, kwargs, dims, how) of the first of ``classes`` that runs on its sample when
+    built with fewer layers only, or with its config's defaults, within
+    ``FALLBACK_MAX_PARAMS``; for models whose shrunk ones refuse their samples."""
+    for cls in classes:
+        for how, make in (("fewer layers", fewer_layers_config), ("default", lambda c: c())):
+            try:
+                model = _built(cls, make(cls.config_class), FALLBACK_MAX_PARAMS, how)
+                kwargs, dims, error = runnable_sample(model)
+            except Exception:
+                continue
+            if error is None:
+                return model, kwargs, dims, how
+    return None
 
 
 def sample_input(model) -> tuple[dict, dict]:
@@ -508,12 +566,18 @@ def prepare(module_name: str) -> tuple[dict, object, dict, dict]:
                 raise Skip("cannot instantiate: " + " | ".join(reasons))
             record["model"] = type(model).__name__
             record["file"] = module.__file__
-            kwargs, dims = sample_input(model)
-            error = sample_error(model, kwargs)
-            for other in alternative_samples(model.config, kwargs, dims) if error else ():
-                if sample_error(model, other[0]) is None:
-                    (kwargs, dims), error = other, None
-                    break
+            try:
+                kwargs, dims, error = runnable_sample(model)
+            except Skip as e:
+                kwargs, dims, error = None, None, e
+            if error is not None:
+                found = fallback_models(classes[:3])
+                if found is not None:   # (the shrunk model's failure kept in the record)
+                    record["shrunk_sample_error"] = str(error)
+                    model, kwargs, dims, record["config"] = found
+                    record["model"], error = type(model).__name__, None
+                elif isinstance(error, Skip):
+                    raise error
             record["dims"] = {k: list(v) for k, v in dims.items()}
             record["sample_runs"] = error is None
             if error is not None:  # the model rejects the sample: analyzed all the same

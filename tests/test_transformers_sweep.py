@@ -17,7 +17,7 @@ from shapeinfer.values import ListV, TensorType, Unknown
 pytest.importorskip("transformers")
 sys.path.insert(0, str(Path(__file__).resolve().parent.parent / "benchmarks"))
 
-from transformers_sweep import analyze_file  # noqa: E402
+from transformers_sweep import analyze_file, prepare  # noqa: E402
 
 # decoder-only, encoder, encoder-decoder, MoE, state-space, audio (features and waveform),
 # vision (conv, windowed attention, ViT), and a two-tower model whose text-only sample
@@ -45,6 +45,17 @@ def test_modeling_file_is_analyzed_without_escaping_exceptions(name):
 def test_sweep_records_a_reason_for_what_it_cannot_build():
     record, result = analyze_file("transformers.models.auto.modeling_auto")
     assert record["status"] == "skipped" and record["reason"] and result is None
+
+
+def test_a_model_whose_shrunk_sizes_do_not_fit_is_built_with_fewer_layers():
+    # SAM's shrunk widths no longer fit its prompt encoder's: its defaults with two layers
+    # per stack (23M parameters) run the sample
+    record, model, kwargs, _ = prepare("transformers.models.sam.modeling_sam")
+    assert record.get("status") is None and record["sample_runs"], record
+    assert record["config"] == "fewer layers" and "shapes cannot be" in record["shrunk_sample_error"]
+    assert model.config.vision_config.num_hidden_layers == 2
+    with torch.no_grad():
+        model(**kwargs)
 
 
 # ---- containment: an analyzer failure becomes a diagnostic, the analysis goes on ----------
