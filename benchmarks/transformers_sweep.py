@@ -207,7 +207,9 @@ def build_model(cls, max_params: int = 150_000_000):
         raise
     except Exception as shrunk_failed:
         try:
-            return _built(cls, cls.config_class(), max_params, "by default")
+            return _built(cls, cls.config_class(), max_params, "after shrinking")
+        except Skip:
+            raise
         except Exception:
             raise shrunk_failed from None
 
