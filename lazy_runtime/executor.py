@@ -29,7 +29,7 @@ from .ops.common import check_index, is_array, out_of_range
 from .ops.padding import index_check_pre
 from .ops.registry import (CHECKING, LOWERINGS, TRACE_CHECKS, TRACE_INPUT_CHECKS, TRACE_INPUTS,
                            TRACE_SCRATCH, ZERO_DIVISION, LowerCtx)
-from .tensor import new_base, take_pending, apply_step_numpy
+from .tensor import apply_step_numpy, new_base, own, take_pending
 
 _x64 = jax.enable_x64
 
@@ -896,6 +896,7 @@ def _sync(reason: str) -> None:
                               else dynamic.result_leaf(n, results[j], outs_lay[j], plan))
         st.node = leaf
         st.version += 1
+        own(st, leaf)
     if exe.checked:
         written((), storages)
     # (any barrier freezes the heap, once: decoding loops and ``generate`` read values

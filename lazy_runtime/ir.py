@@ -65,8 +65,10 @@ def fill(template, values):
 class Node:
     """One value of the graph. ``shape``/``dtype`` are tuples of them for multi-output ops."""
 
+    # ``owner``, set on DATA leaves only (``tensor.own``): a weak reference to the one
+    # storage holding it, False where several have
     __slots__ = ("op", "args", "kwargs", "inputs", "shape", "dtype", "aux", "value", "sig",
-                 "born", "serial", "__weakref__")
+                 "born", "serial", "owner", "__weakref__")
 
     def __repr__(self):
         if self.op in LEAVES:

@@ -33,7 +33,9 @@ then on, when the forward is not a function of those: it synchronizes (``.item()
 eager fallback; a value folded on the host from constants the call made is allowed, the
 same at every call of the signature, and computed again by a replay across sizes),
 draws from a generator on the host (``host_rng_states``), reads a device tensor that is
-neither an argument, a parameter nor a buffer, changes a module's attributes or an
+neither an argument, a parameter nor a buffer and that no one storage holds (one that a
+storage holds, made before the call, is read as traced while the storage holds it:
+``_Entry.foreign``; not in replays across sizes or numbers), changes a module's attributes or an
 argument object's (an attribute given another tensor: a cache grown by ``cat``),
 returns an argument or a non-contiguous view, writes into a view argument in part or
 into one whose storage another of its tensors shares, or runs a module hook not
@@ -67,7 +69,7 @@ from . import autocast, fold, ir, random, replay_sizes, traced_numbers
 from .dynamic import leaf_marks, put_host
 from .metrics import METRICS
 from .ops.registry import Lowering
-from .tensor import LazyTensor, new_base, node_of, pending_order, write
+from .tensor import LazyTensor, new_base, node_of, owner_of, pending_order, write
 from .traced_numbers import NUMBER, Followed
 
 _CONSTS = (int, float, bool, str, type(None), torch.dtype, torch.device)
@@ -303,9 +305,14 @@ class _Mark:
             return ("rng", n.value[1] - self.rng[1])
         if op is ir.DATA and n.serial >= self.serial:
             return ("const", n)
+        st = owner_of(n) if op is ir.DATA and n.aux is None else None
+        if st is not None:
+            # a tensor from before the call that nothing hands it (a table an lru cache
+            # keeps, a tensor attribute): read as traced while its storage holds it still
+            return ("foreign", (weakref.ref(st), n))
         if op is ir.DATA:
             raise NotReplayable("reads a device tensor that is not an argument, parameter "
-                                "or buffer")
+                                "or buffer, and is padded or held by no storage or several")
         raise NotReplayable(f"a {op} value")
 
     def check_no_sync(self, folds=()):
@@ -350,6 +357,9 @@ class _Entry:
         self.view_writes = ()       # positions of views written (their storage their own)
         # the values its forward computed on the host (``_Mark.check_no_sync``)
         self.folds = ()
+        # (a weak reference to its storage, the leaf) of each tensor from before the call
+        # it reads: once the storage is freed or holds another value, captured again
+        self.foreign = ()
 
     def fail(self, reason: str) -> None:
         self.state = "never"
@@ -379,6 +389,8 @@ class _Entry:
             elif kind == "rng":
                 out.append(leaves[r])
                 r += 1
+            elif kind == "foreign":
+                out.append(s[1][1])   # (still its storage's: ``foreign_hold`` was asked)
             else:
                 out.append(lookup(s))
         return out
@@ -555,6 +567,7 @@ class _Capture:
         e.fwd = Template("fwd", nodes, positions)
         e.fwd_slots, offsets = _split_rng(slots)
         e.fwd_rng = (offsets, self.fwd_rng_count)
+        e.foreign = tuple(s[1] for s in e.fwd_slots if s[0] == "foreign")
 
     def finish_forward_only(self):
         self._set_forward(self.fwd_outputs)
@@ -589,9 +602,11 @@ class _Capture:
             if n.op is ir.RNG and _drawn_after(n, rng0):
                 return ("rng", n.value[1] - rng0[1])
             if n.op is ir.RNG or (n.op not in ir.LEAVES and not from_gout[k]) or (
-                    n.op is ir.DATA and mark.serial <= n.serial < serial0):
+                    n.op is ir.DATA and (mark.serial <= n.serial < serial0 or (
+                        n.serial < mark.serial and n.aux is None))):
                 # computed or made by the forward (a random draw, a host constant such as
-                # arange(T) included): read it from there, as the traced backward does
+                # arange(T) included), or a tensor from before the call: read it from
+                # there, as the traced backward does
                 if k not in saved:
                     saved[k] = n
                 return ("saved", k)
@@ -732,6 +747,10 @@ class Replayer:
                 self.entries.popitem(last=False)
         else:
             self.entries.move_to_end(key)
+        if e.state == "ready" and e.foreign and not foreign_hold(e.foreign):
+            METRICS.replay_miss("a tensor from before the call it reads was written in place "
+                                "or freed (captured again)")
+            e = self.entries[key] = _Entry()
         if e.state == "ready" and not _aliases_hold(e, tensors):
             METRICS.replay_miss("arguments no longer share values as when captured")
             return self.forward(*args, **kwargs)
@@ -791,7 +810,10 @@ class Replayer:
     def _from_family(self, family, tensors):
         """A ready entry for a new size of a family traced at other sizes, or None."""
         fkey, sizes = family
-        seen = [(s, e) for s, e in self.families.get(fkey, ()) if e.state == "ready"]
+        # (not over a tensor from outside the call: which one the Python reads may
+        # follow the sizes, ``cache[T]``)
+        seen = [(s, e) for s, e in self.families.get(fkey, ())
+                if e.state == "ready" and not e.foreign]
         if len(seen) < 2:
             return None
         groups: dict = {}
@@ -981,6 +1003,16 @@ def _look_into(v, key: list, tensors: list, where: list) -> None:
     except Exception as e:
         raise NotReplayable(f"an argument of type {type(v).__name__} could not be looked "
                             f"into ({type(e).__name__})") from None
+
+
+def foreign_hold(foreign) -> bool:
+    """Whether each storage of ``foreign`` ((a weak reference to it, a leaf)) is alive
+    and holds its leaf still: the value a trace read from a tensor from before it."""
+    for ref, n in foreign:
+        st = ref()
+        if st is None or st.node is not n:
+            return False
+    return True
 
 
 def _aliases_hold(entry, tensors) -> bool:

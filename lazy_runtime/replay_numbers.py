@@ -37,7 +37,8 @@ import torch.utils._pytree as pytree
 
 from . import ir, log, step_numbers, traced_numbers
 from .metrics import METRICS
-from .replay import NumberEntry, Replayer, _aliases_hold, _Entry, note_replay
+from .replay import (NumberEntry, Replayer, _aliases_hold, _Entry, foreign_hold,
+                     note_replay)
 from .traced_numbers import NUMBER, Followed, plain
 
 MAX_FOLLOWED_KEYS = 16   # followed signatures kept (least recently used dropped)
@@ -169,7 +170,8 @@ class NumberFollowingReplayer(Replayer):
         """A replay at the call's values: the trace at these values (by value), else a
         family's template at scalars it predicts; ``_MISS`` where neither can serve."""
         e = self.entries.get(key)
-        if e is not None and e.state == "ready" and _aliases_hold(e, tensors):
+        if e is not None and e.state == "ready" and foreign_hold(e.foreign) and \
+                _aliases_hold(e, tensors):
             self.entries.move_to_end(key)
             return self._run(e, tensors, objects)
         env = tuple(values[i][1] for i in follow)
@@ -219,6 +221,8 @@ class NumberFollowingReplayer(Replayer):
         why = None
         if tape.pinned is not None:
             why = f"a number is used in a way a replay cannot follow ({tape.pinned})"
+        elif e.foreign:   # (``tables[k]``: other values may pick another tensor)
+            why = "it reads a tensor from before the call"
         elif e.state != "ready":   # (Adam's first step makes its state)
             if sig.traces >= step_numbers.MAX_TRACES and not sig.families:
                 why = "its captures at other values of its numbers failed"

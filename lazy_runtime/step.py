@@ -34,9 +34,10 @@ What makes that sound is checked, not assumed:
   ``ids[:, [-1, 0]]``): a constant by its value, as Python numbers are, the traces
   agreeing on it (``fold.copied_value``); or a lazy tensor from before the step (an
   lru-cached table, made by a device factory or computed by an earlier call), read as
-  traced while it lives unwritten (``_Trace.foreign``: weak references to its value's
-  node, which an in-place write or its end drops), and refused where the step runs
-  padded or follows an int argument, whose other values may pick another tensor.
+  traced while the one storage that held its value holds it still (``_Trace.foreign``:
+  a weak reference to the storage ``tensor.own`` noted, and the leaf; an in-place write
+  or the storage's end ends it), and refused where the step runs padded or follows an
+  int argument, whose other values may pick another tensor.
   Copying a CPU tensor held elsewhere (still alive when the step ends) inside the step
   refuses (its value could change behind the replay's back).
 * **Every result accounted for.** Each value the barrier stores goes back into a tensor
@@ -119,7 +120,7 @@ from . import (dtypes, dynamic, executor, fold, heap, ir, log, random, replay_si
                step_numbers, tensor, traced_numbers)
 from .config import config
 from .metrics import METRICS
-from .replay import (AttributeReads, NotReplayable, call_mode, check_host_rngs,
+from .replay import (AttributeReads, NotReplayable, call_mode, check_host_rngs, foreign_hold,
                      host_rng_states, module_state, objects_now, optimizer_state)
 from .state_stamp import StateStamp
 from .tensor import LazyTensor
@@ -645,7 +646,7 @@ class StepReplayer:
             executor.sync("step")
         if tr.arg_folds and not _arg_folds_hold(tr.arg_folds, flat):
             return None   # a value Python branched on comes out otherwise: trace instead
-        if tr.foreign and not all(r() is not None for r in tr.foreign):
+        if tr.foreign and not foreign_hold(tr.foreign):
             return None   # a tensor read from outside was written in place or freed
         # The state slots in bulk (C-level maps: a step reads a hundred of them): each
         # must still be a base tensor holding computed, unpadded data of the traced type
@@ -730,6 +731,7 @@ class StepReplayer:
                 for st in sts:
                     st.node = n
                     st.version += 1
+                    tensor.own(st, n)
             for x in outs:   # (returned: one tensor, or views of it, as when traced)
                 out = tr.out_leaves[x]
                 view = type(out) is _ViewOut
@@ -817,6 +819,7 @@ def _write_state(writes, owned, results) -> None:
             n.value, n.born = results[j], -1
         else:
             st.node = ir.computed_leaf(results[j], n.shape, n.dtype)
+            tensor.own(st, st.node)
         st.version += 1
 
 
@@ -1043,14 +1046,18 @@ def _record(seen, slot_of, also, owned, out, rng0, arg_values, args_in, tape=Non
         s = slot_of.get(id(n)) or arg_values.get(id(n.value))
         if s is None:
             recipe = ir.HOST_RECIPES.get(n)
-            made = recipe is not None or id(n) in template_consts or n in ir.REPLAYED_CONSTS
-            if n.serial < serial0:
+            replayed = id(n) in template_consts or n in ir.REPLAYED_CONSTS
+            made = recipe is not None or replayed
+            if n.serial < serial0 and not replayed:
                 # a tensor from before the step that nothing hands it (a table cached by
                 # transformers' lru caches, keyed by sizes the signature pins; made by a
-                # host factory or computed): read as it is while it lives unwritten
-                if n.aux is not None:
-                    raise NotWholeStep(_FOREIGN + ", padded")
-                foreign.append(weakref.ref(n))
+                # host factory or computed): read as it is while its storage, the one that
+                # holds the leaf, holds it still (not written in place, not freed)
+                st = tensor.owner_of(n)
+                if n.aux is not None or st is None:
+                    raise NotWholeStep(_FOREIGN + (", padded" if n.aux is not None else
+                                                   ", held by no storage or by several"))
+                foreign.append((weakref.ref(st), n))
                 made = False
             elif not made and k not in g.fresh:
                 raise NotWholeStep(_FOREIGN)
@@ -1220,7 +1227,7 @@ def _agree(a: _Trace, b: _Trace, across_sizes: bool = False, numbers: bool = Tru
     replayed), or (``across_sizes``) a padded trace and a confirmed one of another size
     that run one executable (then the new size is replayed from its next call)."""
     if not (a.exe is b.exe and a.writes == b.writes and a.aliases == b.aliases
-            and [r() for r in a.foreign] == [r() for r in b.foreign]
+            and [n for _, n in a.foreign] == [n for _, n in b.foreign]
             and a.grad_sets == b.grad_sets
             and a.out_spec == b.out_spec and a.out_leaves == b.out_leaves
             and a.out_same == b.out_same

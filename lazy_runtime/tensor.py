@@ -41,6 +41,27 @@ class Storage:
         self.frozen = None   # why it must not be written (a fallback's copy of a view), or None
         if node.op not in ir.SETTLED:
             _register(self)
+        elif node.op is ir.DATA:
+            own(self, node)
+
+
+def own(st: "Storage", node: ir.Node) -> None:
+    """Note that storage ``st`` holds DATA leaf ``node``: its one owner, or one of several
+    (``owner`` False). A replay reading a tensor from before its call checks that the
+    owner still holds the leaf (``owner_of``): other references to the leaf (an autograd
+    context's, a view's cache) outlive an in-place write."""
+    prev = getattr(node, "owner", None)
+    if prev is None or prev is not False and prev() in (None, st):
+        node.owner = weakref.ref(st)
+    else:
+        node.owner = False
+
+
+def owner_of(node: ir.Node) -> "Storage | None":
+    """The one storage holding DATA leaf ``node`` now, or None (none known, or several)."""
+    ref = getattr(node, "owner", None)
+    st = ref() if ref else None
+    return st if st is not None and st.node is node else None
 
 
 # Storages whose value is pending (not yet computed), in the order they became pending.
@@ -70,6 +91,8 @@ def set_node(st: Storage, node: ir.Node) -> None:
     was_pending = st.node.op not in ir.SETTLED
     st.node = node
     st.version += 1
+    if node.op is ir.DATA:
+        own(st, node)
     if not was_pending and node.op not in ir.SETTLED:
         _register(st)
 
