@@ -475,7 +475,7 @@ def _lazy_float64_apart(exact64, exact, args64) -> float | None:
 
     dev = lr.device()
     try:
-        lazy64 = _run(copy.deepcopy(exact64).to(dev), *args64[:2], args64[2], device=dev)
+        lazy64 = _run(copy.deepcopy(exact64).to(dev), *args64, device=dev)
     except Exception:
         return None
     return max(differences(lazy64, exact).values(), default=0.0)

@@ -305,11 +305,11 @@ class _Mark:
             return ("rng", n.value[1] - self.rng[1])
         if op is ir.DATA and n.serial >= self.serial:
             return ("const", n)
-        st = owner_of(n) if op is ir.DATA and n.aux is None else None
-        if st is not None:
+        held = outside_ref(n) if op is ir.DATA else None
+        if held is not None:
             # a tensor from before the call that nothing hands it (a table an lru cache
             # keeps, a tensor attribute): read as traced while its storage holds it still
-            return ("foreign", (weakref.ref(st), n))
+            return ("foreign", held)
         if op is ir.DATA:
             raise NotReplayable("reads a device tensor that is not an argument, parameter "
                                 "or buffer, and is padded or held by no storage or several")
@@ -1003,6 +1003,14 @@ def _look_into(v, key: list, tensors: list, where: list) -> None:
     except Exception as e:
         raise NotReplayable(f"an argument of type {type(v).__name__} could not be looked "
                             f"into ({type(e).__name__})") from None
+
+
+def outside_ref(n):
+    """(a weak reference to the one storage holding DATA leaf ``n``, ``n``): how a replay
+    reads a tensor from before its call (``foreign_hold`` checks it); None where ``n`` is
+    padded or held by no storage or by several."""
+    st = owner_of(n) if n.aux is None else None
+    return None if st is None else (weakref.ref(st), n)
 
 
 def foreign_hold(foreign) -> bool:

@@ -121,7 +121,8 @@ from . import (dtypes, dynamic, executor, fold, heap, ir, log, random, replay_si
 from .config import config
 from .metrics import METRICS
 from .replay import (AttributeReads, NotReplayable, call_mode, check_host_rngs, foreign_hold,
-                     host_rng_states, module_state, objects_now, optimizer_state)
+                     host_rng_states, module_state, objects_now, optimizer_state,
+                     outside_ref)
 from .state_stamp import StateStamp
 from .tensor import LazyTensor
 from .traced_numbers import NUMBER
@@ -1053,11 +1054,11 @@ def _record(seen, slot_of, also, owned, out, rng0, arg_values, args_in, tape=Non
                 # transformers' lru caches, keyed by sizes the signature pins; made by a
                 # host factory or computed): read as it is while its storage, the one that
                 # holds the leaf, holds it still (not written in place, not freed)
-                st = tensor.owner_of(n)
-                if n.aux is not None or st is None:
+                held = outside_ref(n)
+                if held is None:
                     raise NotWholeStep(_FOREIGN + (", padded" if n.aux is not None else
                                                    ", held by no storage or by several"))
-                foreign.append((weakref.ref(st), n))
+                foreign.append(held)
                 made = False
             elif not made and k not in g.fresh:
                 raise NotWholeStep(_FOREIGN)

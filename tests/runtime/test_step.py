@@ -4,7 +4,7 @@ steps traced op by op (random streams included) and against eager torch; and eve
 refusal: a value read inside the step, a value kept outside its owners, a scheduler
 stepped inside the step, a lazy tensor from outside picked by a followed number; each is
 traced, right, and counted. A lazy tensor from outside (an lru-cached table) is read as
-it is while it lives unwritten.
+traced while the storage that held its value holds it still.
 Schedules set between steps (float or tensor learning rates) replay."""
 
 import copy
